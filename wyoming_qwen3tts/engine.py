@@ -1,0 +1,76 @@
+"""Requests in, PCM chunks out: prompt -> decode loop -> codec, one frame group at a time.
+
+THIS FILE IS BEING WRITTEN. The interface below (SamplingParams, SynthesisRequest,
+AudioChunk, Engine.synthesize / Engine.load and the properties) is fixed; bodies follow.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SAMPLE_RATE = 24000
+SAMPLE_WIDTH = 2  # bytes, signed 16-bit little endian
+CHANNELS = 1
+SAMPLES_PER_FRAME = 1920  # 80 ms at 24 kHz
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Logits processing and sampling, with the defaults of the release's generation_config.json."""
+
+    do_sample: bool = True
+    temperature: float = 0.9
+    top_k: int = 50
+    top_p: float = 1.0
+    repetition_penalty: float = 1.05
+    subtalker_do_sample: bool = True
+    subtalker_temperature: float = 0.9
+    subtalker_top_k: int = 50
+    subtalker_top_p: float = 1.0
+
+    @classmethod
+    def greedy(cls) -> "SamplingParams":
+        return cls(do_sample=False, subtalker_do_sample=False)
+
+
+@dataclass(frozen=True)
+class SynthesisRequest:
+    text: str
+    speaker: str
+    language: str = "auto"
+    instruct: str | None = None
+    seed: int | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_frames: int | None = None  # None: the engine's limit
+    non_streaming_text: bool = True  # the reference's non_streaming_mode (text fed all at once)
+    first_chunk_frames: int | None = None  # None: the engine's setting
+    chunk_frames: int | None = None
+
+
+@dataclass
+class AudioChunk:
+    pcm: bytes  # s16le, mono, 24 kHz; len == num_frames * 1920 * 2
+    codes: np.ndarray  # [num_frames, 16] int64
+
+    @property
+    def num_frames(self) -> int:
+        return int(self.codes.shape[0])
+
+
+class Engine:
+    """One loaded model. synthesize() is a blocking generator: run it off the event loop."""
+
+    sample_rate = SAMPLE_RATE
+    sample_width = SAMPLE_WIDTH
+    channels = CHANNELS
+
+    speakers: list[str]
+    languages: list[str]
+    supports_instruct: bool
+
+    def synthesize(self, request: SynthesisRequest, cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
+        raise NotImplementedError
