@@ -1,0 +1,161 @@
+"""Server settings: command line over environment (WYOMING_QWEN3TTS_*) over TOML file over defaults.
+
+The command line is an argparse parser generated from the Settings fields, so every setting has
+exactly one name in all three places: field `first_chunk_frames` is `--first-chunk-frames`,
+`WYOMING_QWEN3TTS_FIRST_CHUNK_FRAMES` and `first_chunk_frames = ...` in the TOML file.  Voice
+presets (`[[voices]]`) are a list of tables, so they come from the TOML file or from the
+environment as JSON, not from the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextvars
+import logging
+import os
+import types
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from . import __version__
+from .engine import SamplingParams
+from .voices import VoicePreset
+
+ENV_PREFIX = "WYOMING_QWEN3TTS_"
+CONFIG_ENV = ENV_PREFIX + "CONFIG"
+DEFAULT_ZEROCONF_NAME = "qwen3-tts"
+
+# The TOML file of the Settings being built; a context variable because pydantic-settings asks
+# the class (not the instance) for its sources.
+_TOML_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar("toml_file", default=None)
+
+
+class Settings(BaseSettings):
+    """Every setting of the server, with its default."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True)
+
+    # --- server ---
+    uri: str = Field("tcp://0.0.0.0:10200", description="where to listen: tcp://HOST:PORT, unix://PATH or stdio://")
+    zeroconf: str | None = Field(None, description="announce the server over mDNS under this name (tcp:// only)")
+    streaming: bool = Field(True, description="accept streamed text (synthesize-start/-chunk/-stop)")
+    debug: bool = Field(False, description="log at DEBUG level")
+    log_format: str = Field(logging.BASIC_FORMAT, description="Python logging format string")
+    # --- model ---
+    model: str = Field("Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice", description="Hugging Face repo id or local directory")
+    data_dir: Path | None = Field(None, description="where downloaded models are kept (default: Hugging Face cache)")
+    device: str = Field("auto", description="torch device: auto, cuda, cuda:1, cpu")
+    dtype: str = Field("auto", description="weights dtype: auto, bfloat16, float16, float32")
+    backend: Literal["auto", "kernels", "torch"] = Field("auto", description="decode loop: fused kernels or plain torch")
+    # --- streaming audio ---
+    first_chunk_frames: int = Field(3, ge=1, description="frames (80 ms each) in the first audio chunk")
+    chunk_frames: int = Field(12, ge=1, description="frames in every later audio chunk")
+    max_frames: int = Field(2048, ge=1, description="most frames spoken per sentence (12.5 frames = 1 s)")
+    # --- text ---
+    max_text_chars: int = Field(5000, ge=1, description="longest text accepted per request")
+    max_sentence_chars: int = Field(400, ge=20, description="longer sentences are split at a comma or space")
+    # --- voices ---
+    voice: str = Field("", description="voice used when a request names none (empty: the first speaker)")
+    voices: list[VoicePreset] = Field(default_factory=list, description="voice presets ([[voices]] tables)")
+    # --- sampling ---
+    seed: int | None = Field(None, description="random seed for every sentence (none: random)")
+    greedy: bool = Field(False, description="greedy decoding instead of sampling")
+    temperature: float = Field(SamplingParams.temperature, gt=0, description="sampling temperature")
+    top_k: int = Field(SamplingParams.top_k, ge=0, description="top-k (0: off)")
+    top_p: float = Field(SamplingParams.top_p, gt=0, le=1, description="nucleus sampling threshold")
+    repetition_penalty: float = Field(SamplingParams.repetition_penalty, gt=0, description="repetition penalty")
+    subtalker_temperature: float = Field(SamplingParams.subtalker_temperature, gt=0, description="code predictor temperature")
+    subtalker_top_k: int = Field(SamplingParams.subtalker_top_k, ge=0, description="code predictor top-k")
+    subtalker_top_p: float = Field(SamplingParams.subtalker_top_p, gt=0, le=1, description="code predictor top-p")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # init = the command line; earlier sources win.
+        toml_file = _TOML_FILE.get()
+        if toml_file is None:
+            return (init_settings, env_settings)
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
+
+    def sampling(self) -> SamplingParams:
+        if self.greedy:
+            return SamplingParams.greedy()
+        return SamplingParams(
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            repetition_penalty=self.repetition_penalty,
+            subtalker_temperature=self.subtalker_temperature,
+            subtalker_top_k=self.subtalker_top_k,
+            subtalker_top_p=self.subtalker_top_p,
+        )
+
+
+def _scalar_type(annotation: Any) -> Any:
+    """int | None -> int, so argparse can convert the value."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return args[0]
+    return annotation
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """One flag per scalar setting; defaults are SUPPRESSed so only given flags override."""
+    parser = argparse.ArgumentParser(
+        prog="wyoming-qwen3tts",
+        description="Wyoming text-to-speech server for Qwen3-TTS CustomVoice",
+        argument_default=argparse.SUPPRESS,
+    )
+    parser.add_argument("--config", type=Path, help=f"TOML settings file (also ${CONFIG_ENV})")
+    parser.add_argument("--version", action="version", version=__version__)
+    for name, info in Settings.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        default = info.get_default(call_default_factory=True)
+        # argparse %-formats help strings; the log format default contains %(...)s.
+        help_text = f"{info.description} (default: {default!r})".replace("%", "%%")
+        kind = _scalar_type(info.annotation)
+        if name == "voices":
+            continue
+        if name == "zeroconf":
+            parser.add_argument(flag, nargs="?", const=DEFAULT_ZEROCONF_NAME, metavar="NAME", help=help_text)
+        elif kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
+        elif typing.get_origin(kind) is Literal:
+            parser.add_argument(flag, choices=typing.get_args(kind), help=help_text)
+        else:
+            parser.add_argument(flag, type=kind, help=help_text)
+    return parser
+
+
+def load_settings(argv: Sequence[str] | None = None) -> Settings:
+    """Parse the command line and build Settings from all sources (errors exit via argparse)."""
+    parser = build_parser()
+    args = vars(parser.parse_args(argv))
+    config = args.pop("config", None) or os.environ.get(CONFIG_ENV) or None
+    config_path = Path(config) if config else None
+    if config_path is not None and not config_path.is_file():
+        # TomlConfigSettingsSource silently ignores a missing file; a typo must not.
+        parser.error(f"config file not found: {config_path}")
+    token = _TOML_FILE.set(config_path)
+    try:
+        return Settings(**args)
+    except ValidationError as err:
+        parser.error(str(err))
+    finally:
+        _TOML_FILE.reset(token)
