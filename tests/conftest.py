@@ -1,0 +1,36 @@
+"""Shared test fixtures: tiny random checkpoints written once per session, and GPU-test skipping."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from wyoming_qwen3tts.tools.random_checkpoint import write_random_checkpoint
+
+
+def has_gpu() -> bool:
+    """True when torch sees a CUDA or ROCm device (ROCm builds report through torch.cuda too)."""
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if has_gpu():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA/ROCm GPU: torch.cuda.is_available() is False on this machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random CustomVoice checkpoint (size "tiny": 1b7-like, has small_to_mtp_projection), float32."""
+    return write_random_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny", "tiny", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint_06b(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random CustomVoice checkpoint (size "tiny-0.6b": 0b6-like, no projection, no instruct), float32."""
+    return write_random_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-0.6b", "tiny-0.6b", seed=0)
