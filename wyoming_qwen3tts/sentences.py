@@ -45,7 +45,12 @@ class SentenceSplitter:
 
     def _drain(self, final: bool) -> list[str]:
         out: list[str] = []
-        while (end := self._boundary(final)) is not None:
+        while True:
+            # Leading whitespace would count against max_chars without being spoken.
+            self._buffer = self._buffer.lstrip()
+            end = self._boundary(final)
+            if end is None:
+                break
             out.append(self._buffer[:end])
             self._buffer = self._buffer[end:]
         return _tidy(out)

@@ -1,0 +1,117 @@
+"""Settings: precedence (command line > environment > TOML > defaults) and config.example.toml."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from wyoming_qwen3tts import __version__
+from wyoming_qwen3tts.settings import Settings, load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "config.example.toml"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("WYOMING_QWEN3TTS_"):
+            monkeypatch.delenv(key)
+
+
+def test_defaults() -> None:
+    settings = load_settings([])
+    assert settings == Settings()
+    assert settings.uri == "tcp://0.0.0.0:10200"
+    assert settings.model == "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"
+    assert settings.streaming and settings.zeroconf is None and settings.seed is None
+
+
+def test_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        'uri = "tcp://127.0.0.1:1"\nchunk_frames = 5\ntemperature = 0.5\ntop_k = 7\n'
+        '[[voices]]\nname = "calm"\nspeaker = "ryan"\ninstruct = "calm"\n'
+    )
+    monkeypatch.setenv("WYOMING_QWEN3TTS_CHUNK_FRAMES", "6")
+    monkeypatch.setenv("WYOMING_QWEN3TTS_TEMPERATURE", "0.6")
+    monkeypatch.setenv("WYOMING_QWEN3TTS_GREEDY", "true")
+    settings = load_settings(["--config", str(config), "--temperature", "0.7", "--no-greedy"])
+    assert settings.uri == "tcp://127.0.0.1:1"  # TOML over default
+    assert settings.chunk_frames == 6  # env over TOML
+    assert settings.temperature == 0.7  # CLI over env over TOML
+    assert settings.greedy is False  # CLI --no-greedy over env
+    assert settings.top_k == 7
+    assert settings.first_chunk_frames == Settings().first_chunk_frames  # default
+    assert [v.name for v in settings.voices] == ["calm"] and settings.voices[0].instruct == "calm"
+
+    # The config file can come from the environment too.
+    monkeypatch.setenv("WYOMING_QWEN3TTS_CONFIG", str(config))
+    assert load_settings([]).uri == "tcp://127.0.0.1:1"
+
+
+def test_cli_flags() -> None:
+    settings = load_settings(
+        ["--zeroconf", "--no-streaming", "--seed", "3", "--greedy", "--backend", "torch", "--data-dir", "/tmp/d"]
+    )
+    assert settings.zeroconf == "qwen3-tts" and not settings.streaming
+    assert settings.seed == 3 and settings.sampling().do_sample is False
+    assert settings.backend == "torch" and settings.data_dir == Path("/tmp/d")
+    assert load_settings(["--zeroconf", "kitchen"]).zeroconf == "kitchen"
+
+
+def test_sampling_params_from_settings() -> None:
+    sampling = load_settings(["--temperature", "0.3", "--subtalker-top-k", "9"]).sampling()
+    assert sampling.do_sample and sampling.temperature == 0.3 and sampling.subtalker_top_k == 9
+
+
+@pytest.mark.parametrize(
+    "argv", [["--chunk-frames", "0"], ["--backend", "cuda"], ["--config", "/nonexistent.toml"], ["--top-p", "2"]]
+)
+def test_invalid_values_exit(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        load_settings(argv)
+    assert info.value.code == 2
+
+
+def test_unknown_toml_key_is_an_error(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("chunk_frame = 5\n")  # typo
+    with pytest.raises(SystemExit):
+        load_settings(["--config", str(config)])
+
+
+def test_example_config_documents_every_setting_with_its_default() -> None:
+    text = EXAMPLE.read_text()
+    values = tomllib.loads(text)
+    defaults = Settings().model_dump()
+    for name, default in defaults.items():
+        if default is None:
+            # Shown commented out, since TOML has no null.
+            assert re.search(rf"^# {name} = .+  # .+$", text, re.M), name
+            assert name not in values
+        else:
+            assert name in values, name
+            expected = str(default) if isinstance(default, Path) else default
+            assert values[name] == expected, name
+            assert re.search(rf"^{name} = .+  # \S.+$", text, re.M), f"{name} needs a comment"
+    assert set(values) <= set(defaults)
+    # The example loads as a config file and changes nothing.
+    assert load_settings(["--config", str(EXAMPLE)]) == Settings()
+
+
+def test_version_and_help() -> None:
+    out = subprocess.run([sys.executable, "-m", "wyoming_qwen3tts", "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == __version__
+    help_text = subprocess.run([sys.executable, "-m", "wyoming_qwen3tts", "--help"], capture_output=True, text=True, check=True).stdout
+    for flag in ["--uri", "--model", "--data-dir", "--device", "--dtype", "--backend", "--config", "--zeroconf",
+                 "--no-streaming", "--debug", "--log-format", "--first-chunk-frames", "--chunk-frames",
+                 "--max-frames", "--max-text-chars", "--seed", "--greedy", "--temperature"]:
+        assert flag in help_text, flag
