@@ -1,0 +1,262 @@
+"""End to end: the real server process on a free TCP port, driven by wyoming clients and wyoming-bench.
+
+Each test runs twice: against the real engine with a tiny random checkpoint on CPU, and against a
+fake engine patched into the same command line (so the process glue is tested even while the
+engine is being written).  The real-engine runs are expected failures, reported as such, until
+Engine.from_pretrained exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from wyoming.audio import AudioChunk
+from wyoming.client import AsyncTcpClient
+from wyoming.event import Event
+from wyoming.info import Describe, Info
+from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeVoice
+
+from wyoming_qwen3tts.engine import SAMPLES_PER_FRAME, Engine
+from wyoming_qwen3tts.voices import SPEAKER_DESCRIPTIONS
+
+pytestmark = pytest.mark.timeout(180)
+
+MAX_FRAMES = 8
+TESTS_DIR = Path(__file__).resolve().parent
+
+# Runs the real command line with Engine.from_pretrained replaced by the fake engine of
+# test_handler (5 ms per frame, one frame per word).
+FAKE_MAIN = f"""
+import sys
+sys.path.insert(0, {str(TESTS_DIR)!r})
+from test_handler import FakeEngine
+from wyoming_qwen3tts import engine, __main__
+engine.Engine.from_pretrained = classmethod(lambda cls, model, **kw: FakeEngine(frame_delay=0.005))
+sys.argv[0] = "wyoming-qwen3tts"
+__main__.run()
+"""
+
+PRESETS_TOML = """
+[[voices]]
+name = "ryan-calm"
+speaker = "ryan"
+language = "en"
+instruct = "Speak slowly and calmly."
+
+[[voices]]
+name = "ryan-cheerful"
+speaker = "ryan"
+instruct = "Speak in a cheerful, upbeat voice."
+description = "Ryan, cheerful"
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    def __init__(self, args: list[str], log: Path) -> None:
+        self.port = free_port()
+        self.log = log
+        self._log_file = log.open("wb")
+        self.proc = subprocess.Popen(
+            [*args, "--uri", f"tcp://127.0.0.1:{self.port}"],
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+        )
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_listening(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"server exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        pytest.fail("server did not listen in time")
+
+    def check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            pytest.fail(f"server exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._log_file.close()
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        "fake",
+        pytest.param(
+            "real",
+            marks=pytest.mark.xfail(
+                not hasattr(Engine, "from_pretrained"),
+                reason="Engine.from_pretrained not implemented yet: the server exits when the model load fails",
+                strict=True,
+            ),
+        ),
+    ],
+)
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    tmp = tmp_path_factory.mktemp("server")
+    config = tmp / "config.toml"
+    config.write_text(PRESETS_TOML)
+    common = [
+        "--config", str(config),
+        "--max-frames", str(MAX_FRAMES),
+        "--first-chunk-frames", "1",
+        "--chunk-frames", "2",
+        "--seed", "1",
+        "--greedy",
+        "--debug",
+    ]
+    if request.param == "real":
+        checkpoint: Path = request.getfixturevalue("tiny_checkpoint")
+        args = [sys.executable, "-m", "wyoming_qwen3tts", "--model", str(checkpoint), "--device", "cpu", "--dtype", "float32"]
+    else:
+        args = [sys.executable, "-c", FAKE_MAIN]
+    proc = ServerProcess(args + common, tmp / "server.log")
+    try:
+        proc.wait_listening()
+        yield proc
+    finally:
+        proc.stop()
+
+
+async def read_until(client: AsyncTcpClient, last: str, timeout: float = 60) -> list[Event]:
+    events = []
+    while True:
+        event = await asyncio.wait_for(client.read_event(), timeout)
+        assert event is not None, f"connection closed early after {[e.type for e in events]}"
+        assert event.type != "error", event.data
+        events.append(event)
+        if event.type == last:
+            return events
+
+
+def frames_of(events: list[Event]) -> float:
+    audio = b"".join(AudioChunk.from_event(e).audio for e in events if AudioChunk.is_type(e.type))
+    return len(audio) / 2 / SAMPLES_PER_FRAME
+
+
+async def test_describe_lists_speakers_and_presets(server: ServerProcess) -> None:
+    async with AsyncTcpClient("127.0.0.1", server.port) as client:
+        await client.write_event(Describe().event())
+        event = await asyncio.wait_for(client.read_event(), 5)
+    assert event is not None and Info.is_type(event.type)
+    (program,) = Info.from_event(event).tts
+    assert program.name == "qwen3-tts" and program.installed and program.supports_synthesize_streaming
+    names = [v.name for v in program.voices]
+    assert sorted(names[:9]) == sorted(SPEAKER_DESCRIPTIONS) and names[9:] == ["ryan-calm", "ryan-cheerful"]
+    by_name = {v.name: v for v in program.voices}
+    assert by_name["ryan-calm"].languages == ["en"]
+    assert "en" in by_name["ryan-cheerful"].languages and by_name["ryan-cheerful"].description == "Ryan, cheerful"
+    assert all(v.installed and v.attribution.name == "Qwen" for v in program.voices)
+
+
+async def test_one_shot_synthesize(server: ServerProcess) -> None:
+    async with AsyncTcpClient("127.0.0.1", server.port) as client:
+        await client.write_event(Synthesize("Hello there, how are you?", voice=SynthesizeVoice(name="ryan")).event())
+        events = await read_until(client, "audio-stop")
+    types = [e.type for e in events]
+    assert types[0] == "audio-start" and types[-1] == "audio-stop" and types.count("audio-start") == 1
+    assert all(t == "audio-chunk" for t in types[1:-1])
+    frames = frames_of(events)
+    # A random model may end speech early; the audio is still whole frames of 1920 samples.
+    assert frames == int(frames) and 2 <= frames <= MAX_FRAMES, frames
+    start = events[0].data
+    assert (start["rate"], start["width"], start["channels"]) == (24000, 2, 1)
+    server.check_alive()
+
+
+async def test_home_assistant_streaming_sequence(server: ServerProcess) -> None:
+    """HA's exact order: start, chunks cut mid-word, the full text again, stop."""
+    voice = SynthesizeVoice(name="ryan-cheerful")
+    full = "Good morning everyone. The weather is nice today."
+    async with AsyncTcpClient("127.0.0.1", server.port) as client:
+        await client.write_event(SynthesizeStart(voice=voice).event())
+        for part in ["Good mor", "ning every", "one. The wea"]:
+            await client.write_event(SynthesizeChunk(part).event())
+        # The first sentence is complete: its audio must come before the stream ends.
+        early = await read_until(client, "audio-chunk")
+        assert [e.type for e in early] == ["audio-start", "audio-chunk"]
+        for part in ["ther is nice", " today."]:
+            await client.write_event(SynthesizeChunk(part).event())
+        await client.write_event(Synthesize(full, voice=voice).event())
+        await client.write_event(SynthesizeStop().event())
+        events = early + await read_until(client, "synthesize-stopped")
+    types = [e.type for e in events]
+    assert types.count("audio-start") == 1 and types.count("audio-stop") == 1
+    assert types[-2:] == ["audio-stop", "synthesize-stopped"]
+    frames = frames_of(events)
+    assert frames == int(frames) and 2 <= frames <= 2 * MAX_FRAMES  # two sentences, not three
+    server.check_alive()
+
+
+async def test_describe_is_prompt_during_synthesis(server: ServerProcess) -> None:
+    text = " ".join(f"This is sentence number {i} of a long text." for i in range(12))
+    async with AsyncTcpClient("127.0.0.1", server.port) as busy:
+        await busy.write_event(Synthesize(text, voice=SynthesizeVoice(name="vivian")).event())
+        await read_until(busy, "audio-chunk")  # the synthesis is running now
+        t0 = time.monotonic()
+        async with AsyncTcpClient("127.0.0.1", server.port) as other:
+            await other.write_event(Describe().event())
+            event = await asyncio.wait_for(other.read_event(), 5)
+        elapsed = time.monotonic() - t0
+        assert event is not None and Info.is_type(event.type)
+        assert elapsed < 0.1, f"describe took {elapsed * 1000:.0f} ms during a synthesis"
+        await read_until(busy, "audio-stop", timeout=120)
+
+
+async def test_disconnect_mid_stream_then_next_client_served(server: ServerProcess) -> None:
+    quitter = AsyncTcpClient("127.0.0.1", server.port)
+    await quitter.connect()
+    await quitter.write_event(SynthesizeStart(voice=SynthesizeVoice(name="sohee")).event())
+    await quitter.write_event(SynthesizeChunk("First sentence here. Second one is on its way. And a third ").event())
+    await read_until(quitter, "audio-chunk")
+    await quitter.disconnect()
+
+    async with AsyncTcpClient("127.0.0.1", server.port) as client:
+        await client.write_event(Synthesize("Still here?", voice=SynthesizeVoice(name="aiden")).event())
+        events = await read_until(client, "audio-stop")
+    assert frames_of(events) >= 1
+    server.check_alive()
+    await asyncio.sleep(0.2)
+    assert "Client disconnected" in server.log_text() or "Client gone" in server.log_text()
+
+
+def test_wyoming_bench(server: ServerProcess) -> None:
+    bench = shutil.which("wyoming-bench") or str(Path(sys.executable).parent / "wyoming-bench")
+    assert os.path.exists(bench), "wyoming-bench is not installed"
+    result = subprocess.run(
+        [bench, "tts", f"127.0.0.1:{server.port}", "--mode", "both", "--rounds", "1", "--warmup", "0", "--timeout", "60", "-v"],
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "[non_streaming]" in result.stdout and "[streaming]" in result.stdout, result.stdout[-3000:]
+    server.check_alive()
