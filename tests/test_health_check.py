@@ -8,12 +8,14 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 from wyoming.event import Event
 from wyoming.info import Attribution, Describe, Info, TtsProgram, TtsVoice
 from wyoming.server import AsyncEventHandler, AsyncServer
 
+from wyoming_qwen3tts.engine import Engine
 from wyoming_qwen3tts.tools import health_check
 from wyoming_qwen3tts.tools.health_check import UnhealthyError, check
 
@@ -192,3 +194,56 @@ def test_defaults_match_the_docker_port() -> None:
     # The image's HEALTHCHECK relies on these defaults matching the server's port 10200.
     assert health_check.DEFAULT_URI == "tcp://127.0.0.1:10200"
     assert health_check.DEFAULT_TIMEOUT_S == 15.0
+
+
+# The server starts without a model (describe answers at once) but exits when the load fails; until
+# the engine can load checkpoints this is an expected, reported failure rather than a skip.  The
+# marker switches itself off once Engine.from_pretrained exists.
+@pytest.mark.xfail(
+    not hasattr(Engine, "from_pretrained"),
+    reason="Engine.from_pretrained not implemented yet: the server exits when the model load fails",
+    raises=pytest.fail.Exception,
+    strict=True,
+)
+async def test_real_server_is_healthy(tiny_checkpoint: Path) -> None:
+    """The real server (tiny random checkpoint, CPU) passes the same check the Docker image runs."""
+    port = _free_port()
+    uri = f"tcp://127.0.0.1:{port}"
+    server = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "wyoming_qwen3tts",
+        "--uri",
+        uri,
+        "--model",
+        str(tiny_checkpoint),
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        # Poll like Docker does during the start period, until healthy or the server dies.
+        deadline = time.monotonic() + 120
+        rc, out, err = 1, "", ""
+        while time.monotonic() < deadline and server.returncode is None:
+            rc, out, err, _ = await _run_cli("--uri", uri, "--timeout", "5")
+            if rc == 0:
+                break
+            await asyncio.sleep(0.5)
+        if server.returncode is not None:
+            assert server.stderr is not None
+            log = (await server.stderr.read()).decode(errors="replace")
+            pytest.fail(f"server exited with {server.returncode} before it was healthy:\n{log[-3000:]}")
+        assert rc == 0, err
+        assert "TTS program 'qwen3-tts'" in out
+    finally:
+        if server.returncode is None:
+            server.terminate()
+            try:
+                await asyncio.wait_for(server.wait(), 20)
+            except TimeoutError:
+                server.kill()
+                await server.wait()
