@@ -435,7 +435,12 @@ def _init_rule(name: str, shape: tuple[int, ...], tiny: bool) -> Callable[[torch
     if tiny:
         # Conv weights are [out, in/groups, k] (transposed: [in, out, k]); either way fan-in ~ prod(shape[1:]).
         fan_in = max(1, math.prod(shape[1:]))
-        return normal(1.0 / math.sqrt(fan_in))
+        gain = 1.0
+        if ".conv2.conv." in name:
+            gain = 0.2  # residual branches of the vocoder: unit gain would grow the signal ~x3 per block
+        elif name.startswith("decoder.decoder.") and shape[0] == 1:
+            gain = 0.5  # the final 1-channel conv: keep the waveform inside the [-1, 1] clamp
+        return normal(gain / math.sqrt(fan_in))
     return normal(0.02)
 
 
