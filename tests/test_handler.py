@@ -48,9 +48,10 @@ class FakeEngine:
     languages = ["auto", "chinese", "english", "german", "italian", "portuguese", "spanish", "japanese", "korean", "french", "russian"]
     supports_instruct = True
 
-    def __init__(self, frame_delay: float = 0.0, fail_on: str | None = None) -> None:
+    def __init__(self, frame_delay: float = 0.0, fail_on: str | None = None, fail_with: type[Exception] = Qwen3TTSError) -> None:
         self.frame_delay = frame_delay
         self.fail_on = fail_on
+        self.fail_with = fail_with
         self.requests: list[SynthesisRequest] = []
         self.cancelled: list[str] = []
         self.frames_done = 0
@@ -64,7 +65,7 @@ class FakeEngine:
                 if cancel is not None and cancel.is_set():
                     return
                 if self.fail_on is not None and self.fail_on in request.text:
-                    raise Qwen3TTSError("engine exploded")
+                    raise self.fail_with("engine exploded")
                 time.sleep(self.frame_delay)
                 self.frames_done += 1
                 # The sample value encodes the word index so order can be checked.
@@ -257,8 +258,9 @@ async def test_out_of_order_or_malformed(fake: tuple[FakeEngine, int, TtsService
     await expect_error(port, events, "bad-request")
 
 
-async def test_engine_failure_ends_exchange() -> None:
-    engine = FakeEngine(fail_on="boom")
+@pytest.mark.parametrize("fail_with", [Qwen3TTSError, RuntimeError])  # RuntimeError: e.g. torch
+async def test_engine_failure_ends_exchange(fail_with: type[Exception]) -> None:
+    engine = FakeEngine(fail_on="boom", fail_with=fail_with)
     server, port, service = await start_server(engine)
     try:
         error = await expect_error(port, [Synthesize("Fine here. Then boom.").event()], "synthesis-failed")

@@ -260,3 +260,47 @@ def test_wyoming_bench(server: ServerProcess) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "[non_streaming]" in result.stdout and "[streaming]" in result.stdout, result.stdout[-3000:]
     server.check_alive()
+
+
+def test_stdio_answers_every_request_before_exiting() -> None:
+    """stdio://: requests piped in are all answered, in order, and the process then exits 0."""
+    requests = [
+        Describe().event(),
+        Synthesize("One two three.", voice=SynthesizeVoice(name="eric")).event(),
+        SynthesizeStart().event(),
+        SynthesizeChunk("Four fi").event(),
+        SynthesizeChunk("ve.").event(),
+        SynthesizeStop().event(),
+    ]
+    data = b"".join(_event_bytes(event) for event in requests)
+    result = subprocess.run(
+        [sys.executable, "-c", FAKE_MAIN, "--uri", "stdio://"], input=data, capture_output=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    types = [e.type for e in _parse_events(result.stdout)]
+    assert types == (
+        ["info", "audio-start"] + ["audio-chunk"] * 3 + ["audio-stop", "audio-start"] + ["audio-chunk"] * 2
+        + ["audio-stop", "synthesize-stopped"]
+    )
+
+
+def _event_bytes(event: Event) -> bytes:
+    import io
+
+    from wyoming.event import write_event
+
+    buffer = io.BytesIO()
+    write_event(event, buffer)  # type: ignore[arg-type]
+    return buffer.getvalue()
+
+
+def _parse_events(data: bytes) -> list[Event]:
+    import io
+
+    from wyoming.event import read_event
+
+    stream = io.BytesIO(data)
+    events = []
+    while (event := read_event(stream)) is not None:  # type: ignore[arg-type]
+        events.append(event)
+    return events

@@ -78,7 +78,10 @@ async def main(settings: Settings) -> int:
                 return 1
             _LOGGER.info("Ready")
             await serving
-        return 0
+        # serve_forever only returns on SIGTERM or, for stdio://, at the end of the input,
+        # whose requests are still to be answered.
+        await service.wait_idle()
+        return 0 if service.load_error is None else 1
     finally:
         serving.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -40,6 +40,10 @@ from .voices import VoiceChoice
 _LOGGER = logging.getLogger(__name__)
 
 
+class _ClientGone(Exception):
+    """Writing to the client failed: it closed the connection."""
+
+
 class ProtocolError(Qwen3TTSError):
     """An event that is malformed or not allowed at this point of the exchange."""
 
@@ -147,6 +151,7 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
         previous = self._exchanges[-1].task if self._exchanges else None
         self._exchanges.append(exchange)
         exchange.task = asyncio.create_task(self._speak(exchange, previous), name="qwen3tts exchange")
+        self.service.track(exchange.task)
         return exchange
 
     async def _speak(self, exchange: _Exchange, previous: asyncio.Task[None] | None) -> None:
@@ -173,10 +178,10 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
                 async with contextlib.aclosing(self.service.synthesize(request, exchange.cancel)) as chunks:
                     async for chunk in chunks:
                         if not started:
-                            await self.write_event(AudioStart(rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS).event())
+                            await self._send(AudioStart(rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS).event())
                             started = True
                             first_audio = time.monotonic()
-                        await self.write_event(
+                        await self._send(
                             WyomingAudioChunk(
                                 rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS, audio=chunk.pcm
                             ).event()
@@ -184,15 +189,14 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
                         audio_bytes += len(chunk.pcm)
                 busy += time.monotonic() - piece_start
             if not started:  # nothing to say: still a well-formed, empty answer
-                await self.write_event(AudioStart(rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS).event())
-            await self.write_event(AudioStop().event())
+                await self._send(AudioStart(rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS).event())
+            await self._send(AudioStop().event())
             if exchange.streaming:
-                await self.write_event(SynthesizeStopped().event())
+                await self._send(SynthesizeStopped().event())
         except Qwen3TTSError as err:
             await self._fail(err)
             return
-        except (ConnectionError, RuntimeError) as err:
-            # The client went away while we were writing (RuntimeError: transport closed).
+        except _ClientGone as err:
             exchange.cancel.set()
             _LOGGER.info("Client gone during synthesis with %s: %s", exchange.voice.voice, err)
             return
@@ -213,6 +217,12 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
             f"{busy / seconds:.3f}" if seconds else "-",
             " (stream)" if exchange.streaming else "",
         )
+
+    async def _send(self, event: Event) -> None:
+        try:
+            await self.write_event(event)
+        except (ConnectionError, RuntimeError) as err:  # RuntimeError: the transport is closed
+            raise _ClientGone(str(err) or type(err).__name__) from err
 
     async def _fail(self, err: Qwen3TTSError) -> None:
         """Send an error event, log it and close the connection (clients ignore errors)."""

@@ -47,6 +47,7 @@ class TtsService:
         self._engine: Engine | None = None
         self._load_error: BaseException | None = None
         self.loaded: asyncio.Future[Engine] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # exchanges being answered, all connections
         # Until the model is loaded, describe answers with the speakers every released
         # CustomVoice checkpoint has, so Home Assistant can be set up while weights download.
         self.catalog = VoiceCatalog(
@@ -144,6 +145,16 @@ class TtsService:
         finally:
             if not future.done():
                 cancel.set()
+
+    def track(self, task: asyncio.Task[None]) -> None:
+        """Remember a handler's exchange task until it ends (see wait_idle)."""
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def wait_idle(self) -> None:
+        """Wait for every exchange to finish (stdio://: input ended, the answers are still due)."""
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
