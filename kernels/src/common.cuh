@@ -1,0 +1,80 @@
+// Shared helpers for the q3t kernels: error reporting, bf16 <-> f32, warp/block reductions.
+#pragma once
+
+#include "vendor.h"
+#include "../include/q3t.h"
+
+#include <math.h>
+
+// Error reporting (api.cu). Launchers return q3t_fail(...) when arguments are bad and
+// q3t_check_launch() after a launch, so the Python side can raise with the runtime's message.
+int q3t_fail(const char* fmt, ...);
+int q3t_check_launch(const char* what);
+// Warp width of the device passed to q3t_init (host side; device code uses Q3T_WARP).
+int q3t_host_warp();
+
+#define Q3T_STREAM(s) (reinterpret_cast<cudaStream_t>(s))
+
+// bfloat16 is handled as raw 16-bit patterns: the widening is exact, the narrowing rounds to
+// nearest even, and no vendor bf16 type (which differ between CUDA and HIP versions) is needed.
+__device__ __forceinline__ float bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
+__device__ __forceinline__ float bf16_to_f32(uint16_t u) { return __uint_as_float(((uint32_t)u) << 16); }
+__device__ __forceinline__ uint16_t f32_to_bf16(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  // NaN stays NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+template <typename T> struct Elem;
+template <> struct Elem<float> {
+    __device__ static __forceinline__ float load(const float* p, int i) { return p[i]; }
+    __device__ static __forceinline__ void store(float* p, int i, float v) { p[i] = v; }
+};
+template <> struct Elem<uint16_t> {
+    __device__ static __forceinline__ float load(const uint16_t* p, int i) { return bf16_to_f32(p[i]); }
+    __device__ static __forceinline__ void store(uint16_t* p, int i, float v) { p[i] = f32_to_bf16(v); }
+};
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int m = Q3T_WARP / 2; m > 0; m >>= 1) v += Q3T_SHFL_XOR(v, m);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int m = Q3T_WARP / 2; m > 0; m >>= 1) v = fmaxf(v, Q3T_SHFL_XOR(v, m));
+    return v;
+}
+
+// Block-wide sum; every thread gets the result. red needs blockDim.x / Q3T_WARP floats
+// (at most 32). Works for any block size that is a multiple of the warp, or below one warp.
+__device__ __forceinline__ float block_sum(float v, float* red) {
+    const int lane = threadIdx.x % Q3T_WARP, warp = threadIdx.x / Q3T_WARP;
+    const int nwarps = (blockDim.x + Q3T_WARP - 1) / Q3T_WARP;
+    v = warp_sum(v);
+    __syncthreads();  // red may still be read by a previous call
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float t = 0.f;
+    for (int i = 0; i < nwarps; ++i) t += red[i];
+    return t;
+}
+
+__device__ __forceinline__ float block_max(float v, float* red) {
+    const int lane = threadIdx.x % Q3T_WARP, warp = threadIdx.x / Q3T_WARP;
+    const int nwarps = (blockDim.x + Q3T_WARP - 1) / Q3T_WARP;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float t = -INFINITY;
+    for (int i = 0; i < nwarps; ++i) t = fmaxf(t, red[i]);
+    return t;
+}
+
+__device__ __forceinline__ int read_pos(const int* pos_ptr, int pos_add) {
+    return (pos_ptr ? *pos_ptr : 0) + pos_add;
+}

@@ -1,0 +1,145 @@
+// Matrix-vector products for batch-1 decode, optionally fused with the RMSNorm that precedes
+// them, a bias, a residual add or the SwiGLU gate.
+//
+// Layout: one warp per output (two weight rows for SwiGLU), 256-thread blocks. The input
+// vector is normalised once per block into shared memory; each lane then streams its share of
+// the weight row in 16-byte loads (8 bf16 or 4 f32), four loads in flight before the first
+// use, so the kernel runs at memory speed once there are a few warps per SM. Accumulation is
+// float32 in a fixed order, so results are run-to-run identical.
+#include "common.cuh"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kUnroll = 4;
+
+template <typename W> struct Vec;
+template <> struct Vec<float> {
+    static constexpr int N = 4;
+    __device__ static __forceinline__ float dot(const uint4& u, const float* x) {
+        const float4 a = *reinterpret_cast<const float4*>(x);
+        float s = __uint_as_float(u.x) * a.x;
+        s += __uint_as_float(u.y) * a.y;
+        s += __uint_as_float(u.z) * a.z;
+        s += __uint_as_float(u.w) * a.w;
+        return s;
+    }
+};
+template <> struct Vec<uint16_t> {
+    static constexpr int N = 8;
+    __device__ static __forceinline__ float dot(const uint4& u, const float* x) {
+        const float4 a = *reinterpret_cast<const float4*>(x);
+        const float4 b = *reinterpret_cast<const float4*>(x + 4);
+        float s = bf16_lo(u.x) * a.x;
+        s += bf16_hi(u.x) * a.y;
+        s += bf16_lo(u.y) * a.z;
+        s += bf16_hi(u.y) * a.w;
+        s += bf16_lo(u.z) * b.x;
+        s += bf16_hi(u.z) * b.y;
+        s += bf16_lo(u.w) * b.z;
+        s += bf16_hi(u.w) * b.w;
+        return s;
+    }
+};
+
+// Dot product of one weight row with xs (shared memory), partial per lane.
+template <typename W, bool VEC>
+__device__ __forceinline__ float row_dot(const W* __restrict__ row, const float* xs, int k, int lane) {
+    float acc = 0.f;
+    if (VEC) {
+        constexpr int V = Vec<W>::N;
+        const uint4* r4 = reinterpret_cast<const uint4*>(row);
+        const int nvec = k / V;
+        int c = lane;
+        for (; c + (kUnroll - 1) * Q3T_WARP < nvec; c += kUnroll * Q3T_WARP) {
+            uint4 u[kUnroll];
+#pragma unroll
+            for (int j = 0; j < kUnroll; ++j) u[j] = r4[c + j * Q3T_WARP];
+#pragma unroll
+            for (int j = 0; j < kUnroll; ++j) acc += Vec<W>::dot(u[j], xs + (c + j * Q3T_WARP) * V);
+        }
+        for (; c < nvec; c += Q3T_WARP) acc += Vec<W>::dot(r4[c], xs + c * V);
+    } else {
+        for (int i = lane; i < k; i += Q3T_WARP) acc += Elem<W>::load(row, i) * xs[i];
+    }
+    return acc;
+}
+
+template <typename W, int MODE, bool VEC>
+__global__ void __launch_bounds__(kThreads) k_gemv(const W* __restrict__ w, int n_out, int k, const float* __restrict__ x,
+                                                   const float* __restrict__ norm_w, float eps,
+                                                   const float* __restrict__ bias, float* __restrict__ y) {
+    extern __shared__ float xs[];  // k floats (16-byte aligned: dynamic shared memory starts aligned)
+    __shared__ float red[32];
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < k; i += blockDim.x) {
+        const float v = x[i];
+        xs[i] = v;
+        ss += v * v;
+    }
+    if (norm_w) {
+        // RMSNorm as the reference: statistics in float32, x * rsqrt(mean(x^2) + eps), then * weight.
+        const float total = block_sum(ss, red);
+        const float r = rsqrtf(total / (float)k + eps);
+        for (int i = threadIdx.x; i < k; i += blockDim.x) xs[i] = norm_w[i] * (xs[i] * r);
+    }
+    __syncthreads();
+
+    const int lane = threadIdx.x % Q3T_WARP;
+    const int out = blockIdx.x * (blockDim.x / Q3T_WARP) + threadIdx.x / Q3T_WARP;
+    if (out >= n_out) return;
+    if (MODE == Q3T_GEMV_SWIGLU) {
+        const float g = warp_sum(row_dot<W, VEC>(w + (size_t)(2 * out) * k, xs, k, lane));
+        const float u = warp_sum(row_dot<W, VEC>(w + (size_t)(2 * out + 1) * k, xs, k, lane));
+        // silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), in float32 as torch does it.
+        if (lane == 0) y[out] = (g / (1.0f + expf(-g))) * u;
+    } else {
+        float acc = warp_sum(row_dot<W, VEC>(w + (size_t)out * k, xs, k, lane));
+        if (lane == 0) {
+            if (MODE == Q3T_GEMV_ADD) {
+                y[out] += acc;
+            } else {
+                if (bias) acc += bias[out];
+                y[out] = acc;
+            }
+        }
+    }
+}
+
+template <typename W, int MODE>
+int launch(const void* w, int n_rows, int k, const float* x, const float* norm_w, float eps, const float* bias, float* y,
+           cudaStream_t s) {
+    const int n_out = MODE == Q3T_GEMV_SWIGLU ? n_rows / 2 : n_rows;
+    const int per_block = kThreads / q3t_host_warp();
+    const dim3 grid((n_out + per_block - 1) / per_block);
+    const size_t smem = (size_t)k * sizeof(float);
+    const bool vec = (k % Vec<W>::N) == 0 && (reinterpret_cast<uintptr_t>(w) % 16) == 0;
+    const W* wp = static_cast<const W*>(w);
+    if (vec)
+        k_gemv<W, MODE, true><<<grid, kThreads, smem, s>>>(wp, n_out, k, x, norm_w, eps, bias, y);
+    else
+        k_gemv<W, MODE, false><<<grid, kThreads, smem, s>>>(wp, n_out, k, x, norm_w, eps, bias, y);
+    return q3t_check_launch("q3t_gemv");
+}
+
+}  // namespace
+
+extern "C" Q3T_API int q3t_gemv(int dtype, const void* w, int n_rows, int k, const float* x, const float* norm_w,
+                                float eps, const float* bias, float* y, int mode, void* stream) {
+    if (!w || !x || !y || n_rows <= 0 || k <= 0) return q3t_fail("q3t_gemv: bad arguments (n=%d k=%d)", n_rows, k);
+    if (k > 8192) return q3t_fail("q3t_gemv: k=%d exceeds 8192 (the input vector lives in shared memory)", k);
+    if (mode == Q3T_GEMV_SWIGLU && (n_rows % 2)) return q3t_fail("q3t_gemv: SwiGLU needs an even row count, got %d", n_rows);
+    if (mode != Q3T_GEMV_STORE && bias) return q3t_fail("q3t_gemv: bias is only supported with Q3T_GEMV_STORE");
+    cudaStream_t s = Q3T_STREAM(stream);
+#define Q3T_GEMV_CASE(T)                                                                  \
+    switch (mode) {                                                                       \
+        case Q3T_GEMV_STORE: return launch<T, Q3T_GEMV_STORE>(w, n_rows, k, x, norm_w, eps, bias, y, s); \
+        case Q3T_GEMV_ADD: return launch<T, Q3T_GEMV_ADD>(w, n_rows, k, x, norm_w, eps, bias, y, s);     \
+        case Q3T_GEMV_SWIGLU: return launch<T, Q3T_GEMV_SWIGLU>(w, n_rows, k, x, norm_w, eps, bias, y, s); \
+        default: return q3t_fail("q3t_gemv: unknown mode %d", mode);                     \
+    }
+    if (dtype == Q3T_F32) { Q3T_GEMV_CASE(float) }
+    if (dtype == Q3T_BF16) { Q3T_GEMV_CASE(uint16_t) }
+#undef Q3T_GEMV_CASE
+    return q3t_fail("q3t_gemv: unknown dtype %d", dtype);
+}
