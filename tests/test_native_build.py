@@ -1,0 +1,130 @@
+"""The kernel library builds warning-free with nvcc (sm_90) and, where hipcc is installed, for
+gfx1030 (RDNA2, wave32) and gfx90a (CDNA, wave64); and native.py's ctypes table matches
+kernels/include/q3t.h. No GPU needed."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from wyoming_qwen3tts import native
+
+C_TO_CTYPES = {
+    "int": ctypes.c_int,
+    "float": ctypes.c_float,
+    "unsigned long long": ctypes.c_ulonglong,
+    "const char*": ctypes.c_char_p,
+    "int*": ctypes.POINTER(ctypes.c_int),
+}
+
+
+def _ctype_for(c: str) -> object:
+    c = c.strip()
+    if c in C_TO_CTYPES:
+        return C_TO_CTYPES[c]
+    if c.endswith("*"):
+        return ctypes.c_void_p  # device pointers and the stream travel as void*
+    raise AssertionError(f"no ctypes mapping for C type {c!r}")
+
+
+def test_header_and_ctypes_table_agree() -> None:
+    protos = native.header_prototypes()
+    assert set(protos) == set(native.FUNCTIONS), (
+        f"only in q3t.h: {sorted(set(protos) - set(native.FUNCTIONS))}; "
+        f"only in native.py: {sorted(set(native.FUNCTIONS) - set(protos))}"
+    )
+    for name, (ret, params) in protos.items():
+        restype, argtypes = native.FUNCTIONS[name]
+        assert restype is _ctype_for(ret), f"{name}: return {ret} vs {restype}"
+        assert len(argtypes) == len(params), f"{name}: {len(params)} C parameters, {len(argtypes)} ctypes"
+        for i, (c, py) in enumerate(zip(params, argtypes)):
+            want = _ctype_for(c)
+            # int* out-parameters of host memory are declared as POINTER(c_int); device int* as void*
+            if c == "int*" and py is ctypes.c_void_p:
+                continue
+            assert py is want or (c == "int*" and py == want), f"{name} arg {i}: C {c!r} vs ctypes {py}"
+
+
+def test_abi_version_matches_header() -> None:
+    text = (native.KERNEL_DIR / "include" / "q3t.h").read_text()
+    m = re.search(r"#define\s+Q3T_ABI_VERSION\s+(\d+)", text)
+    assert m and int(m.group(1)) == native.ABI_VERSION
+
+
+def test_constants_match_header() -> None:
+    text = (native.KERNEL_DIR / "include" / "q3t.h").read_text()
+    for name, value in {
+        "Q3T_F32": native.F32,
+        "Q3T_BF16": native.BF16,
+        "Q3T_GEMV_STORE": native.GEMV_STORE,
+        "Q3T_GEMV_ADD": native.GEMV_ADD,
+        "Q3T_GEMV_SWIGLU": native.GEMV_SWIGLU,
+        "Q3T_SAMPLE_DO_SAMPLE": native.SAMPLE_DO_SAMPLE,
+    }.items():
+        m = re.search(rf"#define\s+{name}\s+(\d+)", text)
+        assert m and int(m.group(1)) == value, name
+
+
+def _exported(lib: Path) -> set[str]:
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm not installed")
+    import subprocess
+
+    out = subprocess.run([nm, "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True).stdout
+    return {line.split()[-1] for line in out.splitlines() if " T " in line}
+
+
+def _build(kind: str, archs: tuple[str, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("Q3T_CACHE_DIR", str(tmp_path))
+    try:
+        tc = native.find_toolchain(kind, archs)
+    except native.NativeUnavailable as err:
+        pytest.skip(str(err))
+    lib = native.build(tc, werror=True)
+    assert lib.exists() and lib.parent == tmp_path
+    # Only the ABI is exported (kernels and helpers stay hidden).
+    exported = {s for s in _exported(lib) if s.startswith("q3t_")}
+    assert exported == set(native.FUNCTIONS)
+    # The cache is hit on the second call: same path, not rebuilt.
+    mtime = lib.stat().st_mtime_ns
+    assert native.build(tc) == lib and lib.stat().st_mtime_ns == mtime
+    return lib
+
+
+@pytest.mark.slow
+def test_builds_with_nvcc_sm90(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _build("nvcc", ("sm_90",), tmp_path, monkeypatch)
+
+
+@pytest.mark.slow
+def test_builds_with_hipcc_wave32_and_wave64(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # gfx1030 is the newest target Debian's ROCm 5.2 hipcc knows; gfx90a exercises wave64.
+    _build("hipcc", ("gfx1030", "gfx90a"), tmp_path, monkeypatch)
+
+
+def test_cache_key_changes_with_arch_and_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = native.Toolchain("nvcc", "/x/nvcc", "v1", ("sm_90",))
+    b = native.Toolchain("nvcc", "/x/nvcc", "v1", ("sm_89",))
+    assert native.cache_key(a) != native.cache_key(b)
+    assert native.cache_key(a) == native.cache_key(a)
+
+
+def test_missing_toolchain_gives_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setenv("NVCC", "/nonexistent/nvcc")
+    monkeypatch.setenv("CUDA_HOME", "/nonexistent")
+    with pytest.raises(native.NativeUnavailable, match="nvcc not found"):
+        native.find_toolchain("nvcc", ("sm_90",))
+
+
+def test_availability_without_gpu_is_a_reason_not_a_crash() -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    ok, reason = native.availability()
+    assert not ok and "GPU" in reason
