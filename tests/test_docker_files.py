@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from wyoming_qwen3tts import native
 from wyoming_qwen3tts.settings import CONFIG_ENV, build_parser
 from wyoming_qwen3tts.tools import health_check
 
@@ -165,23 +166,52 @@ def test_base_image_is_pinned(flavour: str) -> None:
 
 def test_kernels_are_built_for_the_build_arg_arch_list(flavour: str) -> None:
     ins = parse_dockerfile(DOCKERFILES[flavour])
-    archs = _args(ins)["Q3T_GPU_ARCHS"].split(";")
+    archs = native._split_archs(_args(ins)["Q3T_GPU_ARCHS"])
     assert archs and all(archs)
     if flavour == "rocm":
         assert all(re.fullmatch(r"gfx[0-9a-f]{3,4}", a) for a in archs), archs
         assert "gfx1201" in archs and "gfx1100" in archs
     else:
-        assert all(re.fullmatch(r"[0-9]{2,3}", a) for a in archs), archs
-        assert "90" in archs
+        assert all(re.fullmatch(r"sm_[0-9]{2,3}", a) for a in archs), archs
+        assert "sm_90" in archs
     runs = [i.args for i in ins if i.keyword == "RUN"]
-    build = [r for r in runs if "wyoming_qwen3tts.native build" in r]
-    assert build == ['python3 -m wyoming_qwen3tts.native build --arch "${Q3T_GPU_ARCHS}"']
-    # The build runs after the package is installed and before the switch to the unprivileged user.
+    build = [r for r in runs if "wyoming_qwen3tts.native" in r]
+    assert len(build) == 1
+    assert build[0].startswith('python3 -m wyoming_qwen3tts.native --arch "${Q3T_GPU_ARCHS}"')
+    # The run-time loader finds the library by Q3T_ARCHS and Q3T_CACHE_DIR: both must be set, to
+    # the build's values, before the build, and the cache must not sit on the /data volume.
+    env = _env(ins)
+    assert env["Q3T_ARCHS"] == "${Q3T_GPU_ARCHS}"
+    assert env["Q3T_CACHE_DIR"].startswith("/opt/")
     keywords = [(i.keyword, i.args) for i in ins]
+    env_at = next(n for n, (k, a) in enumerate(keywords) if k == "ENV" and "Q3T_CACHE_DIR=" in a)
     install = next(n for n, (k, a) in enumerate(keywords) if k == "RUN" and "pip install" in a)
-    kernels = next(n for n, (k, a) in enumerate(keywords) if k == "RUN" and "native build" in a)
+    kernels = next(n for n, (k, a) in enumerate(keywords) if k == "RUN" and "wyoming_qwen3tts.native" in a)
     user = next(n for n, (k, _) in enumerate(keywords) if k == "USER")
-    assert install < kernels < user
+    # Built after the package is installed and before the switch to the unprivileged user.
+    assert install < kernels < user and env_at < kernels
+
+
+@pytest.mark.parametrize("kind", ["hipcc", "nvcc"])
+def test_build_time_and_run_time_find_the_same_library(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the Dockerfile relies on: `native --arch LIST` at build time and the loader at run time
+    (archs from Q3T_ARCHS) name the same cached file in Q3T_CACHE_DIR."""
+    flavour = "rocm" if kind == "hipcc" else "cuda"
+    arch_list = _args(parse_dockerfile(DOCKERFILES[flavour]))["Q3T_GPU_ARCHS"]
+    fake = tmp_path / kind  # a stand-in compiler: only `--version` is run to find the toolchain
+    fake.write_text("#!/bin/sh\necho fake-compiler 1.0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("HIPCC" if kind == "hipcc" else "NVCC", str(fake))
+    monkeypatch.setenv("Q3T_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("Q3T_ARCHS", raising=False)
+    at_build = native.find_toolchain(kind, native._split_archs(arch_list))
+    monkeypatch.setenv("Q3T_ARCHS", arch_list)
+    at_run = native.find_toolchain(kind)
+    assert at_build == at_run
+    assert native.cache_key(at_build) == native.cache_key(at_run)
+    assert native.cache_dir() == tmp_path / "cache"
 
 
 def test_runs_as_non_root_with_data_volume(flavour: str) -> None:
@@ -248,7 +278,7 @@ def test_dockerfiles_agree() -> None:
         assert _one(rocm, keyword) == _one(cuda, keyword), keyword
     assert [i for i in rocm if i.keyword == "COPY"] == [i for i in cuda if i.keyword == "COPY"]
     rocm_env, cuda_env = _env(rocm), _env(cuda)
-    for name in ("HF_HOME", "XDG_CACHE_HOME", "HOME", "Q3T_GPU_ARCHS", "PIP_BREAK_SYSTEM_PACKAGES"):
+    for name in ("HF_HOME", "XDG_CACHE_HOME", "HOME", "Q3T_ARCHS", "Q3T_CACHE_DIR", "PIP_BREAK_SYSTEM_PACKAGES"):
         assert rocm_env[name] == cuda_env[name], name
 
 
