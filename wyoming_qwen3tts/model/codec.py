@@ -1,0 +1,414 @@
+"""The 12 Hz codec decoder: codes [T,16] -> 24 kHz waveform [T*1920], in one causal pass or as a stateful stream.
+
+Every part of the decoder is causal (see docs §6.2), so a stream that carries the right state between calls gives
+the same samples as one pass over all frames.  The state is:
+  * for each causal conv, the last (k-1)*dilation input samples it has seen;
+  * for each causal transposed conv, the last (k-1)//stride input samples (one, for kernel 2*stride);
+  * for each pre_transformer layer, the rotated keys and values of the last sliding_window-1 positions, plus the
+    absolute position of the next frame, so RoPE positions keep counting across calls.
+`CodecDecoder.decode` is simply the first call of a fresh stream.  The reference instead re-decodes overlapping
+300-frame chunks from scratch; up to 300 frames that is the same single pass as ours.
+
+Numerics follow the reference so bf16 matches too: codebooks are embedding_sum / clamp(cluster_usage, 1e-5) done
+in the model dtype, RMSNorm statistics in fp32, RoPE tables in fp32 cast to the model dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import ModelLoadError
+from .config import CodecDecoderConfig
+
+Tensor = torch.Tensor
+
+# Weight names in speech_tokenizer/model.safetensors all start with this; encoder.* is ignored.
+_PREFIX = "decoder."
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Weight loading
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class _Weights:
+    """Hands out decoder tensors (cast to dtype/device) and remembers which were missing or misshapen.
+
+    Building goes on with an empty placeholder after a miss, so that one error can list every problem at once.
+    """
+
+    def __init__(self, tensors: dict[str, Tensor], dtype: torch.dtype, device: torch.device) -> None:
+        self.tensors = tensors
+        self.dtype = dtype
+        self.device = device
+        self.missing: list[str] = []
+        self.misshapen: list[str] = []
+
+    def __call__(self, name: str, shape: tuple[int, ...] | None = None, *, optional: bool = False) -> Tensor:
+        key = _PREFIX + name
+        t = self.tensors.get(key)
+        if t is None:
+            if not optional:
+                self.missing.append(key)
+            return torch.empty(0, dtype=self.dtype, device=self.device)
+        if shape is not None and tuple(t.shape) != shape:
+            self.misshapen.append(f"{key} is {tuple(t.shape)}, expected {shape}")
+        return t.to(device=self.device, dtype=self.dtype)
+
+    def has(self, name: str) -> bool:
+        return _PREFIX + name in self.tensors
+
+    def check(self) -> None:
+        problems = []
+        if self.missing:
+            problems.append(f"{len(self.missing)} missing: " + ", ".join(self.missing))
+        if self.misshapen:
+            problems.append(f"{len(self.misshapen)} with the wrong shape: " + "; ".join(self.misshapen))
+        if problems:
+            raise ModelLoadError("speech_tokenizer weights do not fit the codec decoder config: " + " | ".join(problems))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Stream state
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class CodecStream:
+    """One audio stream through a CodecDecoder: feed it consecutive groups of frames, get consecutive samples.
+
+    Holds all state the causal decoder needs between calls (conv left contexts, per-layer sliding-window KV, the
+    RoPE position).  Not thread-safe; use one stream per utterance.
+    """
+
+    def __init__(self, decoder: "CodecDecoder") -> None:
+        self.decoder = decoder
+        self.frames = 0  # frames decoded so far == RoPE position of the next frame
+        # Keyed by the conv layer object: the last input samples it saw, [1, C, keep].
+        self._tails: dict[object, Tensor] = {}
+        # Per transformer layer: rotated keys and values of the last sliding_window-1 positions, [1, kv_heads, P, D].
+        self._kv: list[tuple[Tensor, Tensor] | None] = [None] * len(decoder.layers)
+
+    @torch.inference_mode()
+    def decode(self, codes_group: Tensor) -> Tensor:
+        """codes_group [n,16] int -> float32 waveform [n*1920] that continues the samples of earlier calls."""
+        return self.decoder._run(codes_group, self)
+
+    def _left_context(self, layer: object, x: Tensor, keep: int) -> Tensor:
+        """Prepend the last `keep` input samples this layer saw (zeros at the start) and remember the new ones."""
+        if keep == 0:
+            return x
+        tail = self._tails.get(layer)
+        if tail is None:
+            # Zeros are exactly what the reference's left padding feeds the first frame.
+            tail = x.new_zeros(x.shape[0], x.shape[1], keep)
+        x = torch.cat([tail, x], dim=-1)
+        # clone so the stored tail does not keep this call's whole activation alive.
+        self._tails[layer] = x[..., x.shape[-1] - keep :].clone()
+        return x
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Layers (plain tensors + functional ops)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class _CausalConv:
+    """Conv1d, stride 1, left-padded by (k-1)*dilation so output t sees inputs <= t only."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None, dilation: int = 1, groups: int = 1) -> None:
+        self.weight, self.bias, self.dilation, self.groups = weight, bias, dilation, groups
+        self.keep = (weight.shape[-1] - 1) * dilation if weight.ndim == 3 else 0
+
+    def __call__(self, x: Tensor, st: CodecStream) -> Tensor:
+        x = st._left_context(self, x, self.keep)
+        return F.conv1d(x, self.weight, self.bias, dilation=self.dilation, groups=self.groups)
+
+
+class _CausalConvTranspose:
+    """ConvTranspose1d (kernel k, stride r) keeping only the first n*r outputs, as the reference trims k-r on the
+    right.  Output block i then depends on inputs i-(k-1)//r .. i, so that many earlier inputs are the state."""
+
+    def __init__(self, weight: Tensor, bias: Tensor, stride: int) -> None:
+        self.weight, self.bias, self.stride = weight, bias, stride
+        self.keep = (weight.shape[-1] - 1) // stride if weight.ndim == 3 else 0
+
+    def __call__(self, x: Tensor, st: CodecStream) -> Tensor:
+        n = x.shape[-1]
+        x = st._left_context(self, x, self.keep)
+        y = F.conv_transpose1d(x, self.weight, self.bias, stride=self.stride)
+        # Drop the blocks that belong to the context inputs (already emitted) and the unfinished right overhang.
+        return y[..., self.keep * self.stride : (self.keep + n) * self.stride]
+
+
+class _SnakeBeta:
+    """x + sin^2(x*e^alpha) / (e^beta + 1e-9), per channel; the exps are taken once here, in the model dtype."""
+
+    def __init__(self, alpha: Tensor, beta: Tensor) -> None:
+        self.alpha = torch.exp(alpha)[:, None]
+        self.inv_beta = (1.0 / (torch.exp(beta) + 1e-9))[:, None]
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x + self.inv_beta * torch.sin(x * self.alpha).pow(2)
+
+
+def _rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class _TransformerLayer:
+    """Pre-norm block: sliding-window attention (plain RoPE, no q/k norm) and SwiGLU, each scaled by LayerScale."""
+
+    def __init__(self, w: _Weights, i: int, cfg: CodecDecoderConfig) -> None:
+        p = f"pre_transformer.layers.{i}."
+        hd, h, kvh, d = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.n_heads, self.n_kv_heads, self.head_dim, self.eps = h, kvh, d, cfg.rms_norm_eps
+        self.in_norm = w(p + "input_layernorm.weight", (hd,))
+        self.post_norm = w(p + "post_attention_layernorm.weight", (hd,))
+        self.wq = w(p + "self_attn.q_proj.weight", (h * d, hd))
+        self.wk = w(p + "self_attn.k_proj.weight", (kvh * d, hd))
+        self.wv = w(p + "self_attn.v_proj.weight", (kvh * d, hd))
+        self.wo = w(p + "self_attn.o_proj.weight", (hd, h * d))
+        # The released config has attention_bias false; take biases only if a checkpoint ships them.
+        self.bq, self.bk, self.bv, self.bo = (
+            w(p + f"self_attn.{n}_proj.bias") if w.has(p + f"self_attn.{n}_proj.bias") else None
+            for n in ("q", "k", "v", "o")
+        )
+        self.attn_scale = w(p + "self_attn_layer_scale.scale", (hd,))
+        self.w_gate = w(p + "mlp.gate_proj.weight", (cfg.intermediate_size, hd))
+        self.w_up = w(p + "mlp.up_proj.weight", (cfg.intermediate_size, hd))
+        self.w_down = w(p + "mlp.down_proj.weight", (hd, cfg.intermediate_size))
+        self.mlp_scale = w(p + "mlp_layer_scale.scale", (hd,))
+
+    def __call__(
+        self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, past: tuple[Tensor, Tensor] | None, keep: int
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        b, t, _ = x.shape
+        h = _rms_norm(x, self.in_norm, self.eps)
+        q = F.linear(h, self.wq, self.bq).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        k = F.linear(h, self.wk, self.bk).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = F.linear(h, self.wv, self.bv).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        if past is not None:
+            k = torch.cat([past[0], k], dim=2)
+            v = torch.cat([past[1], v], dim=2)
+        past_kv = (k, v)
+        if self.n_heads != self.n_kv_heads:
+            # Expand kv heads like the reference does under a mask (sdpa's enable_gqa rounds differently in bf16).
+            rep = self.n_heads // self.n_kv_heads
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim**-0.5)
+        o = F.linear(o.transpose(1, 2).reshape(b, t, -1), self.wo, self.bo)
+        x = x + self.attn_scale * o
+        h = _rms_norm(x, self.post_norm, self.eps)
+        h = F.linear(F.silu(F.linear(h, self.w_gate)) * F.linear(h, self.w_up), self.w_down)
+        x = x + self.mlp_scale * h
+        # Only the last `keep` positions can still be seen by later queries.
+        k, v = past_kv
+        start = max(k.shape[2] - keep, 0)
+        return x, (k[:, :, start:].clone(), v[:, :, start:].clone())
+
+
+class _ConvNeXtBlock:
+    """Depthwise causal conv k=7 -> LayerNorm -> Linear x4 -> exact GELU -> Linear -> *gamma, plus the input."""
+
+    def __init__(self, w: _Weights, p: str, dim: int) -> None:
+        self.dwconv = _CausalConv(w(p + "dwconv.conv.weight", (dim, 1, 7)), w(p + "dwconv.conv.bias", (dim,)), groups=dim)
+        self.norm_w, self.norm_b = w(p + "norm.weight", (dim,)), w(p + "norm.bias", (dim,))
+        self.w1, self.b1 = w(p + "pwconv1.weight", (4 * dim, dim)), w(p + "pwconv1.bias", (4 * dim,))
+        self.w2, self.b2 = w(p + "pwconv2.weight", (dim, 4 * dim)), w(p + "pwconv2.bias", (dim,))
+        self.gamma = w(p + "gamma", (dim,))
+        self.dim = dim
+
+    def __call__(self, x: Tensor, st: CodecStream) -> Tensor:
+        h = self.dwconv(x, st).transpose(1, 2)
+        h = F.layer_norm(h, (self.dim,), self.norm_w, self.norm_b, eps=1e-6)
+        h = F.linear(F.gelu(F.linear(h, self.w1, self.b1)), self.w2, self.b2)
+        return x + (self.gamma * h).transpose(1, 2)
+
+
+class _ResidualUnit:
+    """SnakeBeta -> causal conv k=7 (dilated) -> SnakeBeta -> conv k=1, plus the input."""
+
+    def __init__(self, w: _Weights, p: str, dim: int, dilation: int) -> None:
+        self.act1 = _SnakeBeta(w(p + "act1.alpha", (dim,)), w(p + "act1.beta", (dim,)))
+        self.conv1 = _CausalConv(w(p + "conv1.conv.weight", (dim, dim, 7)), w(p + "conv1.conv.bias", (dim,)), dilation)
+        self.act2 = _SnakeBeta(w(p + "act2.alpha", (dim,)), w(p + "act2.beta", (dim,)))
+        self.conv2 = _CausalConv(w(p + "conv2.conv.weight", (dim, dim, 1)), w(p + "conv2.conv.bias", (dim,)))
+
+    def __call__(self, x: Tensor, st: CodecStream) -> Tensor:
+        return x + self.conv2(self.act2(self.conv1(self.act1(x), st)), st)
+
+
+class _DecoderBlock:
+    """SnakeBeta -> causal transposed conv (kernel 2r, stride r; halves channels) -> residual units, dilations 1,3,9."""
+
+    def __init__(self, w: _Weights, p: str, in_dim: int, out_dim: int, rate: int) -> None:
+        self.act = _SnakeBeta(w(p + "block.0.alpha", (in_dim,)), w(p + "block.0.beta", (in_dim,)))
+        self.up = _CausalConvTranspose(
+            w(p + "block.1.conv.weight", (in_dim, out_dim, 2 * rate)), w(p + "block.1.conv.bias", (out_dim,)), rate
+        )
+        self.units = [_ResidualUnit(w, p + f"block.{2 + j}.", out_dim, dil) for j, dil in enumerate((1, 3, 9))]
+
+    def __call__(self, x: Tensor, st: CodecStream) -> Tensor:
+        x = self.up(self.act(x), st)
+        for unit in self.units:
+            x = unit(x, st)
+        return x
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The decoder
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class CodecDecoder:
+    """Qwen3-TTS-Tokenizer-12Hz decoder (inference only).  Build with `from_tensors`."""
+
+    def __init__(self, cfg: CodecDecoderConfig, w: _Weights) -> None:
+        self.cfg = cfg
+        self.dtype, self.device = w.dtype, w.device
+        self.samples_per_frame = cfg.samples_per_frame
+        nq, cb_size, cb_dim = cfg.num_quantizers, cfg.codebook_size, cfg.codebook_dim // 2
+
+        # 1. Split RVQ: codebook 0 and codebooks 1..15 each have their own 1x1 output projection.
+        self.codebooks: list[Tensor] = []
+        for q in range(nq):
+            p = f"quantizer.rvq_first.vq.layers.{q}." if q == 0 else f"quantizer.rvq_rest.vq.layers.{q - 1}."
+            emb = w(p + "_codebook.embedding_sum", (cb_size, cb_dim))
+            usage = w(p + "_codebook.cluster_usage", (cb_size,))
+            self.codebooks.append(emb / usage.clamp(min=1e-5)[:, None])
+        self.proj_first = w("quantizer.rvq_first.output_proj.weight", (cfg.codebook_dim, cb_dim, 1))
+        self.proj_rest = w("quantizer.rvq_rest.output_proj.weight", (cfg.codebook_dim, cb_dim, 1))
+
+        # 2. pre_conv.
+        latent = cfg.latent_dim
+        self.pre_conv = _CausalConv(
+            w("pre_conv.conv.weight", (latent, cfg.codebook_dim, 3)), w("pre_conv.conv.bias", (latent,))
+        )
+
+        # 3. pre_transformer.
+        hd = cfg.hidden_size
+        self.in_proj = w("pre_transformer.input_proj.weight", (hd, latent))
+        self.in_proj_b = w("pre_transformer.input_proj.bias", (hd,))
+        self.layers = [_TransformerLayer(w, i, cfg) for i in range(cfg.num_hidden_layers)]
+        self.final_norm = w("pre_transformer.norm.weight", (hd,))
+        self.out_proj = w("pre_transformer.output_proj.weight", (latent, hd))
+        self.out_proj_b = w("pre_transformer.output_proj.bias", (latent,))
+        d = cfg.head_dim
+        # RoPE frequencies in fp32, the same expression as the reference's default rope init.
+        self.inv_freq = 1.0 / (
+            cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64, device=self.device).float() / d)
+        )
+
+        # 4. Upsample stages: transposed conv (kernel = stride) + ConvNeXt block.
+        self.upsample: list[tuple[_CausalConvTranspose, _ConvNeXtBlock]] = []
+        for i, r in enumerate(cfg.upsampling_ratios):
+            p = f"upsample.{i}."
+            conv = _CausalConvTranspose(w(p + "0.conv.weight", (latent, latent, r)), w(p + "0.conv.bias", (latent,)), r)
+            self.upsample.append((conv, _ConvNeXtBlock(w, p + "1.", latent)))
+
+        # 5-7. Vocoder: conv in, four upsampling blocks halving channels, SnakeBeta, conv out to one channel.
+        dd = cfg.decoder_dim
+        self.conv_in = _CausalConv(w("decoder.0.conv.weight", (dd, latent, 7)), w("decoder.0.conv.bias", (dd,)))
+        self.blocks = [
+            _DecoderBlock(w, f"decoder.{1 + i}.", dd >> i, dd >> (i + 1), r) for i, r in enumerate(cfg.upsample_rates)
+        ]
+        n = len(cfg.upsample_rates)
+        out_dim = dd >> n
+        self.act_out = _SnakeBeta(w(f"decoder.{1 + n}.alpha", (out_dim,)), w(f"decoder.{1 + n}.beta", (out_dim,)))
+        self.conv_out = _CausalConv(w(f"decoder.{2 + n}.conv.weight", (1, out_dim, 7)), w(f"decoder.{2 + n}.conv.bias", (1,)))
+
+    @classmethod
+    def from_tensors(
+        cls,
+        cfg: CodecDecoderConfig,
+        tensors: dict[str, Tensor],
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+    ) -> "CodecDecoder":
+        """Build from the full state dict of speech_tokenizer/model.safetensors (original key names).
+
+        Raises ModelLoadError naming every missing or misshapen decoder tensor.
+        """
+        if cfg.decoder_dim % (1 << len(cfg.upsample_rates)):
+            raise ModelLoadError(f"codec decoder_dim {cfg.decoder_dim} cannot be halved {len(cfg.upsample_rates)} times")
+        w = _Weights(tensors, dtype, torch.device(device))
+        with torch.inference_mode():
+            decoder = cls(cfg, w)
+        w.check()
+        return decoder
+
+    def new_stream(self) -> CodecStream:
+        return CodecStream(self)
+
+    @torch.inference_mode()
+    def decode(self, codes: Tensor) -> Tensor:
+        """codes [T,16] int -> float32 waveform [T*1920] in [-1,1]: one causal pass over all frames (exact, no chunk
+        seams).  Activations grow with T; for long audio prefer a stream."""
+        return self._run(codes, CodecStream(self))
+
+    # ----------------------------------------------------------------------------------------------------------------
+
+    def _run(self, codes: Tensor, st: CodecStream) -> Tensor:
+        if codes.ndim != 2 or codes.shape[1] != self.cfg.num_quantizers:
+            raise ValueError(f"codec expects codes of shape [frames, {self.cfg.num_quantizers}], got {tuple(codes.shape)}")
+        n = codes.shape[0]
+        if n == 0:
+            return torch.zeros(0, dtype=torch.float32, device=self.device)
+        codes = codes.to(device=self.device, dtype=torch.long)
+
+        # 1. Dequantize; the sums run in the reference's order so bf16 rounding matches.
+        x = self._dequantize(codes)  # [1, codebook_dim, n]
+        # 2-3.
+        x = self.pre_conv(x, st)
+        x = self._transformer(x.transpose(1, 2), st).transpose(1, 2)  # [1, latent, n]
+        # 4.
+        for conv, block in self.upsample:
+            x = block(conv(x, st), st)
+        # 5-7.
+        x = self.conv_in(x, st)
+        for blk in self.blocks:
+            x = blk(x, st)
+        wav = self.conv_out(self.act_out(x), st).clamp(-1.0, 1.0)
+        st.frames += n
+        return wav[0, 0].float()
+
+    def _dequantize(self, codes: Tensor) -> Tensor:
+        first = F.embedding(codes[None, :, 0], self.codebooks[0]).transpose(1, 2)
+        rest = F.embedding(codes[None, :, 1], self.codebooks[1])
+        for q in range(2, len(self.codebooks)):
+            rest = rest + F.embedding(codes[None, :, q], self.codebooks[q])
+        return F.conv1d(first, self.proj_first) + F.conv1d(rest.transpose(1, 2), self.proj_rest)
+
+    def _transformer(self, x: Tensor, st: CodecStream) -> Tensor:
+        """x [1, n, latent] -> [1, n, latent], attending to this call's frames and the cached window before them."""
+        n = x.shape[1]
+        window = self.cfg.sliding_window
+        p0 = st.frames
+        past = 0 if st._kv[0] is None else st._kv[0][0].shape[2]
+
+        pos = torch.arange(p0, p0 + n, device=self.device)
+        freqs = pos.float()[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)
+
+        # A key at position k is visible to the query at q iff q - window < k <= q.
+        kpos = torch.arange(p0 - past, p0 + n, device=self.device)
+        mask = (kpos[None, :] <= pos[:, None]) & (kpos[None, :] > pos[:, None] - window)
+
+        h = F.linear(x, self.in_proj, self.in_proj_b)
+        for i, layer in enumerate(self.layers):
+            h, st._kv[i] = layer(h, cos, sin, mask, st._kv[i], window - 1)
+        h = _rms_norm(h, self.final_norm, self.cfg.rms_norm_eps)
+        return F.linear(h, self.out_proj, self.out_proj_b)
+
