@@ -243,7 +243,7 @@ def resolve_model_dir(model: str, data_dir: Path | None, *, local_files_only: bo
     except Exception as err:  # the hub raises many types (HTTP, offline, missing repo, OS); all mean the same here
         where = str(cache_dir) if cache_dir is not None else "the Hugging Face cache"
         raise ModelLoadError(
-            f"could not get model {model!r} into {where}: {type(err).__name__}: {err}. "
+            f"could not get model {model!r} into {where}: {type(err).__name__}: {str(err).strip().rstrip('.')}. "
             "Check the repo id and the network (and HF_HUB_OFFLINE / HF_TOKEN), or download the checkpoint on "
             "another machine and set the model to its local directory."
         ) from err

@@ -449,15 +449,31 @@ def _tensor_seed(seed: int, name: str) -> int:
     return (seed * 1_000_003 + zlib.crc32(name.encode())) & 0x7FFF_FFFF_FFFF_FFFF
 
 
+_CHUNK_ELEMENTS = 1 << 24  # rows are drawn in blocks of about this many float32 values (64 MB)
+
+
 def random_tensor(
     name: str, shape: tuple[int, ...], *, seed: int, tiny: bool, dtype: torch.dtype, device: torch.device
 ) -> torch.Tensor:
-    """One seeded random tensor, generated in float32 on device, returned in dtype on the CPU."""
+    """One seeded random tensor on the CPU in dtype, drawn in float32 on device.
+
+    Large tensors are drawn block of rows by block of rows from one generator, so the peak extra memory is one
+    block, not a float32 copy of a 600 MB embedding table.
+    """
     gen = torch.Generator(device=device)
     gen.manual_seed(_tensor_seed(seed, name))
-    t = torch.empty(shape, dtype=torch.float32, device=device)
-    _init_rule(name, shape, tiny)(t, gen)
-    return t.to(dtype).cpu()
+    fill = _init_rule(name, shape, tiny)
+    out = torch.empty(shape, dtype=dtype)
+    rows = shape[0] if shape else 1
+    per_row = max(1, math.prod(shape[1:]))
+    step = max(1, _CHUNK_ELEMENTS // per_row)
+    flat = out.view(rows, per_row) if shape else out.view(1, 1)
+    for start in range(0, rows, step):
+        n = min(step, rows - start)
+        block = torch.empty((n, per_row), dtype=torch.float32, device=device)
+        fill(block, gen)
+        flat[start : start + n] = block.to(dtype).cpu()
+    return out
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -492,7 +508,7 @@ def write_safetensors_streaming(
             t = make(name, shapes[name])
             if t.dtype != dtype or tuple(t.shape) != shapes[name]:
                 raise RuntimeError(f"{name}: made {t.dtype} {tuple(t.shape)}, header says {dtype} {shapes[name]}")
-            f.write(t.contiguous().view(torch.uint8).numpy().tobytes())
+            f.write(memoryview(t.contiguous().view(torch.uint8).numpy()))  # no extra copy of the bytes
     tmp.replace(path)  # a crash never leaves a truncated model.safetensors behind
 
 
