@@ -65,7 +65,7 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
         _c_int,
         [
             _p, _c_int, _p, _c_float, _c_int, _c_int, _c_int, _c_int, _c_int, _c_float, _c_int, _c_float,
-            ctypes.c_ulonglong, _c_int, _p, _p, _p,
+            _p, _c_int, _p, _p, _p,
         ],
     ),
     "q3t_store_row": (_c_int, [_p, _c_int, _p, _p, _c_int, _p]),

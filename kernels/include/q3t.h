@@ -74,9 +74,10 @@ Q3T_API int q3t_embed_sum(int dtype, const void* const* tables, int n_tables, in
  * repetition penalty over ids with seen[id] != 0 (if seen and penalty != 1), EOS masked while
  * *step_ptr < min_new_tokens (if eos >= 0), ids in [suppress_lo, suppress_hi) masked except
  * eos, then greedy argmax or (flags & Q3T_SAMPLE_DO_SAMPLE) temperature, top-k (<= 0: off),
- * top-p (>= 1: off) and a Philox4x32-10 draw keyed by (seed, *step_ptr, stream_id).
+ * top-p (>= 1: off) and a Philox4x32-10 draw keyed by (*seed_ptr, *step_ptr, stream_id); the seed
+ * lives on the device so one captured graph serves every request.
  * The id goes to *out_code and, if seen, seen[id] = 1. */
-Q3T_API int q3t_sample(const float* logits, int v, unsigned char* seen, float penalty, int eos, int min_new_tokens, int suppress_lo, int suppress_hi, int flags, float temperature, int top_k, float top_p, unsigned long long seed, int stream_id, const int* step_ptr, int* out_code, void* stream);
+Q3T_API int q3t_sample(const float* logits, int v, unsigned char* seen, float penalty, int eos, int min_new_tokens, int suppress_lo, int suppress_hi, int flags, float temperature, int top_k, float top_p, const unsigned long long* seed_ptr, int stream_id, const int* step_ptr, int* out_code, void* stream);
 
 /* dst[row * n + i] = src[i] for i < n, row = *row_ptr, skipped when row is outside [0, max_rows).
  * Appends a frame's codes to the history buffer inside a captured graph. */

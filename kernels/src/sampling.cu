@@ -59,7 +59,7 @@ __device__ T block_exclusive_scan(T v, T* sm, T* total) {
 __global__ void __launch_bounds__(kThreads) k_sample(const float* __restrict__ logits, int v, unsigned char* __restrict__ seen,
                                                      float penalty, int eos, int min_new, int sup_lo, int sup_hi,
                                                      int flags, float temperature, int top_k, float top_p,
-                                                     unsigned long long seed, int stream_id,
+                                                     const unsigned long long* __restrict__ seed_ptr, int stream_id,
                                                      const int* __restrict__ step_ptr, int* __restrict__ out_code) {
     __shared__ float L[kMaxV];
     __shared__ int cand[kMaxV];
@@ -207,6 +207,7 @@ __global__ void __launch_bounds__(kThreads) k_sample(const float* __restrict__ l
             if (cand[c] >= 0) part += expf(L[cand[c]] - mx);
         float z = 0.f;
         float run = block_exclusive_scan<float>(part, wsum, &z);
+        const unsigned long long seed = seed_ptr ? *seed_ptr : 0ull;
         const uint4 r = Philox::run(make_uint4((uint32_t)step, (uint32_t)stream_id, 0u, 0u),
                                     make_uint2((uint32_t)seed, (uint32_t)(seed >> 32)));
         const float target = (float)(r.x >> 8) * (1.0f / 16777216.0f) * z;
@@ -243,12 +244,12 @@ __global__ void __launch_bounds__(kThreads) k_sample(const float* __restrict__ l
 
 extern "C" Q3T_API int q3t_sample(const float* logits, int v, unsigned char* seen, float penalty, int eos,
                                   int min_new_tokens, int suppress_lo, int suppress_hi, int flags, float temperature,
-                                  int top_k, float top_p, unsigned long long seed, int stream_id, const int* step_ptr,
+                                  int top_k, float top_p, const unsigned long long* seed_ptr, int stream_id, const int* step_ptr,
                                   int* out_code, void* stream) {
     if (!logits || !out_code || v <= 0 || v > kMaxV) return q3t_fail("q3t_sample: bad arguments (v=%d, max %d)", v, kMaxV);
     if (penalty <= 0.f) return q3t_fail("q3t_sample: repetition penalty must be > 0, got %g", (double)penalty);
     k_sample<<<1, kThreads, 0, Q3T_STREAM(stream)>>>(logits, v, seen, penalty, eos, min_new_tokens, suppress_lo,
-                                                     suppress_hi, flags, temperature, top_k, top_p, seed, stream_id,
+                                                     suppress_hi, flags, temperature, top_k, top_p, seed_ptr, stream_id,
                                                      step_ptr, out_code);
     return q3t_check_launch("q3t_sample");
 }

@@ -1,0 +1,70 @@
+"""Per-frame decode time, kernel backend vs torch backend, on random full-size models (bf16).
+
+Prints one JSON line per measurement. Usage: python kernels/device/bench.py [0.6b 1.7b]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import random_model, text_ids  # noqa: E402
+
+from wyoming_qwen3tts.backends.kernel_backend import KernelBackend  # noqa: E402
+from wyoming_qwen3tts.backends.torch_backend import TorchBackend  # noqa: E402
+from wyoming_qwen3tts.model.prompt import build_prompt  # noqa: E402
+from wyoming_qwen3tts.request import SamplingParams  # noqa: E402
+
+
+def timed(fn):  # noqa: ANN001, ANN201
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = fn()
+    torch.cuda.synchronize()
+    return out, time.perf_counter() - t0
+
+
+def main(sizes: list[str]) -> None:
+    for size in sizes:
+        model = random_model(size, torch.bfloat16)
+        prompt = build_prompt(model, text_ids(20), "ryan", "english")
+        s = SamplingParams()
+        res: dict[str, object] = {"size": size, "dtype": "bf16", "prompt_len": prompt.length, "gpu": torch.cuda.get_device_name()}
+        sess = TorchBackend(model).start(prompt, s, 0, 10_000)
+        sess.next_frames(2)
+        n_t = 8
+        _, dt = timed(lambda: sess.next_frames(n_t))
+        res["torch_ms_per_frame"] = round(1000 * dt / n_t, 3)
+        kb = KernelBackend(model)
+        sess, t_first = timed(lambda: kb.start(prompt, s, 0, 1000))
+        sess.next_frames(4)
+        n_k = 200
+        _, dt = timed(lambda: sess.next_frames(n_k))
+        res["kernel_ms_per_frame_group200"] = round(1000 * dt / n_k, 4)
+        sess, t_again = timed(lambda: kb.start(prompt, s, 1, 1000))
+        _, dt8 = timed(lambda: [sess.next_frames(8) for _ in range(25)])
+        res["kernel_ms_per_frame_group8"] = round(1000 * dt8 / 200, 4)
+        res["start_ms_first(capture)"] = round(1000 * t_first, 1)
+        res["start_ms_cached_graph"] = round(1000 * t_again, 1)
+        # Graph replay alone, CUDA events
+        g = kb._graph
+        ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        ev0.record()
+        for _ in range(100):
+            g.replay()
+        ev1.record()
+        torch.cuda.synchronize()
+        res["kernel_graph_replay_ms"] = round(ev0.elapsed_time(ev1) / 100, 4)
+        res["speedup"] = round(res["torch_ms_per_frame"] / res["kernel_ms_per_frame_group200"], 1)
+        print(json.dumps(res), flush=True)
+        del kb, sess, model
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or ["0.6b", "1.7b"])

@@ -1,0 +1,28 @@
+"""Helpers for the device scripts: random models built in memory (no checkpoint files)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from wyoming_qwen3tts.model.config import Qwen3TTSConfig
+from wyoming_qwen3tts.model.talker import Qwen3TTSModel
+from wyoming_qwen3tts.tools.random_checkpoint import TINY_SIZES, model_config_dict, model_tensor_shapes, random_tensor
+
+
+def random_model(size: str, dtype: torch.dtype, *, no_eos: bool = True, seed: int = 0) -> Qwen3TTSModel:
+    """The same tensors `python -m wyoming_qwen3tts.tools.random_checkpoint --size SIZE` writes,
+    made on the GPU. no_eos zeroes the EOS row of codec_head so runs have a fixed length."""
+    config = model_config_dict(size)
+    tensors = {
+        n: random_tensor(n, s, seed=seed, tiny=size in TINY_SIZES, dtype=dtype, device=torch.device("cuda"))
+        for n, s in model_tensor_shapes(config).items()
+    }
+    if no_eos:
+        tensors["talker.codec_head.weight"][2150].zero_()
+    return Qwen3TTSModel.from_tensors(Qwen3TTSConfig.from_dict(config), tensors, dtype=dtype, device="cuda")
+
+
+def text_ids(n: int, seed: int = 0) -> list[int]:
+    rng = np.random.default_rng(seed)
+    return [151644, 77091, 198, *[int(t) for t in rng.integers(300, 20000, size=n)], 151645, 198, 151644, 77091, 198]

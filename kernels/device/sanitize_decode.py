@@ -1,0 +1,26 @@
+"""A short decode on the kernel backend (tiny random model), for compute-sanitizer memcheck/racecheck."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import random_model, text_ids  # noqa: E402
+
+from wyoming_qwen3tts.backends.kernel_backend import KernelBackend  # noqa: E402
+from wyoming_qwen3tts.model.prompt import build_prompt  # noqa: E402
+from wyoming_qwen3tts.request import SamplingParams  # noqa: E402
+
+for size in ("tiny", "tiny-0.6b"):
+    for dtype in (torch.float32, torch.bfloat16):
+        model = random_model(size, dtype)
+        prompt = build_prompt(model, text_ids(8), "ryan", "english")
+        kb = KernelBackend(model, capacity=64)
+        for sampling in (SamplingParams.greedy(), SamplingParams()):
+            codes = kb.start(prompt, sampling, 7, 6).next_frames(6)
+            print(size, dtype, sampling.do_sample, codes[:, :4].tolist(), flush=True)
+torch.cuda.synchronize()
+print("sanitize_decode: done")

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One device run: build (-Werror), op + backend tests, sanitizers on a short decode,
+# optional full-size parity (Q3T_FULL=1) and the per-frame benchmark. Logs go to $OUT.
+set -uo pipefail
+OUT=${OUT:-/tmp/q3t-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 Q3T_REQUIRE=1 Q3T_CACHE_DIR=${Q3T_CACHE_DIR:-/tmp/q3t-cache}
+STEPS=${STEPS:-build,tests,sanitize,full,bench}
+has() { [[ ",$STEPS," == *",$1,"* ]]; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+if has build; then
+  /usr/bin/time -f "build %e s" python3 -m wyoming_qwen3tts.native --werror --force 2>&1 | tee "$OUT/build.log"
+fi
+if has tests; then
+  timeout 400 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernels_gpu.py -k "not full" -rs 2>&1 | tee "$OUT/pytest.log" | tail -30
+fi
+if has sanitize; then
+  for tool in memcheck racecheck; do
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 python3 kernels/device/sanitize_decode.py > "$OUT/san_$tool.log" 2>&1
+    echo "compute-sanitizer $tool rc=$?"; tail -4 "$OUT/san_$tool.log"
+  done
+fi
+if has full; then
+  Q3T_FULL=1 timeout 400 python3 -m pytest -q -x -s -p no:cacheprovider tests/test_kernels_gpu.py -k full 2>&1 | tee "$OUT/full.log" | tail -15
+fi
+if has bench; then
+  timeout 400 python3 kernels/device/bench.py ${BENCH_SIZES:-0.6b 1.7b} 2>&1 | tee "$OUT/bench.log"
+fi

@@ -1,0 +1,338 @@
+"""The frame decode loop on our fused kernels (kernels/, through native.py), replayed as a graph.
+
+Same contract as the torch backend: `start(prompt, sampling, seed, max_frames)` prefills and
+returns a session whose `next_frames(n)` gives up to n frames [k, 16] (k < n: end of speech).
+
+How a frame runs (batch 1): one fixed sequence of kernel launches is captured once per backend
+(and per sampling settings) into a CUDA/HIP graph: codec_head -> code-0 processors and draw ->
+16 CodePredictor passes (position 0 = h, 1 = Ec(c0), then one per code), each ending in a
+fused final-norm + lm_head and a draw -> the 16-embedding sum plus trailing text -> 28 Talker
+layers -> final norm. Everything that changes between frames (Talker position, frame index,
+sampled codes, the repetition-penalty set) lives in device memory, so the same graph replays
+for every frame; `next_frames(n)` replays it n times and syncs once to read the n frames back.
+
+The prompt prefill is a one-off and runs through the torch Talker into the same KV cache
+tensor the kernels then read ([layers, 2, max_seq, kv_heads, head_dim], model dtype).
+Weights are packed once: q/k/v concatenated, gate/up interleaved row by row (so one GEMV
+produces SwiGLU directly), small vectors in float32; activations are float32 throughout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .. import native
+from ..model.config import TransformerConfig
+from ..model.prompt import Prompt
+from ..model.talker import KVCache, Qwen3TTSModel, rope_tables
+from ..request import SamplingParams
+
+NUM_GROUPS = 16
+MIN_NEW_TOKENS = 2  # EOS is masked for the first two code-0 draws (reference generate)
+
+
+@dataclass
+class _Layer:
+    qkv: Tensor
+    o: Tensor
+    gate_up: Tensor  # rows interleaved: gate_0, up_0, gate_1, up_1, ...
+    down: Tensor
+    in_norm: Tensor
+    post_norm: Tensor
+    q_norm: Tensor
+    k_norm: Tensor
+
+
+class _Stack:
+    """Packed weights and work buffers of one transformer stack (Talker or CodePredictor)."""
+
+    def __init__(self, cfg: TransformerConfig, layers: torch.nn.ModuleList, cache: Tensor, max_seq: int,
+                 splits: int, device: torch.device) -> None:  # fmt: skip
+        self.cfg = cfg
+        self.cache = cache  # [layers, 2, max_seq, kv, hd]
+        self.max_seq = max_seq
+        self.splits = splits
+        f32 = dict(dtype=torch.float32, device=device)
+        self.layers: list[_Layer] = []
+        with torch.no_grad():
+            for blk in layers:
+                a, m = blk.self_attn, blk.mlp
+                self.layers.append(
+                    _Layer(
+                        qkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight], 0).contiguous(),
+                        o=a.o_proj.weight.contiguous(),
+                        gate_up=torch.stack([m.gate_proj.weight, m.up_proj.weight], 1)
+                        .reshape(2 * cfg.intermediate_size, cfg.hidden_size)
+                        .contiguous(),
+                        down=m.down_proj.weight.contiguous(),
+                        in_norm=blk.input_layernorm.weight.to(**f32).contiguous(),
+                        post_norm=blk.post_attention_layernorm.weight.to(**f32).contiguous(),
+                        q_norm=a.q_norm.weight.to(**f32).contiguous(),
+                        k_norm=a.k_norm.weight.to(**f32).contiguous(),
+                    )
+                )
+        hq, hkv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        cos, sin = rope_tables(torch.arange(max_seq, device=device), hd, cfg.rope_theta, torch.float32)
+        self.cos, self.sin = cos.contiguous(), sin.contiguous()
+        self.qkv = torch.zeros((hq + 2 * hkv) * hd, **f32)
+        self.q = torch.zeros(hq * hd, **f32)
+        self.attn = torch.zeros(hq * hd, **f32)
+        self.mlp = torch.zeros(cfg.intermediate_size, **f32)
+        self.scratch = torch.zeros(hq * splits * (hd + 2), **f32)
+        self.scale = hd**-0.5
+
+
+class KernelDecodeSession:
+    def __init__(self, backend: "KernelBackend", prompt: Prompt, sampling: SamplingParams, seed: int,
+                 max_frames: int) -> None:  # fmt: skip
+        self.b = backend
+        self.max_frames = max_frames
+        self.frames_done = 0
+        self.finished = False
+        self.graph = backend._prepare(prompt, sampling, seed, max_frames)
+
+    def next_frames(self, n: int) -> np.ndarray:
+        if self.finished or n <= 0:
+            return np.zeros((0, NUM_GROUPS), dtype=np.int64)
+        b = self.b
+        if b._owner is not self:
+            raise RuntimeError("another session started on this backend; a KernelBackend runs one session at a time")
+        k = min(n, self.max_frames - self.frames_done)
+        for _ in range(k):
+            self.graph.replay()
+        rows = b.history[self.frames_done : self.frames_done + k].cpu()  # the one sync of this frame group
+        codes = rows.numpy().astype(np.int64)
+        eos = np.nonzero(codes[:, 0] == b.eos_id)[0]
+        if eos.size:
+            codes = codes[: eos[0]]
+            self.finished = True
+        self.frames_done += codes.shape[0]
+        if self.frames_done >= self.max_frames:
+            self.finished = True
+        return codes
+
+
+class KernelBackend:
+    """Decode loop on the q3t kernels. Raises native.NativeUnavailable where they cannot run."""
+
+    name = "kernels"
+
+    def __init__(self, model: Qwen3TTSModel, *, capacity: int = 2048, attn_splits: int = 16) -> None:
+        if model.device.type != "cuda":
+            raise native.NativeUnavailable("the kernel backend needs the model on a CUDA/ROCm device")
+        if model.dtype not in (torch.float32, torch.bfloat16):
+            raise native.NativeUnavailable(f"the kernels take float32 or bfloat16 weights, not {model.dtype}")
+        self.lib = native.load(model.device.index or 0)
+        self.model = model
+        self.device = model.device
+        self.wdtype = native.F32 if model.dtype == torch.float32 else native.BF16
+        tc, cc = model.cfg.talker, model.cfg.code_predictor
+        self.tc, self.cc = tc, cc
+        self.eos_id = tc.codec_eos_token_id
+        self.attn_splits = attn_splits
+        talker = model.talker
+        cp = talker.code_predictor
+        f32 = dict(dtype=torch.float32, device=self.device)
+        i32 = dict(dtype=torch.int32, device=self.device)
+        with torch.no_grad():
+            self.final_norm = talker.model.norm.weight.to(**f32).contiguous()
+            self.cp_norm = cp.model.norm.weight.to(**f32).contiguous()
+            self.codec_head = talker.codec_head.weight.contiguous()
+            self.codec_emb = talker.model.codec_embedding.weight.contiguous()
+            self.cp_emb = [e.weight.contiguous() for e in cp.model.codec_embedding]
+            self.lm_heads = [h.weight.contiguous() for h in cp.lm_head]
+            proj = cp.small_to_mtp_projection
+            self.proj_w = proj.weight.contiguous() if isinstance(proj, torch.nn.Linear) else None
+            self.proj_b = proj.bias.to(**f32).contiguous() if self.proj_w is not None else None
+        # Device array of the 16 tables summed into the next Talker input.
+        self.emb_tables = torch.tensor([t.data_ptr() for t in [self.codec_emb, *self.cp_emb]], dtype=torch.int64,
+                                       device=self.device)  # fmt: skip
+        self.cp_cache = KVCache(cc, NUM_GROUPS, model.dtype, self.device)
+        self.cp = _Stack(cc, cp.model.layers, self.cp_cache.data, NUM_GROUPS, 1, self.device)
+        # Frame state: [talker position of the next input, frame index].
+        self.state = torch.zeros(2, **i32)
+        self.seed = torch.zeros(1, dtype=torch.int64, device=self.device)
+        self.cur = torch.zeros(NUM_GROUPS, **i32)  # codes of the frame being built
+        self.seen = torch.zeros(tc.vocab_size, dtype=torch.uint8, device=self.device)
+        self.hn = torch.zeros(tc.hidden_size, **f32)  # final-normed Talker hidden state
+        self.x = torch.zeros(tc.hidden_size, **f32)  # Talker residual stream
+        self.cx = torch.zeros(cc.hidden_size, **f32)  # CodePredictor residual stream
+        self.e = torch.zeros(tc.hidden_size, **f32)  # embedding row (talker width) before the projection
+        self.logits = torch.zeros(tc.vocab_size, **f32)
+        self.cp_logits = torch.zeros(cc.vocab_size, **f32)
+        self.capacity = 0
+        self._graph_key: tuple[object, ...] | None = None
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._owner: KernelDecodeSession | None = None
+        self._alloc(capacity)
+
+    # ---------------------------------------------------------------- buffers
+
+    def _alloc(self, capacity: int) -> None:
+        """(Re)size everything whose length is the Talker context; invalidates the captured graph."""
+        tc = self.tc
+        f32 = dict(dtype=torch.float32, device=self.device)
+        self.capacity = capacity
+        self.cache = KVCache(tc, capacity, self.model.dtype, self.device)
+        self.talk = _Stack(tc, self.model.talker.model.layers, self.cache.data, capacity, self.attn_splits,
+                           self.device)  # fmt: skip
+        # Trailing text rows, padded with PAD to `capacity` rows so the graph needs no per-prompt length.
+        self.trailing = torch.zeros(capacity, tc.hidden_size, **f32)
+        self.pad = torch.zeros(tc.hidden_size, **f32)
+        self.history = torch.zeros(capacity, NUM_GROUPS, dtype=torch.int32, device=self.device)
+        self._graph = None
+        self._graph_key = None
+
+    # ---------------------------------------------------------------- one frame as launches
+
+    def _layer_calls(self, st: _Stack, x: Tensor, pos_ptr: int | None, pos_add: int, stream: int) -> None:
+        lib, wd, c = self.lib, self.wdtype, st.cfg
+        hq, hkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        eps = c.rms_norm_eps
+        xp = x.data_ptr()
+        for i, L in enumerate(st.layers):
+            kc, vc = st.cache[i, 0], st.cache[i, 1]
+            lib.call("q3t_gemv", wd, L.qkv.data_ptr(), L.qkv.shape[0], c.hidden_size, xp, L.in_norm.data_ptr(), eps,
+                     None, st.qkv.data_ptr(), native.GEMV_STORE, stream)  # fmt: skip
+            lib.call("q3t_qk_norm_rope_append", wd, st.qkv.data_ptr(), L.q_norm.data_ptr(), L.k_norm.data_ptr(), eps,
+                     st.cos.data_ptr(), st.sin.data_ptr(), pos_ptr, pos_add, hq, hkv, hd, st.max_seq,
+                     st.q.data_ptr(), kc.data_ptr(), vc.data_ptr(), stream)  # fmt: skip
+            lib.call("q3t_attention", wd, st.q.data_ptr(), kc.data_ptr(), vc.data_ptr(), pos_ptr, pos_add, hq, hkv, hd,
+                     st.max_seq, st.scale, st.splits, st.scratch.data_ptr(), st.attn.data_ptr(), stream)  # fmt: skip
+            lib.call("q3t_gemv", wd, L.o.data_ptr(), c.hidden_size, hq * hd, st.attn.data_ptr(), None, eps, None, xp,
+                     native.GEMV_ADD, stream)  # fmt: skip
+            lib.call("q3t_gemv", wd, L.gate_up.data_ptr(), 2 * c.intermediate_size, c.hidden_size, xp,
+                     L.post_norm.data_ptr(), eps, None, st.mlp.data_ptr(), native.GEMV_SWIGLU, stream)  # fmt: skip
+            lib.call("q3t_gemv", wd, L.down.data_ptr(), c.hidden_size, c.intermediate_size, st.mlp.data_ptr(), None,
+                     eps, None, xp, native.GEMV_ADD, stream)  # fmt: skip
+
+    def _cp_input(self, src: Tensor, stream: int) -> None:
+        """cx = small_to_mtp_projection(src) (Identity on 0.6B)."""
+        if self.proj_w is None:
+            self.cx.copy_(src)
+        else:
+            self.lib.call("q3t_gemv", self.wdtype, self.proj_w.data_ptr(), self.cc.hidden_size, self.tc.hidden_size,
+                          src.data_ptr(), None, 0.0, self.proj_b.data_ptr(), self.cx.data_ptr(), native.GEMV_STORE,
+                          stream)  # fmt: skip
+
+    def _frame_calls(self, s: SamplingParams, stream: int,
+                     hook: Callable[[int, Tensor], None] | None = None) -> None:  # fmt: skip
+        """Launch one frame. `hook(j, logits)` (tests only, never in a graph) runs after each draw of code j."""
+        lib, wd, tc, cc = self.lib, self.wdtype, self.tc, self.cc
+        state0 = self.state.data_ptr()
+        step_ptr = state0 + 4
+        cur = self.cur.data_ptr()
+        # Code 0
+        lib.call("q3t_gemv", wd, self.codec_head.data_ptr(), tc.vocab_size, tc.hidden_size, self.hn.data_ptr(), None,
+                 0.0, None, self.logits.data_ptr(), native.GEMV_STORE, stream)  # fmt: skip
+        lib.call("q3t_sample", self.logits.data_ptr(), tc.vocab_size, self.seen.data_ptr(),
+                 float(s.repetition_penalty), self.eos_id, MIN_NEW_TOKENS, tc.vocab_size - 1024, tc.vocab_size,
+                 native.SAMPLE_DO_SAMPLE if s.do_sample else 0, float(s.temperature), int(s.top_k), float(s.top_p),
+                 self.seed.data_ptr(), 0, step_ptr, cur, stream)  # fmt: skip
+        if hook:
+            hook(0, self.logits)
+        # CodePredictor: position 0 is h, position 1 is Ec(c0), then one position per code.
+        self._cp_input(self.hn, stream)
+        self._layer_calls(self.cp, self.cx, None, 0, stream)
+        sub_flags = native.SAMPLE_DO_SAMPLE if s.subtalker_do_sample else 0
+        for j in range(1, NUM_GROUPS):
+            table, rows = (self.codec_emb, tc.vocab_size) if j == 1 else (self.cp_emb[j - 2], cc.vocab_size)
+            lib.call("q3t_embed_row", wd, table.data_ptr(), rows, tc.hidden_size, cur + 4 * (j - 1),
+                     self.e.data_ptr(), stream)  # fmt: skip
+            self._cp_input(self.e, stream)
+            self._layer_calls(self.cp, self.cx, None, j, stream)
+            lib.call("q3t_gemv", wd, self.lm_heads[j - 1].data_ptr(), cc.vocab_size, cc.hidden_size,
+                     self.cx.data_ptr(), self.cp_norm.data_ptr(), cc.rms_norm_eps, None, self.cp_logits.data_ptr(),
+                     native.GEMV_STORE, stream)  # fmt: skip
+            lib.call("q3t_sample", self.cp_logits.data_ptr(), cc.vocab_size, None, 1.0, -1, 0, 0, 0, sub_flags,
+                     float(s.subtalker_temperature), int(s.subtalker_top_k), float(s.subtalker_top_p), self.seed.data_ptr(), j,
+                     step_ptr, cur + 4 * j, stream)  # fmt: skip
+            if hook:
+                hook(j, self.cp_logits)
+        lib.call("q3t_store_row", cur, NUM_GROUPS, self.history.data_ptr(), step_ptr, self.capacity, stream)
+        # Next Talker input: 16 embeddings + trailing text (PAD past its end), then the Talker step.
+        lib.call("q3t_embed_sum", wd, self.emb_tables.data_ptr(), NUM_GROUPS, tc.vocab_size, cc.vocab_size,
+                 tc.hidden_size, cur, self.trailing.data_ptr(), self.capacity, self.pad.data_ptr(), step_ptr,
+                 self.x.data_ptr(), stream)  # fmt: skip
+        self._layer_calls(self.talk, self.x, state0, 0, stream)
+        lib.call("q3t_rmsnorm", self.x.data_ptr(), self.final_norm.data_ptr(), self.hn.data_ptr(), tc.hidden_size,
+                 tc.rms_norm_eps, stream)  # fmt: skip
+        lib.call("q3t_add_i32", state0, 2, 1, stream)
+
+    # ---------------------------------------------------------------- sessions
+
+    def _prefill(self, prompt: Prompt, max_frames: int) -> None:
+        need = prompt.length + max_frames + 1
+        if need > self.capacity:
+            self._alloc(max(need, 2 * self.capacity))
+        with torch.inference_mode():
+            self.cache.reset()
+            h = self.model.talker.model(prompt.embeds.to(self.model.dtype), self.cache)[-1]
+            self.hn.copy_(h.float())
+            m = min(prompt.trailing.shape[0], self.capacity)
+            self.trailing[:m].copy_(prompt.trailing[:m].float())
+            self.trailing[m:].copy_(prompt.pad.float().expand(self.capacity - m, -1))
+            self.pad.copy_(prompt.pad.float())
+            self.state.copy_(torch.tensor([prompt.length, 0], dtype=torch.int32))
+            self.seen.zero_()
+            self.cur.zero_()
+
+    def _prepare(self, prompt: Prompt, sampling: SamplingParams, seed: int, max_frames: int) -> torch.cuda.CUDAGraph:
+        self._prefill(prompt, max_frames)
+        self.seed.fill_(seed if seed < 2**63 else seed - 2**64)  # int64 storage of the 64-bit seed
+        key = (sampling, self.capacity)
+        if self._graph is None or self._graph_key != key:
+            self._graph = self._capture(sampling)
+            self._graph_key = key
+        return self._graph
+
+    def _capture(self, s: SamplingParams) -> torch.cuda.CUDAGraph:
+        # Save the state a warm-up frame would disturb, run one frame eagerly (loads every
+        # kernel before capture), restore, then capture.
+        saved = [t.clone() for t in (self.state, self.seen, self.cur, self.hn, self.x)]
+        side = torch.cuda.Stream(device=self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            self._frame_calls(s, side.cuda_stream)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        for t, v in zip((self.state, self.seen, self.cur, self.hn, self.x), saved):
+            t.copy_(v)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            self._frame_calls(s, torch.cuda.current_stream(self.device).cuda_stream)
+        # Restore once more: capture does not execute, but be explicit that state is the prefill's.
+        for t, v in zip((self.state, self.seen, self.cur, self.hn, self.x), saved):
+            t.copy_(v)
+        return g
+
+    def start(self, prompt: Prompt, sampling: SamplingParams, seed: int, max_frames: int) -> KernelDecodeSession:
+        session = KernelDecodeSession(self, prompt, sampling, seed & 0xFFFF_FFFF_FFFF_FFFF, max_frames)
+        self._owner = session
+        return session
+
+    # ---------------------------------------------------------------- tests: eager, teacher-forced
+
+    def teacher_forced(self, prompt: Prompt, codes: np.ndarray) -> list[list[Tensor]]:
+        """Run frames eagerly with the given codes forced in; returns per frame the 16 logits
+        vectors (float32, before the processors): codec_head, then lm_head[0..14]."""
+        greedy = SamplingParams.greedy()
+        self._prefill(prompt, len(codes))
+        out: list[list[Tensor]] = []
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        for f in range(len(codes)):
+            frame: list[Tensor] = []
+
+            def hook(j: int, logits: Tensor, f: int = f, frame: list[Tensor] = frame) -> None:
+                frame.append(logits.clone())
+                self.cur[j] = int(codes[f, j])
+
+            self._frame_calls(greedy, stream, hook)
+            out.append(frame)
+        torch.cuda.synchronize(self.device)
+        return out
+
