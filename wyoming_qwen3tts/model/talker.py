@@ -1,0 +1,263 @@
+"""The Talker and CodePredictor transformers in plain torch, batch 1, with a static KV cache.
+
+Read top to bottom: RMSNorm and RoPE helpers, one decoder block (Qwen3 style: pre-norm,
+per-head q/k RMSNorm, GQA, SwiGLU), the Transformer stack, then the two models built from it:
+
+- Talker: 28 blocks (1.7B: hidden 2048). Text and codec embeddings, the text projection MLP,
+  and `codec_head`, which predicts code 0 of each 80 ms frame.
+- CodePredictor: 5 blocks (hidden 1024) that fill codes 1..15 of a frame in 15 passes, with
+  one input embedding table and one lm_head per code group, and a fresh 16-position cache
+  every frame.
+
+Numerics follow the reference so that float32 greedy codes match token for token: norms
+compute in float32 and cast back before the weight multiply; RoPE tables are float32 then
+cast; attention softmax runs in float32.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig, TransformerConfig
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        return rms_norm(x, self.weight, self.eps)
+
+
+def rope_tables(positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """cos/sin [T, head_dim] for rotate-half RoPE.
+
+    The Talker's interleaved M-RoPE feeds the same position to all three sections in TTS, so
+    it reduces exactly to this 1-D form.
+    """
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device).float() / head_dim))
+    freqs = positions.float()[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    # x [T, heads, head_dim]; cos/sin [T, head_dim]
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos[:, None, :] + rotated * sin[:, None, :]
+
+
+class KVCache:
+    """Static cache for one transformer stack: one tensor [layers, 2, max_seq, kv_heads, head_dim].
+
+    One contiguous tensor so that the fused-kernel backend can share it with this torch path.
+    """
+
+    def __init__(self, cfg: TransformerConfig, max_seq: int, dtype: torch.dtype, device: torch.device | str) -> None:
+        self.max_seq = max_seq
+        self.data = torch.zeros(
+            cfg.num_hidden_layers, 2, max_seq, cfg.num_key_value_heads, cfg.head_dim, dtype=dtype, device=device
+        )
+        self.length = 0  # positions filled
+
+    def reset(self) -> None:
+        self.length = 0
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv = cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden_size, self.n_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=False)
+        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: Tensor, start: int) -> Tensor:
+        """x [T, hidden] at positions start..start+T-1; cache [2, max_seq, kv_heads, head_dim] of this layer."""
+        t = x.shape[0]
+        q = self.q_norm(self.q_proj(x).view(t, self.n_heads, self.head_dim))
+        k = self.k_norm(self.k_proj(x).view(t, self.n_kv, self.head_dim))
+        v = self.v_proj(x).view(t, self.n_kv, self.head_dim)
+        q = apply_rope(q, cos, sin)
+        k = apply_rope(k, cos, sin)
+        end = start + t
+        cache[0, start:end] = k
+        cache[1, start:end] = v
+        keys = cache[0, :end].transpose(0, 1)  # [kv, S, hd]
+        values = cache[1, :end].transpose(0, 1)
+        group = self.n_heads // self.n_kv
+        keys = keys.repeat_interleave(group, dim=0)  # [heads, S, hd]
+        values = values.repeat_interleave(group, dim=0)
+        q = q.transpose(0, 1)  # [heads, T, hd]
+        scores = torch.matmul(q, keys.transpose(1, 2)) * (self.head_dim**-0.5)
+        if t > 1:
+            # causal within the new block; everything cached before `start` is visible
+            mask = torch.ones(t, end, dtype=torch.bool, device=x.device).tril(diagonal=start)
+            scores = scores.masked_fill(~mask, float("-inf"))
+        probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+        out = torch.matmul(probs, values).transpose(0, 1).reshape(t, self.n_heads * self.head_dim)
+        return self.o_proj(out)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: Tensor, start: int) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, start)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Transformer(nn.Module):
+    """A stack of blocks plus the final norm; returns final-normed hidden states."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x: Tensor, cache: KVCache) -> Tensor:
+        start = cache.length
+        t = x.shape[0]
+        if start + t > cache.max_seq:
+            raise RuntimeError(f"KV cache full: {start + t} positions > {cache.max_seq}")
+        positions = torch.arange(start, start + t, device=x.device)
+        cos, sin = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, cache.data[i], start)
+        cache.length = start + t
+        return self.norm(x)
+
+
+class TextProjection(nn.Module):
+    """Text embedding width -> talker width: Linear + SiLU + Linear, with biases."""
+
+    def __init__(self, text_hidden: int, hidden: int) -> None:
+        super().__init__()
+        self.linear_fc1 = nn.Linear(text_hidden, text_hidden, bias=True)
+        self.linear_fc2 = nn.Linear(text_hidden, hidden, bias=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear_fc2(F.silu(self.linear_fc1(x)))
+
+
+class CodePredictor(nn.Module):
+    """Fills codes 1..15 of a frame from the Talker's hidden state and code 0."""
+
+    def __init__(self, cfg: CodePredictorConfig, talker_hidden: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        groups = cfg.num_code_groups - 1
+        self.model = Transformer(cfg)
+        # Input tables have the talker's width; the projection maps them to the predictor's.
+        self.model.codec_embedding = nn.ModuleList(nn.Embedding(cfg.vocab_size, talker_hidden) for _ in range(groups))
+        self.lm_head = nn.ModuleList(nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False) for _ in range(groups))
+        self.small_to_mtp_projection: nn.Module = (
+            nn.Linear(talker_hidden, cfg.hidden_size, bias=True) if talker_hidden != cfg.hidden_size else nn.Identity()
+        )
+
+    def project(self, x: Tensor) -> Tensor:
+        return self.small_to_mtp_projection(x)
+
+
+class Talker(nn.Module):
+    """Module tree mirrors the checkpoint's `talker.*` keys so the state dict loads by name."""
+
+    def __init__(self, cfg: TalkerConfig, cp_cfg: CodePredictorConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.model = Transformer(cfg)
+        self.model.codec_embedding = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.model.text_embedding = nn.Embedding(cfg.text_vocab_size, cfg.text_hidden_size)
+        self.text_projection = TextProjection(cfg.text_hidden_size, cfg.hidden_size)
+        self.codec_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.code_predictor = CodePredictor(cp_cfg, cfg.hidden_size)
+
+    def embed_text(self, ids: Tensor) -> Tensor:
+        """Et(ids): text embedding then projection to the talker width. ids [T] -> [T, H]."""
+        return self.text_projection(self.model.text_embedding(ids))
+
+    def embed_codec(self, ids: Tensor) -> Tensor:
+        return self.model.codec_embedding(ids)
+
+
+class Qwen3TTSModel(nn.Module):
+    """The whole Talker side of a CustomVoice checkpoint (the codec decoder lives in codec.py)."""
+
+    def __init__(self, cfg: Qwen3TTSConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.talker = Talker(cfg.talker, cfg.code_predictor)
+
+    @classmethod
+    def from_tensors(
+        cls, cfg: Qwen3TTSConfig, tensors: dict[str, Tensor], *, dtype: torch.dtype, device: torch.device | str
+    ) -> "Qwen3TTSModel":
+        with torch.device("meta"):
+            model = cls(cfg)
+        expected = set(model.state_dict().keys())
+        given = {k: v for k, v in tensors.items() if k.startswith("talker.")}
+        missing = sorted(expected - set(given))
+        unexpected = sorted(set(given) - expected)
+        if missing or unexpected:
+            raise ValueError(
+                "checkpoint weights do not match the config: "
+                f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
+                f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}"
+            )
+        state = {k: v.to(device=device, dtype=dtype) for k, v in given.items()}
+        model.load_state_dict(state, assign=True)
+        return model.eval()
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.talker.codec_head.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.talker.codec_head.weight.device
+
+    def new_talker_cache(self, max_seq: int) -> KVCache:
+        return KVCache(self.cfg.talker, max_seq, self.dtype, self.device)
+
+    def new_predictor_cache(self) -> KVCache:
+        return KVCache(self.cfg.code_predictor, self.cfg.code_predictor.num_code_groups, self.dtype, self.device)
+
+
+def param_bytes(model: nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+__all__ = ["Qwen3TTSModel", "KVCache", "rms_norm", "rope_tables", "apply_rope", "param_bytes"]
