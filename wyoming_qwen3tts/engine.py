@@ -1,64 +1,107 @@
-"""Requests in, PCM chunks out: prompt -> decode loop -> codec, one frame group at a time.
+"""Requests in, PCM chunks out: text -> prompt -> decode loop -> codec, one frame group at a time.
 
-THIS FILE IS BEING WRITTEN. The interface below (SamplingParams, SynthesisRequest,
-AudioChunk, Engine.synthesize / Engine.load and the properties) is fixed; bodies follow.
+`Engine.from_pretrained` loads a checkpoint (local dir or HF repo id) once; `Engine.synthesize`
+is a blocking generator meant to run off the event loop. It yields an AudioChunk as soon as
+each frame group is decoded: a small first group for low latency, larger groups after. Work
+is done under a lock one frame group at a time, so requests from several threads interleave
+fairly at group boundaries instead of one request holding the GPU to the end.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 import numpy as np
+import torch
 
-SAMPLE_RATE = 24000
-SAMPLE_WIDTH = 2  # bytes, signed 16-bit little endian
-CHANNELS = 1
-SAMPLES_PER_FRAME = 1920  # 80 ms at 24 kHz
+from .errors import EmptyTextError, Qwen3TTSError, SynthesisCancelled, TextTooLongError
+from .model.checkpoint import Checkpoint, load_checkpoint, resolve_dtype
+from .model.codec import CodecDecoder
+from .model.prompt import Prompt, build_prompt, chat_instruct, chat_text, resolve_language, resolve_speaker
+from .model.talker import Qwen3TTSModel
+from .model.tokenizer import TextTokenizer
+from .request import (
+    CHANNELS,
+    SAMPLE_RATE,
+    SAMPLE_WIDTH,
+    SAMPLES_PER_FRAME,
+    AudioChunk,
+    SamplingParams,
+    SynthesisRequest,
+)
+
+_LOGGER = logging.getLogger(__name__)
+
+__all__ = [
+    "AudioChunk",
+    "Engine",
+    "SamplingParams",
+    "SynthesisRequest",
+    "SAMPLE_RATE",
+    "SAMPLE_WIDTH",
+    "CHANNELS",
+    "SAMPLES_PER_FRAME",
+    "pick_device",
+    "pcm16",
+]
+
+# Special-token strings in user text would become control tokens in the ChatML prompt.
+_CONTROL_MARKERS = ("<|", "|>", "<tts_")
 
 
-@dataclass(frozen=True)
-class SamplingParams:
-    """Logits processing and sampling, with the defaults of the release's generation_config.json."""
+class DecodeSession(Protocol):
+    finished: bool
 
-    do_sample: bool = True
-    temperature: float = 0.9
-    top_k: int = 50
-    top_p: float = 1.0
-    repetition_penalty: float = 1.05
-    subtalker_do_sample: bool = True
-    subtalker_temperature: float = 0.9
-    subtalker_top_k: int = 50
-    subtalker_top_p: float = 1.0
-
-    @classmethod
-    def greedy(cls) -> "SamplingParams":
-        return cls(do_sample=False, subtalker_do_sample=False)
+    def next_frames(self, n: int) -> np.ndarray: ...
 
 
-@dataclass(frozen=True)
-class SynthesisRequest:
-    text: str
-    speaker: str
-    language: str = "auto"
-    instruct: str | None = None
-    seed: int | None = None
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    max_frames: int | None = None  # None: the engine's limit
-    non_streaming_text: bool = True  # the reference's non_streaming_mode (text fed all at once)
-    first_chunk_frames: int | None = None  # None: the engine's setting
-    chunk_frames: int | None = None
+class DecodeBackend(Protocol):
+    name: str
+
+    def start(self, prompt: Prompt, sampling: SamplingParams, seed: int, max_frames: int) -> DecodeSession: ...
+
+
+def pick_device(device: str) -> torch.device:
+    if device in ("", "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise Qwen3TTSError("--device cuda was asked for, but torch sees no CUDA/ROCm GPU")
+    return dev
+
+
+def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype in ("", "auto"):
+        # bf16 on GPUs (the release's own dtype); float32 on CPU where bf16 matmuls are slow.
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return resolve_dtype(dtype)
+
+
+def pcm16(wave: torch.Tensor) -> bytes:
+    """Float waveform in [-1, 1] -> s16le bytes."""
+    samples = (wave.float().clamp(-1.0, 1.0) * 32767.0).round().to(torch.int16)
+    return samples.cpu().numpy().astype("<i2").tobytes()
+
+
+def clean_text(text: str) -> str:
+    for marker in _CONTROL_MARKERS:
+        text = text.replace(marker, " ")
+    return text.strip()
 
 
 @dataclass
-class AudioChunk:
-    pcm: bytes  # s16le, mono, 24 kHz; len == num_frames * 1920 * 2
-    codes: np.ndarray  # [num_frames, 16] int64
-
-    @property
-    def num_frames(self) -> int:
-        return int(self.codes.shape[0])
+class EngineInfo:
+    model: str
+    device: str
+    dtype: str
+    backend: str
+    backend_reason: str
 
 
 class Engine:
@@ -68,9 +111,181 @@ class Engine:
     sample_width = SAMPLE_WIDTH
     channels = CHANNELS
 
-    speakers: list[str]
-    languages: list[str]
-    supports_instruct: bool
+    def __init__(
+        self,
+        checkpoint: Checkpoint,
+        model: Qwen3TTSModel,
+        codec: CodecDecoder,
+        tokenizer: TextTokenizer,
+        backend: DecodeBackend,
+        *,
+        first_chunk_frames: int = 3,
+        chunk_frames: int = 12,
+        max_frames: int = 2048,
+        max_text_chars: int = 5000,
+        default_sampling: SamplingParams | None = None,
+        info: EngineInfo | None = None,
+    ) -> None:
+        if first_chunk_frames < 1 or chunk_frames < 1 or max_frames < 1:
+            raise ValueError("frame counts must be >= 1")
+        self.checkpoint = checkpoint
+        self.config = checkpoint.config
+        self.model = model
+        self.codec = codec
+        self.tokenizer = tokenizer
+        self.backend = backend
+        self.first_chunk_frames = first_chunk_frames
+        self.chunk_frames = chunk_frames
+        self.max_frames = max_frames
+        self.max_text_chars = max_text_chars
+        self.default_sampling = default_sampling or sampling_from_generation_config(checkpoint.generation_config)
+        self.info = info or EngineInfo(str(checkpoint.path), str(model.device), str(model.dtype), backend.name, "")
+        self._lock = threading.Lock()
+
+    # -- what the model offers ------------------------------------------------------------
+    @property
+    def speakers(self) -> list[str]:
+        return self.config.speakers
+
+    @property
+    def languages(self) -> list[str]:
+        return self.config.languages
+
+    @property
+    def supports_instruct(self) -> bool:
+        return self.config.supports_instruct
+
+    # -- loading --------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(
+        cls,
+        model: str,
+        *,
+        data_dir: Path | None = None,
+        device: str = "auto",
+        dtype: str = "auto",
+        backend: str = "auto",
+        first_chunk_frames: int = 3,
+        chunk_frames: int = 12,
+        max_frames: int = 2048,
+        max_text_chars: int = 5000,
+        local_files_only: bool = False,
+    ) -> "Engine":
+        """Resolve/download, load and prepare the model. Blocking; may take minutes on first start."""
+        started = time.monotonic()
+        dev = pick_device(device)
+        torch_dtype = pick_dtype(dtype, dev)
+        ckpt = load_checkpoint(model, data_dir, dtype=torch_dtype, device=dev, local_files_only=local_files_only)
+        tokenizer = TextTokenizer.from_dir(ckpt.path)
+        talker = Qwen3TTSModel.from_tensors(ckpt.config, ckpt.tensors, dtype=torch_dtype, device=dev)
+        codec = CodecDecoder.from_tensors(ckpt.codec_config, ckpt.codec_tensors, dtype=torch_dtype, device=dev)
+        chosen, reason = make_backend(backend, talker, ckpt)
+        info = EngineInfo(model, str(dev), str(torch_dtype).removeprefix("torch."), chosen.name, reason)
+        _LOGGER.info(
+            "Model %s loaded in %.1fs: device=%s dtype=%s backend=%s%s",
+            model, time.monotonic() - started, info.device, info.dtype, info.backend, f" ({reason})" if reason else "",
+        )
+        return cls(
+            ckpt, talker, codec, tokenizer, chosen,
+            first_chunk_frames=first_chunk_frames, chunk_frames=chunk_frames,
+            max_frames=max_frames, max_text_chars=max_text_chars, info=info,
+        )
+
+    # -- synthesis ------------------------------------------------------------------------
+    def validate(self, request: SynthesisRequest) -> str:
+        """Raise the error a request would end with before any work is done; returns the clean text."""
+        resolve_speaker(self.config, request.speaker)
+        resolve_language(self.config, request.language, request.speaker.strip().lower())
+        text = clean_text(request.text)
+        if not text:
+            raise EmptyTextError("text is empty")
+        if len(text) > self.max_text_chars:
+            raise TextTooLongError(f"text has {len(text)} characters; the limit is {self.max_text_chars}")
+        return text
+
+    def prepare(self, request: SynthesisRequest) -> Prompt:
+        text = self.validate(request)
+        instruct = (request.instruct or "").strip()
+        instruct_ids = self.tokenizer.encode(chat_instruct(instruct)) if instruct else None
+        with self._lock:
+            return build_prompt(
+                self.model,
+                self.tokenizer.encode(chat_text(text)),
+                request.speaker,
+                request.language,
+                instruct_ids,
+                non_streaming_text=request.non_streaming_text,
+            )
 
     def synthesize(self, request: SynthesisRequest, cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
-        raise NotImplementedError
+        """Yield PCM chunks as frame groups are decoded. Raises SynthesisCancelled if `cancel` is set."""
+        prompt = self.prepare(request)
+        max_frames = min(request.max_frames or self.max_frames, self.max_frames)
+        seed = request.seed if request.seed is not None else int.from_bytes(np.random.bytes(4), "little")
+        first = request.first_chunk_frames or self.first_chunk_frames
+        later = request.chunk_frames or self.chunk_frames
+        sampling = request.sampling
+        with self._lock:
+            session = self.backend.start(prompt, sampling, seed, max_frames)
+            stream = self.codec.new_stream()
+        group = first
+        while not session.finished:
+            if cancel is not None and cancel.is_set():
+                raise SynthesisCancelled("cancelled")
+            with self._lock:
+                codes = session.next_frames(group)
+                if len(codes) == 0:
+                    break
+                with torch.inference_mode():
+                    wave = stream.decode(torch.from_numpy(codes).to(self.model.device))
+                pcm = pcm16(wave)
+            yield AudioChunk(pcm=pcm, codes=codes)
+            group = later
+
+    def synthesize_all(self, request: SynthesisRequest) -> tuple[bytes, np.ndarray]:
+        """The whole utterance at once: (s16le PCM, codes [T, 16])."""
+        pcm: list[bytes] = []
+        codes: list[np.ndarray] = []
+        for chunk in self.synthesize(request):
+            pcm.append(chunk.pcm)
+            codes.append(chunk.codes)
+        all_codes = np.concatenate(codes) if codes else np.zeros((0, 16), dtype=np.int64)
+        return b"".join(pcm), all_codes
+
+
+def sampling_from_generation_config(gen: dict) -> SamplingParams:
+    d = SamplingParams()
+    return SamplingParams(
+        do_sample=bool(gen.get("do_sample", d.do_sample)),
+        temperature=float(gen.get("temperature", d.temperature)),
+        top_k=int(gen.get("top_k", d.top_k)),
+        top_p=float(gen.get("top_p", d.top_p)),
+        repetition_penalty=float(gen.get("repetition_penalty", d.repetition_penalty)),
+        subtalker_do_sample=bool(gen.get("subtalker_dosample", d.subtalker_do_sample)),
+        subtalker_temperature=float(gen.get("subtalker_temperature", d.subtalker_temperature)),
+        subtalker_top_k=int(gen.get("subtalker_top_k", d.subtalker_top_k)),
+        subtalker_top_p=float(gen.get("subtalker_top_p", d.subtalker_top_p)),
+    )
+
+
+def make_backend(name: str, model: Qwen3TTSModel, ckpt: Checkpoint) -> tuple[DecodeBackend, str]:
+    """The decode backend asked for; 'auto' takes the fused kernels where they load, else torch."""
+    from .backends.torch_backend import TorchBackend
+
+    if name not in ("auto", "kernels", "torch"):
+        raise ValueError(f"unknown backend {name!r}: use auto, kernels or torch")
+    if name == "torch":
+        return TorchBackend(model), "asked for"
+    if model.device.type != "cuda":
+        if name == "kernels":
+            raise Qwen3TTSError("backend 'kernels' needs a GPU; this engine runs on the CPU")
+        return TorchBackend(model), "no GPU: fused kernels need CUDA or ROCm"
+    try:
+        from .backends.kernel_backend import KernelBackend
+
+        return KernelBackend(model), ""
+    except Exception as err:  # a missing toolchain or a failed build must not stop the service
+        if name == "kernels":
+            raise
+        _LOGGER.warning("Fused kernels unavailable, using the torch path: %s", err)
+        return TorchBackend(model), f"kernels unavailable: {err}"
