@@ -60,13 +60,15 @@ class _Weights:
         return _PREFIX + name in self.tensors
 
     def check(self) -> None:
-        problems = []
+        problems: list[str] = []
         if self.missing:
             problems.append(f"{len(self.missing)} missing: " + ", ".join(self.missing))
         if self.misshapen:
             problems.append(f"{len(self.misshapen)} with the wrong shape: " + "; ".join(self.misshapen))
         if problems:
-            raise ModelLoadError("speech_tokenizer weights do not fit the codec decoder config: " + " | ".join(problems))
+            raise ModelLoadError(
+                "speech_tokenizer weights do not fit the codec decoder config: " + " | ".join(problems)
+            )
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -78,7 +80,7 @@ class CodecStream:
     """One audio stream through a CodecDecoder: feed it consecutive groups of frames, get consecutive samples.
 
     Holds all state the causal decoder needs between calls (conv left contexts, per-layer sliding-window KV, the
-    RoPE position).  Not thread-safe; use one stream per utterance.
+    RoPE position).  Not thread-safe; use one stream per utterance.  A call that raises leaves it unusable.
     """
 
     def __init__(self, decoder: "CodecDecoder") -> None:
@@ -118,6 +120,7 @@ class _CausalConv:
 
     def __init__(self, weight: Tensor, bias: Tensor | None, dilation: int = 1, groups: int = 1) -> None:
         self.weight, self.bias, self.dilation, self.groups = weight, bias, dilation, groups
+        # ndim != 3 only for the empty placeholder of a missing tensor (loading then fails with the full list).
         self.keep = (weight.shape[-1] - 1) * dilation if weight.ndim == 3 else 0
 
     def __call__(self, x: Tensor, st: CodecStream) -> Tensor:
@@ -200,9 +203,9 @@ class _TransformerLayer:
         if past is not None:
             k = torch.cat([past[0], k], dim=2)
             v = torch.cat([past[1], v], dim=2)
-        past_kv = (k, v)
+        cache = (k, v)  # before any head expansion: the stream stores kv heads only
         if self.n_heads != self.n_kv_heads:
-            # Expand kv heads like the reference does under a mask (sdpa's enable_gqa rounds differently in bf16).
+            # Expand kv heads as the reference does whenever it passes a mask (it only uses enable_gqa without one).
             rep = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim**-0.5)
@@ -212,7 +215,7 @@ class _TransformerLayer:
         h = F.linear(F.silu(F.linear(h, self.w_gate)) * F.linear(h, self.w_up), self.w_down)
         x = x + self.mlp_scale * h
         # Only the last `keep` positions can still be seen by later queries.
-        k, v = past_kv
+        k, v = cache
         start = max(k.shape[2] - keep, 0)
         return x, (k[:, :, start:].clone(), v[:, :, start:].clone())
 
@@ -221,7 +224,9 @@ class _ConvNeXtBlock:
     """Depthwise causal conv k=7 -> LayerNorm -> Linear x4 -> exact GELU -> Linear -> *gamma, plus the input."""
 
     def __init__(self, w: _Weights, p: str, dim: int) -> None:
-        self.dwconv = _CausalConv(w(p + "dwconv.conv.weight", (dim, 1, 7)), w(p + "dwconv.conv.bias", (dim,)), groups=dim)
+        self.dwconv = _CausalConv(
+            w(p + "dwconv.conv.weight", (dim, 1, 7)), w(p + "dwconv.conv.bias", (dim,)), groups=dim
+        )
         self.norm_w, self.norm_b = w(p + "norm.weight", (dim,)), w(p + "norm.bias", (dim,))
         self.w1, self.b1 = w(p + "pwconv1.weight", (4 * dim, dim)), w(p + "pwconv1.bias", (4 * dim,))
         self.w2, self.b2 = w(p + "pwconv2.weight", (dim, 4 * dim)), w(p + "pwconv2.bias", (dim,))
@@ -325,7 +330,9 @@ class CodecDecoder:
         n = len(cfg.upsample_rates)
         out_dim = dd >> n
         self.act_out = _SnakeBeta(w(f"decoder.{1 + n}.alpha", (out_dim,)), w(f"decoder.{1 + n}.beta", (out_dim,)))
-        self.conv_out = _CausalConv(w(f"decoder.{2 + n}.conv.weight", (1, out_dim, 7)), w(f"decoder.{2 + n}.conv.bias", (1,)))
+        self.conv_out = _CausalConv(
+            w(f"decoder.{2 + n}.conv.weight", (1, out_dim, 7)), w(f"decoder.{2 + n}.conv.bias", (1,))
+        )
 
     @classmethod
     def from_tensors(
@@ -341,7 +348,9 @@ class CodecDecoder:
         Raises ModelLoadError naming every missing or misshapen decoder tensor.
         """
         if cfg.decoder_dim % (1 << len(cfg.upsample_rates)):
-            raise ModelLoadError(f"codec decoder_dim {cfg.decoder_dim} cannot be halved {len(cfg.upsample_rates)} times")
+            raise ModelLoadError(
+                f"codec decoder_dim {cfg.decoder_dim} cannot be halved {len(cfg.upsample_rates)} times"
+            )
         w = _Weights(tensors, dtype, torch.device(device))
         with torch.inference_mode():
             decoder = cls(cfg, w)
@@ -361,7 +370,9 @@ class CodecDecoder:
 
     def _run(self, codes: Tensor, st: CodecStream) -> Tensor:
         if codes.ndim != 2 or codes.shape[1] != self.cfg.num_quantizers:
-            raise ValueError(f"codec expects codes of shape [frames, {self.cfg.num_quantizers}], got {tuple(codes.shape)}")
+            raise ValueError(
+                f"codec expects codes of shape [frames, {self.cfg.num_quantizers}], got {tuple(codes.shape)}"
+            )
         n = codes.shape[0]
         if n == 0:
             return torch.zeros(0, dtype=torch.float32, device=self.device)
