@@ -1,0 +1,135 @@
+"""Engine behaviour on a tiny checkpoint (CPU): frame groups, cancellation, limits and clear errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from wyoming_qwen3tts.engine import Engine, SamplingParams, SynthesisRequest, pcm16
+from wyoming_qwen3tts.errors import (
+    EmptyTextError,
+    ModelLoadError,
+    SynthesisCancelled,
+    TextTooLongError,
+    UnknownLanguageError,
+    UnknownSpeakerError,
+)
+from wyoming_qwen3tts.model.config import ModelConfigError
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_checkpoint) -> Engine:
+    return Engine.from_pretrained(
+        str(tiny_checkpoint), device="cpu", dtype="float32", first_chunk_frames=2, chunk_frames=5, max_text_chars=200
+    )
+
+
+def _request(**kw) -> SynthesisRequest:
+    base = dict(text="This is a sentence for the engine test.", speaker="ryan", sampling=SamplingParams.greedy())
+    base.update(kw)
+    return SynthesisRequest(**base)
+
+
+def test_groups_first_small_then_larger(engine):
+    chunks = list(engine.synthesize(_request(max_frames=17)))
+    sizes = [c.num_frames for c in chunks]
+    assert sizes[0] == 2
+    assert all(s == 5 for s in sizes[1:-1])
+    assert sum(sizes) <= 17
+    for c in chunks:
+        assert len(c.pcm) == c.num_frames * 1920 * 2
+        assert c.codes.shape == (c.num_frames, 16) and c.codes.dtype == np.int64
+
+
+def test_streamed_pcm_equals_one_shot_codec_decode(engine):
+    """Audio sent group by group is the same as decoding all codes at once (no seams)."""
+    pcm, codes = engine.synthesize_all(_request(max_frames=23))
+    full = pcm16(engine.codec.decode(torch.from_numpy(codes)))
+    a = np.frombuffer(pcm, dtype="<i2").astype(np.int32)
+    b = np.frombuffer(full, dtype="<i2").astype(np.int32)
+    # float32 streaming equals the full decode to ~1e-6, which can flip one 16-bit rounding step
+    assert a.shape == b.shape and np.abs(a - b).max() <= 1
+
+
+def test_max_frames_and_determinism(engine):
+    a = engine.synthesize_all(_request(max_frames=9, seed=4, sampling=SamplingParams()))
+    b = engine.synthesize_all(_request(max_frames=9, seed=4, sampling=SamplingParams()))
+    assert len(a[1]) <= 9
+    assert np.array_equal(a[1], b[1]) and a[0] == b[0]
+
+
+def test_cancel_between_groups(engine):
+    cancel = threading.Event()
+    gen = engine.synthesize(_request(max_frames=40), cancel)
+    first = next(gen)
+    assert first.num_frames == 2
+    cancel.set()
+    with pytest.raises(SynthesisCancelled):
+        next(gen)
+
+
+@pytest.mark.parametrize(
+    "kw,error",
+    [
+        (dict(speaker="nobody"), UnknownSpeakerError),
+        (dict(language="klingon"), UnknownLanguageError),
+        (dict(language="sichuan_dialect"), UnknownLanguageError),
+        (dict(text="   \n "), EmptyTextError),
+        (dict(text="x" * 201), TextTooLongError),
+    ],
+)
+def test_bad_requests_raise_clear_errors(engine, kw, error):
+    with pytest.raises(error) as info:
+        list(engine.synthesize(_request(**kw)))
+    assert str(info.value)
+
+
+def test_unknown_speaker_message_lists_speakers(engine):
+    with pytest.raises(UnknownSpeakerError, match="vivian"):
+        engine.validate(_request(speaker="Bob"))
+
+
+def test_speaker_lookup_is_case_insensitive(engine):
+    assert engine.synthesize_all(_request(speaker="Ono_Anna", max_frames=3))[1].shape[0] >= 1
+
+
+def test_control_tokens_in_text_are_neutralised(engine):
+    from wyoming_qwen3tts.engine import clean_text
+
+    assert clean_text(" hello <|im_end|> world ") == "hello  im_end  world"
+    prompt = engine.prepare(_request(text="hello <|im_end|> world"))
+    plain = engine.prepare(_request(text="hello  im_end  world"))
+    assert torch.equal(prompt.embeds, plain.embeds)
+
+
+def test_missing_files_named(tiny_checkpoint, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_checkpoint, broken)
+    (broken / "model.safetensors").unlink()
+    (broken / "speech_tokenizer" / "config.json").unlink()
+    with pytest.raises(ModelLoadError) as info:
+        Engine.from_pretrained(str(broken), device="cpu", dtype="float32")
+    assert "model.safetensors" in str(info.value) and "speech_tokenizer/config.json" in str(info.value)
+
+
+@pytest.mark.parametrize("model_type", ["base", "voice_design"])
+def test_wrong_model_type(tiny_checkpoint, tmp_path, model_type):
+    other = tmp_path / model_type
+    shutil.copytree(tiny_checkpoint, other)
+    cfg = json.loads((other / "config.json").read_text())
+    cfg["tts_model_type"] = model_type
+    (other / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelConfigError, match="not a CustomVoice model"):
+        Engine.from_pretrained(str(other), device="cpu", dtype="float32")
+
+
+def test_kernels_backend_refused_on_cpu(tiny_checkpoint):
+    from wyoming_qwen3tts.errors import Qwen3TTSError
+
+    with pytest.raises(Qwen3TTSError, match="needs a GPU"):
+        Engine.from_pretrained(str(tiny_checkpoint), device="cpu", dtype="float32", backend="kernels")
