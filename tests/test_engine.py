@@ -133,3 +133,11 @@ def test_kernels_backend_refused_on_cpu(tiny_checkpoint):
 
     with pytest.raises(Qwen3TTSError, match="needs a GPU"):
         Engine.from_pretrained(str(tiny_checkpoint), device="cpu", dtype="float32", backend="kernels")
+
+
+def test_warm_up_runs_a_short_synthesis(engine, caplog):
+    with caplog.at_level("INFO"):
+        seconds = engine.warm_up()
+    assert seconds > 0
+    assert "Warm-up synthesis took" in caplog.text
+    assert engine.info.backend == "torch" and "CPU" in engine.info.device

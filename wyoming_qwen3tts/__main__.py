@@ -39,6 +39,8 @@ def load_engine(settings: Settings) -> Engine:
         max_frames=settings.max_frames,
     )
     _LOGGER.info("Model loaded: %d speakers", len(engine.speakers))
+    # Before "Ready": the first real request must not pay for graph capture or lazy init.
+    engine.warm_up()
     return engine
 
 

@@ -180,7 +180,8 @@ class Engine:
         talker = Qwen3TTSModel.from_tensors(ckpt.config, ckpt.tensors, dtype=torch_dtype, device=dev)
         codec = CodecDecoder.from_tensors(ckpt.codec_config, ckpt.codec_tensors, dtype=torch_dtype, device=dev)
         chosen, reason = make_backend(backend, talker, ckpt)
-        info = EngineInfo(model, str(dev), str(torch_dtype).removeprefix("torch."), chosen.name, reason)
+        device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
+        info = EngineInfo(model, f"{dev} ({device_name})", str(torch_dtype).removeprefix("torch."), chosen.name, reason)
         _LOGGER.info(
             "Model %s loaded in %.1fs: device=%s dtype=%s backend=%s%s",
             model, time.monotonic() - started, info.device, info.dtype, info.backend, f" ({reason})" if reason else "",
@@ -241,6 +242,19 @@ class Engine:
                 pcm = pcm16(wave)
             yield AudioChunk(pcm=pcm, codes=codes)
             group = later
+
+    def warm_up(self) -> float:
+        """One short greedy synthesis so the first real request finds kernels built, graphs
+        captured and allocator pools warm. Returns the seconds it took."""
+        started = time.monotonic()
+        request = SynthesisRequest(
+            text="Hello.", speaker=self.speakers[0], sampling=SamplingParams.greedy(), seed=0, max_frames=4
+        )
+        for _ in self.synthesize(request):
+            pass
+        elapsed = time.monotonic() - started
+        _LOGGER.info("Warm-up synthesis took %.0f ms", elapsed * 1000)
+        return elapsed
 
     def synthesize_all(self, request: SynthesisRequest) -> tuple[bytes, np.ndarray]:
         """The whole utterance at once: (s16le PCM, codes [T, 16])."""
