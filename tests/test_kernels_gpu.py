@@ -332,8 +332,33 @@ def test_sampled_output_is_reproducible(tiny_checkpoint: Path, lib: native.Nativ
     assert ((a[:, 0] < 2048) & (a[:, 1:] < 2048).all(1)).all()
 
 
+def _torch_forced_logits(model, prompt, codes: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:  # noqa: ANN001
+    """The torch backend run with `codes` forced in (its `choose` replaced); returns the raw logits
+    of codec_head and lm_head[0..14] per frame, 16 per frame, float32."""
+    import wyoming_qwen3tts.backends.torch_backend as tb
+    from wyoming_qwen3tts.request import SamplingParams
+
+    logged: list[torch.Tensor] = []
+
+    def log(_m, _i, o) -> None:  # noqa: ANN001
+        logged.append(o.detach().float().reshape(-1))
+
+    hooks = [model.talker.codec_head.register_forward_hook(log)]
+    hooks += [h.register_forward_hook(log) for h in model.talker.code_predictor.lm_head]
+    forced = iter(codes.reshape(-1).tolist())
+    monkeypatch.setattr(tb, "choose", lambda scores, **_: torch.tensor([next(forced)], device=scores.device))
+    try:
+        got = tb.TorchBackend(model).start(prompt, SamplingParams.greedy(), 0, len(codes)).next_frames(len(codes))
+    finally:
+        monkeypatch.undo()
+        for h in hooks:
+            h.remove()
+    assert np.array_equal(got, codes)
+    return logged
+
+
 @pytest.mark.skipif(os.environ.get("Q3T_FULL") != "1", reason="full-size check: set Q3T_FULL=1 (minutes, ~20 GB)")
-def test_full_17b_greedy_and_bf16_teacher_forced(lib: native.Native) -> None:
+def test_full_17b_greedy_and_bf16_teacher_forced(lib: native.Native, monkeypatch: pytest.MonkeyPatch) -> None:
     from wyoming_qwen3tts.backends.kernel_backend import KernelBackend
     from wyoming_qwen3tts.backends.torch_backend import TorchBackend
     from wyoming_qwen3tts.model.config import Qwen3TTSConfig
@@ -352,25 +377,30 @@ def test_full_17b_greedy_and_bf16_teacher_forced(lib: native.Native) -> None:
     n = _greedy_parity(model, 200)
     print(f"1.7B float32 greedy parity: {n} frames equal")
 
-    # bf16 kernels, teacher-forced with the float32 torch codes: per-step logits vs float32 torch.
+    # bf16, teacher-forced with the float32 torch codes: per-step logits vs float32 torch.
     # EOS is made impossible (logit 0) so every frame has all 16 logits vectors.
     with torch.no_grad():
         model.talker.codec_head.weight[2150].zero_()
         tensors["talker.codec_head.weight"][2150].zero_()
     prompt = build_prompt(model, _text_ids(12), "ryan", "english")
     frames = 24
-    logged: list[torch.Tensor] = []
-    hooks = [model.talker.codec_head.register_forward_hook(lambda m, i, o: logged.append(o.detach().float().reshape(-1)))]
-    for head in model.talker.code_predictor.lm_head:
-        hooks.append(head.register_forward_hook(lambda m, i, o: logged.append(o.detach().float().reshape(-1))))
     codes = TorchBackend(model).start(prompt, SamplingParams.greedy(), 0, frames).next_frames(frames)
-    for h in hooks:
-        h.remove()
+    ref = _torch_forced_logits(model, prompt, codes, monkeypatch)
     del model
     torch.cuda.empty_cache()
     model16 = Qwen3TTSModel.from_tensors(cfg, tensors, dtype=torch.bfloat16, device=DEV)
     prompt16 = build_prompt(model16, _text_ids(12), "ryan", "english")
     got = KernelBackend(model16).teacher_forced(prompt16, codes)
-    errs = [rel(got[f][j], logged[16 * f + j]) for f in range(len(codes)) for j in range(16)]
-    print(f"1.7B bf16 teacher-forced logits vs float32 torch: max rel {max(errs):.2e}, mean {np.mean(errs):.2e}")
-    assert max(errs) <= BF16_TOL
+    # The baseline: our torch path in bf16 (bf16 weights and activations), same forced codes.
+    base = _torch_forced_logits(model16, prompt16, codes, monkeypatch)
+    k_err = np.array([[rel(got[f][j], ref[16 * f + j]) for j in range(16)] for f in range(frames)])
+    t_err = np.array([[rel(base[16 * f + j], ref[16 * f + j]) for j in range(16)] for f in range(frames)])
+    print(
+        f"1.7B bf16 teacher-forced logits vs float32 torch, {frames} frames x 16 heads: "
+        f"kernels max {k_err.max():.2e} mean {k_err.mean():.2e} (code 0: max {k_err[:, 0].max():.2e}); "
+        f"torch bf16 max {t_err.max():.2e} mean {t_err.mean():.2e} (code 0: max {t_err[:, 0].max():.2e})"
+    )
+    # bf16 weight rounding alone sets the floor; the kernels (float32 activations) must not be worse
+    # than our torch bf16 path, and must meet 1e-2 wherever that path does.
+    assert k_err.max() <= max(BF16_TOL, 1.05 * t_err.max())
+    assert k_err.mean() <= max(BF16_TOL, 1.05 * t_err.mean())

@@ -62,6 +62,29 @@ def main(sizes: list[str]) -> None:
         res["kernel_graph_replay_ms"] = round(ev0.elapsed_time(ev1) / 100, 4)
         res["speedup"] = round(res["torch_ms_per_frame"] / res["kernel_ms_per_frame_group200"], 1)
         print(json.dumps(res), flush=True)
+        # Where the GPU time goes: kernel durations of 5 eager frames (sum of kernel time vs the
+        # graph's wall time shows how much is launch/dependency latency).
+        try:
+            from torch.profiler import ProfilerActivity, profile
+
+            stream = torch.cuda.current_stream().cuda_stream
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(5):
+                    kb._frame_calls(s, stream)
+                torch.cuda.synchronize()
+            rows = []
+            total = 0.0
+            for ev in prof.key_averages():
+                t = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0.0)
+                if t <= 0:
+                    continue
+                total += t
+                rows.append((t / 5, ev.count // 5, ev.key[:60]))
+            rows.sort(reverse=True)
+            print(json.dumps({"size": size, "kernel_us_per_frame_total": round(total / 5, 1),
+                              "top": [[round(a, 1), c, k] for a, c, k in rows[:12]]}), flush=True)
+        except Exception as err:  # noqa: BLE001 - the profile is extra information only
+            print(json.dumps({"profile_error": repr(err)}), flush=True)
         del kb, sess, model
         torch.cuda.empty_cache()
 

@@ -59,7 +59,8 @@ Q3T_API int q3t_gemv(int dtype, const void* w, int n_rows, int k, const float* x
 Q3T_API int q3t_qk_norm_rope_append(int dtype, const float* qkv, const float* q_norm_w, const float* k_norm_w, float eps, const float* cos_tab, const float* sin_tab, const int* pos_ptr, int pos_add, int hq, int hkv, int d, int max_seq, float* q_out, void* k_cache, void* v_cache, void* stream);
 
 /* Decode attention of one query over cache rows 0..pos (pos as above), GQA hq/hkv, float32
- * softmax. scratch holds hq * splits * (d + 2) floats. out [hq * d]. */
+ * softmax. scratch holds hq * splits * (d + 2) floats (unused, may be NULL, when splits == 1:
+ * one block per head then writes out directly). out [hq * d]. */
 Q3T_API int q3t_attention(int dtype, const float* q, const void* k_cache, const void* v_cache, const int* pos_ptr, int pos_add, int hq, int hkv, int d, int max_seq, float scale, int splits, float* scratch, float* out, void* stream);
 
 /* out[h] = table[*token_ptr][h] (row of an embedding table, `dtype`), converted to float32. */

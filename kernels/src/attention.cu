@@ -12,7 +12,8 @@ template <typename C>
 __global__ void __launch_bounds__(kThreads) k_attn_partial(const float* __restrict__ q, const C* __restrict__ kc,
                                                            const C* __restrict__ vc, const int* __restrict__ pos_ptr,
                                                            int pos_add, int hq, int hkv, int d, int max_seq,
-                                                           float scale, int splits, float* __restrict__ scratch) {
+                                                           float scale, int splits, float* __restrict__ scratch,
+                                                           float* __restrict__ direct) {
     constexpr int kPer = kMaxD / Q3T_WARP;  // head dims per lane, upper bound
     __shared__ float sm_m[kThreads / 32], sm_l[kThreads / 32];
     __shared__ float sm_acc[kThreads / 32][kMaxD];
@@ -66,6 +67,17 @@ __global__ void __launch_bounds__(kThreads) k_attn_partial(const float* __restri
     __syncthreads();
     float M = -INFINITY;
     for (int w = 0; w < nwarps; ++w) M = fmaxf(M, sm_m[w]);
+    if (direct) {  // one chunk: this block has the whole softmax, write the result (no merge pass)
+        float L = 0.f;
+        for (int w = 0; w < nwarps; ++w) L += sm_m[w] == -INFINITY ? 0.f : sm_l[w] * expf(sm_m[w] - M);
+        for (int i = threadIdx.x; i < d; i += blockDim.x) {
+            float a = 0.f;
+            for (int w = 0; w < nwarps; ++w)
+                if (sm_m[w] != -INFINITY) a += sm_acc[w][i] * expf(sm_m[w] - M);
+            direct[(size_t)h * d + i] = a / L;
+        }
+        return;
+    }
     float* out = scratch + ((size_t)h * splits + split) * (d + 2);
     if (M == -INFINITY) {  // empty chunk
         if (threadIdx.x == 0) {
@@ -114,7 +126,7 @@ __global__ void __launch_bounds__(kThreads) k_attn_merge(const float* __restrict
 extern "C" Q3T_API int q3t_attention(int dtype, const float* q, const void* k_cache, const void* v_cache,
                                      const int* pos_ptr, int pos_add, int hq, int hkv, int d, int max_seq, float scale,
                                      int splits, float* scratch, float* out, void* stream) {
-    if (!q || !k_cache || !v_cache || !scratch || !out) return q3t_fail("q3t_attention: null pointer");
+    if (!q || !k_cache || !v_cache || !out || (splits > 1 && !scratch)) return q3t_fail("q3t_attention: null pointer");
     if (hq <= 0 || hkv <= 0 || hq % hkv || d <= 0 || d > kMaxD || splits <= 0 || splits > 1024 || max_seq <= 0)
         return q3t_fail("q3t_attention: bad shape hq=%d hkv=%d d=%d splits=%d", hq, hkv, d, splits);
     cudaStream_t s = Q3T_STREAM(stream);
@@ -122,14 +134,17 @@ extern "C" Q3T_API int q3t_attention(int dtype, const float* q, const void* k_ca
     if (dtype == Q3T_F32)
         k_attn_partial<float><<<grid, kThreads, 0, s>>>(q, static_cast<const float*>(k_cache),
                                                         static_cast<const float*>(v_cache), pos_ptr, pos_add, hq, hkv,
-                                                        d, max_seq, scale, splits, scratch);
+                                                        d, max_seq, scale, splits, scratch,
+                                                        splits == 1 ? out : nullptr);
     else if (dtype == Q3T_BF16)
         k_attn_partial<uint16_t><<<grid, kThreads, 0, s>>>(q, static_cast<const uint16_t*>(k_cache),
                                                            static_cast<const uint16_t*>(v_cache), pos_ptr, pos_add, hq,
-                                                           hkv, d, max_seq, scale, splits, scratch);
+                                                           hkv, d, max_seq, scale, splits, scratch,
+                                                        splits == 1 ? out : nullptr);
     else
         return q3t_fail("q3t_attention: unknown dtype %d", dtype);
     if (q3t_check_launch("q3t_attention (partial)")) return -1;
+    if (splits == 1) return 0;
     k_attn_merge<<<hq, kThreads, 0, s>>>(scratch, d, splits, out);
     return q3t_check_launch("q3t_attention (merge)");
 }

@@ -136,15 +136,30 @@ __global__ void __launch_bounds__(kThreads) k_sample(const float* __restrict__ l
                     if ((k & hi_mask) == (prefix & hi_mask)) atomicAdd(&hist[(k >> shift) & 255u], 1u);
                 }
                 __syncthreads();
-                if (tid == 0) {
-                    int need = sel_need;
-                    int b = 255;
-                    for (; b > 0; --b) {
-                        if ((int)hist[b] >= need) break;
-                        need -= (int)hist[b];
+                if (tid < Q3T_WARP) {
+                    // Find the bin, from the top, where the running count reaches `need`: each lane
+                    // owns 256 / warp consecutive bins (in descending order), a warp scan finds the lane.
+                    constexpr int kBins = 256 / Q3T_WARP;
+                    const int need = sel_need;
+                    int own = 0;
+#pragma unroll
+                    for (int r = 0; r < kBins; ++r) own += (int)hist[255 - (tid * kBins + r)];
+                    int incl = own;
+#pragma unroll
+                    for (int o = 1; o < Q3T_WARP; o <<= 1) {
+                        const int n = Q3T_SHFL(incl, tid - o < 0 ? 0 : tid - o);
+                        if (tid >= o) incl += n;
                     }
-                    sel_prefix = prefix | ((uint32_t)b << shift);
-                    sel_need = need;
+                    int before = incl - own;
+                    if (before < need && need <= incl) {
+                        int b = 255 - tid * kBins;
+                        for (int r = 0; r < kBins; ++r, --b) {
+                            if (before + (int)hist[b] >= need) break;
+                            before += (int)hist[b];
+                        }
+                        sel_prefix = prefix | ((uint32_t)b << shift);
+                        sel_need = need - before;
+                    }
                 }
                 __syncthreads();
             }
