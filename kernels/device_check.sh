@@ -4,7 +4,8 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/q3t-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 Q3T_REQUIRE=1 Q3T_CACHE_DIR=${Q3T_CACHE_DIR:-/tmp/q3t-cache}
-STEPS=${STEPS:-build,tests,sanitize,full,bench}
+STEPS=${STEPS:-build,tests,tests_pdl,sanitize,full,bench}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 if has build; then
@@ -13,8 +14,11 @@ fi
 if has tests; then
   timeout 400 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernels_gpu.py -k "not full" -rs 2>&1 | tee "$OUT/pytest.log" | tail -30
 fi
+if has tests_pdl; then
+  Q3T_PDL=1 timeout 400 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernels_gpu.py -k "not full" -rs 2>&1 | tee "$OUT/pytest_pdl.log" | tail -30
+fi
 if has sanitize; then
-  for tool in memcheck racecheck; do
+  for tool in ${SANITIZERS:-memcheck racecheck}; do
     timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 python3 kernels/device/sanitize_decode.py > "$OUT/san_$tool.log" 2>&1
     echo "compute-sanitizer $tool rc=$?"; tail -4 "$OUT/san_$tool.log"
   done

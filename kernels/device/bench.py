@@ -41,26 +41,37 @@ def main(sizes: list[str]) -> None:
         _, dt = timed(lambda: sess.next_frames(n_t))
         res["torch_ms_per_frame"] = round(1000 * dt / n_t, 3)
         kb = KernelBackend(model)
-        sess, t_first = timed(lambda: kb.start(prompt, s, 0, 1000))
+        for pdl in (False, True):
+            tag = "_pdl" if pdl else ""
+            kb.pdl = pdl
+            sess, t_first = timed(lambda: kb.start(prompt, s, 0, 1000))
+            sess.next_frames(4)
+            n_k = 200
+            _, dt = timed(lambda: sess.next_frames(n_k))
+            res[f"kernel_ms_per_frame_group200{tag}"] = round(1000 * dt / n_k, 4)
+            sess, t_again = timed(lambda: kb.start(prompt, s, 1, 1000))
+            _, dt8 = timed(lambda: [sess.next_frames(8) for _ in range(25)])
+            res[f"kernel_ms_per_frame_group8{tag}"] = round(1000 * dt8 / 200, 4)
+            res[f"start_ms_first_capture{tag}"] = round(1000 * t_first, 1)
+            res[f"start_ms_cached_graph{tag}"] = round(1000 * t_again, 1)
+            # Graph replay alone, CUDA events
+            g = kb._graph
+            ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            ev0.record()
+            for _ in range(100):
+                g.replay()
+            ev1.record()
+            torch.cuda.synchronize()
+            res[f"kernel_graph_replay_ms{tag}"] = round(ev0.elapsed_time(ev1) / 100, 4)
+        # Greedy (argmax instead of top-k draws), PDL as the last setting
+        sess = kb.start(prompt, SamplingParams.greedy(), 0, 1000)
         sess.next_frames(4)
-        n_k = 200
-        _, dt = timed(lambda: sess.next_frames(n_k))
-        res["kernel_ms_per_frame_group200"] = round(1000 * dt / n_k, 4)
-        sess, t_again = timed(lambda: kb.start(prompt, s, 1, 1000))
-        _, dt8 = timed(lambda: [sess.next_frames(8) for _ in range(25)])
-        res["kernel_ms_per_frame_group8"] = round(1000 * dt8 / 200, 4)
-        res["start_ms_first(capture)"] = round(1000 * t_first, 1)
-        res["start_ms_cached_graph"] = round(1000 * t_again, 1)
-        # Graph replay alone, CUDA events
-        g = kb._graph
-        ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        ev0.record()
-        for _ in range(100):
-            g.replay()
-        ev1.record()
-        torch.cuda.synchronize()
-        res["kernel_graph_replay_ms"] = round(ev0.elapsed_time(ev1) / 100, 4)
-        res["speedup"] = round(res["torch_ms_per_frame"] / res["kernel_ms_per_frame_group200"], 1)
+        _, dt = timed(lambda: sess.next_frames(200))
+        res["kernel_ms_per_frame_greedy_pdl"] = round(1000 * dt / 200, 4)
+        kb.pdl = False
+        kb._set_pdl()
+        best = min(res["kernel_ms_per_frame_group200"], res["kernel_ms_per_frame_group200_pdl"])
+        res["speedup_best"] = round(res["torch_ms_per_frame"] / best, 1)
         print(json.dumps(res), flush=True)
         # Where the GPU time goes: kernel durations of 5 eager frames (sum of kernel time vs the
         # graph's wall time shows how much is launch/dependency latency).

@@ -47,6 +47,10 @@ Q3T_API int q3t_abi_version(void);
 Q3T_API const char* q3t_last_error(void);
 Q3T_API int q3t_init(int device, int* warp_size, int* sm_count);
 
+/* Launch with programmatic dependent launch (CUDA sm_90+ only; fails elsewhere when enable != 0).
+ * Process-wide; takes effect for launches (and graph captures) made after the call. */
+Q3T_API int q3t_set_pdl(int enable);
+
 /* y = RMSNorm(x) * w over n elements (statistics in float32). */
 Q3T_API int q3t_rmsnorm(const float* x, const float* w, float* y, int n, float eps, void* stream);
 

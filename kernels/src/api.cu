@@ -6,6 +6,10 @@
 
 static thread_local char g_err[512] = "";
 static int g_warp = 32;
+#if defined(Q3T_CUDA)
+static int g_cc_major = 0;  // compute capability major of the device passed to q3t_init
+#endif
+static bool g_pdl = false;
 
 int q3t_fail(const char* fmt, ...) {
     va_list ap;
@@ -23,12 +27,16 @@ int q3t_check_launch(const char* what) {
 
 int q3t_host_warp() { return g_warp; }
 
+bool q3t_pdl_enabled() { return g_pdl; }
+
 __global__ void k_add_i32(int* p, int n, int delta) {
+    q3t_grid_dep();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) p[i] += delta;
 }
 
 __global__ void k_store_row(const int* src, int n, int* dst, const int* row_ptr, int max_rows) {
+    q3t_grid_dep();
     const int row = *row_ptr;
     if (row < 0 || row >= max_rows) return;
     for (int i = threadIdx.x; i < n; i += blockDim.x) dst[(size_t)row * n + i] = src[i];
@@ -51,6 +59,9 @@ Q3T_API int q3t_init(int device, int* warp_size, int* sm_count) {
     e = cudaGetDeviceProperties(&prop, device);
     if (e != cudaSuccess) return q3t_fail("cudaGetDeviceProperties: %s", cudaGetErrorString(e));
     g_warp = prop.warpSize;
+#if defined(Q3T_CUDA)
+    g_cc_major = prop.major;
+#endif
     if (warp_size) *warp_size = prop.warpSize;
     if (sm_count) *sm_count = prop.multiProcessorCount;
     cudaFuncAttributes attr;
@@ -59,15 +70,29 @@ Q3T_API int q3t_init(int device, int* warp_size, int* sm_count) {
     return 0;
 }
 
+Q3T_API int q3t_set_pdl(int enable) {
+#if defined(Q3T_CUDA)
+    if (enable && g_cc_major < 9)
+        return q3t_fail("programmatic dependent launch needs compute capability 9.0+ (device has %d.x; call q3t_init first)",
+                        g_cc_major);
+    g_pdl = enable != 0;
+    return 0;
+#else
+    if (enable) return q3t_fail("programmatic dependent launch is CUDA-only");
+    g_pdl = false;
+    return 0;
+#endif
+}
+
 Q3T_API int q3t_add_i32(int* p, int n, int delta, void* stream) {
     if (!p || n <= 0) return q3t_fail("q3t_add_i32: bad arguments");
-    k_add_i32<<<(n + 255) / 256, 256, 0, Q3T_STREAM(stream)>>>(p, n, delta);
+    q3t_launch(k_add_i32, (n + 255) / 256, 256, 0, Q3T_STREAM(stream), p, n, delta);
     return q3t_check_launch("q3t_add_i32");
 }
 
 Q3T_API int q3t_store_row(const int* src, int n, int* dst, const int* row_ptr, int max_rows, void* stream) {
     if (!src || !dst || !row_ptr || n <= 0 || n > 1024 || max_rows <= 0) return q3t_fail("q3t_store_row: bad arguments");
-    k_store_row<<<1, 64, 0, Q3T_STREAM(stream)>>>(src, n, dst, row_ptr, max_rows);
+    q3t_launch(k_store_row, 1, 64, 0, Q3T_STREAM(stream), src, n, dst, row_ptr, max_rows);
     return q3t_check_launch("q3t_store_row");
 }
 

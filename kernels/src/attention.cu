@@ -14,6 +14,7 @@ __global__ void __launch_bounds__(kThreads) k_attn_partial(const float* __restri
                                                            int pos_add, int hq, int hkv, int d, int max_seq,
                                                            float scale, int splits, float* __restrict__ scratch,
                                                            float* __restrict__ direct) {
+    q3t_grid_dep();
     constexpr int kPer = kMaxD / Q3T_WARP;  // head dims per lane, upper bound
     __shared__ float sm_m[kThreads / 32], sm_l[kThreads / 32];
     __shared__ float sm_acc[kThreads / 32][kMaxD];
@@ -103,6 +104,7 @@ __global__ void __launch_bounds__(kThreads) k_attn_partial(const float* __restri
 
 __global__ void __launch_bounds__(kThreads) k_attn_merge(const float* __restrict__ scratch, int d, int splits,
                                                          float* __restrict__ out) {
+    q3t_grid_dep();
     const int h = blockIdx.x;
     const float* base = scratch + (size_t)h * splits * (d + 2);
     float M = -INFINITY;
@@ -132,12 +134,12 @@ extern "C" Q3T_API int q3t_attention(int dtype, const float* q, const void* k_ca
     cudaStream_t s = Q3T_STREAM(stream);
     const dim3 grid(hq, splits);
     if (dtype == Q3T_F32)
-        k_attn_partial<float><<<grid, kThreads, 0, s>>>(q, static_cast<const float*>(k_cache),
+        q3t_launch(k_attn_partial<float>, grid, kThreads, 0, s, q, static_cast<const float*>(k_cache),
                                                         static_cast<const float*>(v_cache), pos_ptr, pos_add, hq, hkv,
                                                         d, max_seq, scale, splits, scratch,
                                                         splits == 1 ? out : nullptr);
     else if (dtype == Q3T_BF16)
-        k_attn_partial<uint16_t><<<grid, kThreads, 0, s>>>(q, static_cast<const uint16_t*>(k_cache),
+        q3t_launch(k_attn_partial<uint16_t>, grid, kThreads, 0, s, q, static_cast<const uint16_t*>(k_cache),
                                                            static_cast<const uint16_t*>(v_cache), pos_ptr, pos_add, hq,
                                                            hkv, d, max_seq, scale, splits, scratch,
                                                         splits == 1 ? out : nullptr);
@@ -145,6 +147,6 @@ extern "C" Q3T_API int q3t_attention(int dtype, const float* q, const void* k_ca
         return q3t_fail("q3t_attention: unknown dtype %d", dtype);
     if (q3t_check_launch("q3t_attention (partial)")) return -1;
     if (splits == 1) return 0;
-    k_attn_merge<<<hq, kThreads, 0, s>>>(scratch, d, splits, out);
+    q3t_launch(k_attn_merge, hq, kThreads, 0, s, scratch, d, splits, out);
     return q3t_check_launch("q3t_attention (merge)");
 }

@@ -12,6 +12,43 @@ int q3t_fail(const char* fmt, ...);
 int q3t_check_launch(const char* what);
 // Warp width of the device passed to q3t_init (host side; device code uses Q3T_WARP).
 int q3t_host_warp();
+// Whether launches use programmatic dependent launch (q3t_set_pdl).
+bool q3t_pdl_enabled();
+
+// Programmatic dependent launch (CUDA, sm_90+): with it on, the next kernel in the stream (or
+// graph) is launched while this one runs and its blocks wait here until this grid has finished
+// and its writes are visible; so every kernel calls this first, before reading anything a
+// predecessor wrote, and then lets its own successor launch. The launch latency of each of the
+// ~700 kernels of a frame then overlaps the kernel before it. Without PDL (or on HIP) it is a no-op.
+__device__ __forceinline__ void q3t_grid_dep() {
+#if defined(Q3T_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Launch `kernel` on stream s, with the PDL attribute when enabled. Errors surface through
+// cudaGetLastError (q3t_check_launch) like a <<<>>> launch.
+template <typename... KArgs, typename... Args>
+inline void q3t_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
+#if defined(Q3T_CUDA)
+    if (q3t_pdl_enabled()) {
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = block;
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = s;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
+        return;
+    }
+#endif
+    kernel<<<grid, block, smem, s>>>(static_cast<KArgs>(args)...);
+}
 
 #define Q3T_STREAM(s) (reinterpret_cast<cudaStream_t>(s))
 

@@ -9,6 +9,7 @@ constexpr int kThreads = 256;
 template <typename T>
 __global__ void k_embed_row(const T* __restrict__ table, int rows, int h, const int* __restrict__ token_ptr,
                             float* __restrict__ out) {
+    q3t_grid_dep();
     int tok = *token_ptr;
     tok = tok < 0 ? 0 : (tok >= rows ? rows - 1 : tok);  // a bad id must not read out of bounds
     const T* row = table + (size_t)tok * h;
@@ -19,6 +20,7 @@ template <typename T>
 __global__ void k_embed_sum(const T* const* __restrict__ tables, int n_tables, int rows_first, int rows, int h,
                             const int* __restrict__ codes, const float* __restrict__ trailing, int n_trailing,
                             const float* __restrict__ pad, const int* __restrict__ step_ptr, float* __restrict__ out) {
+    q3t_grid_dep();
     const int step = *step_ptr;
     const float* extra = (step >= 0 && step < n_trailing) ? trailing + (size_t)step * h : pad;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < h; i += gridDim.x * blockDim.x) {
@@ -41,9 +43,9 @@ extern "C" Q3T_API int q3t_embed_row(int dtype, const void* table, int rows, int
     const int blocks = (h + kThreads - 1) / kThreads;
     cudaStream_t s = Q3T_STREAM(stream);
     if (dtype == Q3T_F32)
-        k_embed_row<float><<<blocks, kThreads, 0, s>>>(static_cast<const float*>(table), rows, h, token_ptr, out);
+        q3t_launch(k_embed_row<float>, blocks, kThreads, 0, s, static_cast<const float*>(table), rows, h, token_ptr, out);
     else if (dtype == Q3T_BF16)
-        k_embed_row<uint16_t><<<blocks, kThreads, 0, s>>>(static_cast<const uint16_t*>(table), rows, h, token_ptr, out);
+        q3t_launch(k_embed_row<uint16_t>, blocks, kThreads, 0, s, static_cast<const uint16_t*>(table), rows, h, token_ptr, out);
     else
         return q3t_fail("q3t_embed_row: unknown dtype %d", dtype);
     return q3t_check_launch("q3t_embed_row");
@@ -58,10 +60,10 @@ extern "C" Q3T_API int q3t_embed_sum(int dtype, const void* const* tables, int n
     const int blocks = (h + kThreads - 1) / kThreads;
     cudaStream_t s = Q3T_STREAM(stream);
     if (dtype == Q3T_F32)
-        k_embed_sum<float><<<blocks, kThreads, 0, s>>>(reinterpret_cast<const float* const*>(tables), n_tables, rows_first, rows, h,
+        q3t_launch(k_embed_sum<float>, blocks, kThreads, 0, s, reinterpret_cast<const float* const*>(tables), n_tables, rows_first, rows, h,
                                                        codes, trailing, n_trailing, pad, step_ptr, out);
     else if (dtype == Q3T_BF16)
-        k_embed_sum<uint16_t><<<blocks, kThreads, 0, s>>>(reinterpret_cast<const uint16_t* const*>(tables), n_tables,
+        q3t_launch(k_embed_sum<uint16_t>, blocks, kThreads, 0, s, reinterpret_cast<const uint16_t* const*>(tables), n_tables,
                                                           rows_first, rows, h, codes, trailing, n_trailing, pad, step_ptr, out);
     else
         return q3t_fail("q3t_embed_sum: unknown dtype %d", dtype);

@@ -69,6 +69,7 @@ template <typename W, int MODE, bool VEC>
 __global__ void __launch_bounds__(kThreads) k_gemv(const W* __restrict__ w, int n_out, int k, const float* __restrict__ x,
                                                    const float* __restrict__ norm_w, float eps,
                                                    const float* __restrict__ bias, float* __restrict__ y) {
+    q3t_grid_dep();
     extern __shared__ float xs[];  // k floats (16-byte aligned: dynamic shared memory starts aligned)
     __shared__ float red[32];
     float ss = 0.f;
@@ -116,9 +117,9 @@ int launch(const void* w, int n_rows, int k, const float* x, const float* norm_w
     const bool vec = (k % Vec<W>::N) == 0 && (reinterpret_cast<uintptr_t>(w) % 16) == 0;
     const W* wp = static_cast<const W*>(w);
     if (vec)
-        k_gemv<W, MODE, true><<<grid, kThreads, smem, s>>>(wp, n_out, k, x, norm_w, eps, bias, y);
+        q3t_launch(k_gemv<W, MODE, true>, grid, kThreads, smem, s, wp, n_out, k, x, norm_w, eps, bias, y);
     else
-        k_gemv<W, MODE, false><<<grid, kThreads, smem, s>>>(wp, n_out, k, x, norm_w, eps, bias, y);
+        q3t_launch(k_gemv<W, MODE, false>, grid, kThreads, smem, s, wp, n_out, k, x, norm_w, eps, bias, y);
     return q3t_check_launch("q3t_gemv");
 }
 

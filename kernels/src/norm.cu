@@ -7,6 +7,7 @@ constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads) k_rmsnorm(const float* __restrict__ x, const float* __restrict__ w,
                                                       float* __restrict__ y, int n, float eps) {
+    q3t_grid_dep();
     __shared__ float red[32];
     float ss = 0.f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) ss += x[i] * x[i];
@@ -17,6 +18,6 @@ __global__ void __launch_bounds__(kThreads) k_rmsnorm(const float* __restrict__ 
 
 extern "C" Q3T_API int q3t_rmsnorm(const float* x, const float* w, float* y, int n, float eps, void* stream) {
     if (!x || !w || !y || n <= 0) return q3t_fail("q3t_rmsnorm: bad arguments (n=%d)", n);
-    k_rmsnorm<<<1, kThreads, 0, Q3T_STREAM(stream)>>>(x, w, y, n, eps);
+    q3t_launch(k_rmsnorm, 1, kThreads, 0, Q3T_STREAM(stream), x, w, y, n, eps);
     return q3t_check_launch("q3t_rmsnorm");
 }

@@ -10,6 +10,7 @@ __global__ void __launch_bounds__(kThreads) k_qk_norm_rope_append(
     const float* __restrict__ qkv, const float* __restrict__ qn, const float* __restrict__ kn, float eps,
     const float* __restrict__ cos_tab, const float* __restrict__ sin_tab, const int* __restrict__ pos_ptr, int pos_add,
     int hq, int hkv, int d, int max_seq, float* __restrict__ q_out, C* __restrict__ k_cache, C* __restrict__ v_cache) {
+    q3t_grid_dep();
     __shared__ float red[32];
     __shared__ float hv[512];
     const int head = blockIdx.x;
@@ -59,11 +60,11 @@ extern "C" Q3T_API int q3t_qk_norm_rope_append(int dtype, const float* qkv, cons
     const dim3 grid(hq + 2 * hkv);
     cudaStream_t s = Q3T_STREAM(stream);
     if (dtype == Q3T_F32)
-        k_qk_norm_rope_append<float><<<grid, kThreads, 0, s>>>(qkv, q_norm_w, k_norm_w, eps, cos_tab, sin_tab, pos_ptr,
+        q3t_launch(k_qk_norm_rope_append<float>, grid, kThreads, 0, s, qkv, q_norm_w, k_norm_w, eps, cos_tab, sin_tab, pos_ptr,
                                                                pos_add, hq, hkv, d, max_seq, q_out,
                                                                static_cast<float*>(k_cache), static_cast<float*>(v_cache));
     else if (dtype == Q3T_BF16)
-        k_qk_norm_rope_append<uint16_t><<<grid, kThreads, 0, s>>>(
+        q3t_launch(k_qk_norm_rope_append<uint16_t>, grid, kThreads, 0, s,
             qkv, q_norm_w, k_norm_w, eps, cos_tab, sin_tab, pos_ptr, pos_add, hq, hkv, d, max_seq, q_out,
             static_cast<uint16_t*>(k_cache), static_cast<uint16_t*>(v_cache));
     else

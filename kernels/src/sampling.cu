@@ -61,6 +61,7 @@ __global__ void __launch_bounds__(kThreads) k_sample(const float* __restrict__ l
                                                      int flags, float temperature, int top_k, float top_p,
                                                      const unsigned long long* __restrict__ seed_ptr, int stream_id,
                                                      const int* __restrict__ step_ptr, int* __restrict__ out_code) {
+    q3t_grid_dep();
     __shared__ float L[kMaxV];
     __shared__ int cand[kMaxV];
     __shared__ float wsum[32];
@@ -263,7 +264,7 @@ extern "C" Q3T_API int q3t_sample(const float* logits, int v, unsigned char* see
                                   int* out_code, void* stream) {
     if (!logits || !out_code || v <= 0 || v > kMaxV) return q3t_fail("q3t_sample: bad arguments (v=%d, max %d)", v, kMaxV);
     if (penalty <= 0.f) return q3t_fail("q3t_sample: repetition penalty must be > 0, got %g", (double)penalty);
-    k_sample<<<1, kThreads, 0, Q3T_STREAM(stream)>>>(logits, v, seen, penalty, eos, min_new_tokens, suppress_lo,
+    q3t_launch(k_sample, 1, kThreads, 0, Q3T_STREAM(stream), logits, v, seen, penalty, eos, min_new_tokens, suppress_lo,
                                                      suppress_hi, flags, temperature, top_k, top_p, seed_ptr, stream_id,
                                                      step_ptr, out_code);
     return q3t_check_launch("q3t_sample");

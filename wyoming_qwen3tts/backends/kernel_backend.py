@@ -19,6 +19,7 @@ produces SwiGLU directly), small vectors in float32; activations are float32 thr
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -122,12 +123,16 @@ class KernelBackend:
 
     name = "kernels"
 
-    def __init__(self, model: Qwen3TTSModel, *, capacity: int = 2048, attn_splits: int = 16) -> None:
+    def __init__(self, model: Qwen3TTSModel, *, capacity: int = 2048, attn_splits: int = 16,
+                 pdl: bool | None = None) -> None:  # fmt: skip
         if model.device.type != "cuda":
             raise native.NativeUnavailable("the kernel backend needs the model on a CUDA/ROCm device")
         if model.dtype not in (torch.float32, torch.bfloat16):
             raise native.NativeUnavailable(f"the kernels take float32 or bfloat16 weights, not {model.dtype}")
         self.lib = native.load(model.device.index or 0)
+        # Programmatic dependent launch (CUDA sm_90+): overlaps each kernel's launch with the one
+        # before it. Q3T_PDL=1 turns it on by default; it is ignored where unsupported.
+        self.pdl = os.environ.get("Q3T_PDL", "0") == "1" if pdl is None else pdl
         self.model = model
         self.device = model.device
         self.wdtype = native.F32 if model.dtype == torch.float32 else native.BF16
@@ -242,9 +247,12 @@ class KernelBackend:
         sub_flags = native.SAMPLE_DO_SAMPLE if s.subtalker_do_sample else 0
         for j in range(1, NUM_GROUPS):
             table, rows = (self.codec_emb, tc.vocab_size) if j == 1 else (self.cp_emb[j - 2], cc.vocab_size)
+            # Without a projection (0.6B) the row goes straight into the CodePredictor's stream.
+            dst = self.e if self.proj_w is not None else self.cx
             lib.call("q3t_embed_row", wd, table.data_ptr(), rows, tc.hidden_size, cur + 4 * (j - 1),
-                     self.e.data_ptr(), stream)  # fmt: skip
-            self._cp_input(self.e, stream)
+                     dst.data_ptr(), stream)  # fmt: skip
+            if self.proj_w is not None:
+                self._cp_input(self.e, stream)
             self._layer_calls(self.cp, self.cx, None, j, stream)
             lib.call("q3t_gemv", wd, self.lm_heads[j - 1].data_ptr(), cc.vocab_size, cc.hidden_size,
                      self.cx.data_ptr(), self.cp_norm.data_ptr(), cc.rms_norm_eps, None, self.cp_logits.data_ptr(),
@@ -285,13 +293,21 @@ class KernelBackend:
     def _prepare(self, prompt: Prompt, sampling: SamplingParams, seed: int, max_frames: int) -> torch.cuda.CUDAGraph:
         self._prefill(prompt, max_frames)
         self.seed.fill_(seed if seed < 2**63 else seed - 2**64)  # int64 storage of the 64-bit seed
-        key = (sampling, self.capacity)
+        key = (sampling, self.capacity, self.pdl)
         if self._graph is None or self._graph_key != key:
             self._graph = self._capture(sampling)
             self._graph_key = key
         return self._graph
 
+    def _set_pdl(self) -> None:
+        try:
+            self.lib.call("q3t_set_pdl", int(self.pdl))
+        except native.NativeError:
+            self.pdl = False
+            self.lib.call("q3t_set_pdl", 0)
+
     def _capture(self, s: SamplingParams) -> torch.cuda.CUDAGraph:
+        self._set_pdl()
         # Save the state a warm-up frame would disturb, run one frame eagerly (loads every
         # kernel before capture), restore, then capture.
         saved = [t.clone() for t in (self.state, self.seen, self.cur, self.hn, self.x)]
@@ -321,6 +337,7 @@ class KernelBackend:
         """Run frames eagerly with the given codes forced in; returns per frame the 16 logits
         vectors (float32, before the processors): codec_head, then lm_head[0..14]."""
         greedy = SamplingParams.greedy()
+        self._set_pdl()
         self._prefill(prompt, len(codes))
         out: list[list[Tensor]] = []
         stream = torch.cuda.current_stream(self.device).cuda_stream
