@@ -5,7 +5,7 @@ Error bounds: float32 weights <= 1e-5 relative (||got - ref|| / ||ref||, ref in 
 bfloat16 weights <= 1e-5 against float64 math on the same bf16 values, and <= 1e-2 against
 float32 weights. Backend parity: float32 greedy codes equal token for token.
 
-Set Q3T_REQUIRE=1 to fail instead of skip when the library cannot be built (the device script
+Q3T_PDL=1 runs everything with programmatic dependent launch. Set Q3T_REQUIRE=1 to fail instead of skip when the library cannot be built (the device script
 does), and Q3T_FULL=1 to run the full-size (1.7B) checks.
 """
 
@@ -30,11 +30,14 @@ BF16_TOL = 1e-2
 @pytest.fixture(scope="module")
 def lib() -> native.Native:
     try:
-        return native.load(0)
+        lib = native.load(0)
     except native.NativeUnavailable as err:
         if os.environ.get("Q3T_REQUIRE") == "1":
             raise
         pytest.skip(str(err))
+    # Q3T_PDL=1: every op test launches with programmatic dependent launch too.
+    lib.call("q3t_set_pdl", int(os.environ.get("Q3T_PDL", "0") == "1"))
+    return lib
 
 
 def stream() -> int:
