@@ -23,8 +23,16 @@ ABBREVIATIONS = frozenset(
     "mr mrs ms dr prof sr jr st mt vs etc e.g i.e cf approx fig dept inc ltd corp "
     "jan feb mar apr jun jul aug sep sept oct nov dec u.s z.b d.h bzw usw ca".split()
 )
+# C0/C1 control characters (but tab, newline, carriage return), unpaired UTF-16 surrogates (JSON
+# allows "\ud800"; they cannot be encoded as UTF-8) and non-characters.
+_UNSPEAKABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
 _WORD_BEFORE = re.compile(r"([\w.]+)$")
 _SPACES = re.compile(r"\s+")
+
+
+def clean_client_text(text: str) -> str:
+    """Client text made safe to split, log and tokenize: each unspeakable character becomes a space."""
+    return _UNSPEAKABLE.sub(" ", text)
 
 
 class SentenceSplitter:

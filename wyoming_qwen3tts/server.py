@@ -10,22 +10,46 @@ sentence by sentence instead of one waiting for the other to finish.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
 
+import torch
 from wyoming.info import Info, TtsProgram
 
 from . import __version__
 from .engine import AudioChunk, Engine, SynthesisRequest
-from .errors import ModelLoadError, SynthesisCancelled
+from .errors import ModelLoadError, Qwen3TTSError, SynthesisCancelled
 from .voices import ATTRIBUTION, DEFAULT_LANGUAGES, SPEAKER_DESCRIPTIONS, VoiceCatalog, VoicePreset
 
 _LOGGER = logging.getLogger(__name__)
 PROGRAM_NAME = "qwen3-tts"
 
 _END = object()
+
+
+class GpuOutOfMemoryError(Qwen3TTSError):
+    """The accelerator ran out of memory during a synthesis (the cached memory has been freed)."""
+
+    code = "out-of-memory"
+
+
+class Connection(Protocol):
+    """What the service needs of a client connection (the handler), for limits and draining."""
+
+    def begin_drain(self) -> None: ...
+
+    async def abort(self, err: Qwen3TTSError) -> None: ...
+
+
+def release_gpu_memory() -> None:
+    """Drop unreferenced tensors and hand the allocator's cached blocks back to the driver."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 class TtsService:
@@ -38,6 +62,7 @@ class TtsService:
         *,
         streaming: bool = True,
         default_voice: str = "",
+        max_connections: int = 64,
     ) -> None:
         self._load_engine = load_engine
         self._presets = presets
@@ -48,6 +73,10 @@ class TtsService:
         self._load_error: BaseException | None = None
         self.loaded: asyncio.Future[Engine] | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # exchanges being answered, all connections
+        self.max_connections = max_connections
+        self.connections: set[Connection] = set()
+        self.draining = False  # SIGTERM: no new connections or requests, finish the ones in progress
+        self.jobs_running = 0  # worker jobs (load or synthesis) submitted and not finished
         # Until the model is loaded, describe answers with the speakers every released
         # CustomVoice checkpoint has, so Home Assistant can be set up while weights download.
         self.catalog = VoiceCatalog(
@@ -61,7 +90,7 @@ class TtsService:
     def start_loading(self) -> asyncio.Future[Engine]:
         """Queue the model load as the worker's first job; returns a future for the engine."""
         loop = asyncio.get_running_loop()
-        self.loaded = loop.run_in_executor(self._executor, self._load)
+        self.loaded = self._submit(loop, self._load)
         self.loaded.add_done_callback(self._on_loaded)
         return self.loaded
 
@@ -123,18 +152,33 @@ class TtsService:
             engine = self._engine
             if engine is None or self._load_error is not None:
                 raise ModelLoadError(f"The model could not be loaded: {self._load_error}")
+            oom: str | None = None
             chunks = engine.synthesize(request, cancel)
             try:
                 for chunk in chunks:
                     loop.call_soon_threadsafe(queue.put_nowait, chunk)
                     if cancel.is_set():
                         break
+            except torch.cuda.OutOfMemoryError as err:
+                # Leave the except block first: its traceback keeps the failed step's tensors alive.
+                oom = str(err).strip().splitlines()[0] if str(err).strip() else "CUDA out of memory"
             finally:
                 close = getattr(chunks, "close", None)  # generators: stop the engine's loop now
                 if close is not None:
                     close()
+            if oom is not None:
+                del chunks
+                release_gpu_memory()
+                _LOGGER.error(
+                    "GPU out of memory while speaking %d characters with %s; cached memory freed, "
+                    "the request ends with an error and the next one runs normally (%s)",
+                    len(request.text),
+                    request.speaker,
+                    oom,
+                )
+                raise GpuOutOfMemoryError(f"The GPU ran out of memory: {oom}")
 
-        future = loop.run_in_executor(self._executor, job)
+        future = self._submit(loop, job)
         # The done callback is scheduled after every chunk the job queued, so _END comes last.
         future.add_done_callback(lambda _: queue.put_nowait(_END))
         try:
@@ -145,6 +189,56 @@ class TtsService:
         finally:
             if not future.done():
                 cancel.set()
+
+    def _submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], object]) -> asyncio.Future:  # type: ignore[type-arg]
+        self.jobs_running += 1
+        future = loop.run_in_executor(self._executor, fn)
+
+        def done(_: object) -> None:
+            self.jobs_running -= 1
+
+        future.add_done_callback(done)
+        return future
+
+    # -- connections: the limit, and draining on SIGTERM ------------------------------------
+    def admit(self, connection: Connection) -> Qwen3TTSError | None:
+        """Register a new connection, or say why it is refused."""
+        if self.draining:
+            return ShuttingDownError("The server is shutting down")
+        if len(self.connections) >= self.max_connections:
+            return ServerBusyError(f"Too many connections: the limit is {self.max_connections}")
+        self.connections.add(connection)
+        return None
+
+    def release(self, connection: Connection) -> None:
+        self.connections.discard(connection)
+
+    async def drain(self, timeout: float) -> bool:
+        """Stop taking requests, let those in progress finish (up to `timeout` s), then close.
+
+        Returns True when every request finished in time; the rest are cancelled with an error.
+        """
+        self.draining = True
+        for connection in list(self.connections):
+            connection.begin_drain()
+        if self._tasks:
+            _LOGGER.info("Finishing %d request(s) in progress (up to %.0f s)", len(self._tasks), timeout)
+        try:
+            await asyncio.wait_for(self._wait_quiet(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            _LOGGER.warning("%d request(s) still running after %.0f s: cancelling them", len(self._tasks), timeout)
+            for connection in list(self.connections):
+                await connection.abort(ShuttingDownError("The server is shutting down"))
+            await self.wait_idle()
+            return False
+
+    async def _wait_quiet(self) -> None:
+        while self._tasks or self.connections:
+            if self._tasks:
+                await asyncio.wait(set(self._tasks))
+            else:
+                await asyncio.sleep(0.01)  # connections closing after their last request
 
     def track(self, task: asyncio.Task[None]) -> None:
         """Remember a handler's exchange task until it ends (see wait_idle)."""
@@ -158,3 +252,15 @@ class TtsService:
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class ServerBusyError(Qwen3TTSError):
+    """More connections than max_connections."""
+
+    code = "server-busy"
+
+
+class ShuttingDownError(Qwen3TTSError):
+    """The server got SIGTERM: it finishes requests in progress but takes no new ones."""
+
+    code = "shutting-down"

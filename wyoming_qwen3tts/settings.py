@@ -51,6 +51,12 @@ class Settings(BaseSettings):
     streaming: bool = Field(True, description="accept streamed text (synthesize-start/-chunk/-stop)")
     debug: bool = Field(False, description="log at DEBUG level")
     log_format: str = Field(logging.BASIC_FORMAT, description="Python logging format string")
+    # --- limits (docs/reliability.md) ---
+    max_connections: int = Field(64, ge=1, description="most client connections at once; more are refused with an error")
+    max_event_bytes: int = Field(1_048_576, ge=4096, description="largest event a client may send (header + data + payload)")
+    idle_timeout: float = Field(120.0, gt=0, description="seconds a client may stay silent while no request of its is being spoken")
+    write_timeout: float = Field(60.0, gt=0, description="seconds a client may take to accept audio before it is dropped")
+    drain_seconds: float = Field(8.0, ge=0, description="on SIGTERM, seconds to finish requests in progress before cancelling them")
     # --- model ---
     model: str = Field("Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice", description="Hugging Face repo id or local directory")
     data_dir: Path | None = Field(None, description="where downloaded models are kept (default: Hugging Face cache)")
