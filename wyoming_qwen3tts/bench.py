@@ -659,11 +659,15 @@ def chart(results: dict[str, Any], path: Path) -> None:
                 r = next((r for r in rows if r["size"] == s and r["engine"] == eng), None)
                 vals.append(r.get(key) if r and r.get("ok") and r.get(key) else 0.0)
             xs = [i + (j - (len(engines) - 1) / 2) * width for i in range(len(sizes))]
-            bars = axis.bar(xs, vals, width, label=LABELS.get(eng, eng))
-            for b, v in zip(bars, vals):
-                axis.text(b.get_x() + b.get_width() / 2, max(v, 1e-9), "n/a" if v == 0 else f"{v:.0f}",
-                          ha="center", va="bottom", fontsize=7)  # fmt: skip
+            bars = axis.bar(xs, [v or float("nan") for v in vals], width, label=LABELS.get(eng, eng))
+            for x, v, b in zip(xs, vals, bars):
+                if v:
+                    axis.text(x, v, f"{v:.3g}", ha="center", va="bottom", fontsize=7)
+                else:  # no number: say so at the bottom of the plot
+                    axis.text(x, 0.02, "n/a", ha="center", va="bottom", fontsize=7, rotation=90,
+                              transform=axis.get_xaxis_transform(), color=b.get_facecolor())  # fmt: skip
         axis.set_xticks(range(len(sizes)), sizes)
+        axis.set_xlim(-0.5, len(sizes) - 0.5)
         axis.set_yscale("log")
         axis.set_title(title, fontsize=10)
         if k == 0:
@@ -673,7 +677,8 @@ def chart(results: dict[str, Any], path: Path) -> None:
                     axis.hlines(tgt, s_i - 0.45, s_i + 0.45, colors="k", linestyles="dashed", linewidth=0.8)
         else:
             axis.axhline(TARGET_TTFA_MS, color="k", linestyle="dashed", linewidth=0.8)
-    axes[0].legend(fontsize=7, loc="lower left")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=len(engines))
     meta = results["meta"]
     fig.suptitle(f"Qwen3-TTS-12Hz CustomVoice, batch 1 — {meta['gpu']} — dashed: targets", fontsize=10)
     fig.savefig(path, dpi=110)

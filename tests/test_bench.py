@@ -1,0 +1,99 @@
+"""wyoming_qwen3tts.bench on the CPU with a tiny checkpoint: the real worker path of our torch backend, the outputs
+(JSON, markdown, PNG), "cannot run: reason" rows, and the §8 byte counts behind the roofline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from wyoming_qwen3tts import bench
+from wyoming_qwen3tts.tools.random_checkpoint import model_config_dict
+
+
+def test_frame_bytes_match_the_model_doc() -> None:
+    # qwen3-tts-model.md §8.2: Talker step and one CodePredictor pass, bf16, batch 1.
+    big = bench.frame_bytes(model_config_dict("1.7b"))
+    small = bench.frame_bytes(model_config_dict("0.6b"))
+    assert big["talker"] == 2_831_403_008 and small["talker"] == 887_226_368
+    assert big["cp_pass"] == 165_702_144 and small["cp_pass"] == 161_505_792
+    assert big["cp_passes"] == 15
+    assert big["weights"] == 2_831_403_008 + 15 * 165_702_144  # ≈ 5.317 GB
+    assert round(small["weights"] / 1e9, 3) == 3.310
+    assert big["kv_per_token"] == small["kv_per_token"] == 114_688
+
+
+def test_no_eos_wrapper_keeps_the_torch_session_going(tiny_checkpoint: Path) -> None:
+    from wyoming_qwen3tts.engine import Engine
+    from wyoming_qwen3tts.request import SamplingParams, SynthesisRequest
+
+    engine = Engine.from_pretrained(str(tiny_checkpoint), device="cpu", backend="torch", local_files_only=True)
+    prompt = engine.prepare(SynthesisRequest(text="Hello there.", speaker="vivian", language="english"))
+    eos = engine.config.talker.codec_eos_token_id
+    # Make EOS the certain greedy choice: without the wrapper the session ends once min-new-tokens allows it.
+    def force_eos(_module: object, _inputs: object, logits: torch.Tensor) -> torch.Tensor:
+        logits[..., eos] = 1e4
+        return logits
+
+    engine.model.talker.codec_head.register_forward_hook(force_eos)
+    plain = engine.backend.start(prompt, SamplingParams.greedy(), 0, 8).next_frames(8)
+    assert len(plain) < 8
+    masked = bench.NoEosBackend(engine.backend).start(prompt, SamplingParams.greedy(), 0, 8).next_frames(8)
+    assert masked.shape == (8, 16) and not np.any(masked[:, 0] == eos)
+
+
+def test_markdown_ratios_and_missing_values() -> None:
+    rows = [
+        {"size": "1.7b", "engine": "kernels", "ok": True, "frames": 10, "decode_fps": 300.0, "decode_rtf": 12.5 / 300,
+         "e2e_rtf": 0.05, "ttfa_ms": 20.0, "peak_alloc_gib": 4.0, "peak_reserved_gib": 4.5},
+        {"size": "1.7b", "engine": "ref", "ok": True, "frames": 10, "decode_fps": 7.5, "decode_rtf": 12.5 / 7.5,
+         "e2e_rtf": 1.5, "ttfa_ms": 5000.0, "peak_alloc_gib": None, "peak_reserved_gib": None},
+        {"size": "1.7b", "engine": "fq", "ok": False, "reason": "no wheel"},
+    ]  # fmt: skip
+    bench.add_ratios(rows)
+    assert rows[0]["x_ref"]["decode"] == pytest.approx(40.0)
+    assert rows[0]["x_ref"]["e2e"] == pytest.approx(30.0)
+    assert rows[0]["x_ref"]["ttfa"] == pytest.approx(250.0)
+    assert rows[0]["x_fq"] == {"decode": None, "e2e": None, "ttfa": None}
+    md = bench.markdown({"meta": {"gpu": "G", "torch": "t", "commit": "c", "date": "d"}, "rows": rows})
+    assert "| 1.7b | ours (kernels) | 10 | 300.0 | 40.0 | – |" in md
+    assert "cannot run: no wheel" in md
+
+
+def test_bench_cli_runs_torch_and_reports_peers_that_cannot_run(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    frames, sentence = 4, 3
+    code = bench.main([
+        "--model", str(tiny_checkpoint), "--device", "cpu", "--backends", "torch,kernels,fq",
+        "--frames", str(frames), "--sentence-frames", str(sentence), "--runs", "2", "--warmup", "1",
+        "--context", "16", "--fq-path", str(tmp_path / "no-such-site"), "--worker-timeout", "240",
+        "--out", str(out),
+    ])  # fmt: skip
+    assert code == 0
+    results = json.loads((out / "results.json").read_text())
+    rows = {r["engine"]: r for r in results["rows"]}
+    assert list(rows) == ["torch", "kernels", "fq"]
+
+    t = rows["torch"]
+    assert t["ok"] and t["frames"] == frames and t["runs"] == 2
+    assert len(t["raw"]["decode_s"]) == len(t["raw"]["e2e_s"]) == len(t["raw"]["ttfa_s"]) == 2
+    assert t["decode_fps"] == pytest.approx(frames / np.median(t["raw"]["decode_s"]))
+    assert t["e2e_rtf"] == pytest.approx(np.median(t["raw"]["e2e_s"]) / (frames / 12.5))
+    assert 0 < t["ttfa_ms"] < 1e3 * max(t["raw"]["e2e_s"]) * 10
+    assert t["peak_alloc_gib"] is None  # CPU: no GPU memory to report
+    assert t["first_chunk_frames"] == 3 and t["prompt_positions"] > 9
+
+    # A backend or a peer that cannot run becomes a row with the reason, not a crash.
+    assert not rows["kernels"]["ok"] and "needs a GPU" in rows["kernels"]["reason"]
+    assert not rows["fq"]["ok"] and "No module named 'faster_qwen3_tts'" in rows["fq"]["reason"]
+
+    md = (out / "results.md").read_text()
+    assert "| ours (torch) | 4 |" in md
+    assert "faster-qwen3-tts 0.5.4 | – | cannot run: ModuleNotFoundError" in md
+    assert "weight bytes/frame" in md  # the roofline table, even without a GPU
+    png = (out / "results.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    assert "==== fq" in (out / "workers.log").read_text()
