@@ -98,15 +98,7 @@ class Qwen3TTSConfig:
             t = d["talker_config"]
             cp = t["code_predictor_config"]
             talker = TalkerConfig(
-                hidden_size=t["hidden_size"],
-                intermediate_size=t["intermediate_size"],
-                num_hidden_layers=t["num_hidden_layers"],
-                num_attention_heads=t["num_attention_heads"],
-                num_key_value_heads=t["num_key_value_heads"],
-                head_dim=t.get("head_dim", t["hidden_size"] // t["num_attention_heads"]),
-                rms_norm_eps=t.get("rms_norm_eps", 1e-6),
-                rope_theta=t.get("rope_theta", 10000.0),
-                vocab_size=t["vocab_size"],
+                **_transformer_fields(t),
                 text_vocab_size=t["text_vocab_size"],
                 text_hidden_size=t["text_hidden_size"],
                 num_code_groups=t["num_code_groups"],
@@ -122,15 +114,7 @@ class Qwen3TTSConfig:
                 codec_language_id={k.lower(): int(v) for k, v in (t.get("codec_language_id") or {}).items()},
             )
             code_predictor = CodePredictorConfig(
-                hidden_size=cp["hidden_size"],
-                intermediate_size=cp["intermediate_size"],
-                num_hidden_layers=cp["num_hidden_layers"],
-                num_attention_heads=cp["num_attention_heads"],
-                num_key_value_heads=cp["num_key_value_heads"],
-                head_dim=cp.get("head_dim", cp["hidden_size"] // cp["num_attention_heads"]),
-                rms_norm_eps=cp.get("rms_norm_eps", 1e-6),
-                rope_theta=cp.get("rope_theta", 10000.0),
-                vocab_size=cp["vocab_size"],
+                **_transformer_fields(cp),
                 num_code_groups=cp.get("num_code_groups", t["num_code_groups"]),
             )
         except KeyError as err:
@@ -162,6 +146,21 @@ class Qwen3TTSConfig:
     @classmethod
     def from_file(cls, path: str | Path) -> "Qwen3TTSConfig":
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+def _transformer_fields(d: dict[str, Any]) -> dict[str, Any]:
+    """The TransformerConfig fields of a talker_config or code_predictor_config dict."""
+    return dict(
+        hidden_size=d["hidden_size"],
+        intermediate_size=d["intermediate_size"],
+        num_hidden_layers=d["num_hidden_layers"],
+        num_attention_heads=d["num_attention_heads"],
+        num_key_value_heads=d["num_key_value_heads"],
+        head_dim=d.get("head_dim", d["hidden_size"] // d["num_attention_heads"]),
+        rms_norm_eps=d.get("rms_norm_eps", 1e-6),
+        rope_theta=d.get("rope_theta", 10000.0),
+        vocab_size=d["vocab_size"],
+    )
 
 
 def _one_id(v: Any) -> int:
