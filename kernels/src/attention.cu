@@ -5,7 +5,7 @@
 #include "common.cuh"
 
 namespace {
-constexpr int kThreads = 128;
+constexpr int kThreads = 256;  // 8 warps: a 16-key CodePredictor context takes two steps per warp
 constexpr int kMaxD = 256;
 
 template <typename C>

@@ -3,9 +3,9 @@
 //
 // Layout: one warp per output (two weight rows for SwiGLU), 256-thread blocks. The input
 // vector is normalised once per block into shared memory; each lane then streams its share of
-// the weight row in 16-byte loads (8 bf16 or 4 f32), four loads in flight before the first
-// use, so the kernel runs at memory speed once there are a few warps per SM. Accumulation is
-// float32 in a fixed order, so results are run-to-run identical.
+// the weight row in 16-byte loads (8 bf16 or 4 f32), the first eight issued before the kernel
+// even waits for its input (see k_gemv), then four at a time. Accumulation is float32 in a
+// fixed order, so results are run-to-run identical.
 #include "common.cuh"
 
 namespace {
@@ -42,36 +42,36 @@ template <> struct Vec<uint16_t> {
     }
 };
 
-// Dot product of one weight row with xs (shared memory), partial per lane.
-template <typename W, bool VEC>
-__device__ __forceinline__ float row_dot(const W* __restrict__ row, const float* xs, int k, int lane) {
-    float acc = 0.f;
-    if (VEC) {
-        constexpr int V = Vec<W>::N;
-        const uint4* r4 = reinterpret_cast<const uint4*>(row);
-        const int nvec = k / V;
-        int c = lane;
-        for (; c + (kUnroll - 1) * Q3T_WARP < nvec; c += kUnroll * Q3T_WARP) {
-            uint4 u[kUnroll];
-#pragma unroll
-            for (int j = 0; j < kUnroll; ++j) u[j] = r4[c + j * Q3T_WARP];
-#pragma unroll
-            for (int j = 0; j < kUnroll; ++j) acc += Vec<W>::dot(u[j], xs + (c + j * Q3T_WARP) * V);
-        }
-        for (; c < nvec; c += Q3T_WARP) acc += Vec<W>::dot(r4[c], xs + c * V);
-    } else {
-        for (int i = lane; i < k; i += Q3T_WARP) acc += Elem<W>::load(row, i) * xs[i];
-    }
-    return acc;
-}
-
 template <typename W, int MODE, bool VEC>
 __global__ void __launch_bounds__(kThreads) k_gemv(const W* __restrict__ w, int n_out, int k, const float* __restrict__ x,
                                                    const float* __restrict__ norm_w, float eps,
                                                    const float* __restrict__ bias, float* __restrict__ y) {
-    q3t_grid_dep();
+    constexpr int NR = MODE == Q3T_GEMV_SWIGLU ? 2 : 1;  // weight rows per output
+    constexpr int kPre = 8 / NR;                         // 16-byte loads per lane and row issued up front
+    constexpr int V = Vec<W>::N;
     extern __shared__ float xs[];  // k floats (16-byte aligned: dynamic shared memory starts aligned)
     __shared__ float red[32];
+    const int lane = threadIdx.x % Q3T_WARP;
+    const int out = blockIdx.x * (blockDim.x / Q3T_WARP) + threadIdx.x / Q3T_WARP;
+    const bool active = out < n_out;
+    const int nvec = VEC ? k / V : 0;
+    const W* rows[NR];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) rows[r] = w + (size_t)(NR * (active ? out : 0) + r) * k;
+
+    // Weights never change, so the first loads of each row go out before waiting for the
+    // previous kernel (programmatic dependent launch) and overlap its tail and the x/norm
+    // prologue below; for k <= 2048 (bf16) that is the whole row.
+    uint4 pre[NR][kPre];
+#pragma unroll
+    for (int r = 0; r < NR; ++r)
+#pragma unroll
+        for (int j = 0; j < kPre; ++j) {
+            const int c = lane + j * Q3T_WARP;
+            pre[r][j] = (VEC && active && c < nvec) ? reinterpret_cast<const uint4*>(rows[r])[c] : make_uint4(0, 0, 0, 0);
+        }
+
+    q3t_grid_dep();
     float ss = 0.f;
     for (int i = threadIdx.x; i < k; i += blockDim.x) {
         const float v = x[i];
@@ -81,29 +81,55 @@ __global__ void __launch_bounds__(kThreads) k_gemv(const W* __restrict__ w, int 
     if (norm_w) {
         // RMSNorm as the reference: statistics in float32, x * rsqrt(mean(x^2) + eps), then * weight.
         const float total = block_sum(ss, red);
-        const float r = rsqrtf(total / (float)k + eps);
-        for (int i = threadIdx.x; i < k; i += blockDim.x) xs[i] = norm_w[i] * (xs[i] * r);
+        const float rs = rsqrtf(total / (float)k + eps);
+        for (int i = threadIdx.x; i < k; i += blockDim.x) xs[i] = norm_w[i] * (xs[i] * rs);
     }
     __syncthreads();
+    if (!active) return;
 
-    const int lane = threadIdx.x % Q3T_WARP;
-    const int out = blockIdx.x * (blockDim.x / Q3T_WARP) + threadIdx.x / Q3T_WARP;
-    if (out >= n_out) return;
-    if (MODE == Q3T_GEMV_SWIGLU) {
-        const float g = warp_sum(row_dot<W, VEC>(w + (size_t)(2 * out) * k, xs, k, lane));
-        const float u = warp_sum(row_dot<W, VEC>(w + (size_t)(2 * out + 1) * k, xs, k, lane));
-        // silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), in float32 as torch does it.
-        if (lane == 0) y[out] = (g / (1.0f + expf(-g))) * u;
-    } else {
-        float acc = warp_sum(row_dot<W, VEC>(w + (size_t)out * k, xs, k, lane));
-        if (lane == 0) {
-            if (MODE == Q3T_GEMV_ADD) {
-                y[out] += acc;
-            } else {
-                if (bias) acc += bias[out];
-                y[out] = acc;
+    float acc[NR];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) acc[r] = 0.f;
+    if (VEC) {
+#pragma unroll
+        for (int j = 0; j < kPre; ++j) {
+            const int c = lane + j * Q3T_WARP;
+            if (c < nvec) {
+#pragma unroll
+                for (int r = 0; r < NR; ++r) acc[r] += Vec<W>::dot(pre[r][j], xs + c * V);
             }
         }
+        int c = lane + kPre * Q3T_WARP;
+        for (; c + (kUnroll - 1) * Q3T_WARP < nvec; c += kUnroll * Q3T_WARP) {
+            uint4 u[NR][kUnroll];
+#pragma unroll
+            for (int r = 0; r < NR; ++r)
+#pragma unroll
+                for (int j = 0; j < kUnroll; ++j) u[r][j] = reinterpret_cast<const uint4*>(rows[r])[c + j * Q3T_WARP];
+#pragma unroll
+            for (int j = 0; j < kUnroll; ++j)
+#pragma unroll
+                for (int r = 0; r < NR; ++r) acc[r] += Vec<W>::dot(u[r][j], xs + (c + j * Q3T_WARP) * V);
+        }
+        for (; c < nvec; c += Q3T_WARP)
+#pragma unroll
+            for (int r = 0; r < NR; ++r) acc[r] += Vec<W>::dot(reinterpret_cast<const uint4*>(rows[r])[c], xs + c * V);
+    } else {
+#pragma unroll
+        for (int r = 0; r < NR; ++r)
+            for (int i = lane; i < k; i += Q3T_WARP) acc[r] += Elem<W>::load(rows[r], i) * xs[i];
+    }
+#pragma unroll
+    for (int r = 0; r < NR; ++r) acc[r] = warp_sum(acc[r]);
+    if (lane != 0) return;
+    if (MODE == Q3T_GEMV_SWIGLU) {
+        // silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), in float32 as torch does it.
+        const float g = acc[0], u = acc[NR - 1];
+        y[out] = (g / (1.0f + expf(-g))) * u;
+    } else if (MODE == Q3T_GEMV_ADD) {
+        y[out] += acc[0];
+    } else {
+        y[out] = bias ? acc[0] + bias[out] : acc[0];
     }
 }
 
