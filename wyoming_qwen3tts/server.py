@@ -31,6 +31,11 @@ PROGRAM_NAME = "qwen3-tts"
 _END = object()
 
 
+def _retrieve(future: asyncio.Future) -> None:  # type: ignore[type-arg]
+    if not future.cancelled():
+        future.exception()
+
+
 class GpuOutOfMemoryError(Qwen3TTSError):
     """The accelerator ran out of memory during a synthesis (the cached memory has been freed)."""
 
@@ -189,6 +194,9 @@ class TtsService:
         finally:
             if not future.done():
                 cancel.set()
+                # Nobody waits for it any more: fetch its end (e.g. SynthesisCancelled) so asyncio
+                # does not log "exception was never retrieved".
+                future.add_done_callback(_retrieve)
 
     def _submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], object]) -> asyncio.Future:  # type: ignore[type-arg]
         self.jobs_running += 1
