@@ -112,6 +112,14 @@ def test_cache_key_changes_with_arch_and_sources(tmp_path: Path, monkeypatch: py
     b = native.Toolchain("nvcc", "/x/nvcc", "v1", ("sm_89",))
     assert native.cache_key(a) != native.cache_key(b)
     assert native.cache_key(a) == native.cache_key(a)
+    # A prebuilt library is found without any compiler (runtime images ship no nvcc/hipcc).
+    monkeypatch.setenv("Q3T_CACHE_DIR", str(tmp_path))
+    assert native.cached_library("nvcc", ("sm_90",)) is None
+    lib = native.library_path(a)
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    lib.write_bytes(b"")
+    c = native.Toolchain("nvcc", "/other/nvcc", "v2", ("sm_90",))
+    assert native.cached_library("nvcc", ("sm_90",)) == lib == native.library_path(c)
 
 
 def test_missing_toolchain_gives_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:

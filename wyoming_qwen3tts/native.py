@@ -187,11 +187,16 @@ def compile_command(tc: Toolchain, out: Path, *, werror: bool = False) -> list[s
 
 
 def cache_key(tc: Toolchain) -> str:
+    """Hash of the sources, headers, toolchain kind, archs, flags and ABI version.
+
+    The compiler's path and version are left out on purpose: a runtime image that ships a
+    prebuilt library but no compiler must still find it (see `cached_library`)."""
     h = hashlib.sha256()
     for f in [*sources(), *_headers()]:
         h.update(f.name.encode())
         h.update(f.read_bytes())
-    h.update(repr((tc.kind, tc.version, tc.archs, ABI_VERSION, compile_command(tc, Path("x"))[1:-len(sources())])).encode())
+    flags = compile_command(Toolchain(tc.kind, tc.kind, "", tc.archs), Path("x"))[1 : -len(sources())]
+    h.update(repr((tc.kind, tc.archs, ABI_VERSION, flags)).encode())
     return h.hexdigest()[:20]
 
 
@@ -203,12 +208,26 @@ def cache_dir() -> Path:
     return Path(base) / "wyoming-qwen3tts" / "kernels"
 
 
+def library_path(tc: Toolchain) -> Path:
+    return cache_dir() / f"libq3t-{tc.kind}-{'-'.join(tc.archs)}-{cache_key(tc)}.so"
+
+
+def cached_library(kind: str | None = None, archs: tuple[str, ...] | None = None) -> Path | None:
+    """The already-built library for these sources, if any; needs no compiler."""
+    kind = kind or os.environ.get("Q3T_TOOLCHAIN") or _torch_vendor()
+    if archs is None:
+        env_archs = os.environ.get("Q3T_ARCHS")
+        archs = _split_archs(env_archs) if env_archs else _detect_archs(kind)
+    path = library_path(Toolchain(kind, kind, "", archs))
+    return path if path.exists() else None
+
+
 def build(tc: Toolchain | None = None, *, force: bool = False, werror: bool = False) -> Path:
     """Compile the library (or reuse the cached one); returns its path."""
     tc = tc or find_toolchain()
     if not sources():
         raise NativeUnavailable(f"kernel sources not found under {KERNEL_DIR}")
-    target = cache_dir() / f"libq3t-{tc.kind}-{'-'.join(tc.archs)}-{cache_key(tc)}.so"
+    target = library_path(tc)
     if target.exists() and not force:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -276,7 +295,7 @@ def load(device: int = 0) -> Native:
                 raise NativeUnavailable("torch is not installed") from None
             if not torch.cuda.is_available():
                 raise NativeUnavailable("no GPU visible to torch (torch.cuda.is_available() is False)")
-            lib = Native(build())
+            lib = Native(cached_library() or build())
             lib.init(device)
             _loaded = lib
         return _loaded
