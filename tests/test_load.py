@@ -1,0 +1,103 @@
+"""Load on the real engine (tiny random checkpoint, CPU): 32 clients at once each get complete,
+well-ordered audio and none is lost; the soak tool runs briefly and reports its numbers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from wyoming.event import Event
+
+from reliability_support import Raw, Server, check_answer, start, wait_quiet
+
+pytestmark = pytest.mark.timeout(420)
+
+CLIENTS = 32
+MAX_FRAMES = 2
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Iterator[Server]:
+    args = ["--model", str(tiny_checkpoint), "--device", "cpu", "--dtype", "float32",
+            "--max-frames", str(MAX_FRAMES), "--first-chunk-frames", "1", "--chunk-frames", "1", "--greedy"]
+    server = start(tmp_path_factory.mktemp("load"), args, fake=False, name="load")
+    yield server
+    assert server.stop() == 0
+
+
+async def one_client(port: int, n: int) -> tuple[int, float, bool]:
+    streaming = n % 2 == 1
+    voice = {"name": ["ryan", "vivian", "sohee", "aiden"][n % 4]}
+    text = f"Client number {n} says hello."
+    client = await Raw.connect(port)
+    try:
+        t0 = time.monotonic()
+        if streaming:
+            await client.event(Event(type="synthesize-start", data={"voice": voice}))
+            for i in range(0, len(text), 5):
+                await client.event(Event(type="synthesize-chunk", data={"text": text[i : i + 5]}))
+            await client.event(Event(type="synthesize", data={"text": text, "voice": voice}))
+            await client.event(Event(type="synthesize-stop"))
+        else:
+            await client.event(Event(type="synthesize", data={"text": text, "voice": voice}))
+        events = await client.read_until("synthesize-stopped" if streaming else "audio-stop", timeout=300)
+        ttfa = time.monotonic() - t0
+        frames = check_answer(events, streaming)
+        try:  # nothing after the answer: the server now waits for the next request
+            extra = await client.read(0.2)
+        except asyncio.TimeoutError:
+            extra = None
+        assert extra is None, extra
+    finally:
+        await client.close()
+    return frames, ttfa, streaming
+
+
+async def test_32_clients_at_once_all_answered(real: Server) -> None:
+    base = await wait_quiet(real.port)
+    t0 = time.monotonic()
+    results = await asyncio.wait_for(asyncio.gather(*(one_client(real.port, n) for n in range(CLIENTS))), 360)
+    elapsed = time.monotonic() - t0
+    assert len(results) == CLIENTS
+    for frames, _, _ in results:
+        assert 1 <= frames <= MAX_FRAMES, frames  # one sentence each; whole frames (checked above)
+    after = await wait_quiet(real.port)
+    assert after["exchanges"] == 0 and after["connections"] == 1, after
+    assert after["os_threads"] == base["os_threads"], (base, after)
+    log = real.log_text()
+    assert log.count("Spoke voice=") >= CLIENTS and "Traceback" not in log
+    print(f"\n{CLIENTS} clients: all answered in {elapsed:.1f} s; RSS {base['rss_kb']} -> {after['rss_kb']} kB")
+
+
+def test_soak_tool_reports_numbers(real: Server) -> None:
+    cmd = [sys.executable, "-m", "wyoming_qwen3tts.tools.soak", "--uri", f"tcp://127.0.0.1:{real.port}",
+           "--clients", "3", "--seconds", "8", "--streaming", "--server-pid", str(real.pid), "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=200)
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    assert report["served"] >= 3 and report["failed"] == 0, report
+    assert 0 < report["ttfa_p50_s"] <= report["ttfa_p95_s"], report
+    assert report["server_start"]["rss_kb"] > 10_000 and report["server_end"]["rss_kb"] > 10_000
+    assert report["server_end"]["rss_kb"] - report["server_start"]["rss_kb"] < 100_000, report
+    # The text form says the same.
+    text = subprocess.run(cmd[:-1] + ["--seconds", "2"], capture_output=True, text=True, timeout=200)
+    assert text.returncode == 0 and "requests served:" in text.stdout and "p95" in text.stdout, text.stdout
+    print("\n" + json.dumps(report))
+
+
+def test_soak_tool_counts_failures() -> None:
+    """Against a port where nobody listens every request fails and the exit status says so."""
+    from reliability_support import free_port
+
+    cmd = [sys.executable, "-m", "wyoming_qwen3tts.tools.soak", "--uri", f"tcp://127.0.0.1:{free_port()}",
+           "--clients", "2", "--seconds", "1", "--json", "--settle", "0"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    report = json.loads(out.stdout)
+    assert report["served"] == 0 and report["failed"] >= 2 and report["server_start"] is None
