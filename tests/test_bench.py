@@ -97,3 +97,32 @@ def test_bench_cli_runs_torch_and_reports_peers_that_cannot_run(tiny_checkpoint:
     png = (out / "results.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     assert "==== fq" in (out / "workers.log").read_text()
+
+
+def test_merge_combines_runs_and_recomputes_ratios(tmp_path: Path) -> None:
+    def run(date: str, bw: float, rows: list[dict]) -> Path:
+        path = tmp_path / f"{date}.json"
+        meta = {"gpu": "G", "torch": "t", "commit": "c", "date": date, "command": f"cmd {date}", "copy_bw_gbps": bw}
+        path.write_text(json.dumps({"meta": meta, "rows": rows}))
+        return path
+
+    peers = run("1", 4000.0, [
+        {"size": "1.7b", "engine": "kernels", "ok": False, "reason": "broken then"},
+        {"size": "1.7b", "engine": "fq", "ok": True, "frames": 200, "decode_fps": 50.0, "e2e_rtf": 0.25, "ttfa_ms": 300.0},
+    ])  # fmt: skip
+    ours = run("2", 4100.0, [
+        {"size": "1.7b", "engine": "kernels", "ok": True, "frames": 200, "decode_fps": 250.0, "e2e_rtf": 0.05,
+         "ttfa_ms": 30.0, "prompt_positions": 30},
+    ])  # fmt: skip
+    out = tmp_path / "merged"
+    assert bench.main(["--merge", str(peers), str(ours), "--out", str(out)]) == 0
+    merged = json.loads((out / "results.json").read_text())
+    assert [(r["engine"], r["run"]) for r in merged["rows"]] == [("kernels", 2), ("fq", 1)]
+    k = merged["rows"][0]
+    assert k["x_fq"]["decode"] == pytest.approx(5.0) and k["x_fq"]["ttfa"] == pytest.approx(10.0)
+    (roof,) = merged["roofline"]
+    floor_fps = 4100e9 / (5_316_935_168 + 114_688 * 130)
+    assert roof["floor_fps"] == pytest.approx(floor_fps) and roof["fraction"] == pytest.approx(250.0 / floor_fps)
+    assert roof["r9700_projected_fps"] == pytest.approx(640e9 / roof["bytes"] * roof["fraction"])
+    md = (out / "results.md").read_text()
+    assert "`cmd 1`" in md and "`cmd 2`" in md and (out / "results.png").exists()

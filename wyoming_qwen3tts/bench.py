@@ -597,8 +597,10 @@ def _f(v: Any, fmt: str) -> str:
 
 def markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
-    lines = [
-        f"GPU: {meta['gpu']}; torch {meta['torch']}; commit {meta['commit']}; {meta['date']}",
+    lines = [f"GPU: {meta['gpu']}; torch {meta['torch']}; commit {meta['commit']}; {meta['date']}"]
+    for i, run in enumerate(meta.get("runs") or [], 1):
+        lines.append(f"- run {i} ({run['date']}, copy {_f(run.get('copy_bw_gbps'), '.0f')} GB/s): `{run['command']}`")
+    lines += [
         "",
         "| size | engine | frames | decode frames/s | × ref | × fq | e2e RTF | e2e / decode | TTFA ms | "
         "peak alloc GiB | peak reserved GiB |",
@@ -722,6 +724,35 @@ def print_table(results: dict[str, Any]) -> None:
     print(markdown(results), flush=True)
 
 
+def merge(files: Sequence[Path]) -> dict[str, Any]:
+    """Combine results.json files of several runs (on one GPU): a later file's row replaces an earlier one's for the
+    same (size, engine); ratios and the roofline are recomputed, the roofline with the last run's copy bandwidth."""
+    from .tools.random_checkpoint import model_config_dict
+
+    loaded = [json.loads(Path(f).read_text()) for f in files]
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    configs: dict[str, dict[str, Any]] = {}
+    for i, res in enumerate(loaded):
+        for r in res["rows"]:
+            r = dict(r, run=i + 1)
+            rows[(r["size"], r["engine"])] = r
+        configs.update(res.get("configs") or {})
+    sizes = list(dict.fromkeys(r["size"] for res in loaded for r in res["rows"]))
+    ordered = [rows[k] for k in sorted(rows, key=lambda k: (sizes.index(k[0]), ENGINES.index(k[1])))]
+    for r in ordered:
+        if r["size"] not in configs:
+            configs[r["size"]] = model_config_dict(r["size"])
+    gpus = {res["meta"]["gpu"] for res in loaded}
+    if len(gpus) > 1:
+        raise SystemExit(f"results come from different GPUs: {sorted(gpus)}")
+    meta = dict(loaded[-1]["meta"])
+    meta["runs"] = [res["meta"] for res in loaded]
+    meta["command"] = " ; ".join(res["meta"]["command"] for res in loaded)
+    bw = meta["copy_bw_gbps"] * 1e9 if meta.get("copy_bw_gbps") else None
+    add_ratios(ordered)
+    return {"meta": meta, "rows": ordered, "roofline": roofline(ordered, configs, bw), "configs": configs}
+
+
 def _sizes_and_models(args: argparse.Namespace) -> list[tuple[str, str]]:
     if args.model:
         cfg = json.loads((Path(args.model) / "config.json").read_text())
@@ -755,12 +786,19 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=0.0, help="skip workers once this much time has passed (0: none)")
     ap.add_argument("--out", type=Path, default=Path("bench-out"))
     ap.add_argument("--no-copy-bw", action="store_true", help="skip the device-to-device copy measurement")
+    ap.add_argument("--merge", nargs="+", type=Path, metavar="RESULTS_JSON",
+                    help="only combine earlier results.json files (later ones win) into --out")  # fmt: skip
     # worker mode (internal)
     ap.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args(list(argv) if argv is not None else None)
     if args.worker:
         return worker_main(args)
+    if args.merge:
+        merged = merge(args.merge)
+        write_outputs(merged, args.out)
+        print_table(merged)
+        return 0
 
     started = time.perf_counter()
     import torch
@@ -825,6 +863,7 @@ def main(argv: Iterable[str] | None = None) -> int:
             print(line, flush=True)
             add_ratios(results["rows"])
             results["roofline"] = roofline(results["rows"], configs, bw)
+            results["configs"] = configs
             write_outputs(results, args.out)  # after every worker: a later failure keeps what was measured
     results["meta"]["total_s"] = time.perf_counter() - started
     write_outputs(results, args.out)
