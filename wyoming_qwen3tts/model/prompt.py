@@ -81,7 +81,10 @@ def build_prompt(
     tc = cfg.talker
     talker = model.talker
     device = model.device
-    if len(text_ids) < 9 or text_ids[:3] != [cfg.im_start_token_id, cfg.assistant_token_id, 198]:
+    # The reference slices the tokenized ChatML by position: role = ids[:3], text = ids[3:-5].
+    # Only the start is checked, so a checkpoint whose vocabulary lacks the merged "assistant"
+    # token (the random writer's byte-level fallback) still builds a prompt of the right shape.
+    if len(text_ids) < 8 or text_ids[0] != cfg.im_start_token_id:
         raise ValueError("text_ids must be the tokenized chat_text(text)")
     if len(text_ids) == 8:
         raise EmptyTextError("text is empty")
