@@ -141,3 +141,12 @@ def test_warm_up_runs_a_short_synthesis(engine, caplog):
     assert seconds > 0
     assert "Warm-up synthesis took" in caplog.text
     assert engine.info.backend == "torch" and "CPU" in engine.info.device
+
+
+def test_suppress_eos_decodes_exactly_max_frames(engine):
+    from dataclasses import replace
+
+    sampling = replace(SamplingParams.greedy(), suppress_eos=True)
+    _, codes = engine.synthesize_all(_request(max_frames=30, sampling=sampling))
+    assert codes.shape == (30, 16)
+    assert not (codes[:, 0] == engine.config.talker.codec_eos_token_id).any()

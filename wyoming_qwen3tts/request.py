@@ -25,6 +25,8 @@ class SamplingParams:
     subtalker_temperature: float = 0.9
     subtalker_top_k: int = 50
     subtalker_top_p: float = 1.0
+    # Never end at code-0 EOS (benchmarks decode a fixed number of frames on random weights).
+    suppress_eos: bool = False
 
     @classmethod
     def greedy(cls) -> "SamplingParams":

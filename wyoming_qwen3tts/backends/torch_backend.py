@@ -31,7 +31,10 @@ class TorchDecodeSession:
         device = model.device
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
-        self.processor = CodeZeroProcessor(cfg.vocab_size, self.eos_id, device=device)
+        # EOS is masked for the first two code-0s, as the reference's min_new_tokens=2 does;
+        # suppress_eos extends that mask past the last frame.
+        min_new = max_frames + 1 if sampling.suppress_eos else 2
+        self.processor = CodeZeroProcessor(cfg.vocab_size, self.eos_id, min_new_tokens=min_new, device=device)
         self.cache: KVCache = model.new_talker_cache(prompt.length + max_frames + 1)
         self.cp_cache: KVCache = model.new_predictor_cache()
         self.previous_c0 = torch.empty(0, dtype=torch.long, device=device)
