@@ -150,3 +150,24 @@ def test_suppress_eos_decodes_exactly_max_frames(engine):
     _, codes = engine.synthesize_all(_request(max_frames=30, sampling=sampling))
     assert codes.shape == (30, 16)
     assert not (codes[:, 0] == engine.config.talker.codec_eos_token_id).any()
+
+
+def test_exclusive_backend_runs_one_request_at_a_time(engine, monkeypatch):
+    """A backend without concurrent sessions (the kernel graph) never sees two sessions at once."""
+    monkeypatch.setattr(type(engine.backend), "concurrent_sessions", False, raising=False)
+    first = engine.synthesize(_request(max_frames=12))
+    next(first)
+    started = threading.Event()
+
+    def second() -> None:
+        started.set()
+        list(engine.synthesize(_request(max_frames=3)))
+
+    t = threading.Thread(target=second)
+    t.start()
+    started.wait()
+    t.join(timeout=1.0)
+    assert t.is_alive(), "the second request must wait for the first"
+    first.close()  # an abandoned generator releases the backend
+    t.join(timeout=30)
+    assert not t.is_alive()

@@ -141,6 +141,7 @@ class Engine:
         self.default_sampling = default_sampling or sampling_from_generation_config(checkpoint.generation_config)
         self.info = info or EngineInfo(str(checkpoint.path), str(model.device), str(model.dtype), backend.name, "")
         self._lock = threading.Lock()
+        self._session_lock = threading.Lock()
 
     # -- what the model offers ------------------------------------------------------------
     @property
@@ -226,22 +227,31 @@ class Engine:
         first = request.first_chunk_frames or self.first_chunk_frames
         later = request.chunk_frames or self.chunk_frames
         sampling = request.sampling
-        with self._lock:
-            session = self.backend.start(prompt, sampling, seed, max_frames)
-            stream = self.codec.new_stream()
-        group = first
-        while not session.finished:
-            if cancel is not None and cancel.is_set():
-                raise SynthesisCancelled("cancelled")
+        # Backends whose sessions share device buffers (the captured kernel graph) run one whole
+        # request at a time; the torch backend interleaves requests at frame-group boundaries.
+        exclusive = self._session_lock if not getattr(self.backend, "concurrent_sessions", True) else None
+        if exclusive is not None:
+            exclusive.acquire()
+        try:
             with self._lock:
-                codes = session.next_frames(group)
-                if len(codes) == 0:
-                    break
-                with torch.inference_mode():
-                    wave = stream.decode(torch.from_numpy(codes).to(self.model.device))
-                pcm = pcm16(wave)
-            yield AudioChunk(pcm=pcm, codes=codes)
-            group = later
+                session = self.backend.start(prompt, sampling, seed, max_frames)
+                stream = self.codec.new_stream()
+            group = first
+            while not session.finished:
+                if cancel is not None and cancel.is_set():
+                    raise SynthesisCancelled("cancelled")
+                with self._lock:
+                    codes = session.next_frames(group)
+                    if len(codes) == 0:
+                        break
+                    with torch.inference_mode():
+                        wave = stream.decode(torch.from_numpy(codes).to(self.model.device))
+                    pcm = pcm16(wave)
+                yield AudioChunk(pcm=pcm, codes=codes)
+                group = later
+        finally:  # also on close() of an abandoned generator
+            if exclusive is not None:
+                exclusive.release()
 
     def warm_up(self) -> float:
         """One short greedy synthesis so the first real request finds kernels built, graphs

@@ -35,6 +35,7 @@ from ..request import SamplingParams
 
 NUM_GROUPS = 16
 MIN_NEW_TOKENS = 2  # EOS is masked for the first two code-0 draws (reference generate)
+NO_EOS = 1 << 30  # min-new-tokens past any length: SamplingParams.suppress_eos (benchmarks)
 
 
 @dataclass
@@ -122,6 +123,8 @@ class KernelBackend:
     """Decode loop on the q3t kernels. Raises native.NativeUnavailable where they cannot run."""
 
     name = "kernels"
+    # One decode session at a time: the captured frame graph works on the backend's own buffers.
+    concurrent_sessions = False
 
     def __init__(self, model: Qwen3TTSModel, *, capacity: int = 2048, attn_splits: int = 16,
                  pdl: bool | None = None) -> None:  # fmt: skip
@@ -237,7 +240,8 @@ class KernelBackend:
         lib.call("q3t_gemv", wd, self.codec_head.data_ptr(), tc.vocab_size, tc.hidden_size, self.hn.data_ptr(), None,
                  0.0, None, self.logits.data_ptr(), native.GEMV_STORE, stream)  # fmt: skip
         lib.call("q3t_sample", self.logits.data_ptr(), tc.vocab_size, self.seen.data_ptr(),
-                 float(s.repetition_penalty), self.eos_id, MIN_NEW_TOKENS, tc.vocab_size - 1024, tc.vocab_size,
+                 float(s.repetition_penalty), self.eos_id, NO_EOS if s.suppress_eos else MIN_NEW_TOKENS,
+                 tc.vocab_size - 1024, tc.vocab_size,
                  native.SAMPLE_DO_SAMPLE if s.do_sample else 0, float(s.temperature), int(s.top_k), float(s.top_p),
                  self.seed.data_ptr(), 0, step_ptr, cur, stream)  # fmt: skip
         if hook:
