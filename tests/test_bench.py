@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -41,7 +42,8 @@ def test_no_eos_wrapper_keeps_the_torch_session_going(tiny_checkpoint: Path) -> 
     engine.model.talker.codec_head.register_forward_hook(force_eos)
     plain = engine.backend.start(prompt, SamplingParams.greedy(), 0, 8).next_frames(8)
     assert len(plain) < 8
-    masked = bench.NoEosBackend(engine.backend).start(prompt, SamplingParams.greedy(), 0, 8).next_frames(8)
+    no_eos = dataclasses.replace(SamplingParams.greedy(), suppress_eos=True)
+    masked = engine.backend.start(prompt, no_eos, 0, 8).next_frames(8)
     assert masked.shape == (8, 16) and not np.any(masked[:, 0] == eos)
 
 
@@ -84,7 +86,7 @@ def test_bench_cli_runs_torch_and_reports_peers_that_cannot_run(tiny_checkpoint:
     assert t["e2e_rtf"] == pytest.approx(np.median(t["raw"]["e2e_s"]) / (frames / 12.5))
     assert 0 < t["ttfa_ms"] < 1e3 * max(t["raw"]["e2e_s"]) * 10
     assert t["peak_alloc_gib"] is None  # CPU: no GPU memory to report
-    assert t["first_chunk_frames"] == 3 and t["prompt_positions"] > 9
+    assert t["first_chunk_frames"] == 2 and t["prompt_positions"] > 9
 
     # A backend or a peer that cannot run becomes a row with the reason, not a crash.
     assert not rows["kernels"]["ok"] and "needs a GPU" in rows["kernels"]["reason"]

@@ -38,8 +38,9 @@ def _request(**kw) -> SynthesisRequest:
 def test_groups_first_small_then_larger(engine):
     chunks = list(engine.synthesize(_request(max_frames=17)))
     sizes = [c.num_frames for c in chunks]
-    assert sizes[0] == 2
-    assert all(s == 5 for s in sizes[1:-1])
+    # first group, then doubling up to chunk_frames: 2, 4, 5, 5, ... (the last may be short)
+    assert sizes[:3] == [2, 4, 5]
+    assert all(s == 5 for s in sizes[2:-1])
     assert sum(sizes) <= 17
     for c in chunks:
         assert len(c.pcm) == c.num_frames * 1920 * 2
@@ -54,6 +55,15 @@ def test_streamed_pcm_equals_one_shot_codec_decode(engine):
     b = np.frombuffer(full, dtype="<i2").astype(np.int32)
     # float32 streaming equals the full decode to ~1e-6, which can flip one 16-bit rounding step
     assert a.shape == b.shape and np.abs(a - b).max() <= 1
+
+
+def test_group_sizes_ramp_up():
+    from wyoming_qwen3tts.engine import next_group_size
+
+    sizes = [1]
+    while len(sizes) < 7:
+        sizes.append(next_group_size(sizes[-1], 12))
+    assert sizes == [1, 2, 4, 8, 12, 12, 12]
 
 
 def test_max_frames_and_determinism(engine):

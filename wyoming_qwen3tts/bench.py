@@ -46,7 +46,6 @@ LABELS = {
     "fq": "faster-qwen3-tts 0.5.4",
 }
 DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog while the kettle starts to sing in the kitchen."
-EOS_NEVER = 2**31 - 1  # min_new_tokens that masks EOS on every frame (int32 in the kernel ABI)
 
 # Target numbers of issue 5 (docs/performance.md reports them).
 TARGET_DECODE_FPS = {"1.7b": 300.0, "0.6b": 400.0}
@@ -177,34 +176,6 @@ def _summary(decode_s: list[float], e2e_s: list[float], ttfa_s: list[float], fra
 # ---------------------------------------------------------------------------------------------- our backends
 
 
-class NoEosBackend:
-    """Wraps one of our decode backends so that code-0 EOS is never sampled (fixed-length timing).
-
-    Our backends have no suppress-EOS switch; both apply the reference's min-new-tokens rule (EOS masked while fewer
-    than N code-0s were drawn), so N is raised past any length: the torch session's CodeZeroProcessor.min_new_tokens,
-    and kernel_backend.MIN_NEW_TOKENS, which is baked into the captured frame graph (so it is set before the first
-    capture). A `suppress_eos` field in SamplingParams would make this wrapper unnecessary.
-    """
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.name = inner.name
-        if inner.name == "kernels":
-            from .backends import kernel_backend
-
-            kernel_backend.MIN_NEW_TOKENS = EOS_NEVER
-            if getattr(inner, "_graph", None) is not None:  # drop a graph captured with the old value
-                inner._graph = None
-                inner._graph_key = None
-
-    def start(self, *args: Any, **kwargs: Any) -> Any:
-        session = self.inner.start(*args, **kwargs)
-        proc = getattr(session, "processor", None)
-        if proc is not None and hasattr(proc, "min_new_tokens"):
-            proc.min_new_tokens = EOS_NEVER
-        return session
-
-
 def run_ours(w: WorkerArgs) -> dict[str, Any]:
     import torch
 
@@ -218,8 +189,8 @@ def run_ours(w: WorkerArgs) -> dict[str, Any]:
     if engine.backend.name != w.engine:
         raise RuntimeError(f"engine chose backend {engine.backend.name!r}: {engine.info.backend_reason}")
     load_s = time.perf_counter() - t0
-    engine.backend = NoEosBackend(engine.backend)
-    sampling = SamplingParams()
+    # Fixed-length timing: code-0 EOS is never sampled (random weights end at random).
+    sampling = SamplingParams(suppress_eos=True)
 
     def request(frames: int, seed: int) -> SynthesisRequest:
         return SynthesisRequest(text=w.text, speaker=w.speaker, language=w.language, seed=seed, max_frames=frames,

@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -119,7 +120,7 @@ class Engine:
         tokenizer: TextTokenizer,
         backend: DecodeBackend,
         *,
-        first_chunk_frames: int = 3,
+        first_chunk_frames: int = 2,
         chunk_frames: int = 12,
         max_frames: int = 2048,
         max_text_chars: int = 5000,
@@ -142,6 +143,7 @@ class Engine:
         self.info = info or EngineInfo(str(checkpoint.path), str(model.device), str(model.dtype), backend.name, "")
         self._lock = threading.Lock()
         self._session_lock = threading.Lock()
+        self._codec_stream = torch.cuda.Stream(model.device) if model.device.type == "cuda" else None
 
     # -- what the model offers ------------------------------------------------------------
     @property
@@ -166,7 +168,7 @@ class Engine:
         device: str = "auto",
         dtype: str = "auto",
         backend: str = "auto",
-        first_chunk_frames: int = 3,
+        first_chunk_frames: int = 2,
         chunk_frames: int = 12,
         max_frames: int = 2048,
         max_text_chars: int = 5000,
@@ -180,6 +182,10 @@ class Engine:
         tokenizer = TextTokenizer.from_dir(ckpt.path)
         talker = Qwen3TTSModel.from_tensors(ckpt.config, ckpt.tensors, dtype=torch_dtype, device=dev)
         codec = CodecDecoder.from_tensors(ckpt.codec_config, ckpt.codec_tensors, dtype=torch_dtype, device=dev)
+        # The modules now hold the weights (cast/moved where needed): drop the loader's references
+        # so that originals which were copied (e.g. the float32 codec) are freed.
+        ckpt.tensors.clear()
+        ckpt.codec_tensors.clear()
         chosen, reason = make_backend(backend, talker, ckpt)
         device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
         info = EngineInfo(model, f"{dev} ({device_name})", str(torch_dtype).removeprefix("torch."), chosen.name, reason)
@@ -236,22 +242,37 @@ class Engine:
             with self._lock:
                 session = self.backend.start(prompt, sampling, seed, max_frames)
                 stream = self.codec.new_stream()
+            # Kernel sessions can run ahead: launch group k+1, then decode group k's audio on the
+            # codec stream while the GPU works on k+1.
+            ahead = hasattr(session, "launch") and self._codec_stream is not None
             group = first
-            while not session.finished:
+            if ahead:
+                session.launch(group)
+            while True:
                 if cancel is not None and cancel.is_set():
                     raise SynthesisCancelled("cancelled")
                 with self._lock:
-                    codes = session.next_frames(group)
+                    if ahead:
+                        codes = session.collect()
+                    elif session.finished:
+                        break
+                    else:
+                        codes = session.next_frames(group)
                     if len(codes) == 0:
                         break
-                    with torch.inference_mode():
-                        wave = stream.decode(torch.from_numpy(codes).to(self.model.device))
-                    pcm = pcm16(wave)
+                    group = next_group_size(group, later)
+                    if ahead and not session.finished:
+                        session.launch(group)
+                    pcm = self._decode_audio(stream, codes)
                 yield AudioChunk(pcm=pcm, codes=codes)
-                group = later
         finally:  # also on close() of an abandoned generator
             if exclusive is not None:
                 exclusive.release()
+
+    def _decode_audio(self, stream, codes: np.ndarray) -> bytes:  # type: ignore[no-untyped-def]
+        with torch.inference_mode(), torch.cuda.stream(self._codec_stream) if self._codec_stream else _nullcontext():
+            wave = stream.decode(torch.from_numpy(codes).to(self.model.device))
+            return pcm16(wave)  # the copy to the host waits for the codec stream only
 
     def warm_up(self) -> float:
         """One short greedy synthesis so the first real request finds kernels built, graphs
@@ -275,6 +296,12 @@ class Engine:
             codes.append(chunk.codes)
         all_codes = np.concatenate(codes) if codes else np.zeros((0, 16), dtype=np.int64)
         return b"".join(pcm), all_codes
+
+
+def next_group_size(previous: int, largest: int) -> int:
+    """Frame groups double after the first until they reach `largest`: the first audio comes
+    early, and a slower GPU still builds a buffer ahead of playback."""
+    return min(largest, max(previous * 2, 1))
 
 
 def sampling_from_generation_config(gen: dict) -> SamplingParams:

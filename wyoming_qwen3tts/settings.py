@@ -64,8 +64,8 @@ class Settings(BaseSettings):
     dtype: str = Field("auto", description="weights dtype: auto, bfloat16, float16, float32")
     backend: Literal["auto", "kernels", "torch"] = Field("auto", description="decode loop: fused kernels or plain torch")
     # --- streaming audio ---
-    first_chunk_frames: int = Field(3, ge=1, description="frames (80 ms each) in the first audio chunk")
-    chunk_frames: int = Field(12, ge=1, description="frames in every later audio chunk")
+    first_chunk_frames: int = Field(2, ge=1, description="frames (80 ms each) in the first audio chunk")
+    chunk_frames: int = Field(12, ge=1, description="largest later audio chunk (groups double from the first up to this)")
     max_frames: int = Field(2048, ge=1, description="most frames spoken per sentence (12.5 frames = 1 s)")
     # --- text ---
     max_text_chars: int = Field(5000, ge=1, description="longest text accepted per request")

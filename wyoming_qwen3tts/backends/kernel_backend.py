@@ -50,6 +50,24 @@ class _Layer:
     k_norm: Tensor
 
 
+def _share_packed(blk: torch.nn.Module, packed: _Layer, cfg: TransformerConfig) -> None:
+    """Point a block's q/k/v and gate/up Linear weights at slices of the packed copies."""
+    a, m = blk.self_attn, blk.mlp
+    nq = cfg.num_attention_heads * cfg.head_dim
+    nkv = cfg.num_key_value_heads * cfg.head_dim
+    views = {
+        a.q_proj: packed.qkv[:nq],
+        a.k_proj: packed.qkv[nq : nq + nkv],
+        a.v_proj: packed.qkv[nq + nkv :],
+        m.gate_proj: packed.gate_up.view(cfg.intermediate_size, 2, cfg.hidden_size)[:, 0],
+        m.up_proj: packed.gate_up.view(cfg.intermediate_size, 2, cfg.hidden_size)[:, 1],
+    }
+    for linear, view in views.items():
+        if not torch.equal(linear.weight, view):  # packing is a pure re-layout: anything else is a bug
+            raise RuntimeError("packed weights differ from the module's")
+        linear.weight = torch.nn.Parameter(view, requires_grad=False)
+
+
 class _Stack:
     """Packed weights and work buffers of one transformer stack (Talker or CodePredictor)."""
 
@@ -78,6 +96,10 @@ class _Stack:
                         k_norm=a.k_norm.weight.to(**f32).contiguous(),
                     )
                 )
+            # The torch modules (still used for the prompt prefill) now read the packed tensors
+            # through views, so each weight lives on the GPU once.
+            for blk, packed in zip(layers, self.layers):
+                _share_packed(blk, packed, cfg)
         hq, hkv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         cos, sin = rope_tables(torch.arange(max_seq, device=device), hd, cfg.rope_theta, torch.float32)
         self.cos, self.sin = cos.contiguous(), sin.contiguous()
@@ -97,19 +119,41 @@ class KernelDecodeSession:
         self.frames_done = 0
         self.finished = False
         self.graph = backend._prepare(prompt, sampling, seed, max_frames)
+        # Pinned host copy of the codes so the device-to-host copies are asynchronous.
+        self._host = torch.empty(max_frames, NUM_GROUPS, dtype=torch.int32, pin_memory=True)
+        self._pending: list[tuple[int, int, torch.cuda.Event]] = []
 
-    def next_frames(self, n: int) -> np.ndarray:
-        if self.finished or n <= 0:
-            return np.zeros((0, NUM_GROUPS), dtype=np.int64)
+    def launch(self, n: int) -> int:
+        """Enqueue up to n frames (graph replays) and an async copy of their codes; no sync.
+
+        The engine launches group k+1 before it decodes group k's audio on another stream, so
+        the codec overlaps the decode loop. Returns how many frames were enqueued.
+        """
         b = self.b
         if b._owner is not self:
             raise RuntimeError("another session started on this backend; a KernelBackend runs one session at a time")
-        k = min(n, self.max_frames - self.frames_done)
+        start = self.frames_done + sum(k for _, k, _ in self._pending)
+        k = 0 if self.finished else min(n, self.max_frames - start)
+        if k <= 0:
+            return 0
         for _ in range(k):
             self.graph.replay()
-        rows = b.history[self.frames_done : self.frames_done + k].cpu()  # the one sync of this frame group
-        codes = rows.numpy().astype(np.int64)
-        eos = np.nonzero(codes[:, 0] == b.eos_id)[0]
+        self._host[start : start + k].copy_(b.history[start : start + k], non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        self._pending.append((start, k, done))
+        return k
+
+    def collect(self) -> np.ndarray:
+        """Codes of the oldest launched group, cut at end of speech (waits for that group only)."""
+        if not self._pending:
+            return np.zeros((0, NUM_GROUPS), dtype=np.int64)
+        start, k, done = self._pending.pop(0)
+        done.synchronize()  # the one host sync of this frame group
+        if self.finished:  # end of speech came in an earlier group: this one is discarded
+            return np.zeros((0, NUM_GROUPS), dtype=np.int64)
+        codes = self._host[start : start + k].numpy().astype(np.int64)
+        eos = np.nonzero(codes[:, 0] == self.b.eos_id)[0]
         if eos.size:
             codes = codes[: eos[0]]
             self.finished = True
@@ -117,6 +161,16 @@ class KernelDecodeSession:
         if self.frames_done >= self.max_frames:
             self.finished = True
         return codes
+
+    def next_frames(self, n: int) -> np.ndarray:
+        if self.finished or n <= 0:
+            return np.zeros((0, NUM_GROUPS), dtype=np.int64)
+        while self._pending:  # groups launched ahead come first
+            codes = self.collect()
+            if len(codes) or self.finished:
+                return codes
+        self.launch(n)
+        return self.collect()
 
 
 class KernelBackend:
