@@ -143,7 +143,13 @@ class Engine:
         self.info = info or EngineInfo(str(checkpoint.path), str(model.device), str(model.dtype), backend.name, "")
         self._lock = threading.Lock()
         self._session_lock = threading.Lock()
-        self._codec_stream = torch.cuda.Stream(model.device) if model.device.type == "cuda" else None
+        # The codec runs beside the decode loop on its own stream, at the higher priority (lower
+        # number), so a frame group's audio is not queued behind the next group's kernels.
+        self._codec_stream = (
+            torch.cuda.Stream(model.device, priority=-100)  # clamped to the device's highest
+            if model.device.type == "cuda"
+            else None
+        )
 
     # -- what the model offers ------------------------------------------------------------
     @property
@@ -178,7 +184,9 @@ class Engine:
         started = time.monotonic()
         dev = pick_device(device)
         torch_dtype = pick_dtype(dtype, dev)
-        ckpt = load_checkpoint(model, data_dir, dtype=torch_dtype, device=dev, local_files_only=local_files_only)
+        # Loaded to host memory first (zero-copy file mappings where the dtype matches); the model
+        # moves what it needs to the device tensor by tensor, which keeps the GPU peak low.
+        ckpt = load_checkpoint(model, data_dir, dtype=torch_dtype, device="cpu", local_files_only=local_files_only)
         tokenizer = TextTokenizer.from_dir(ckpt.path)
         talker = Qwen3TTSModel.from_tensors(ckpt.config, ckpt.tensors, dtype=torch_dtype, device=dev)
         codec = CodecDecoder.from_tensors(ckpt.codec_config, ckpt.codec_tensors, dtype=torch_dtype, device=dev)
@@ -261,18 +269,29 @@ class Engine:
                     if len(codes) == 0:
                         break
                     group = next_group_size(group, later)
+                    # Enqueue this group's audio first, then the next group's frames: the codec
+                    # stream has the higher priority, so the audio is not held up behind them.
+                    audio = self._enqueue_audio(stream, codes)
                     if ahead and not session.finished:
                         session.launch(group)
-                    pcm = self._decode_audio(stream, codes)
+                    pcm = self._fetch_audio(audio)
                 yield AudioChunk(pcm=pcm, codes=codes)
         finally:  # also on close() of an abandoned generator
             if exclusive is not None:
                 exclusive.release()
 
-    def _decode_audio(self, stream, codes: np.ndarray) -> bytes:  # type: ignore[no-untyped-def]
-        with torch.inference_mode(), torch.cuda.stream(self._codec_stream) if self._codec_stream else _nullcontext():
+    def _codec_context(self):  # type: ignore[no-untyped-def]
+        return torch.cuda.stream(self._codec_stream) if self._codec_stream is not None else _nullcontext()
+
+    def _enqueue_audio(self, stream, codes: np.ndarray) -> torch.Tensor:  # type: ignore[no-untyped-def]
+        """Decode a frame group to int16 samples on the codec stream, without waiting for it."""
+        with torch.inference_mode(), self._codec_context():
             wave = stream.decode(torch.from_numpy(codes).to(self.model.device))
-            return pcm16(wave)  # the copy to the host waits for the codec stream only
+            return (wave.float().clamp(-1.0, 1.0) * 32767.0).round().to(torch.int16)
+
+    def _fetch_audio(self, samples: torch.Tensor) -> bytes:
+        with self._codec_context():  # the copy to the host waits for the codec stream only
+            return samples.cpu().numpy().astype("<i2").tobytes()
 
     def warm_up(self) -> float:
         """One short greedy synthesis so the first real request finds kernels built, graphs

@@ -82,24 +82,23 @@ class _Stack:
         with torch.no_grad():
             for blk in layers:
                 a, m = blk.self_attn, blk.mlp
-                self.layers.append(
-                    _Layer(
-                        qkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight], 0).contiguous(),
-                        o=a.o_proj.weight.contiguous(),
-                        gate_up=torch.stack([m.gate_proj.weight, m.up_proj.weight], 1)
-                        .reshape(2 * cfg.intermediate_size, cfg.hidden_size)
-                        .contiguous(),
-                        down=m.down_proj.weight.contiguous(),
-                        in_norm=blk.input_layernorm.weight.to(**f32).contiguous(),
-                        post_norm=blk.post_attention_layernorm.weight.to(**f32).contiguous(),
-                        q_norm=a.q_norm.weight.to(**f32).contiguous(),
-                        k_norm=a.k_norm.weight.to(**f32).contiguous(),
-                    )
+                packed = _Layer(
+                    qkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight], 0).contiguous(),
+                    o=a.o_proj.weight.contiguous(),
+                    gate_up=torch.stack([m.gate_proj.weight, m.up_proj.weight], 1)
+                    .reshape(2 * cfg.intermediate_size, cfg.hidden_size)
+                    .contiguous(),
+                    down=m.down_proj.weight.contiguous(),
+                    in_norm=blk.input_layernorm.weight.to(**f32).contiguous(),
+                    post_norm=blk.post_attention_layernorm.weight.to(**f32).contiguous(),
+                    q_norm=a.q_norm.weight.to(**f32).contiguous(),
+                    k_norm=a.k_norm.weight.to(**f32).contiguous(),
                 )
-            # The torch modules (still used for the prompt prefill) now read the packed tensors
-            # through views, so each weight lives on the GPU once.
-            for blk, packed in zip(layers, self.layers):
+                # The torch modules (still used for the prompt prefill) now read the packed
+                # tensors through views, so each weight lives on the GPU once; doing it layer by
+                # layer frees the originals as we go and keeps the load-time peak low.
                 _share_packed(blk, packed, cfg)
+                self.layers.append(packed)
         hq, hkv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         cos, sin = rope_tables(torch.arange(max_seq, device=device), hd, cfg.rope_theta, torch.float32)
         self.cos, self.sin = cos.contiguous(), sin.contiguous()

@@ -206,8 +206,14 @@ class Talker(nn.Module):
         self.code_predictor = CodePredictor(cp_cfg, cfg.hidden_size)
 
     def embed_text(self, ids: Tensor) -> Tensor:
-        """Et(ids): text embedding then projection to the talker width. ids [T] -> [T, H]."""
-        return self.text_projection(self.model.text_embedding(ids))
+        """Et(ids): text embedding then projection to the talker width. ids [T] -> [T, H].
+
+        The 151936-row text table may live in host memory (only prompt rows are ever read):
+        gather there, project on the model's device.
+        """
+        table = self.model.text_embedding.weight
+        rows = F.embedding(ids.to(table.device), table)
+        return self.text_projection(rows.to(self.codec_head.weight.device))
 
     def embed_codec(self, ids: Tensor) -> Tensor:
         return self.model.codec_embedding(ids)
@@ -237,13 +243,20 @@ class Qwen3TTSModel(nn.Module):
                 f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
                 f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}"
             )
-        state = {k: v.to(device=device, dtype=dtype) for k, v in given.items()}
+        # On a GPU the text embedding table (0.6 GB at bf16, read only at prompt time) stays in
+        # host memory; everything else moves to the device.
+        host_table = torch.device(device).type != "cpu"
+        text_key = "talker.model.text_embedding.weight"
+        state = {
+            k: v.to(device="cpu" if (host_table and k == text_key) else device, dtype=dtype) for k, v in given.items()
+        }
         model.load_state_dict(state, assign=True)
         return model.eval()
 
     @property
     def dtype(self) -> torch.dtype:
         return self.talker.codec_head.weight.dtype
+
 
     @property
     def device(self) -> torch.device:
