@@ -18,24 +18,31 @@ import os
 import signal
 import sys
 from functools import partial
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from wyoming.server import AsyncServer, AsyncStdioServer, AsyncTcpServer, AsyncUnixServer
 
 from . import __version__
-from .engine import Engine
 from .handler import HandlerConfig, Qwen3TTSEventHandler
 from .server import TtsService
 from .settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 _LOGGER = logging.getLogger("wyoming_qwen3tts")
 _worker_busy = False  # set when main() returns with a job still on the engine's worker thread
 
 
-def load_engine(settings: Settings) -> Engine:
+def load_engine(settings: Settings) -> "Engine":
     """The blocking model load (download + weights), run on the engine's worker thread."""
     _LOGGER.info("Loading %s (device=%s, dtype=%s, backend=%s)", settings.model, settings.device, settings.dtype, settings.backend)
-    engine = Engine.from_pretrained(  # type: ignore[attr-defined]
+    # Imported here, on the worker thread: torch takes a second or more to import, and the server
+    # must already be answering describe by then (Home Assistant gives setup one second).
+    from .engine import Engine
+
+    engine = Engine.from_pretrained(
         settings.model,
         data_dir=settings.data_dir,
         device=settings.device,

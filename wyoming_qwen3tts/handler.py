@@ -38,7 +38,7 @@ from wyoming.ping import Ping, Pong
 from wyoming.server import AsyncEventHandler
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped, SynthesizeVoice
 
-from .engine import CHANNELS, SAMPLE_RATE, SAMPLE_WIDTH, SamplingParams, SynthesisRequest
+from .request import CHANNELS, SAMPLE_RATE, SAMPLE_WIDTH, SamplingParams, SynthesisRequest
 from .errors import Qwen3TTSError, TextTooLongError
 from .sentences import SentenceSplitter, clean_client_text, split_sentences
 from .server import ShuttingDownError, TtsService

@@ -17,11 +17,15 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
-import torch
+from typing import TYPE_CHECKING
+
 from wyoming.info import Info, TtsProgram
 
 from . import __version__
-from .engine import AudioChunk, Engine, SynthesisRequest
+from .request import AudioChunk, SynthesisRequest
+
+if TYPE_CHECKING:  # torch and the engine load on the worker thread, after the server is listening
+    from .engine import Engine
 from .errors import ModelLoadError, Qwen3TTSError, SynthesisCancelled
 from .voices import ATTRIBUTION, DEFAULT_LANGUAGES, SPEAKER_DESCRIPTIONS, VoiceCatalog, VoicePreset
 
@@ -53,6 +57,8 @@ class Connection(Protocol):
 def release_gpu_memory() -> None:
     """Drop unreferenced tensors and hand the allocator's cached blocks back to the driver."""
     gc.collect()
+    import torch
+
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
 
@@ -151,6 +157,8 @@ class TtsService:
         queue: asyncio.Queue[object] = asyncio.Queue()
 
         def job() -> None:
+            import torch  # already loaded with the engine; imported here to keep startup light
+
             # Runs on the worker thread, after every job submitted before it.
             if cancel.is_set():
                 raise SynthesisCancelled("cancelled before it started")

@@ -28,7 +28,7 @@ from pydantic_settings import (
 )
 
 from . import __version__
-from .engine import SamplingParams
+from .request import SamplingParams
 from .voices import VoicePreset
 
 ENV_PREFIX = "WYOMING_QWEN3TTS_"
