@@ -354,7 +354,10 @@ def make_backend(name: str, model: Qwen3TTSModel, ckpt: Checkpoint) -> tuple[Dec
     try:
         from .backends.kernel_backend import KernelBackend
 
-        return KernelBackend(model), ""
+        chosen = KernelBackend(model)
+        lib = chosen.lib
+        # Which kernel build runs: the cached library (its name carries the source hash and archs).
+        return chosen, f"kernels {lib.path.name}, warp {lib.warp_size}, {lib.sm_count} compute units"
     except Exception as err:  # a missing toolchain or a failed build must not stop the service
         if name == "kernels":
             raise
