@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # One device run: build (-Werror), op + backend tests, sanitizers on a short decode,
 # optional full-size parity (Q3T_FULL=1) and the per-frame benchmark. Logs go to $OUT.
+# GEMV v2 (kernels/src/gemv_v2.cu, chosen by Q3T_GEMV=v2): steps tests_v2 (the whole GPU test
+# file with v2 as the variant, PDL on), sass (16-byte loads issued before the grid-dependency
+# wait, in the SASS of this machine's nvcc) and bench_gemv (v1 vs v2 per shape and per frame);
+# STEPS=build,tests_pdl,tests_v2,sass,bench_gemv is the GEMV check (see kernels/README.md).
 set -uo pipefail
 OUT=${OUT:-/tmp/q3t-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 Q3T_REQUIRE=1 Q3T_CACHE_DIR=${Q3T_CACHE_DIR:-/tmp/q3t-cache}
@@ -17,6 +21,12 @@ fi
 if has tests_pdl; then
   Q3T_PDL=1 timeout 400 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernels_gpu.py -k "not full" -rs 2>&1 | tee "$OUT/pytest_pdl.log" | tail -30
 fi
+if has tests_v2; then
+  Q3T_GEMV=v2 Q3T_PDL=1 timeout 400 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernels_gpu.py -k "not full" -rs 2>&1 | tee "$OUT/pytest_v2.log" | tail -30
+fi
+if has sass; then
+  Q3T_REQUIRE_SASS=1 timeout 200 python3 -m pytest -q -s -p no:cacheprovider tests/test_native_build.py -k sass 2>&1 | tee "$OUT/sass.log" | tail -8
+fi
 if has sanitize; then
   for tool in ${SANITIZERS:-memcheck racecheck}; do
     timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 python3 kernels/device/sanitize_decode.py > "$OUT/san_$tool.log" 2>&1
@@ -25,6 +35,9 @@ if has sanitize; then
 fi
 if has full; then
   Q3T_FULL=1 timeout 400 python3 -m pytest -q -x -s -p no:cacheprovider tests/test_kernels_gpu.py -k full 2>&1 | tee "$OUT/full.log" | tail -15
+fi
+if has bench_gemv; then
+  timeout 300 python3 kernels/device/bench_gemv.py ${GEMV_BENCH:-shapes 0.6b 1.7b} 2>&1 | tee "$OUT/bench_gemv.log"
 fi
 if has bench; then
   timeout 400 python3 kernels/device/bench.py ${BENCH_SIZES:-0.6b 1.7b} 2>&1 | tee "$OUT/bench.log"

@@ -6,12 +6,15 @@ bfloat16 weights <= 1e-5 against float64 math on the same bf16 values, and <= 1e
 float32 weights. Backend parity: float32 greedy codes equal token for token.
 
 Q3T_PDL=1 runs everything with programmatic dependent launch. Set Q3T_REQUIRE=1 to fail instead of skip when the library cannot be built (the device script
-does), and Q3T_FULL=1 to run the full-size (1.7B) checks.
+does), and Q3T_FULL=1 to run the full-size (1.7B) checks. Q3T_GEMV=v2 runs every test on the
+second GEMV variant (kernels/src/gemv_v2.cu); the v2 tests below switch variants themselves.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -98,6 +101,131 @@ def test_gemv_rejects_oversized_k(lib: native.Native) -> None:
     x = torch.zeros(16, device=DEV)
     with pytest.raises(native.NativeError, match="exceeds 8192"):
         lib.call("q3t_gemv", native.F32, x.data_ptr(), 1, 9000, x.data_ptr(), None, 0.0, None, x.data_ptr(), 0, stream())
+
+
+# ------------------------------------------------------------------------------------------ GEMV v2
+
+# Every GEMV shape of the decode loop (rows, K), both model sizes, then odd ones.
+GEMV_V2_SHAPES = [
+    # 1.7B Talker: qkv, o_proj, gate/up (interleaved, SwiGLU), down_proj, codec_head
+    (4096, 2048), (2048, 2048), (12288, 2048), (2048, 6144), (3072, 2048),
+    # CodePredictor (both sizes) and the 0.6B Talker: qkv, o_proj / small_to_mtp_projection, gate/up,
+    # down_proj, lm_head, 0.6B codec_head
+    (4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (2048, 1024), (3072, 1024),
+    # odd K (scalar path for bf16 and f32), K = 4 mod 8 (vector path for f32 only), K = 1, long odd
+    # K, the largest K, odd row counts, fewer rows than a block holds
+    (38, 333), (37, 333), (64, 100), (6, 1), (10, 4097), (2, 8192), (130, 16), (1, 64),
+]  # fmt: skip
+
+
+@contextlib.contextmanager
+def gemv_variant(lib: native.Native, variant: str, fill: str | None = None) -> Iterator[None]:
+    """Q3T_GEMV (and Q3T_GEMV_FILL), which q3t_init reads, set for the block; restored (and re-read) after."""
+    saved = {name: os.environ.get(name) for name in ("Q3T_GEMV", "Q3T_GEMV_FILL")}
+    os.environ["Q3T_GEMV"] = variant
+    if fill is None:
+        os.environ.pop("Q3T_GEMV_FILL", None)
+    else:
+        os.environ["Q3T_GEMV_FILL"] = fill
+    try:
+        lib.init(0)
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        lib.init(0)
+
+
+def _gemv_case(n: int, k: int, dtype: torch.dtype, mode: int, with_norm: bool, seed: int, *, offset: int = 0):  # noqa: ANN202
+    """Fresh random inputs, a runner per variant, and the float64 reference of one GEMV.
+    offset > 0 starts the weights that many elements into their buffer (rows not 16-byte aligned)."""
+    g = gen(seed)
+    w32 = torch.randn(n, k, device=DEV, generator=g) * 0.05
+    buf = torch.empty(n * k + offset, dtype=dtype, device=DEV)
+    w = buf[offset:].view(n, k)
+    w.copy_(w32.to(dtype))
+    x = torch.randn(k, device=DEV, generator=g)
+    nw = torch.rand(k, device=DEV, generator=g) + 0.5
+    bias = torch.randn(n, device=DEV, generator=g) if mode == native.GEMV_STORE else None
+    n_out = n // 2 if mode == native.GEMV_SWIGLU else n
+    y0 = torch.randn(n_out, device=DEV, generator=g)  # also the poison: STORE must overwrite every element
+    eps = 1e-6
+
+    def run(lib: native.Native) -> torch.Tensor:
+        y = y0.clone()
+        lib.call("q3t_gemv", native.F32 if dtype == torch.float32 else native.BF16, w.data_ptr(), n, k, x.data_ptr(),
+                 nw.data_ptr() if with_norm else None, eps, bias.data_ptr() if bias is not None else None,
+                 y.data_ptr(), mode, stream())  # fmt: skip
+        return y
+
+    def reference(wm: torch.Tensor) -> torch.Tensor:
+        xd = x.double()
+        if with_norm:
+            xd = nw.double() * (xd * torch.rsqrt(xd.pow(2).mean() + eps))
+        r = wm.double() @ xd
+        if mode == native.GEMV_SWIGLU:
+            return torch.nn.functional.silu(r[0::2]) * r[1::2]
+        if mode == native.GEMV_ADD:
+            return y0.double() + r
+        return r + bias.double()
+
+    return run, reference, w, w32
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("mode", [native.GEMV_STORE, native.GEMV_ADD, native.GEMV_SWIGLU])
+@pytest.mark.parametrize("with_norm", [False, True])
+@pytest.mark.parametrize("n,k", GEMV_V2_SHAPES)
+def test_gemv_v2(lib: native.Native, dtype: torch.dtype, mode: int, with_norm: bool, n: int, k: int) -> None:
+    if mode == native.GEMV_SWIGLU and n % 2:
+        pytest.skip("SwiGLU takes gate/up row pairs")
+    run, reference, w, w32 = _gemv_case(n, k, dtype, mode, with_norm, 1000 + n * 7 + k + 3 * mode + int(with_norm))
+    with gemv_variant(lib, "v1"):
+        y1 = run(lib)
+    with gemv_variant(lib, "v2"):
+        y2 = run(lib)
+        again = run(lib)
+    assert torch.isfinite(y2).all()
+    assert torch.equal(y2, again), "v2 is not run-to-run identical"
+    assert rel(y2, reference(w.float())) <= F32_TOL
+    if dtype == torch.bfloat16:
+        assert rel(y2, reference(w32)) <= BF16_TOL
+    assert rel(y2, y1) <= F32_TOL, "v2 and v1 differ by more than float32 rounding"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("mode", [native.GEMV_STORE, native.GEMV_ADD, native.GEMV_SWIGLU])
+@pytest.mark.parametrize("fill", ["1", "2", "64"])
+def test_gemv_v2_unaligned_rows_and_fill(lib: native.Native, dtype: torch.dtype, mode: int, fill: str) -> None:
+    """Weights that start off a 16-byte boundary (the scalar path), and every split-K choice
+    (Q3T_GEMV_FILL 64 splits each row over all warps of a block)."""
+    for n, k, offset in ((1024, 3072, 1), (64, 1024, 0), (1024, 2048, 0), (6144, 1024, 0)):
+        run, reference, w, _ = _gemv_case(n, k, dtype, mode, True, 77 + n + k + mode, offset=offset)
+        with gemv_variant(lib, "v2", fill):
+            y = run(lib)
+        assert rel(y, reference(w.float())) <= F32_TOL, (n, k, offset)
+
+
+def test_gemv_v2_is_selected_by_the_environment(lib: native.Native) -> None:
+    # down_proj of the 1.7B Talker: v2 splits each row over 4 warps, so its float32 sums are
+    # added in another order than v1's and the bits differ: the variant really switched.
+    run, reference, w, _ = _gemv_case(2048, 6144, torch.bfloat16, native.GEMV_STORE, False, 5)
+    with gemv_variant(lib, "v1"):
+        y1 = run(lib)
+    with gemv_variant(lib, "v2"):
+        y2 = run(lib)
+    assert not torch.equal(y1, y2)
+    assert rel(y2, y1) <= F32_TOL
+    for bad in ({"variant": "v9"}, {"variant": "v2", "fill": "0"}, {"variant": "v2", "fill": "2x"}):
+        with pytest.raises(native.NativeUnavailable, match="Q3T_GEMV"):
+            with gemv_variant(lib, **bad):
+                pass
+    # Restored: the library works as before.
+    y = run(lib)
+    assert rel(y, reference(w.float())) <= F32_TOL
 
 
 def test_rmsnorm(lib: native.Native) -> None:
@@ -316,6 +444,18 @@ def test_tiny_greedy_codes_equal_torch(tiny_checkpoint: Path, lib: native.Native
 
 def test_tiny06b_greedy_codes_equal_torch(tiny_checkpoint_06b: Path, lib: native.Native) -> None:
     _greedy_parity(_model(tiny_checkpoint_06b, torch.float32), 200)
+
+
+@pytest.mark.parametrize("size", ["tiny", "tiny-0.6b"])
+def test_tiny_greedy_codes_equal_torch_gemv_v2(tiny_checkpoint: Path, tiny_checkpoint_06b: Path,
+                                               lib: native.Native, size: str) -> None:  # fmt: skip
+    """With Q3T_GEMV=v2 the float32 greedy codes still equal the torch backend's, all 200 frames."""
+    model = _model(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b, torch.float32)
+    with torch.no_grad():
+        model.talker.codec_head.weight[2150].zero_()  # no EOS: every frame is compared
+    with gemv_variant(lib, "v2"):
+        n = _greedy_parity(model, 200)
+    assert n == 200
 
 
 def test_sampled_output_is_reproducible(tiny_checkpoint: Path, lib: native.Native) -> None:

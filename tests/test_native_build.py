@@ -105,6 +105,61 @@ def test_builds_with_nvcc_sm90(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     _build("nvcc", ("sm_90",), tmp_path, monkeypatch)
 
 
+def _sass_tools() -> tuple[str, str] | None:
+    """cuobjdump and the nvdisasm it calls (the device machine has both; CI does not)."""
+    cuobjdump = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")
+    nvdisasm = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
+    for d in (os.environ.get("CUDA_HOME") or "/usr/local/cuda",):
+        cuobjdump = cuobjdump or (str(Path(d) / "bin" / "cuobjdump") if (Path(d) / "bin" / "cuobjdump").exists() else None)
+        nvdisasm = nvdisasm or (str(Path(d) / "bin" / "nvdisasm") if (Path(d) / "bin" / "nvdisasm").exists() else None)
+    return (cuobjdump, nvdisasm) if cuobjdump and nvdisasm else None
+
+
+def _sass_functions(lib: Path, tools: tuple[str, str]) -> dict[str, list[str]]:
+    import subprocess
+
+    cuobjdump, nvdisasm = tools
+    env = dict(os.environ, PATH=f"{Path(nvdisasm).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    out = subprocess.run([cuobjdump, "--dump-sass", str(lib)], capture_output=True, text=True, check=True, env=env).stdout
+    funcs: dict[str, list[str]] = {}
+    for m in re.finditer(r"Function : (\S+)(.*?)(?=Function : |\Z)", out, re.S):
+        funcs[m.group(1)] = [ln for ln in m.group(2).splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", ln)]
+    return funcs
+
+
+@pytest.mark.slow
+def test_gemv_v2_sass_loads_weights_before_the_grid_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the sm_90 SASS of every vectorised v2 GEMV kernel, its PRE up-front 16-byte weight loads
+    (LDG.E.128) come before ACQBULK (griddepcontrol.wait), so with programmatic dependent launch
+    they overlap the previous kernel. ptxas hoists the wait above loads of the same basic block
+    (gemv.cu's v1 kernels show 0 loads before it); gemv_v2.cu keeps it behind a branch.
+    Needs cuobjdump and nvdisasm (the device machine has them; Q3T_REQUIRE_SASS=1 fails without)."""
+    tools = _sass_tools()
+    if tools is None:
+        if os.environ.get("Q3T_REQUIRE_SASS") == "1":
+            pytest.fail("cuobjdump/nvdisasm not found (set CUOBJDUMP and NVDISASM)")
+        pytest.skip("cuobjdump/nvdisasm not installed")
+    lib = _build("nvcc", ("sm_90",), tmp_path, monkeypatch)
+    funcs = _sass_functions(lib, tools)
+    checked = 0
+    for name, lines in funcs.items():
+        m = re.search(r"k_gemv(2?)I([tf])Li(\d)ELb1E(?:Li(\d+)E)?", name)
+        if not m:
+            continue
+        loads = [i for i, ln in enumerate(lines) if "LDG.E.128" in ln]
+        wait = next((i for i, ln in enumerate(lines) if re.search(r"\bACQBULK\b", ln)), None)
+        assert loads, f"{name}: no 16-byte weight loads (LDG.E.128)"
+        assert wait is not None, f"{name}: no griddepcontrol.wait (ACQBULK)"
+        before = sum(i < wait for i in loads)
+        print(f"{'v2' if m.group(1) else 'v1'} {m.group(0)}: {before} of {len(loads)} LDG.E.128 before ACQBULK")
+        if m.group(1):  # v2: exactly its PRE up-front loads go out before the wait
+            assert before == int(m.group(4)), f"{name}: {before} LDG.E.128 before ACQBULK, want {m.group(4)}"
+            checked += 1
+        # no local memory (spills or run-time-indexed arrays) in any GEMV kernel
+        assert not any(re.search(r"\b(LDL|STL)\b", ln) for ln in lines), f"{name}: local memory"
+    assert checked == 18, f"checked {checked} vectorised v2 kernels, expected 2 dtypes x 3 modes x 3 PRE"
+
+
 @pytest.mark.slow
 def test_builds_with_hipcc_wave32_and_wave64(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # gfx1030 is the newest target Debian's ROCm 5.2 hipcc knows; gfx90a exercises wave64.

@@ -14,6 +14,14 @@ int q3t_check_launch(const char* what);
 int q3t_host_warp();
 // Whether launches use programmatic dependent launch (q3t_set_pdl).
 bool q3t_pdl_enabled();
+// SM / CU count of the device passed to q3t_init (0 before it).
+int q3t_host_sms();
+// GEMV variant, read from the environment at q3t_init: Q3T_GEMV=v1 (default, gemv.cu) or v2
+// (gemv_v2.cu); Q3T_GEMV_FILL: blocks per SM that v2 aims its grid at (default 2).
+int q3t_gemv_variant();
+int q3t_gemv_fill();
+int q3t_gemv_v2(int dtype, const void* w, int n_rows, int k, const float* x, const float* norm_w, float eps,
+                const float* bias, float* y, int mode, cudaStream_t s);
 
 // Programmatic dependent launch (CUDA, sm_90+): with it on, the next kernel in the stream (or
 // graph) is launched while this one runs and its blocks wait here until this grid has finished

@@ -158,6 +158,7 @@ extern "C" Q3T_API int q3t_gemv(int dtype, const void* w, int n_rows, int k, con
     if (mode == Q3T_GEMV_SWIGLU && (n_rows % 2)) return q3t_fail("q3t_gemv: SwiGLU needs an even row count, got %d", n_rows);
     if (mode != Q3T_GEMV_STORE && bias) return q3t_fail("q3t_gemv: bias is only supported with Q3T_GEMV_STORE");
     cudaStream_t s = Q3T_STREAM(stream);
+    if (q3t_gemv_variant() == 2) return q3t_gemv_v2(dtype, w, n_rows, k, x, norm_w, eps, bias, y, mode, s);
 #define Q3T_GEMV_CASE(T)                                                                  \
     switch (mode) {                                                                       \
         case Q3T_GEMV_STORE: return launch<T, Q3T_GEMV_STORE>(w, n_rows, k, x, norm_w, eps, bias, y, s); \

@@ -1,0 +1,243 @@
+// GEMV variant 2: the same function as gemv.cu (RMSNorm-fused matrix-vector product with
+// store (+bias), residual add or interleaved SwiGLU), laid out to keep every SM busy on the
+// decode loop's small matrices. Chosen by Q3T_GEMV=v2 at q3t_init (api.cu); gemv.cu's kernel
+// (v1) stays the default and q3t_gemv dispatches here only when asked.
+//
+// What differs from v1:
+// - In-block split-K: a block of 256 threads handles per_block = warps / splits outputs
+//   (row units: one row, or a gate/up row pair for SwiGLU); the `splits` warps of one unit
+//   take interleaved 16-byte-per-lane chunks of its row (chunk j of the row goes to warp
+//   j % splits, so each warp still reads whole 512-byte (wave64: 1 KiB) runs, coalesced).
+//   Their partial sums meet in shared memory and are added in a fixed order, so results stay
+//   run-to-run identical (no atomics, no second pass, no scratch buffer).
+//   The host picks `splits` (a power of two up to the warps per block): first so that no lane
+//   has more than kMaxPre 16-byte loads per unit, then, while the grid has fewer than
+//   Q3T_GEMV_FILL (default 2) blocks per SM/CU, doubling it as long as every warp keeps at
+//   least one chunk. E.g. (H200, 132 SMs, bf16): CodePredictor o_proj 1024x2048 and
+//   down_proj 1024x3072 go from 128 blocks (v1) to 512, the lm_heads 2048x1024 from 256 to 512,
+//   the 1.7B down_proj 2048x6144 from 256 blocks with 24 loads per lane (5 dependent rounds)
+//   to 1024 blocks with 6 loads per lane, all issued at once.
+// - All of a lane's weight loads (up to kMaxPre = 8, i.e. 128 bytes per lane) go out before
+//   the kernel waits for its predecessor (programmatic dependent launch), and really do in the
+//   SASS (see the wait below; v1 loses this to instruction scheduling), for every real shape
+//   of both model sizes; a v1-style loop (4 per row per round) only serves larger rows. The
+//   kernel is instantiated for 2, 4 or 8 up-front loads, so short rows do not pay registers
+//   (occupancy) for the longest.
+// - The RMSNorm scale is applied after the dot product: shared memory holds x * norm_w (x and
+//   norm_w loaded in one pass), sum(x^2) is reduced per warp, and every output is multiplied by
+//   rsqrt(mean(x^2) + eps) at the end. One barrier before the dot products instead of three and
+//   one dependent global round trip instead of two; the result differs from v1 only by float32
+//   rounding (rs * sum(w * (g * x)) vs sum(w * (g * (x * rs)))).
+#include "common.cuh"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxPre = 8;  // 16-byte weight loads per lane issued before the first use
+
+template <typename W> struct Pack;
+template <> struct Pack<float> {
+    static constexpr int N = 4;  // weights per 16-byte load
+    __device__ static __forceinline__ float dot(const uint4& u, const float* x) {
+        const float4 a = *reinterpret_cast<const float4*>(x);
+        float s = __uint_as_float(u.x) * a.x;
+        s += __uint_as_float(u.y) * a.y;
+        s += __uint_as_float(u.z) * a.z;
+        s += __uint_as_float(u.w) * a.w;
+        return s;
+    }
+};
+template <> struct Pack<uint16_t> {
+    static constexpr int N = 8;
+    __device__ static __forceinline__ float dot(const uint4& u, const float* x) {
+        const float4 a = *reinterpret_cast<const float4*>(x);
+        const float4 b = *reinterpret_cast<const float4*>(x + 4);
+        float s = bf16_lo(u.x) * a.x;
+        s += bf16_hi(u.x) * a.y;
+        s += bf16_lo(u.y) * a.z;
+        s += bf16_hi(u.y) * a.w;
+        s += bf16_lo(u.z) * b.x;
+        s += bf16_hi(u.z) * b.y;
+        s += bf16_lo(u.w) * b.z;
+        s += bf16_hi(u.w) * b.w;
+        return s;
+    }
+};
+
+// PRE: 16-byte loads per lane issued up front, over all NR rows of the unit (VEC only).
+template <typename W, int MODE, bool VEC, int PRE>
+__global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int n_out, int k, int splits,
+                                                    const float* __restrict__ x, const float* __restrict__ norm_w,
+                                                    float eps, const float* __restrict__ bias,
+                                                    float* __restrict__ y) {
+    constexpr int NR = MODE == Q3T_GEMV_SWIGLU ? 2 : 1;  // weight rows per output
+    constexpr int PR = PRE / NR;                         // up-front loads per row
+    static_assert(PR >= 1 && PR * NR == PRE, "PRE must be a multiple of the rows per output");
+    constexpr int V = Pack<W>::N;
+    extern __shared__ float xs[];  // k floats: x (times norm_w when given); 16-byte aligned
+    __shared__ float red[32];      // per-warp sum of x^2
+    __shared__ float part[32][NR];  // per-warp partial dot products
+    const int lane = threadIdx.x % Q3T_WARP, warp = threadIdx.x / Q3T_WARP;
+    const int nwarps = blockDim.x / Q3T_WARP;
+    const int per_block = nwarps / splits;
+    const int unit = blockIdx.x * per_block + warp / splits;
+    const bool active = unit < n_out;
+    const int step = splits * Q3T_WARP;                 // between a lane's consecutive vectors / elements
+    const int first = (warp % splits) * Q3T_WARP + lane;  // this lane's first vector / element
+    const int nvec = VEC ? k / V : 0;
+    const W* rows[NR];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) rows[r] = w + (size_t)(NR * (active ? unit : 0) + r) * k;
+
+    // Weights never change: their loads go out before waiting for the previous kernel.
+    uint4 pre[NR][PR];
+#pragma unroll
+    for (int r = 0; r < NR; ++r)
+#pragma unroll
+        for (int j = 0; j < PR; ++j) {
+            const int c = first + j * step;
+            pre[r][j] = (VEC && active && c < nvec) ? reinterpret_cast<const uint4*>(rows[r])[c] : make_uint4(0, 0, 0, 0);
+        }
+
+    // ptxas schedules griddepcontrol.wait (SASS: ACQBULK) above independent loads of the same
+    // basic block, so in gemv.cu's kernel the "early" weight loads are in fact issued after the
+    // wait. Behind a branch on a kernel argument (k > 0 always holds here) it stays below them;
+    // tests/test_native_build.py checks the order in the SASS.
+    if (k > 0) q3t_grid_dep();
+    if (norm_w) {
+        float ss = 0.f;
+#pragma unroll 4
+        for (int i = threadIdx.x; i < k; i += blockDim.x) {
+            const float v = x[i];
+            xs[i] = v * norm_w[i];
+            ss += v * v;
+        }
+        ss = warp_sum(ss);
+        if (lane == 0) red[warp] = ss;
+    } else {
+#pragma unroll 4
+        for (int i = threadIdx.x; i < k; i += blockDim.x) xs[i] = x[i];
+    }
+    __syncthreads();
+
+    float acc[NR];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) acc[r] = 0.f;
+    if (active) {
+        if constexpr (VEC) {
+#pragma unroll
+            for (int j = 0; j < PR; ++j) {
+                const int c = first + j * step;
+                if (c < nvec) {
+#pragma unroll
+                    for (int r = 0; r < NR; ++r) acc[r] += Pack<W>::dot(pre[r][j], xs + c * V);
+                }
+            }
+            // Rows longer than the up-front loads (the host picks PRE < kMaxPre only when none are
+            // left; not met by the real shapes at kMaxPre either): 4 per row per round, then the tail.
+            int c = first + PR * step;
+            if constexpr (PRE == kMaxPre) for (; c + 3 * step < nvec; c += 4 * step) {
+                uint4 u[NR][4];
+#pragma unroll
+                for (int r = 0; r < NR; ++r)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) u[r][j] = reinterpret_cast<const uint4*>(rows[r])[c + j * step];
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+#pragma unroll
+                    for (int r = 0; r < NR; ++r) acc[r] += Pack<W>::dot(u[r][j], xs + (c + j * step) * V);
+            }
+            for (; c < nvec; c += step)
+#pragma unroll
+                for (int r = 0; r < NR; ++r) acc[r] += Pack<W>::dot(reinterpret_cast<const uint4*>(rows[r])[c], xs + c * V);
+        } else {
+            // Rows not 16-byte aligned (k not a multiple of the vector width, or an offset pointer).
+            for (int i = first; i < k; i += step)
+#pragma unroll
+                for (int r = 0; r < NR; ++r) acc[r] += Elem<W>::load(rows[r], i) * xs[i];
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < NR; ++r) acc[r] = warp_sum(acc[r]);
+    if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < NR; ++r) part[warp][r] = acc[r];
+    }
+    __syncthreads();
+
+    // One thread per output of the block adds its warps' partial sums in a fixed order.
+    if ((int)threadIdx.x >= per_block) return;
+    const int out = blockIdx.x * per_block + threadIdx.x;
+    if (out >= n_out) return;
+    float scale = 1.f;
+    if (norm_w) {
+        float total = 0.f;
+        for (int i = 0; i < nwarps; ++i) total += red[i];
+        scale = rsqrtf(total / (float)k + eps);
+    }
+    float s[NR];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+        float t = 0.f;
+        for (int j = 0; j < splits; ++j) t += part[threadIdx.x * splits + j][r];
+        s[r] = t * scale;
+    }
+    if (MODE == Q3T_GEMV_SWIGLU) {
+        // silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), in float32 as torch does it.
+        const float g = s[0], u = s[NR - 1];
+        y[out] = (g / (1.0f + expf(-g))) * u;
+    } else if (MODE == Q3T_GEMV_ADD) {
+        y[out] += s[0];
+    } else {
+        y[out] = bias ? s[0] + bias[out] : s[0];
+    }
+}
+
+inline int cdiv(int a, int b) { return (a + b - 1) / b; }
+
+template <typename W, int MODE>
+int launch2(const void* w, int n_rows, int k, const float* x, const float* norm_w, float eps, const float* bias,
+            float* y, cudaStream_t s) {
+    constexpr int NR = MODE == Q3T_GEMV_SWIGLU ? 2 : 1;
+    const int n_out = n_rows / NR;
+    const int warp = q3t_host_warp();
+    const int nwarps = kThreads / warp;  // 8 (warp 32) or 4 (wave64): a power of two
+    const bool vec = (k % Pack<W>::N) == 0 && (reinterpret_cast<uintptr_t>(w) % 16) == 0;
+    const int chunks = cdiv(vec ? k / Pack<W>::N : k, warp);  // one chunk: one vector (or element) per lane
+    int splits = 1;
+    while (splits < nwarps && NR * cdiv(chunks, splits) > kMaxPre) splits *= 2;
+    const int target = q3t_gemv_fill() * q3t_host_sms();
+    while (splits < nwarps && chunks >= 2 * splits && cdiv(n_out, nwarps / splits) < target) splits *= 2;
+    const dim3 grid(cdiv(n_out, nwarps / splits));
+    const size_t smem = (size_t)k * sizeof(float);
+    const int loads = NR * cdiv(chunks, splits);
+    const W* wp = static_cast<const W*>(w);
+    if (!vec)
+        q3t_launch(k_gemv2<W, MODE, false, 2>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
+    else if (loads <= 2)
+        q3t_launch(k_gemv2<W, MODE, true, 2>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
+    else if (loads <= 4)
+        q3t_launch(k_gemv2<W, MODE, true, 4>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
+    else
+        q3t_launch(k_gemv2<W, MODE, true, kMaxPre>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias,
+                   y);
+    return q3t_check_launch("q3t_gemv (v2)");
+}
+
+}  // namespace
+
+// Called by q3t_gemv (gemv.cu) after it has checked the arguments, when Q3T_GEMV=v2.
+int q3t_gemv_v2(int dtype, const void* w, int n_rows, int k, const float* x, const float* norm_w, float eps,
+                const float* bias, float* y, int mode, cudaStream_t s) {
+#define Q3T_GEMV2_CASE(T)                                                                                 \
+    switch (mode) {                                                                                       \
+        case Q3T_GEMV_STORE: return launch2<T, Q3T_GEMV_STORE>(w, n_rows, k, x, norm_w, eps, bias, y, s);   \
+        case Q3T_GEMV_ADD: return launch2<T, Q3T_GEMV_ADD>(w, n_rows, k, x, norm_w, eps, bias, y, s);       \
+        case Q3T_GEMV_SWIGLU: return launch2<T, Q3T_GEMV_SWIGLU>(w, n_rows, k, x, norm_w, eps, bias, y, s); \
+        default: return q3t_fail("q3t_gemv: unknown mode %d", mode);                                       \
+    }
+    if (dtype == Q3T_F32) { Q3T_GEMV2_CASE(float) }
+    if (dtype == Q3T_BF16) { Q3T_GEMV2_CASE(uint16_t) }
+#undef Q3T_GEMV2_CASE
+    return q3t_fail("q3t_gemv: unknown dtype %d", dtype);
+}
