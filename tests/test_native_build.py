@@ -109,7 +109,12 @@ def _sass_tools() -> tuple[str, str] | None:
     """cuobjdump and the nvdisasm it calls (the device machine has both; CI does not)."""
     cuobjdump = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")
     nvdisasm = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
-    for d in (os.environ.get("CUDA_HOME") or "/usr/local/cuda",):
+    # The test extra installs NVIDIA's nvidia-cuda-cuobjdump / -nvdisasm wheels (bin/ under nvidia/cu13).
+    import importlib.util
+
+    spec = importlib.util.find_spec("nvidia")
+    wheel_dirs = [str(Path(p) / "cu13") for p in (spec.submodule_search_locations or [])] if spec else []
+    for d in (os.environ.get("CUDA_HOME") or "/usr/local/cuda", *wheel_dirs):
         cuobjdump = cuobjdump or (str(Path(d) / "bin" / "cuobjdump") if (Path(d) / "bin" / "cuobjdump").exists() else None)
         nvdisasm = nvdisasm or (str(Path(d) / "bin" / "nvdisasm") if (Path(d) / "bin" / "nvdisasm").exists() else None)
     return (cuobjdump, nvdisasm) if cuobjdump and nvdisasm else None
