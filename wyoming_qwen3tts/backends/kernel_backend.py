@@ -13,6 +13,9 @@ for every frame; `next_frames(n)` replays it n times and syncs once to read the 
 
 The prompt prefill is a one-off and runs through the torch Talker into the same KV cache
 tensor the kernels then read ([layers, 2, max_seq, kv_heads, head_dim], model dtype).
+Opt-in (Q3T_GRAPH_PREFILL=1, off by default): that torch prefill is captured as one CUDA graph
+per bucket length and replayed, instead of ~1,700 small launches issued from Python (see
+`_graph_prefill`).
 Weights are packed once: q/k/v concatenated, gate/up interleaved row by row (so one GEMV
 produces SwiGLU directly), small vectors in float32; activations are float32 throughout.
 """
@@ -36,6 +39,19 @@ from ..request import SamplingParams
 NUM_GROUPS = 16
 MIN_NEW_TOKENS = 2  # EOS is masked for the first two code-0 draws (reference generate)
 NO_EOS = 1 << 30  # min-new-tokens past any length: SamplingParams.suppress_eos (benchmarks)
+
+# Captured prefill (opt-in): prompt lengths are rounded up to one of these, one graph each, captured
+# the first time a bucket is seen. Longer prompts (or buckets past the cache) run eagerly.
+GRAPH_PREFILL_ENV = "Q3T_GRAPH_PREFILL"
+PREFILL_BUCKETS = tuple(range(16, 129, 16)) + tuple(range(160, 513, 32))  # 8 + 12 = 20 at most
+
+
+def prefill_bucket(length: int, capacity: int) -> int | None:
+    """The bucket a prompt of `length` positions is padded to, or None: run it eagerly."""
+    for bucket in PREFILL_BUCKETS:
+        if bucket >= length:
+            return bucket if bucket <= capacity else None
+    return None
 
 
 @dataclass
@@ -190,6 +206,7 @@ class KernelBackend:
         # prefetch with the kernel before it (~10% per frame on the H200). On by default where
         # supported (Q3T_PDL=0 turns it off); falls back silently on HIP and older GPUs.
         self.pdl = os.environ.get("Q3T_PDL", "1") != "0" if pdl is None else pdl
+        self._init_graph_prefill()
         self.model = model
         self.device = model.device
         self.wdtype = native.F32 if model.dtype == torch.float32 else native.BF16
@@ -332,14 +349,27 @@ class KernelBackend:
 
     # ---------------------------------------------------------------- sessions
 
+    def _init_graph_prefill(self) -> None:
+        self.graph_prefill = os.environ.get(GRAPH_PREFILL_ENV, "0") == "1"
+        self._prefill_graphs: dict[int, torch.cuda.CUDAGraph] = {}  # bucket -> graph
+        self._pg_cache: KVCache | None = None  # the cache the graphs write (re-captured after _alloc)
+        self._pg_x: Tensor | None = None  # static input [max bucket, H], model dtype
+        self._pg_last: Tensor | None = None  # int64 [1]: prompt length - 1, the row gathered into hn
+        self._pg_pool: tuple[int, int] | None = None  # one memory pool for all prefill graphs
+        self._pg_stream: torch.cuda.Stream | None = None  # their warm-up and capture stream
+
     def _prefill(self, prompt: Prompt, max_frames: int) -> None:
         need = prompt.length + max_frames + 1
         if need > self.capacity:
             self._alloc(max(need, 2 * self.capacity))
         with torch.inference_mode():
             self.cache.reset()
-            h = self.model.talker.model(prompt.embeds.to(self.model.dtype), self.cache)[-1]
-            self.hn.copy_(h.float())
+            bucket = prefill_bucket(prompt.length, self.capacity) if self.graph_prefill else None
+            if bucket is None:
+                h = self.model.talker.model(prompt.embeds.to(self.model.dtype), self.cache)[-1]
+                self.hn.copy_(h.float())
+            else:
+                self._graph_prefill(prompt.embeds, bucket)
             m = min(prompt.trailing.shape[0], self.capacity)
             self.trailing[:m].copy_(prompt.trailing[:m].float())
             self.trailing[m:].copy_(prompt.pad.float().expand(self.capacity - m, -1))
@@ -347,6 +377,73 @@ class KernelBackend:
             self.state.copy_(torch.tensor([prompt.length, 0], dtype=torch.int32))
             self.seen.zero_()
             self.cur.zero_()
+
+    def _graph_prefill(self, embeds: Tensor, bucket: int) -> None:
+        """Talker.model over the prompt right-padded with zero rows to `bucket` positions, as a
+        captured graph: the scheme of Transformer.prefill_bucketed, with the last real row gathered
+        through a device index so that one graph serves every length in the bucket.
+
+        The graph writes cache positions 0..bucket-1 (the pads' K/V past the prompt are
+        overwritten by the decode steps before the attention kernel reads them: it reads
+        [0, position]) and self.hn, the buffers the decode graph reads. Every prefill graph shares
+        one memory pool: they keep no live tensors in it (outputs go to the cache and hn) and
+        replay one at a time on one stream, so the pool holds one bucket's activations, not 20.
+        """
+        n = embeds.shape[0]
+        if self._pg_cache is not self.cache:  # first use, or _alloc replaced the cache the graphs write
+            self._prefill_graphs.clear()
+            self._pg_cache = self.cache
+            self._pg_pool = None  # the old graphs' pool goes with them
+        if self._pg_x is None:
+            self._pg_x = torch.zeros(PREFILL_BUCKETS[-1], self.tc.hidden_size, dtype=self.model.dtype,
+                                     device=self.device)  # fmt: skip
+            self._pg_last = torch.zeros(1, dtype=torch.int64, device=self.device)
+        x = self._pg_x[:bucket]
+        x[:n].copy_(embeds)
+        x[n:].zero_()
+        self._pg_last.fill_(n - 1)
+        graph = self._prefill_graphs.get(bucket)
+        if graph is None:
+            graph = self._capture_prefill(bucket)
+            self._prefill_graphs[bucket] = graph
+        graph.replay()
+        self.cache.length = n
+
+    def _prefill_run(self, bucket: int) -> Callable[[], None]:
+        """What a prefill graph holds: the Talker over the static input's first `bucket` rows from
+        position 0, then hn = the final-normed row at the device index (prompt length - 1)."""
+        x, last, cache, talker = self._pg_x[:bucket], self._pg_last, self.cache, self.model.talker.model
+
+        def run() -> None:
+            cache.reset()
+            out = talker(x, cache)  # [bucket, H], final-normed
+            self.hn.copy_(out.index_select(0, last)[0])  # copy_ casts to float32 as .float() does
+
+        return run
+
+    def _capture_prefill(self, bucket: int) -> torch.cuda.CUDAGraph:
+        run = self._prefill_run(bucket)
+        if self._pg_pool is None:
+            self._pg_pool = torch.cuda.graph_pool_handle()
+        if self._pg_stream is None:
+            self._pg_stream = torch.cuda.Stream(device=self.device)
+        side = self._pg_stream
+        # Warm-up on the side stream (cuBLAS handle and its per-stream workspace, lazily loaded
+        # kernels), as the CUDA-graph docs ask: torch.cuda.graph itself only syncs and empties the
+        # allocator cache. Capturing on that same stream reuses the workspace made here (outside the
+        # graphs' pool); one stream for all buckets makes one workspace, not one per bucket. The
+        # warm-up writes the cache and hn with this very prompt; the replay that follows (on the
+        # current stream) writes the same.
+        current = torch.cuda.current_stream(self.device)
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            run()
+        current.wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pg_pool, stream=side):
+            run()
+        current.wait_stream(side)
+        return graph
 
     def _prepare(self, prompt: Prompt, sampling: SamplingParams, seed: int, max_frames: int) -> torch.cuda.CUDAGraph:
         self._prefill(prompt, max_frames)

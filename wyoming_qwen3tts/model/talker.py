@@ -62,6 +62,9 @@ class KVCache:
     """Static cache for one transformer stack: one tensor [layers, 2, max_seq, kv_heads, head_dim].
 
     One contiguous tensor so that the fused-kernel backend can share it with this torch path.
+    Positions at or past `length` may hold stale entries (an earlier request, or the pad rows of
+    `Transformer.prefill_bucketed`): every step writes its own positions before attention reads
+    positions [0, start + T), so nothing past `length` is ever attended to.
     """
 
     def __init__(self, cfg: TransformerConfig, max_seq: int, dtype: torch.dtype, device: torch.device | str) -> None:
@@ -159,6 +162,28 @@ class Transformer(nn.Module):
             x = layer(x, cos, sin, cache.data[i], start)
         cache.length = start + t
         return self.norm(x)
+
+    def prefill_bucketed(self, x: Tensor, cache: KVCache, bucket: int) -> Tensor:
+        """forward() over x [L, H] right-padded with zero rows to `bucket` positions; returns the
+        final-normed hidden state of the last real position [1, H] and leaves cache.length at start + L.
+
+        Why it equals forward(x) (up to rounding): attention is causal, so positions < L never see
+        the pads; the pads' K/V land in cache positions start+L .. start+bucket-1, past `length`,
+        where the next steps overwrite them before reading (see KVCache). Zero pad inputs keep the
+        pad rows finite (RMSNorm of 0 is 0), so they add exact zeros, not NaNs, to masked sums.
+        Not bitwise equal: the matmuls run with M = bucket instead of L, and BLAS may block and
+        sum differently. The fixed shape is what lets a captured CUDA graph serve every prompt
+        length up to `bucket` (backends/kernel_backend.py).
+        """
+        n = x.shape[0]
+        if not 0 < n <= bucket:
+            raise ValueError(f"bucket {bucket} cannot hold {n} positions")
+        start = cache.length
+        padded = x.new_zeros(bucket, x.shape[1])
+        padded[:n] = x
+        h = self.forward(padded, cache)  # raises if start + bucket > cache.max_seq
+        cache.length = start + n
+        return h[n - 1 : n]
 
 
 class TextProjection(nn.Module):

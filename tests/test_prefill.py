@@ -1,0 +1,183 @@
+"""Bucketed prefill (Transformer.prefill_bucketed) on the CPU, float32: the prompt right-padded with
+zero rows to a bucket length gives the plain prefill's last hidden state and cache entries, and the
+same greedy codes after it.
+
+Not bitwise: with pads the matmuls run with M = bucket rows instead of L (and the attention's inner
+sums over bucket keys instead of L, the extra ones masked to exact zeros); BLAS picks its blocking
+and summation order by shape, so the last bits may differ. Hence allclose at rtol 1e-5 / atol 1e-6.
+
+The captured-graph path that uses this scheme (kernel backend, Q3T_GRAPH_PREFILL=1) is tested on a
+GPU in tests/test_prefill_gpu.py; its bucket policy is checked here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from wyoming_qwen3tts.backends.kernel_backend import GRAPH_PREFILL_ENV, PREFILL_BUCKETS, KernelBackend, prefill_bucket
+from wyoming_qwen3tts.backends.torch_backend import TorchBackend
+from wyoming_qwen3tts.engine import Engine, SamplingParams, SynthesisRequest
+
+RTOL, ATOL = 1e-5, 1e-6
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_checkpoint) -> Engine:
+    return Engine.from_pretrained(str(tiny_checkpoint), device="cpu", dtype="float32", backend="torch")
+
+
+def _round_up(n: int, step: int = 16) -> int:
+    return -(-n // step) * step
+
+
+def _inputs(engine: Engine, n: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    hidden = engine.model.cfg.talker.hidden_size
+    return torch.randn(n, hidden, generator=g) * 0.05  # the scale of real prompt embeddings
+
+
+# L, bucket: padded (L < bucket) and exact multiples (L == bucket, no pad row), small and larger.
+CASES = [(1, 16), (5, 16), (15, 16), (16, 16), (16, 32), (17, 32), (31, 32), (32, 32), (33, 48), (48, 48), (47, 64)]
+
+
+@pytest.mark.parametrize("length,bucket", CASES)
+@pytest.mark.parametrize("start", [0, 7])
+def test_bucketed_prefill_matches_plain(engine, length, bucket, start):
+    """Same last hidden state and same first start+L cache entries; length set to start+L.
+    start > 0: a block after earlier positions (the mask's offset), not only a fresh prompt."""
+    stack = engine.model.talker.model
+    x = _inputs(engine, length, seed=length)
+    head = _inputs(engine, start, seed=1000) if start else None
+    plain = engine.model.new_talker_cache(128)
+    padded = engine.model.new_talker_cache(128)
+    # Poison the bucketed run's cache: a read of any position it has not written gives NaN.
+    padded.data.fill_(float("nan"))
+    with torch.inference_mode():
+        if head is not None:
+            stack(head, plain)
+            stack(head, padded)
+        want = stack(x, plain)[-1:]
+        got = stack.prefill_bucketed(x, padded, bucket)
+    end = start + length
+    assert padded.length == plain.length == end
+    assert got.shape == want.shape == (1, x.shape[1])
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(padded.data[:, :, :end], plain.data[:, :, :end], rtol=RTOL, atol=ATOL)
+    # The pads' K/V sit past `length` (finite: zero inputs), the rest of the cache is untouched.
+    assert torch.isfinite(padded.data[:, :, end : start + bucket]).all()
+    assert torch.isnan(padded.data[:, :, start + bucket :]).all()
+
+
+def test_bucketed_prefill_rejects_bad_buckets(engine):
+    stack = engine.model.talker.model
+    x = _inputs(engine, 20, seed=0)
+    with torch.inference_mode():
+        with pytest.raises(ValueError, match="cannot hold"):
+            stack.prefill_bucketed(x, engine.model.new_talker_cache(64), 16)
+        with pytest.raises(RuntimeError, match="KV cache full"):
+            stack.prefill_bucketed(x, engine.model.new_talker_cache(24), 32)
+
+
+TEXTS = [
+    "Hi.",
+    "This is a sentence for the bucketed prefill test.",
+    "A longer request: the quick brown fox jumps over the lazy dog while the kettle starts to sing in the kitchen.",
+]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+@pytest.mark.parametrize("how", ["round16", "no_pad", "cache_cap"])
+def test_greedy_codes_after_bucketed_prefill(engine, text, how):
+    """Greedy codes for 50 frames (EOS suppressed, so all 50 are compared) are identical whether the
+    torch session's prompt was prefilled plainly or right-padded to a bucket."""
+    frames = 50
+    sampling = replace(SamplingParams.greedy(), suppress_eos=True)
+    prompt = engine.prepare(SynthesisRequest(text=text, speaker="ryan", language="english", sampling=sampling))
+    length = prompt.length
+    backend = TorchBackend(engine.model)
+    want = backend.start(prompt, sampling, 0, frames).next_frames(frames)
+
+    session = backend.start(prompt, sampling, 0, frames)  # prefilled plainly; redo it bucketed
+    cache = session.cache
+    bucket = {"round16": _round_up(length), "no_pad": length, "cache_cap": cache.max_seq}[how]
+    assert length <= bucket <= cache.max_seq
+    cache.data.fill_(float("nan"))  # a read of a position nobody wrote would poison the codes
+    cache.reset()
+    with torch.inference_mode():
+        session.hidden = engine.model.talker.model.prefill_bucketed(prompt.embeds, cache, bucket)
+    assert cache.length == length
+    got = session.next_frames(frames)
+    assert want.shape == (frames, 16)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_prefill_bucket_policy():
+    assert PREFILL_BUCKETS[0] == 16 and PREFILL_BUCKETS[-1] == 512 and len(PREFILL_BUCKETS) == 20
+    assert list(PREFILL_BUCKETS) == sorted(set(PREFILL_BUCKETS))
+    assert all(b % 16 == 0 for b in PREFILL_BUCKETS)
+    assert prefill_bucket(1, 2048) == 16
+    assert prefill_bucket(16, 2048) == 16
+    assert prefill_bucket(17, 2048) == 32
+    assert prefill_bucket(30, 2048) == 32  # the bench's one-sentence prompt
+    assert prefill_bucket(129, 2048) == 160
+    assert prefill_bucket(512, 2048) == 512
+    assert prefill_bucket(513, 4096) is None  # longer prompts run eagerly
+    assert prefill_bucket(40, 40) is None  # a bucket past the cache runs eagerly
+    assert prefill_bucket(40, 48) == 48
+    for n in range(1, 513):
+        b = prefill_bucket(n, 2048)
+        assert b is not None and n <= b and b - n < (16 if n <= 128 else 32)
+
+
+def _cpu_graph_backend(engine: Engine, capacity: int = 128) -> KernelBackend:
+    """The kernel backend's prefill bookkeeping without a GPU: only the attributes _graph_prefill
+    uses, and a 'capture' that returns the body it would capture, run eagerly on replay."""
+    b = object.__new__(KernelBackend)
+    b.model, b.device, b.tc, b.capacity = engine.model, torch.device("cpu"), engine.model.cfg.talker, capacity
+    b.cache = engine.model.new_talker_cache(capacity)
+    b.hn = torch.zeros(b.tc.hidden_size)
+    b._init_graph_prefill()
+    b.captured = []
+    b._capture_prefill = lambda bucket: b.captured.append(bucket) or SimpleNamespace(replay=b._prefill_run(bucket))
+    return b
+
+
+def test_graph_prefill_bookkeeping_on_cpu(engine):
+    """What runs around the captured graph (static input, zero pads, the device index of the last
+    row, one graph per bucket, re-capture after the cache is replaced), with the capture faked:
+    the same hn and cache entries as the eager prefill. The capture itself is GPU-only
+    (tests/test_prefill_gpu.py)."""
+    b = _cpu_graph_backend(engine)
+    stack = engine.model.talker.model
+    order = [(13, 16), (5, 16), (16, 16), (20, 32), (13, 16)]  # replays in the first bucket, another, back
+    for i, (n, bucket) in enumerate(order):
+        x = _inputs(engine, n, seed=100 + i)
+        plain = engine.model.new_talker_cache(128)
+        b.cache.data.fill_(float("nan"))
+        with torch.inference_mode():
+            want = stack(x, plain)[-1]
+            b._graph_prefill(x, bucket)
+        assert b.cache.length == n
+        torch.testing.assert_close(b.hn, want, rtol=RTOL, atol=ATOL)
+        torch.testing.assert_close(b.cache.data[:, :, :n], plain.data[:, :, :n], rtol=RTOL, atol=ATOL)
+        assert torch.isnan(b.cache.data[:, :, bucket:]).all()  # nothing past the bucket written
+    assert b.captured == [16, 32] and set(b._prefill_graphs) == {16, 32}
+    b.cache = engine.model.new_talker_cache(128)  # what _alloc does when a request needs more room
+    with torch.inference_mode():
+        b._graph_prefill(_inputs(engine, 9, seed=7), 16)
+    assert b.captured == [16, 32, 16] and set(b._prefill_graphs) == {16} and b._pg_cache is b.cache
+
+
+def test_graph_prefill_is_opt_in(monkeypatch, engine):
+    monkeypatch.delenv(GRAPH_PREFILL_ENV, raising=False)
+    assert _cpu_graph_backend(engine).graph_prefill is False
+    monkeypatch.setenv(GRAPH_PREFILL_ENV, "1")
+    assert _cpu_graph_backend(engine).graph_prefill is True
+    monkeypatch.setenv(GRAPH_PREFILL_ENV, "0")
+    assert _cpu_graph_backend(engine).graph_prefill is False
