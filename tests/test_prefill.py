@@ -4,7 +4,8 @@ same greedy codes after it.
 
 Not bitwise: with pads the matmuls run with M = bucket rows instead of L (and the attention's inner
 sums over bucket keys instead of L, the extra ones masked to exact zeros); BLAS picks its blocking
-and summation order by shape, so the last bits may differ. Hence allclose at rtol 1e-5 / atol 1e-6.
+and summation order by shape, so the last bits may differ. Hence allclose at rtol 1e-5 / atol 4e-6
+(measured worst case on the development machine: 84 % of rtol 1e-5 / atol 1e-6; other CPUs block differently).
 
 The captured-graph path that uses this scheme (kernel backend, Q3T_GRAPH_PREFILL=1) is tested on a
 GPU in tests/test_prefill_gpu.py; its bucket policy is checked here.
@@ -23,7 +24,7 @@ from wyoming_qwen3tts.backends.kernel_backend import GRAPH_PREFILL_ENV, PREFILL_
 from wyoming_qwen3tts.backends.torch_backend import TorchBackend
 from wyoming_qwen3tts.engine import Engine, SamplingParams, SynthesisRequest
 
-RTOL, ATOL = 1e-5, 1e-6
+RTOL, ATOL = 1e-5, 4e-6
 
 
 @pytest.fixture(scope="module")
