@@ -64,6 +64,37 @@ inline void q3t_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t s
 // nearest even, and no vendor bf16 type (which differ between CUDA and HIP versions) is needed.
 __device__ __forceinline__ float bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
+
+// One 16-byte load of weights W (float: 4, bf16: 8) dotted with 4 or 8 floats of x; shared by the
+// GEMV variants.
+template <typename W> struct WeightVec16;
+template <> struct WeightVec16<float> {
+    static constexpr int N = 4;  // weights per 16-byte load
+    __device__ static __forceinline__ float dot(const uint4& u, const float* x) {
+        const float4 a = *reinterpret_cast<const float4*>(x);
+        float s = __uint_as_float(u.x) * a.x;
+        s += __uint_as_float(u.y) * a.y;
+        s += __uint_as_float(u.z) * a.z;
+        s += __uint_as_float(u.w) * a.w;
+        return s;
+    }
+};
+template <> struct WeightVec16<uint16_t> {
+    static constexpr int N = 8;
+    __device__ static __forceinline__ float dot(const uint4& u, const float* x) {
+        const float4 a = *reinterpret_cast<const float4*>(x);
+        const float4 b = *reinterpret_cast<const float4*>(x + 4);
+        float s = bf16_lo(u.x) * a.x;
+        s += bf16_hi(u.x) * a.y;
+        s += bf16_lo(u.y) * a.z;
+        s += bf16_hi(u.y) * a.w;
+        s += bf16_lo(u.z) * b.x;
+        s += bf16_hi(u.z) * b.y;
+        s += bf16_lo(u.w) * b.z;
+        s += bf16_hi(u.w) * b.w;
+        return s;
+    }
+};
 __device__ __forceinline__ float bf16_to_f32(uint16_t u) { return __uint_as_float(((uint32_t)u) << 16); }
 __device__ __forceinline__ uint16_t f32_to_bf16(float f) {
     uint32_t u = __float_as_uint(f);

@@ -13,34 +13,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;
 
-template <typename W> struct Vec;
-template <> struct Vec<float> {
-    static constexpr int N = 4;
-    __device__ static __forceinline__ float dot(const uint4& u, const float* x) {
-        const float4 a = *reinterpret_cast<const float4*>(x);
-        float s = __uint_as_float(u.x) * a.x;
-        s += __uint_as_float(u.y) * a.y;
-        s += __uint_as_float(u.z) * a.z;
-        s += __uint_as_float(u.w) * a.w;
-        return s;
-    }
-};
-template <> struct Vec<uint16_t> {
-    static constexpr int N = 8;
-    __device__ static __forceinline__ float dot(const uint4& u, const float* x) {
-        const float4 a = *reinterpret_cast<const float4*>(x);
-        const float4 b = *reinterpret_cast<const float4*>(x + 4);
-        float s = bf16_lo(u.x) * a.x;
-        s += bf16_hi(u.x) * a.y;
-        s += bf16_lo(u.y) * a.z;
-        s += bf16_hi(u.y) * a.w;
-        s += bf16_lo(u.z) * b.x;
-        s += bf16_hi(u.z) * b.y;
-        s += bf16_lo(u.w) * b.z;
-        s += bf16_hi(u.w) * b.w;
-        return s;
-    }
-};
+template <typename W> using Vec = WeightVec16<W>;
 
 template <typename W, int MODE, bool VEC>
 __global__ void __launch_bounds__(kThreads) k_gemv(const W* __restrict__ w, int n_out, int k, const float* __restrict__ x,

@@ -35,34 +35,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxPre = 8;  // 16-byte weight loads per lane issued before the first use
 
-template <typename W> struct Pack;
-template <> struct Pack<float> {
-    static constexpr int N = 4;  // weights per 16-byte load
-    __device__ static __forceinline__ float dot(const uint4& u, const float* x) {
-        const float4 a = *reinterpret_cast<const float4*>(x);
-        float s = __uint_as_float(u.x) * a.x;
-        s += __uint_as_float(u.y) * a.y;
-        s += __uint_as_float(u.z) * a.z;
-        s += __uint_as_float(u.w) * a.w;
-        return s;
-    }
-};
-template <> struct Pack<uint16_t> {
-    static constexpr int N = 8;
-    __device__ static __forceinline__ float dot(const uint4& u, const float* x) {
-        const float4 a = *reinterpret_cast<const float4*>(x);
-        const float4 b = *reinterpret_cast<const float4*>(x + 4);
-        float s = bf16_lo(u.x) * a.x;
-        s += bf16_hi(u.x) * a.y;
-        s += bf16_lo(u.y) * a.z;
-        s += bf16_hi(u.y) * a.w;
-        s += bf16_lo(u.z) * b.x;
-        s += bf16_hi(u.z) * b.y;
-        s += bf16_lo(u.w) * b.z;
-        s += bf16_hi(u.w) * b.w;
-        return s;
-    }
-};
+template <typename W> using Pack = WeightVec16<W>;
 
 // PRE: 16-byte loads per lane issued up front, over all NR rows of the unit (VEC only).
 template <typename W, int MODE, bool VEC, int PRE>
