@@ -19,7 +19,6 @@ import signal
 import sys
 from functools import partial
 from typing import TYPE_CHECKING
-from urllib.parse import urlparse
 
 from wyoming.server import AsyncServer, AsyncStdioServer, AsyncTcpServer, AsyncUnixServer
 
@@ -104,10 +103,8 @@ async def main(settings: Settings) -> int:
         signalled = asyncio.ensure_future(signals.get())
         done, _ = await asyncio.wait({loaded, signalled}, return_when=asyncio.FIRST_COMPLETED)
         if loaded in done:
-            if service.load_error is not None:
-                _LOGGER.error("Could not load the model: %s", service.load_error)
+            if not _report_load(service):
                 return 1
-            _LOGGER.info("Ready")
             await signalled
         _LOGGER.info(
             "Stopping (%s): no new connections; finishing requests in progress",
@@ -131,6 +128,15 @@ async def main(settings: Settings) -> int:
         service.shutdown()
 
 
+def _report_load(service: TtsService) -> bool:
+    """Log the end of the model load: "Ready", or why it failed."""
+    if service.load_error is not None:
+        _LOGGER.error("Could not load the model: %s", service.load_error)
+        return False
+    _LOGGER.info("Ready")
+    return True
+
+
 def _stop_listening(server: AsyncServer) -> None:
     """Close the listening socket; connections already accepted stay open."""
     listener = getattr(server, "_server", None)
@@ -147,10 +153,8 @@ async def _serve_stdio(server: AsyncStdioServer, service: TtsService, handler_fa
     try:
         done, _ = await asyncio.wait({loaded, serving}, return_when=asyncio.FIRST_COMPLETED)
         if loaded in done:
-            if service.load_error is not None:
-                _LOGGER.error("Could not load the model: %s", service.load_error)
+            if not _report_load(service):
                 return 1
-            _LOGGER.info("Ready")
             await serving
         await service.wait_idle()
         return 0 if service.load_error is None else 1

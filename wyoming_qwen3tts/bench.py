@@ -177,8 +177,6 @@ def _summary(decode_s: list[float], e2e_s: list[float], ttfa_s: list[float], fra
 
 
 def run_ours(w: WorkerArgs) -> dict[str, Any]:
-    import torch
-
     from .engine import Engine
     from .request import SamplingParams, SynthesisRequest
 

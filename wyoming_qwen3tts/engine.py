@@ -59,7 +59,11 @@ _CONTROL_MARKERS = ("<|", "|>", "<tts_")
 class DecodeSession(Protocol):
     finished: bool
 
-    def next_frames(self, n: int) -> np.ndarray: ...
+    def launch(self, n: int) -> None | int: ...  # ask for the next n frames (may start them at once)
+
+    def collect(self) -> np.ndarray: ...  # codes of the oldest launch, [k <= n, 16]
+
+    def next_frames(self, n: int) -> np.ndarray: ...  # launch(n) then collect()
 
 
 class DecodeBackend(Protocol):
@@ -84,10 +88,20 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return resolve_dtype(dtype)
 
 
+def int16_samples(wave: torch.Tensor) -> torch.Tensor:
+    """Float waveform in [-1, 1] -> int16 samples, on the waveform's device."""
+    return (wave.float().clamp(-1.0, 1.0) * 32767.0).round().to(torch.int16)
+
+
+def samples_to_pcm(samples: torch.Tensor, stream: torch.cuda.Stream | None = None) -> bytes:
+    """int16 samples -> s16le bytes; on a GPU the copy waits for `stream` only (the codec's)."""
+    with torch.cuda.stream(stream) if stream is not None else _nullcontext():
+        return samples.cpu().numpy().astype("<i2").tobytes()
+
+
 def pcm16(wave: torch.Tensor) -> bytes:
     """Float waveform in [-1, 1] -> s16le bytes."""
-    samples = (wave.float().clamp(-1.0, 1.0) * 32767.0).round().to(torch.int16)
-    return samples.cpu().numpy().astype("<i2").tobytes()
+    return samples_to_pcm(int16_samples(wave))
 
 
 def clean_text(text: str) -> str:
@@ -250,22 +264,15 @@ class Engine:
             with self._lock:
                 session = self.backend.start(prompt, sampling, seed, max_frames)
                 stream = self.codec.new_stream()
-            # Kernel sessions can run ahead: launch group k+1, then decode group k's audio on the
-            # codec stream while the GPU works on k+1.
-            ahead = hasattr(session, "launch") and self._codec_stream is not None
+            # Every session takes launch(n)/collect(): kernel sessions enqueue the frames at once
+            # and run ahead, so group k+1 is decoded on the GPU while the codec works on group k.
             group = first
-            if ahead:
-                session.launch(group)
+            session.launch(group)
             while True:
                 if cancel is not None and cancel.is_set():
                     raise SynthesisCancelled("cancelled")
                 with self._lock:
-                    if ahead:
-                        codes = session.collect()
-                    elif session.finished:
-                        break
-                    else:
-                        codes = session.next_frames(group)
+                    codes = session.collect()
                     if len(codes) == 0:
                         break
                     group = next_group_size(group, later)
@@ -273,26 +280,18 @@ class Engine:
                     # small kernels: the GPU then decodes frames while the host is still issuing
                     # codec work. Measured on the H200 (docs/performance.md): codec first left the
                     # GPU idle during those launches, e2e/decode 1.23 instead of 1.08.
-                    if ahead and not session.finished:
+                    if not session.finished:
                         session.launch(group)
-                    pcm = self._fetch_audio(self._enqueue_audio(stream, codes))
+                    pcm = samples_to_pcm(self._decode_audio(stream, codes), self._codec_stream)
                 yield AudioChunk(pcm=pcm, codes=codes)
         finally:  # also on close() of an abandoned generator
             if exclusive is not None:
                 exclusive.release()
 
-    def _codec_context(self):  # type: ignore[no-untyped-def]
-        return torch.cuda.stream(self._codec_stream) if self._codec_stream is not None else _nullcontext()
-
-    def _enqueue_audio(self, stream, codes: np.ndarray) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    def _decode_audio(self, stream, codes: np.ndarray) -> torch.Tensor:  # type: ignore[no-untyped-def]
         """Decode a frame group to int16 samples on the codec stream, without waiting for it."""
-        with torch.inference_mode(), self._codec_context():
-            wave = stream.decode(torch.from_numpy(codes).to(self.model.device))
-            return (wave.float().clamp(-1.0, 1.0) * 32767.0).round().to(torch.int16)
-
-    def _fetch_audio(self, samples: torch.Tensor) -> bytes:
-        with self._codec_context():  # the copy to the host waits for the codec stream only
-            return samples.cpu().numpy().astype("<i2").tobytes()
+        with torch.inference_mode(), torch.cuda.stream(self._codec_stream) if self._codec_stream else _nullcontext():
+            return int16_samples(stream.decode(torch.from_numpy(codes).to(self.model.device)))
 
     def warm_up(self) -> float:
         """One short greedy synthesis so the first real request finds kernels built, graphs

@@ -33,3 +33,39 @@ class SynthesisCancelled(Qwen3TTSError):
     """The request was cancelled (client gone, server stopping) before it finished."""
 
     code = "cancelled"
+
+
+class ProtocolError(Qwen3TTSError):
+    """An event that is malformed or not allowed at this point of the exchange."""
+
+    code = "bad-request"
+
+
+class EventTooLargeError(ProtocolError):
+    """An event (header line, data or payload) over max_event_bytes; refused before it is read."""
+
+    code = "event-too-large"
+
+
+class IdleTimeoutError(Qwen3TTSError):
+    """The client sent nothing for idle_timeout seconds."""
+
+    code = "idle-timeout"
+
+
+class GpuOutOfMemoryError(Qwen3TTSError):
+    """The accelerator ran out of memory during a synthesis (the cached memory has been freed)."""
+
+    code = "out-of-memory"
+
+
+class ServerBusyError(Qwen3TTSError):
+    """More connections than max_connections."""
+
+    code = "server-busy"
+
+
+class ShuttingDownError(Qwen3TTSError):
+    """The server got SIGTERM: it finishes requests in progress but takes no new ones."""
+
+    code = "shutting-down"

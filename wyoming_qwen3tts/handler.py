@@ -39,9 +39,16 @@ from wyoming.server import AsyncEventHandler
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped, SynthesizeVoice
 
 from .request import CHANNELS, SAMPLE_RATE, SAMPLE_WIDTH, SamplingParams, SynthesisRequest
-from .errors import Qwen3TTSError, TextTooLongError
+from .errors import (
+    EventTooLargeError,
+    IdleTimeoutError,
+    ProtocolError,
+    Qwen3TTSError,
+    ShuttingDownError,
+    TextTooLongError,
+)
 from .sentences import SentenceSplitter, clean_client_text, split_sentences
-from .server import ShuttingDownError, TtsService
+from .server import TtsService
 from .voices import VoiceChoice
 
 _LOGGER = logging.getLogger(__name__)
@@ -49,22 +56,6 @@ _LOGGER = logging.getLogger(__name__)
 
 class _ClientGone(Exception):
     """Writing to the client failed: it closed the connection."""
-
-
-class ProtocolError(Qwen3TTSError):
-    """An event that is malformed or not allowed at this point of the exchange."""
-
-    code = "bad-request"
-
-
-class EventTooLargeError(ProtocolError):
-    """An event (header line, data or payload) over max_event_bytes; refused before it is read."""
-
-    code = "event-too-large"
-
-
-class IdleTimeoutError(Qwen3TTSError):
-    code = "idle-timeout"
 
 
 @dataclass(frozen=True)

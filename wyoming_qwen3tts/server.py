@@ -26,7 +26,14 @@ from .request import AudioChunk, SynthesisRequest
 
 if TYPE_CHECKING:  # torch and the engine load on the worker thread, after the server is listening
     from .engine import Engine
-from .errors import ModelLoadError, Qwen3TTSError, SynthesisCancelled
+from .errors import (
+    GpuOutOfMemoryError,
+    ModelLoadError,
+    Qwen3TTSError,
+    ServerBusyError,
+    ShuttingDownError,
+    SynthesisCancelled,
+)
 from .voices import ATTRIBUTION, DEFAULT_LANGUAGES, SPEAKER_DESCRIPTIONS, VoiceCatalog, VoicePreset
 
 _LOGGER = logging.getLogger(__name__)
@@ -38,12 +45,6 @@ _END = object()
 def _retrieve(future: asyncio.Future) -> None:  # type: ignore[type-arg]
     if not future.cancelled():
         future.exception()
-
-
-class GpuOutOfMemoryError(Qwen3TTSError):
-    """The accelerator ran out of memory during a synthesis (the cached memory has been freed)."""
-
-    code = "out-of-memory"
 
 
 class Connection(Protocol):
@@ -268,15 +269,3 @@ class TtsService:
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
-
-
-class ServerBusyError(Qwen3TTSError):
-    """More connections than max_connections."""
-
-    code = "server-busy"
-
-
-class ShuttingDownError(Qwen3TTSError):
-    """The server got SIGTERM: it finishes requests in progress but takes no new ones."""
-
-    code = "shutting-down"

@@ -40,6 +40,7 @@ class TorchDecodeSession:
         self.previous_c0 = torch.empty(0, dtype=torch.long, device=device)
         self.frames_done = 0
         self.finished = False
+        self._asked: list[int] = []
         with torch.inference_mode():
             self.hidden = model.talker.model(prompt.embeds, self.cache)[-1:]  # final-normed h [1, H]
 
@@ -84,7 +85,20 @@ class TorchDecodeSession:
             self.hidden = talker.model(x + extra, self.cache)[-1:]
         return frame
 
+    def launch(self, n: int) -> None:
+        """Ask for the next n frames. The torch loop is synchronous, so the work happens in
+        collect(): launching ahead must not delay the audio of the group before."""
+        self._asked.append(n)
+
+    def collect(self) -> np.ndarray:
+        """The frames of the oldest launch (fewer once end of speech or max_frames is reached)."""
+        return self._decode(self._asked.pop(0) if self._asked else 0)
+
     def next_frames(self, n: int) -> np.ndarray:
+        self.launch(n)
+        return self.collect()
+
+    def _decode(self, n: int) -> np.ndarray:
         frames: list[Tensor] = []
         while len(frames) < n and not self.finished:
             if self.frames_done >= self.max_frames:
