@@ -440,6 +440,7 @@ def test_tiny_greedy_codes_equal_torch(tiny_checkpoint: Path, lib: native.Native
         model.talker.codec_head.weight[2150].zero_()  # EOS logit 0: never the max of ~2000 random logits
     n = _greedy_parity(model, 200, streaming=streaming)
     print(f"tiny greedy parity: {n} frames equal")
+    assert n == 200
 
 
 def test_tiny06b_greedy_codes_equal_torch(tiny_checkpoint_06b: Path, lib: native.Native) -> None:
