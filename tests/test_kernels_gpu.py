@@ -229,7 +229,7 @@ def test_gemv_v2_is_selected_by_the_environment(lib: native.Native) -> None:
 
 
 def test_rmsnorm(lib: native.Native) -> None:
-    from wyoming_qwen3tts.model.talker import rms_norm
+    from wyoming_qwen3tts.model.layers import rms_norm
 
     g = gen(1)
     for n in (64, 1024, 2048):
@@ -243,7 +243,8 @@ def test_rmsnorm(lib: native.Native) -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("hq,hkv,d", [(16, 8, 128), (4, 2, 16), (2, 1, 16)])
 def test_qk_norm_rope_append(lib: native.Native, dtype: torch.dtype, hq: int, hkv: int, d: int) -> None:
-    from wyoming_qwen3tts.model.talker import apply_rope, rms_norm, rope_tables
+    from wyoming_qwen3tts.model.layers import rms_norm, rope_tables
+    from wyoming_qwen3tts.model.talker import apply_rope
 
     g = gen(hq + d)
     max_seq, pos_dev, pos_add = 64, 37, 3

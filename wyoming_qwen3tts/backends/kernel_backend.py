@@ -33,7 +33,8 @@ from torch import Tensor
 from .. import native
 from ..model.config import TransformerConfig
 from ..model.prompt import Prompt
-from ..model.talker import KVCache, Qwen3TTSModel, rope_tables
+from ..model.layers import rope_tables
+from ..model.talker import KVCache, Qwen3TTSModel
 from ..request import SamplingParams
 
 NUM_GROUPS = 16

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from ..errors import ModelLoadError
 from .config import CodecDecoderConfig
+from .layers import rms_norm, rope_tables, rotate_half
 
 Tensor = torch.Tensor
 
@@ -155,17 +156,6 @@ class _SnakeBeta:
         return x + self.inv_beta * torch.sin(x * self.alpha).pow(2)
 
 
-def _rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    xf = x.float()
-    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * xf.to(x.dtype)
-
-
-def _rotate_half(x: Tensor) -> Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 class _TransformerLayer:
     """Pre-norm block: sliding-window attention (plain RoPE, no q/k norm) and SwiGLU, each scaled by LayerScale."""
 
@@ -194,12 +184,12 @@ class _TransformerLayer:
         self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, past: tuple[Tensor, Tensor] | None, keep: int
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         b, t, _ = x.shape
-        h = _rms_norm(x, self.in_norm, self.eps)
+        h = rms_norm(x, self.in_norm, self.eps)
         q = F.linear(h, self.wq, self.bq).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
         k = F.linear(h, self.wk, self.bk).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = F.linear(h, self.wv, self.bv).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
         if past is not None:
             k = torch.cat([past[0], k], dim=2)
             v = torch.cat([past[1], v], dim=2)
@@ -211,7 +201,7 @@ class _TransformerLayer:
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim**-0.5)
         o = F.linear(o.transpose(1, 2).reshape(b, t, -1), self.wo, self.bo)
         x = x + self.attn_scale * o
-        h = _rms_norm(x, self.post_norm, self.eps)
+        h = rms_norm(x, self.post_norm, self.eps)
         h = F.linear(F.silu(F.linear(h, self.w_gate)) * F.linear(h, self.w_up), self.w_down)
         x = x + self.mlp_scale * h
         # Only the last `keep` positions can still be seen by later queries.
@@ -308,11 +298,6 @@ class CodecDecoder:
         self.final_norm = w("pre_transformer.norm.weight", (hd,))
         self.out_proj = w("pre_transformer.output_proj.weight", (latent, hd))
         self.out_proj_b = w("pre_transformer.output_proj.bias", (latent,))
-        d = cfg.head_dim
-        # RoPE frequencies in fp32, the same expression as the reference's default rope init.
-        self.inv_freq = 1.0 / (
-            cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64, device=self.device).float() / d)
-        )
 
         # 4. Upsample stages: transposed conv (kernel = stride) + ConvNeXt block.
         self.upsample: list[tuple[_CausalConvTranspose, _ConvNeXtBlock]] = []
@@ -409,9 +394,7 @@ class CodecDecoder:
         past = 0 if st._kv[0] is None else st._kv[0][0].shape[2]
 
         pos = torch.arange(p0, p0 + n, device=self.device)
-        freqs = pos.float()[:, None] * self.inv_freq[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)
+        cos, sin = rope_tables(pos, self.cfg.head_dim, self.cfg.rope_theta, self.dtype)
 
         # A key at position k is visible to the query at q iff q - window < k <= q.
         kpos = torch.arange(p0 - past, p0 + n, device=self.device)
@@ -420,6 +403,6 @@ class CodecDecoder:
         h = F.linear(x, self.in_proj, self.in_proj_b)
         for i, layer in enumerate(self.layers):
             h, st._kv[i] = layer(h, cos, sin, mask, st._kv[i], window - 1)
-        h = _rms_norm(h, self.final_norm, self.cfg.rms_norm_eps)
+        h = rms_norm(h, self.final_norm, self.cfg.rms_norm_eps)
         return F.linear(h, self.out_proj, self.out_proj_b)
 

@@ -21,12 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig, TransformerConfig
-
-
-def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    xf = x.float()
-    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * xf.to(x.dtype)
+from .layers import rms_norm, rope_tables, rotate_half
 
 
 class RMSNorm(nn.Module):
@@ -39,23 +34,9 @@ class RMSNorm(nn.Module):
         return rms_norm(x, self.weight, self.eps)
 
 
-def rope_tables(positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """cos/sin [T, head_dim] for rotate-half RoPE.
-
-    The Talker's interleaved M-RoPE feeds the same position to all three sections in TTS, so
-    it reduces exactly to this 1-D form.
-    """
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device).float() / head_dim))
-    freqs = positions.float()[:, None] * inv_freq[None, :]
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
-
-
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     # x [T, heads, head_dim]; cos/sin [T, head_dim]
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos[:, None, :] + rotated * sin[:, None, :]
+    return x * cos[:, None, :] + rotate_half(x) * sin[:, None, :]
 
 
 class KVCache:
@@ -298,4 +279,4 @@ def param_bytes(model: nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-__all__ = ["Qwen3TTSModel", "KVCache", "rms_norm", "rope_tables", "apply_rope", "param_bytes"]
+__all__ = ["Qwen3TTSModel", "KVCache", "apply_rope", "param_bytes"]
