@@ -27,6 +27,7 @@ from .model.codec import CodecDecoder
 from .model.prompt import Prompt, build_prompt, chat_instruct, chat_text, resolve_language, resolve_speaker
 from .model.talker import Qwen3TTSModel
 from .model.tokenizer import TextTokenizer
+from .sentences import clean_client_text
 from .request import (
     CHANNELS,
     SAMPLE_RATE,
@@ -105,6 +106,9 @@ def pcm16(wave: torch.Tensor) -> bytes:
 
 
 def clean_text(text: str) -> str:
+    """What the engine speaks: unspeakable characters (controls, lone surrogates) and ChatML
+    control markers become spaces, for every caller (server, say, bench)."""
+    text = clean_client_text(text)
     for marker in _CONTROL_MARKERS:
         text = text.replace(marker, " ")
     return text.strip()
