@@ -61,24 +61,27 @@ def gen(seed: int) -> torch.Generator:
 # ------------------------------------------------------------------------------------------ ops
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("mode", [native.GEMV_STORE, native.GEMV_ADD, native.GEMV_SWIGLU])
-@pytest.mark.parametrize("with_norm", [False, True])
-@pytest.mark.parametrize("n,k", [(3072, 2048), (2048, 6144), (1024, 1024), (64, 100), (130, 16)])
-def test_gemv(lib: native.Native, dtype: torch.dtype, mode: int, with_norm: bool, n: int, k: int) -> None:
-    g = gen(n * 7 + k + mode)
+def _gemv_case(n: int, k: int, dtype: torch.dtype, mode: int, with_norm: bool, seed: int, *, offset: int = 0):  # noqa: ANN202
+    """Fresh random inputs, a runner per variant, and the float64 reference of one GEMV.
+    offset > 0 starts the weights that many elements into their buffer (rows not 16-byte aligned)."""
+    g = gen(seed)
     w32 = torch.randn(n, k, device=DEV, generator=g) * 0.05
-    w = w32.to(dtype).contiguous()
+    buf = torch.empty(n * k + offset, dtype=dtype, device=DEV)
+    w = buf[offset:].view(n, k)
+    w.copy_(w32.to(dtype))
     x = torch.randn(k, device=DEV, generator=g)
     nw = torch.rand(k, device=DEV, generator=g) + 0.5
     bias = torch.randn(n, device=DEV, generator=g) if mode == native.GEMV_STORE else None
     n_out = n // 2 if mode == native.GEMV_SWIGLU else n
-    y0 = torch.randn(n_out, device=DEV, generator=g)
-    y = y0.clone()
+    y0 = torch.randn(n_out, device=DEV, generator=g)  # also the poison: STORE must overwrite every element
     eps = 1e-6
-    lib.call("q3t_gemv", native.F32 if dtype == torch.float32 else native.BF16, w.data_ptr(), n, k, x.data_ptr(),
-             nw.data_ptr() if with_norm else None, eps, bias.data_ptr() if bias is not None else None, y.data_ptr(),
-             mode, stream())  # fmt: skip
+
+    def run(lib: native.Native) -> torch.Tensor:
+        y = y0.clone()
+        lib.call("q3t_gemv", native.F32 if dtype == torch.float32 else native.BF16, w.data_ptr(), n, k, x.data_ptr(),
+                 nw.data_ptr() if with_norm else None, eps, bias.data_ptr() if bias is not None else None,
+                 y.data_ptr(), mode, stream())  # fmt: skip
+        return y
 
     def reference(wm: torch.Tensor) -> torch.Tensor:
         xd = x.double()
@@ -86,12 +89,23 @@ def test_gemv(lib: native.Native, dtype: torch.dtype, mode: int, with_norm: bool
             xd = nw.double() * (xd * torch.rsqrt(xd.pow(2).mean() + eps))
         r = wm.double() @ xd
         if mode == native.GEMV_SWIGLU:
-            gate, up = r[0::2], r[1::2]
-            return torch.nn.functional.silu(gate) * up
+            return torch.nn.functional.silu(r[0::2]) * r[1::2]
         if mode == native.GEMV_ADD:
             return y0.double() + r
         return r + bias.double()
 
+    return run, reference, w, w32
+
+
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("mode", [native.GEMV_STORE, native.GEMV_ADD, native.GEMV_SWIGLU])
+@pytest.mark.parametrize("with_norm", [False, True])
+@pytest.mark.parametrize("n,k", [(3072, 2048), (2048, 6144), (1024, 1024), (64, 100), (130, 16)])
+def test_gemv(lib: native.Native, dtype: torch.dtype, mode: int, with_norm: bool, n: int, k: int) -> None:
+    run, reference, w, w32 = _gemv_case(n, k, dtype, mode, with_norm, n * 7 + k + mode)
+    y = run(lib)
     assert rel(y, reference(w.float())) <= F32_TOL
     if dtype == torch.bfloat16:
         assert rel(y, reference(w32)) <= BF16_TOL
@@ -137,42 +151,6 @@ def gemv_variant(lib: native.Native, variant: str, fill: str | None = None) -> I
             else:
                 os.environ[name] = value
         lib.init(0)
-
-
-def _gemv_case(n: int, k: int, dtype: torch.dtype, mode: int, with_norm: bool, seed: int, *, offset: int = 0):  # noqa: ANN202
-    """Fresh random inputs, a runner per variant, and the float64 reference of one GEMV.
-    offset > 0 starts the weights that many elements into their buffer (rows not 16-byte aligned)."""
-    g = gen(seed)
-    w32 = torch.randn(n, k, device=DEV, generator=g) * 0.05
-    buf = torch.empty(n * k + offset, dtype=dtype, device=DEV)
-    w = buf[offset:].view(n, k)
-    w.copy_(w32.to(dtype))
-    x = torch.randn(k, device=DEV, generator=g)
-    nw = torch.rand(k, device=DEV, generator=g) + 0.5
-    bias = torch.randn(n, device=DEV, generator=g) if mode == native.GEMV_STORE else None
-    n_out = n // 2 if mode == native.GEMV_SWIGLU else n
-    y0 = torch.randn(n_out, device=DEV, generator=g)  # also the poison: STORE must overwrite every element
-    eps = 1e-6
-
-    def run(lib: native.Native) -> torch.Tensor:
-        y = y0.clone()
-        lib.call("q3t_gemv", native.F32 if dtype == torch.float32 else native.BF16, w.data_ptr(), n, k, x.data_ptr(),
-                 nw.data_ptr() if with_norm else None, eps, bias.data_ptr() if bias is not None else None,
-                 y.data_ptr(), mode, stream())  # fmt: skip
-        return y
-
-    def reference(wm: torch.Tensor) -> torch.Tensor:
-        xd = x.double()
-        if with_norm:
-            xd = nw.double() * (xd * torch.rsqrt(xd.pow(2).mean() + eps))
-        r = wm.double() @ xd
-        if mode == native.GEMV_SWIGLU:
-            return torch.nn.functional.silu(r[0::2]) * r[1::2]
-        if mode == native.GEMV_ADD:
-            return y0.double() + r
-        return r + bias.double()
-
-    return run, reference, w, w32
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
