@@ -492,8 +492,11 @@ def test_full_17b_greedy_and_bf16_teacher_forced(lib: native.Native, monkeypatch
 
     config = model_config_dict("1.7b")
     cfg = Qwen3TTSConfig.from_dict(config)
+    # The release stores every tensor in bf16, so "float32" means the checkpoint's bf16 values widened
+    # exactly: draw the random weights as bf16 and widen them. The bf16 comparison below then measures
+    # what the kernels add (activations, accumulation, bf16 KV cache), not the rounding of the weights.
     tensors = {
-        n: random_tensor(n, s, seed=0, tiny=False, dtype=torch.float32, device=torch.device(DEV))
+        n: random_tensor(n, s, seed=0, tiny=False, dtype=torch.bfloat16, device=torch.device(DEV)).float()
         for n, s in model_tensor_shapes(config).items()
     }
     model = Qwen3TTSModel.from_tensors(cfg, tensors, dtype=torch.float32, device=DEV)
@@ -523,7 +526,6 @@ def test_full_17b_greedy_and_bf16_teacher_forced(lib: native.Native, monkeypatch
         f"kernels max {k_err.max():.2e} mean {k_err.mean():.2e} (code 0: max {k_err[:, 0].max():.2e}); "
         f"torch bf16 max {t_err.max():.2e} mean {t_err.mean():.2e} (code 0: max {t_err[:, 0].max():.2e})"
     )
-    # bf16 weight rounding alone sets the floor; the kernels (float32 activations) must not be worse
-    # than our torch bf16 path, and must meet 1e-2 wherever that path does.
-    assert k_err.max() <= max(BF16_TOL, 1.05 * t_err.max())
-    assert k_err.mean() <= max(BF16_TOL, 1.05 * t_err.mean())
+    # Issue 4's bound, on the same (bf16) weights: every frame, every head. The torch bf16 path
+    # (bf16 activations too) is printed for scale, not asserted.
+    assert k_err.max() <= BF16_TOL
