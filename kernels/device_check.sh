@@ -5,6 +5,7 @@
 # file with v2 as the variant, PDL on), sass (16-byte loads issued before the grid-dependency
 # wait, in the SASS of this machine's nvcc) and bench_gemv (v1 vs v2 per shape and per frame);
 # STEPS=build,tests_pdl,tests_v2,sass,bench_gemv is the GEMV check (see kernels/README.md).
+# bench_cp: per-frame time with the persistent CodePredictor kernel vs one launch per op.
 set -uo pipefail
 OUT=${OUT:-/tmp/q3t-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 Q3T_REQUIRE=1 Q3T_CACHE_DIR=${Q3T_CACHE_DIR:-/tmp/q3t-cache}
@@ -38,6 +39,9 @@ if has full; then
 fi
 if has bench_gemv; then
   timeout 300 python3 kernels/device/bench_gemv.py ${GEMV_BENCH:-shapes 0.6b 1.7b} 2>&1 | tee "$OUT/bench_gemv.log"
+fi
+if has bench_cp; then
+  timeout 300 python3 kernels/device/bench_cp.py ${BENCH_SIZES:-0.6b 1.7b} 2>&1 | tee "$OUT/bench_cp.log"
 fi
 if has bench; then
   timeout 400 python3 kernels/device/bench.py ${BENCH_SIZES:-0.6b 1.7b} 2>&1 | tee "$OUT/bench.log"

@@ -455,6 +455,52 @@ def test_sampled_output_is_reproducible(tiny_checkpoint: Path, lib: native.Nativ
     assert ((a[:, 0] < 2048) & (a[:, 1:] < 2048).all(1)).all()
 
 
+@pytest.mark.parametrize("size", ["tiny", "tiny-0.6b"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_code_predictor_matches_the_layered_launches(tiny_checkpoint: Path, tiny_checkpoint_06b: Path,
+                                                           lib: native.Native, size: str,
+                                                           dtype: torch.dtype) -> None:  # fmt: skip
+    """The persistent CodePredictor kernel (Q3T_CP=fused, the default) against the one-launch-per-op
+    CodePredictor on the same model: teacher-forced logits of all 16 heads within 1e-5 relative
+    (float32 activations in both, only the order of some float32 sums differs; bf16 weights and KV
+    cache too); float32 greedy and seeded sampled codes equal frame for frame."""
+    from wyoming_qwen3tts.backends.kernel_backend import KernelBackend
+    from wyoming_qwen3tts.model.prompt import build_prompt
+    from wyoming_qwen3tts.request import SamplingParams
+
+    model = _model(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b, dtype)
+    with torch.no_grad():
+        model.talker.codec_head.weight[2150].zero_()  # no EOS: every frame is compared
+    prompt = build_prompt(model, _text_ids(10), "vivian", "english")
+    fused, layered = KernelBackend(model, cp_fused=True), KernelBackend(model, cp_fused=False)
+    assert fused.cp_fused and not layered.cp_fused
+    codes = layered.start(prompt, SamplingParams.greedy(), 0, 24).next_frames(24)
+    got, ref = fused.teacher_forced(prompt, codes), layered.teacher_forced(prompt, codes)
+    err = max(rel(got[f][j], ref[f][j]) for f in range(len(codes)) for j in range(16))
+    print(f"fused vs layered CodePredictor, {size} {dtype}: teacher-forced logits max rel {err:.2e}")
+    assert err <= F32_TOL
+    if dtype != torch.float32:
+        return
+    for sampling, frames in ((SamplingParams.greedy(), 80), (SamplingParams(), 40)):
+        a = fused.start(prompt, sampling, 1234, frames).next_frames(frames)
+        b = layered.start(prompt, sampling, 1234, frames).next_frames(frames)
+        assert a.shape == b.shape == (frames, 16)
+        mism = np.argwhere(a != b)
+        assert mism.size == 0, f"do_sample={sampling.do_sample}: first mismatch at {mism[0].tolist()}"
+
+
+def test_fused_code_predictor_rejects_bad_shapes(lib: native.Native) -> None:
+    z = torch.zeros(64, device=DEV)
+    p = z.data_ptr()
+    with pytest.raises(native.NativeError, match="bad shape"):  # vocab above the one-block sampler's 4096
+        lib.call("q3t_code_predictor", native.BF16, p, 1, 15, 1024, 3072, 16, 8, 128, 5000, 1024, 3072, 2048, 1e-6,
+                 0.088, None, None, p, p, p, p, p, p, None, 0, 1.0, 50, 1.0, p, p, p, p, p, p, p, p, stream())  # fmt: skip
+    with pytest.raises(native.NativeError, match="null pointer"):
+        lib.call("q3t_code_predictor", native.BF16, None, 1, 15, 1024, 3072, 16, 8, 128, 2048, 1024, 3072, 2048,
+                 1e-6, 0.088, None, None, p, p, p, p, p, p, None, 0, 1.0, 50, 1.0, p, p, p, p, p, p, p, p,
+                 stream())  # fmt: skip
+
+
 def _torch_forced_logits(model, prompt, codes: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:  # noqa: ANN001
     """The torch backend run with `codes` forced in (its `choose` replaced); returns the raw logits
     of codec_head and lm_head[0..14] per frame, 16 per frame, float32."""

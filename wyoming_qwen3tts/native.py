@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ABI_VERSION = 1  # must equal Q3T_ABI_VERSION in kernels/include/q3t.h
+ABI_VERSION = 2  # must equal Q3T_ABI_VERSION in kernels/include/q3t.h
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels"
 DEFAULT_HIP_ARCHS = ("gfx1201",)
@@ -67,6 +67,14 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
         [
             _p, _c_int, _p, _c_float, _c_int, _c_int, _c_int, _c_int, _c_int, _c_float, _c_int, _c_float,
             _p, _c_int, _p, _p, _p,
+        ],
+    ),
+    "q3t_code_predictor": (
+        _c_int,
+        [
+            _c_int, _p, _c_int, _c_int, _c_int, _c_int, _c_int, _c_int, _c_int, _c_int, _c_int, _c_int, _c_int,
+            _c_float, _c_float, _p, _p, _p, _p, _p, _p, _p, _p, _p, _c_int, _c_float, _c_int, _c_float, _p, _p,
+            _p, _p, _p, _p, _p, _p, _p,
         ],
     ),
     "q3t_store_row": (_c_int, [_p, _c_int, _p, _p, _c_int, _p]),

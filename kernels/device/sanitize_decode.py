@@ -18,9 +18,10 @@ for size in ("tiny", "tiny-0.6b"):
     for dtype in (torch.float32, torch.bfloat16):
         model = random_model(size, dtype)
         prompt = build_prompt(model, text_ids(8), "ryan", "english")
-        kb = KernelBackend(model, capacity=64)
-        for sampling in (SamplingParams.greedy(), SamplingParams()):
-            codes = kb.start(prompt, sampling, 7, 6).next_frames(6)
-            print(size, dtype, sampling.do_sample, codes[:, :4].tolist(), flush=True)
+        for fused in (True, False):  # the persistent CodePredictor kernel, and one launch per op
+            kb = KernelBackend(model, capacity=64, cp_fused=fused)
+            for sampling in (SamplingParams.greedy(), SamplingParams()):
+                codes = kb.start(prompt, sampling, 7, 6).next_frames(6)
+                print(size, dtype, "fused" if fused else "layers", sampling.do_sample, codes[:, :4].tolist(), flush=True)
 torch.cuda.synchronize()
 print("sanitize_decode: done")

@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /* Bump on any change of a prototype, of a constant below or of a function's meaning. */
-#define Q3T_ABI_VERSION 1
+#define Q3T_ABI_VERSION 2
 
 #define Q3T_F32 0
 #define Q3T_BF16 1
@@ -83,6 +83,23 @@ Q3T_API int q3t_embed_sum(int dtype, const void* const* tables, int n_tables, in
  * lives on the device so one captured graph serves every request.
  * The id goes to *out_code and, if seen, seen[id] = 1. */
 Q3T_API int q3t_sample(const float* logits, int v, unsigned char* seen, float penalty, int eos, int min_new_tokens, int suppress_lo, int suppress_hi, int flags, float temperature, int top_k, float top_p, const unsigned long long* seed_ptr, int stream_id, const int* step_ptr, int* out_code, void* stream);
+
+/* The whole CodePredictor of one frame in one persistent kernel (one block per SM, grid-wide
+ * barriers between phases): positions 0..n_codes of n_layers layers and the draws of codes
+ * 1..n_codes. Position 0's input is hn (the Talker's final-normed hidden state), position p's is
+ * row codes[p-1] of input table p-1; each goes through proj_w/proj_b (small_to_mtp_projection;
+ * NULL: identity, then in_hidden == hidden). After position p >= 1: logits[p-1] = lm_head[p-1]
+ * RMSNorm(x; norm_w) and codes[p] = the draw of q3t_sample (no penalty, no EOS; flags,
+ * temperature, top_k, top_p as there; Philox keyed by (*seed_ptr, *step_ptr, p)), or forced[p]
+ * when forced is not NULL (tests). weights is a device array of pointers: per layer qkv (q, k, v
+ * rows), o, gate_up (interleaved), down, in_norm, post_norm, q_norm, k_norm (norms float32); then
+ * the n_codes lm_heads; then the n_codes input tables (table 0 [in_rows_first, in_hidden], the
+ * others [in_rows, in_hidden]). cache is [n_layers, 2, n_codes + 1, hkv, d] (`dtype`); x [hidden],
+ * qkv [(hq + 2 hkv) d], attn [hq d], mlp [inter], logits [n_codes, vocab] are float32 work buffers;
+ * sync is 2 unsigned ints, zero before the first launch (each launch leaves the count at zero).
+ * Shapes: n_codes + 1 <= 64, d <= 256 and even, vocab <= 4096, hidden, inter, hq d and in_hidden
+ * multiples of 8 (bf16) or 4 (f32), weights 16-byte aligned. */
+Q3T_API int q3t_code_predictor(int dtype, const void* const* weights, int n_layers, int n_codes, int hidden, int inter, int hq, int hkv, int d, int vocab, int in_hidden, int in_rows_first, int in_rows, float eps, float scale, const void* proj_w, const float* proj_b, const float* norm_w, const float* cos_tab, const float* sin_tab, void* cache, const float* hn, int* codes, const int* forced, int flags, float temperature, int top_k, float top_p, const unsigned long long* seed_ptr, const int* step_ptr, float* x, float* qkv, float* attn, float* mlp, float* logits, unsigned int* sync, void* stream);
 
 /* dst[row * n + i] = src[i] for i < n, row = *row_ptr, skipped when row is outside [0, max_rows).
  * Appends a frame's codes to the history buffer inside a captured graph. */

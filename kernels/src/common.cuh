@@ -151,6 +151,37 @@ __device__ __forceinline__ float block_max(float v, float* red) {
     return t;
 }
 
+// Loads of activations that other blocks of the same kernel wrote (the persistent CodePredictor):
+// read at L2, the point of coherence, past a possibly stale L1; grid_barrier's fences order the
+// writes before them. On HIP, __threadfence (agent-scope acquire/release) invalidates the vector L1,
+// so a plain load is enough.
+__device__ __forceinline__ float q3t_ld_act(const float* p) {
+#if defined(Q3T_CUDA)
+    return __ldcg(p);
+#else
+    return *p;
+#endif
+}
+__device__ __forceinline__ int q3t_ld_act(const int* p) {
+#if defined(Q3T_CUDA)
+    return __ldcg(p);
+#else
+    return *p;
+#endif
+}
+__device__ __forceinline__ uint16_t q3t_ld_act(const uint16_t* p) {
+#if defined(Q3T_CUDA)
+    return __ldcg(reinterpret_cast<const unsigned short*>(p));
+#else
+    return *p;
+#endif
+}
+template <typename T> __device__ __forceinline__ float q3t_ld_act_f(const T* p, int i);
+template <> __device__ __forceinline__ float q3t_ld_act_f<float>(const float* p, int i) { return q3t_ld_act(p + i); }
+template <> __device__ __forceinline__ float q3t_ld_act_f<uint16_t>(const uint16_t* p, int i) {
+    return bf16_to_f32(q3t_ld_act(p + i));
+}
+
 __device__ __forceinline__ int read_pos(const int* pos_ptr, int pos_add) {
     return (pos_ptr ? *pos_ptr : 0) + pos_add;
 }

@@ -16,6 +16,10 @@ tensor the kernels then read ([layers, 2, max_seq, kv_heads, head_dim], model dt
 Opt-in (Q3T_GRAPH_PREFILL=1, off by default): that torch prefill is captured as one CUDA graph
 per bucket length and replayed, instead of ~1,700 small launches issued from Python (see
 `_graph_prefill`).
+The CodePredictor part of the frame (16 positions x 5 layers and 15 draws) runs by default as one
+persistent kernel (`q3t_code_predictor`: one block per SM, grid-wide barriers between its phases)
+instead of ~510 separate launches; Q3T_CP=layers selects the layer-by-layer launches (same
+numbers up to the order of some float32 sums, same draws).
 Weights are packed once: q/k/v concatenated, gate/up interleaved row by row (so one GEMV
 produces SwiGLU directly), small vectors in float32; activations are float32 throughout.
 """
@@ -44,6 +48,7 @@ NO_EOS = 1 << 30  # min-new-tokens past any length: SamplingParams.suppress_eos 
 # Captured prefill (opt-in): prompt lengths are rounded up to one of these, one graph each, captured
 # the first time a bucket is seen. Longer prompts (or buckets past the cache) run eagerly.
 GRAPH_PREFILL_ENV = "Q3T_GRAPH_PREFILL"
+CP_ENV = "Q3T_CP"  # "fused" (default): the persistent CodePredictor kernel; "layers": one launch per op
 PREFILL_BUCKETS = tuple(range(16, 129, 16)) + tuple(range(160, 513, 32))  # 8 + 12 = 20 at most
 
 
@@ -197,7 +202,7 @@ class KernelBackend:
     concurrent_sessions = False
 
     def __init__(self, model: Qwen3TTSModel, *, capacity: int = 2048, attn_splits: int = 16,
-                 pdl: bool | None = None) -> None:  # fmt: skip
+                 pdl: bool | None = None, cp_fused: bool | None = None) -> None:  # fmt: skip
         if model.device.type != "cuda":
             raise native.NativeUnavailable("the kernel backend needs the model on a CUDA/ROCm device")
         if model.dtype not in (torch.float32, torch.bfloat16):
@@ -234,6 +239,14 @@ class KernelBackend:
                                        device=self.device)  # fmt: skip
         self.cp_cache = KVCache(cc, NUM_GROUPS, model.dtype, self.device)
         self.cp = _Stack(cc, cp.model.layers, self.cp_cache.data, NUM_GROUPS, 1, self.device)
+        if cp_fused is None:
+            mode = os.environ.get(CP_ENV, "fused")
+            if mode not in ("fused", "layers"):
+                raise ValueError(f"{CP_ENV}={mode!r}: expected fused or layers")
+            cp_fused = mode == "fused"
+        self.cp_fused = cp_fused and self._fused_cp_fits()
+        if self.cp_fused:
+            self._init_fused_cp()
         # Frame state: [talker position of the next input, frame index].
         self.state = torch.zeros(2, **i32)
         self.seed = torch.zeros(1, dtype=torch.int64, device=self.device)
@@ -267,6 +280,51 @@ class KernelBackend:
         self.history = torch.zeros(capacity, NUM_GROUPS, dtype=torch.int32, device=self.device)
         self._graph = None
         self._graph_key = None
+
+    def _fused_cp_fits(self) -> bool:
+        """Whether q3t_code_predictor takes this CodePredictor's shapes (every released size does)."""
+        cc, tc = self.cc, self.tc
+        v = 8 if self.wdtype == native.BF16 else 4
+        return (
+            NUM_GROUPS <= 64
+            and cc.head_dim <= 256
+            and cc.head_dim % 2 == 0
+            and cc.vocab_size <= 4096
+            and all(n % v == 0 for n in (cc.hidden_size, cc.intermediate_size,
+                                         cc.num_attention_heads * cc.head_dim, tc.hidden_size))  # fmt: skip
+            and (self.proj_w is not None or tc.hidden_size == cc.hidden_size)
+        )
+
+    def _init_fused_cp(self) -> None:
+        """Pointer table, work buffers and barrier word of the persistent CodePredictor kernel."""
+        cc = self.cc
+        tables = [self.codec_emb, *self.cp_emb]
+        ptrs = [t.data_ptr() for L in self.cp.layers
+                for t in (L.qkv, L.o, L.gate_up, L.down, L.in_norm, L.post_norm, L.q_norm, L.k_norm)]  # fmt: skip
+        ptrs += [h.data_ptr() for h in self.lm_heads] + [t.data_ptr() for t in tables[: NUM_GROUPS - 1]]
+        if any(p % 16 for p in ptrs):
+            raise native.NativeUnavailable("the persistent CodePredictor needs 16-byte aligned weights")
+        self.cp_ptrs = torch.tensor(ptrs, dtype=torch.int64, device=self.device)
+        self.cp_logits_all = torch.zeros(NUM_GROUPS - 1, cc.vocab_size, dtype=torch.float32, device=self.device)
+        self.cp_sync = torch.zeros(2, dtype=torch.int32, device=self.device)
+        self.forced = torch.zeros(NUM_GROUPS, dtype=torch.int32, device=self.device)
+
+    def _fused_cp_call(self, s: SamplingParams, stream: int, forced: bool = False) -> None:
+        """Codes 1..15 of the frame into self.cur: the persistent kernel."""
+        tc, cc, st = self.tc, self.cc, self.cp
+        proj = self.proj_w is not None
+        self.lib.call(
+            "q3t_code_predictor", self.wdtype, self.cp_ptrs.data_ptr(), len(st.layers), NUM_GROUPS - 1,
+            cc.hidden_size, cc.intermediate_size, cc.num_attention_heads, cc.num_key_value_heads, cc.head_dim,
+            cc.vocab_size, tc.hidden_size, tc.vocab_size, cc.vocab_size, cc.rms_norm_eps, st.scale,
+            self.proj_w.data_ptr() if proj else None, self.proj_b.data_ptr() if proj else None,
+            self.cp_norm.data_ptr(), st.cos.data_ptr(), st.sin.data_ptr(), st.cache.data_ptr(), self.hn.data_ptr(),
+            self.cur.data_ptr(), self.forced.data_ptr() if forced else None,
+            native.SAMPLE_DO_SAMPLE if s.subtalker_do_sample else 0, float(s.subtalker_temperature),
+            int(s.subtalker_top_k), float(s.subtalker_top_p), self.seed.data_ptr(), self.state.data_ptr() + 4,
+            self.cx.data_ptr(), st.qkv.data_ptr(), st.attn.data_ptr(), st.mlp.data_ptr(),
+            self.cp_logits_all.data_ptr(), self.cp_sync.data_ptr(), stream,
+        )  # fmt: skip
 
     # ---------------------------------------------------------------- one frame as launches
 
@@ -317,6 +375,29 @@ class KernelBackend:
                  self.seed.data_ptr(), 0, step_ptr, cur, stream)  # fmt: skip
         if hook:
             hook(0, self.logits)
+        if self.cp_fused:
+            self._fused_cp_call(s, stream, forced=hook is not None)
+            if hook:
+                for j in range(1, NUM_GROUPS):
+                    hook(j, self.cp_logits_all[j - 1])
+        else:
+            self._layered_cp_calls(s, stream, hook)
+        lib.call("q3t_store_row", cur, NUM_GROUPS, self.history.data_ptr(), step_ptr, self.capacity, stream)
+        # Next Talker input: 16 embeddings + trailing text (PAD past its end), then the Talker step.
+        lib.call("q3t_embed_sum", wd, self.emb_tables.data_ptr(), NUM_GROUPS, tc.vocab_size, cc.vocab_size,
+                 tc.hidden_size, cur, self.trailing.data_ptr(), self.capacity, self.pad.data_ptr(), step_ptr,
+                 self.x.data_ptr(), stream)  # fmt: skip
+        self._layer_calls(self.talk, self.x, state0, 0, stream)
+        lib.call("q3t_rmsnorm", self.x.data_ptr(), self.final_norm.data_ptr(), self.hn.data_ptr(), tc.hidden_size,
+                 tc.rms_norm_eps, stream)  # fmt: skip
+        lib.call("q3t_add_i32", state0, 2, 1, stream)
+
+    def _layered_cp_calls(self, s: SamplingParams, stream: int,
+                          hook: Callable[[int, Tensor], None] | None) -> None:  # fmt: skip
+        """Codes 1..15 of the frame into self.cur, one launch per op (Q3T_CP=layers)."""
+        lib, wd, tc, cc = self.lib, self.wdtype, self.tc, self.cc
+        step_ptr = self.state.data_ptr() + 4
+        cur = self.cur.data_ptr()
         # CodePredictor: position 0 is h, position 1 is Ec(c0), then one position per code.
         self._cp_input(self.hn, stream)
         self._layer_calls(self.cp, self.cx, None, 0, stream)
@@ -338,15 +419,6 @@ class KernelBackend:
                      step_ptr, cur + 4 * j, stream)  # fmt: skip
             if hook:
                 hook(j, self.cp_logits)
-        lib.call("q3t_store_row", cur, NUM_GROUPS, self.history.data_ptr(), step_ptr, self.capacity, stream)
-        # Next Talker input: 16 embeddings + trailing text (PAD past its end), then the Talker step.
-        lib.call("q3t_embed_sum", wd, self.emb_tables.data_ptr(), NUM_GROUPS, tc.vocab_size, cc.vocab_size,
-                 tc.hidden_size, cur, self.trailing.data_ptr(), self.capacity, self.pad.data_ptr(), step_ptr,
-                 self.x.data_ptr(), stream)  # fmt: skip
-        self._layer_calls(self.talk, self.x, state0, 0, stream)
-        lib.call("q3t_rmsnorm", self.x.data_ptr(), self.final_norm.data_ptr(), self.hn.data_ptr(), tc.hidden_size,
-                 tc.rms_norm_eps, stream)  # fmt: skip
-        lib.call("q3t_add_i32", state0, 2, 1, stream)
 
     # ---------------------------------------------------------------- sessions
 
@@ -499,6 +571,9 @@ class KernelBackend:
         stream = torch.cuda.current_stream(self.device).cuda_stream
         for f in range(len(codes)):
             frame: list[Tensor] = []
+
+            if self.cp_fused:
+                self.forced.copy_(torch.as_tensor(codes[f], dtype=torch.int32))
 
             def hook(j: int, logits: Tensor, f: int = f, frame: list[Tensor] = frame) -> None:
                 frame.append(logits.clone())

@@ -1,0 +1,260 @@
+// Logits processing and one draw, as device code for one block: q3t_sample's kernel
+// (sampling.cu) and the persistent CodePredictor (code_predictor.cu) both run it, so a code drawn
+// by either is the same. Order as the reference (transformers' processors): repetition penalty ->
+// min-new-tokens EOS mask -> suppressed ids -> (sampling) temperature -> top-k -> top-p -> draw.
+// Greedy picks the lowest index among equal maxima, as torch.argmax does. Draws come from
+// Philox4x32-10 keyed by the seed and counted by (frame, code group), so a seeded run is
+// reproducible and independent of launch timing.
+#pragma once
+
+#include "common.cuh"
+
+constexpr int kSampleMaxV = 4096;  // largest vocabulary one block samples
+
+struct Philox {
+    // Salmon et al., "Parallel random numbers: as easy as 1, 2, 3" (SC'11), 10 rounds.
+    __device__ static uint4 run(uint4 c, uint2 k) {
+#pragma unroll
+        for (int r = 0; r < 10; ++r) {
+            const uint32_t lo0 = 0xD2511F53u * c.x, hi0 = __umulhi(0xD2511F53u, c.x);
+            const uint32_t lo1 = 0xCD9E8D57u * c.z, hi1 = __umulhi(0xCD9E8D57u, c.z);
+            c = make_uint4(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
+            k.x += 0x9E3779B9u;
+            k.y += 0xBB67AE85u;
+        }
+        return c;
+    }
+};
+
+__device__ __forceinline__ uint32_t order_key(float f) {
+    const uint32_t u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float key_value(uint32_t k) {
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+// Exclusive prefix sum of one value per thread over the block (fixed order: deterministic).
+template <typename T>
+__device__ T block_exclusive_scan(T v, T* sm, T* total) {
+    const int lane = threadIdx.x % Q3T_WARP, warp = threadIdx.x / Q3T_WARP;
+    const int nwarps = blockDim.x / Q3T_WARP;
+    T incl = v;
+#pragma unroll
+    for (int o = 1; o < Q3T_WARP; o <<= 1) {
+        const T n = Q3T_SHFL(incl, (lane - o) < 0 ? 0 : lane - o);
+        if (lane >= o) incl += n;
+    }
+    __syncthreads();
+    if (lane == Q3T_WARP - 1) sm[warp] = incl;
+    __syncthreads();
+    T before = 0, all = 0;
+    for (int w = 0; w < nwarps; ++w) {
+        if (w < warp) before += sm[w];
+        all += sm[w];
+    }
+    *total = all;
+    return before + incl - v;
+}
+
+// The whole of q3t_sample for one block of THREADS threads (every thread must call it). L and cand
+// are shared-memory scratch of v floats and v ints. logits may have been written by other blocks of
+// the same kernel (the persistent CodePredictor), so they are read through q3t_ld_act.
+template <int THREADS>
+__device__ void sample_block(const float* __restrict__ logits, int v, unsigned char* __restrict__ seen, float penalty,
+                             int eos, int min_new, int sup_lo, int sup_hi, int flags, float temperature, int top_k,
+                             float top_p, const unsigned long long* __restrict__ seed_ptr, int stream_id,
+                             const int* __restrict__ step_ptr, int* __restrict__ out_code, float* L, int* cand) {
+    static_assert(kSampleMaxV % THREADS == 0, "THREADS must divide kSampleMaxV");
+    __shared__ float wsum[32];
+    __shared__ int isum[32];
+    __shared__ unsigned hist[256];
+    __shared__ float redv[32];
+    __shared__ int redi[32];
+    __shared__ uint32_t sel_prefix;
+    __shared__ int sel_need;
+    const int tid = threadIdx.x;
+    const int step = step_ptr ? *step_ptr : 0;
+
+    for (int i = tid; i < v; i += blockDim.x) {
+        float x = q3t_ld_act(logits + i);
+        if (seen && penalty != 1.0f && seen[i]) x = x < 0.f ? x * penalty : x / penalty;
+        if (eos >= 0 && i == eos && step < min_new) x = -INFINITY;
+        if (i >= sup_lo && i < sup_hi && i != eos) x = -INFINITY;
+        L[i] = x;
+    }
+    __syncthreads();
+
+    int pick = -1;
+    if (!(flags & Q3T_SAMPLE_DO_SAMPLE)) {
+        float best = -INFINITY;
+        int bi = 0x7fffffff;
+        for (int i = tid; i < v; i += blockDim.x)
+            if (L[i] > best) {  // strided ascending: the first max seen is this thread's lowest index
+                best = L[i];
+                bi = i;
+            }
+        // Block argmax with ties to the lowest index.
+        for (int m = Q3T_WARP / 2; m > 0; m >>= 1) {
+            const float ob = Q3T_SHFL_XOR(best, m);
+            const int oi = Q3T_SHFL_XOR(bi, m);
+            if (ob > best || (ob == best && oi < bi)) {
+                best = ob;
+                bi = oi;
+            }
+        }
+        const int lane = tid % Q3T_WARP, warp = tid / Q3T_WARP;
+        if (lane == 0) {
+            redv[warp] = best;
+            redi[warp] = bi;
+        }
+        __syncthreads();
+        if (tid == 0) {
+            float b = -INFINITY;
+            int id = 0x7fffffff;
+            for (int w = 0; w < (int)(blockDim.x / Q3T_WARP); ++w)
+                if (redv[w] > b || (redv[w] == b && redi[w] < id)) {
+                    b = redv[w];
+                    id = redi[w];
+                }
+            pick = id == 0x7fffffff ? 0 : id;  // all -inf cannot happen with valid inputs
+        }
+    } else {
+        const float inv_t = temperature > 0.f ? temperature : 1.0f;
+        for (int i = tid; i < v; i += blockDim.x) L[i] = L[i] / inv_t;
+        __syncthreads();
+        if (top_k > 0 && top_k < v) {
+            // Radix select of the top_k-th largest value, 8 bits at a time from the top.
+            if (tid == 0) {
+                sel_prefix = 0;
+                sel_need = top_k;
+            }
+            for (int shift = 24; shift >= 0; shift -= 8) {
+                for (int i = tid; i < 256; i += blockDim.x) hist[i] = 0;
+                __syncthreads();
+                const uint32_t hi_mask = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
+                const uint32_t prefix = sel_prefix;
+                for (int i = tid; i < v; i += blockDim.x) {
+                    const uint32_t k = order_key(L[i]);
+                    if ((k & hi_mask) == (prefix & hi_mask)) atomicAdd(&hist[(k >> shift) & 255u], 1u);
+                }
+                __syncthreads();
+                if (tid < Q3T_WARP) {
+                    // Find the bin, from the top, where the running count reaches `need`: each lane
+                    // owns 256 / warp consecutive bins (in descending order), a warp scan finds the lane.
+                    constexpr int kBins = 256 / Q3T_WARP;
+                    const int need = sel_need;
+                    int own = 0;
+#pragma unroll
+                    for (int r = 0; r < kBins; ++r) own += (int)hist[255 - (tid * kBins + r)];
+                    int incl = own;
+#pragma unroll
+                    for (int o = 1; o < Q3T_WARP; o <<= 1) {
+                        const int n = Q3T_SHFL(incl, tid - o < 0 ? 0 : tid - o);
+                        if (tid >= o) incl += n;
+                    }
+                    int before = incl - own;
+                    if (before < need && need <= incl) {
+                        int b = 255 - tid * kBins;
+                        for (int r = 0; r < kBins; ++r, --b) {
+                            if (before + (int)hist[b] >= need) break;
+                            before += (int)hist[b];
+                        }
+                        sel_prefix = prefix | ((uint32_t)b << shift);
+                        sel_need = need - before;
+                    }
+                }
+                __syncthreads();
+            }
+            const float kth = key_value(sel_prefix);
+            for (int i = tid; i < v; i += blockDim.x)
+                if (L[i] < kth) L[i] = -INFINITY;  // ties with the k-th value stay, as in transformers
+            __syncthreads();
+        }
+        // Softmax statistics over what is left.
+        float mx = -INFINITY;
+        for (int i = tid; i < v; i += blockDim.x) mx = fmaxf(mx, L[i]);
+        mx = block_max(mx, redv);
+        // Compact the surviving ids in ascending id order (each thread owns a contiguous run).
+        const int per = (v + blockDim.x - 1) / blockDim.x;
+        const int lo = tid * per, hi = min(v, lo + per);
+        int cnt = 0;
+        for (int i = lo; i < hi; ++i) cnt += L[i] != -INFINITY;
+        int n_cand = 0;
+        int at = block_exclusive_scan<int>(cnt, isum, &n_cand);
+        for (int i = lo; i < hi; ++i)
+            if (L[i] != -INFINITY) cand[at++] = i;
+        __syncthreads();
+        if (top_p < 1.0f) {
+            // transformers' TopP: sort ascending, drop ids whose cumulative probability is
+            // <= 1 - top_p, keep the most likely one. Equivalently, drop id i when the mass of
+            // the ids ranked above it is >= top_p. O(n^2) over the candidates, only when on.
+            float z = 0.f;
+            for (int c = tid; c < n_cand; c += blockDim.x) z += expf(L[cand[c]] - mx);
+            z = block_sum(z, redv);
+            __syncthreads();
+            bool drop[kSampleMaxV / THREADS];
+#pragma unroll
+            for (int r = 0; r < kSampleMaxV / THREADS; ++r) {
+                const int c = tid + r * THREADS;
+                drop[r] = false;
+                if (c >= n_cand) continue;
+                const int i = cand[c];
+                const float li = L[i];
+                float above = 0.f;
+                for (int e = 0; e < n_cand; ++e) {
+                    const int j = cand[e];
+                    const float lj = L[j];
+                    if (lj > li || (lj == li && j > i)) above += expf(lj - mx);
+                }
+                drop[r] = above > 0.f && (1.0f - above / z) <= (1.0f - top_p);
+            }
+            __syncthreads();  // everyone has read cand before it is marked
+#pragma unroll
+            for (int r = 0; r < kSampleMaxV / THREADS; ++r) {
+                const int c = tid + r * THREADS;
+                if (c < n_cand && drop[r]) cand[c] = -1 - cand[c];
+            }
+            __syncthreads();
+        }
+        // Inverse-CDF draw over the candidates in id order.
+        const int cper = (n_cand + blockDim.x - 1) / blockDim.x;
+        const int clo = tid * cper, chi = min(n_cand, clo + cper);
+        float part = 0.f;
+        for (int c = clo; c < chi; ++c)
+            if (cand[c] >= 0) part += expf(L[cand[c]] - mx);
+        float z = 0.f;
+        float run = block_exclusive_scan<float>(part, wsum, &z);
+        const unsigned long long seed = seed_ptr ? *seed_ptr : 0ull;
+        const uint4 r = Philox::run(make_uint4((uint32_t)step, (uint32_t)stream_id, 0u, 0u),
+                                    make_uint2((uint32_t)seed, (uint32_t)(seed >> 32)));
+        const float target = (float)(r.x >> 8) * (1.0f / 16777216.0f) * z;
+        __shared__ int chosen;
+        if (tid == 0) chosen = 0x7fffffff;
+        __syncthreads();
+        for (int c = clo; c < chi; ++c) {
+            if (cand[c] < 0) continue;
+            run += expf(L[cand[c]] - mx);
+            if (run > target) {
+                atomicMin(&chosen, cand[c]);
+                break;
+            }
+        }
+        __syncthreads();
+        if (tid == 0) {
+            pick = chosen;
+            if (pick < 0 || pick >= v) {  // rounding left the target above the total: highest survivor
+                pick = 0;
+                for (int c = n_cand - 1; c >= 0; --c)
+                    if (cand[c] >= 0) {
+                        pick = cand[c];
+                        break;
+                    }
+            }
+        }
+    }
+    if (tid == 0) {
+        *out_code = pick;
+        if (seen) seen[pick] = 1;
+    }
+}
