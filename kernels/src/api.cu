@@ -13,7 +13,7 @@ static int g_cc_major = 0;  // compute capability major of the device passed to 
 #endif
 static bool g_pdl = false;
 static int g_sms = 0;
-static int g_gemv = 1;       // Q3T_GEMV: 1 (default) or 2
+static int g_gemv = 0;       // Q3T_GEMV: 0 auto (default), 1 or 2
 static int g_gemv_fill = 2;  // Q3T_GEMV_FILL
 
 int q3t_fail(const char* fmt, ...) {
@@ -38,16 +38,18 @@ int q3t_host_sms() { return g_sms; }
 int q3t_gemv_variant() { return g_gemv; }
 int q3t_gemv_fill() { return g_gemv_fill; }
 
-// Q3T_GEMV (unset, "v1" or "v2") and Q3T_GEMV_FILL (1..64); anything else fails q3t_init, so a
-// benchmark never measures a variant other than the one it names.
+// Q3T_GEMV (unset or "auto", "v1" or "v2") and Q3T_GEMV_FILL (1..64); anything else fails
+// q3t_init, so a benchmark never measures a variant other than the one it names.
 static int read_gemv_env() {
     const char* v = getenv("Q3T_GEMV");
-    if (!v || !*v || !strcmp(v, "v1") || !strcmp(v, "1"))
+    if (!v || !*v || !strcmp(v, "auto"))
+        g_gemv = 0;
+    else if (!strcmp(v, "v1") || !strcmp(v, "1"))
         g_gemv = 1;
     else if (!strcmp(v, "v2") || !strcmp(v, "2"))
         g_gemv = 2;
     else
-        return q3t_fail("Q3T_GEMV=%s: expected v1 or v2", v);
+        return q3t_fail("Q3T_GEMV=%s: expected auto, v1 or v2", v);
     const char* f = getenv("Q3T_GEMV_FILL");
     g_gemv_fill = 2;
     if (f && *f) {

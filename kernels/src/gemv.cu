@@ -131,7 +131,12 @@ extern "C" Q3T_API int q3t_gemv(int dtype, const void* w, int n_rows, int k, con
     if (mode == Q3T_GEMV_SWIGLU && (n_rows % 2)) return q3t_fail("q3t_gemv: SwiGLU needs an even row count, got %d", n_rows);
     if (mode != Q3T_GEMV_STORE && bias) return q3t_fail("q3t_gemv: bias is only supported with Q3T_GEMV_STORE");
     cudaStream_t s = Q3T_STREAM(stream);
-    if (q3t_gemv_variant() == 2) return q3t_gemv_v2(dtype, w, n_rows, k, x, norm_w, eps, bias, y, mode, s);
+    // auto: v2 (gemv_v2.cu) except for long rows, where v1 measured faster on the H200 (1.7B Talker
+    // down_proj, K = 6144: 12.8 vs 15.9 us; every K <= 3072 shape of the decode loop 10-32 % faster in v2;
+    // docs/performance.md, GEMV table).
+    const int variant = q3t_gemv_variant();
+    if (variant == 2 || (variant == 0 && k <= 4096))
+        return q3t_gemv_v2(dtype, w, n_rows, k, x, norm_w, eps, bias, y, mode, s);
 #define Q3T_GEMV_CASE(T)                                                                  \
     switch (mode) {                                                                       \
         case Q3T_GEMV_STORE: return launch<T, Q3T_GEMV_STORE>(w, n_rows, k, x, norm_w, eps, bias, y, s); \

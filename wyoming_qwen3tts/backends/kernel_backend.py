@@ -561,12 +561,16 @@ class KernelBackend:
 
     # ---------------------------------------------------------------- tests: eager, teacher-forced
 
-    def teacher_forced(self, prompt: Prompt, codes: np.ndarray) -> list[list[Tensor]]:
+    def teacher_forced(self, prompt: Prompt, codes: np.ndarray,
+                       after_prefill: Callable[[], None] | None = None) -> list[list[Tensor]]:  # fmt: skip
         """Run frames eagerly with the given codes forced in; returns per frame the 16 logits
-        vectors (float32, before the processors): codec_head, then lm_head[0..14]."""
+        vectors (float32, before the processors): codec_head, then lm_head[0..14].
+        `after_prefill` may replace the prefill's cache and hidden state (tests)."""
         greedy = SamplingParams.greedy()
         self._set_pdl()
         self._prefill(prompt, len(codes))
+        if after_prefill:
+            after_prefill()
         out: list[list[Tensor]] = []
         stream = torch.cuda.current_stream(self.device).cuda_stream
         for f in range(len(codes)):
