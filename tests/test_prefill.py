@@ -175,10 +175,22 @@ def test_graph_prefill_bookkeeping_on_cpu(engine):
     assert b.captured == [16, 32, 16] and set(b._prefill_graphs) == {16} and b._pg_cache is b.cache
 
 
-def test_graph_prefill_is_opt_in(monkeypatch, engine):
+def test_graph_prefill_is_the_default_and_can_be_turned_off(monkeypatch, engine):
     monkeypatch.delenv(GRAPH_PREFILL_ENV, raising=False)
-    assert _cpu_graph_backend(engine).graph_prefill is False
+    assert _cpu_graph_backend(engine).graph_prefill is True
     monkeypatch.setenv(GRAPH_PREFILL_ENV, "1")
     assert _cpu_graph_backend(engine).graph_prefill is True
     monkeypatch.setenv(GRAPH_PREFILL_ENV, "0")
     assert _cpu_graph_backend(engine).graph_prefill is False
+
+
+def test_warm_up_captures_each_bucket_once_on_cpu(monkeypatch, engine):
+    monkeypatch.delenv(GRAPH_PREFILL_ENV, raising=False)
+    b = _cpu_graph_backend(engine)
+    assert b.warm_up(max_positions=48) == 3
+    assert b.captured == [16, 32, 48]
+    assert b.warm_up(max_positions=48) == 0 and b.captured == [16, 32, 48]
+    assert b.warm_up(max_positions=80) == 2 and b.captured == [16, 32, 48, 64, 80]
+    monkeypatch.setenv(GRAPH_PREFILL_ENV, "0")
+    off = _cpu_graph_backend(engine)
+    assert off.warm_up() == 0 and off.captured == []

@@ -1,4 +1,4 @@
-"""The kernel backend's captured prefill (Q3T_GRAPH_PREFILL=1) on a GPU, tiny checkpoint.
+"""The kernel backend's captured prefill (the default; Q3T_GRAPH_PREFILL=0 turns it off) on a GPU, tiny checkpoint.
 
 - float32 greedy codes equal the torch backend's for 100 frames, for prompts of several lengths:
   two different lengths in one bucket (the second replays the first one's graph), one in another
@@ -8,6 +8,8 @@
 - the graph writes the same last hidden state and KV entries as the eager prefill (allclose: its
   matmuls run with M = bucket rows, cuBLAS may pick other kernels);
 - bf16 through the engine is reproducible from the capture's request to the replays';
+- the engine's warm-up captures every bucket up to WARM_PREFILL_POSITIONS, and a request then
+  replays one of those graphs (no capture) with the torch backend's codes;
 - a timing print: prefill ms eager vs graph (tiny model: launch-bound, like the full-size one).
 """
 
@@ -21,7 +23,12 @@ import numpy as np
 import pytest
 import torch
 
-from wyoming_qwen3tts.backends.kernel_backend import GRAPH_PREFILL_ENV, PREFILL_BUCKETS, prefill_bucket
+from wyoming_qwen3tts.backends.kernel_backend import (
+    GRAPH_PREFILL_ENV,
+    PREFILL_BUCKETS,
+    WARM_PREFILL_POSITIONS,
+    prefill_bucket,
+)
 from wyoming_qwen3tts.engine import Engine, SamplingParams, SynthesisRequest
 
 pytestmark = pytest.mark.gpu
@@ -193,3 +200,17 @@ def test_graph_prefill_timing(tiny_checkpoint, dtype, capsys):
               f"{prompt.length} positions -> bucket {prefill_bucket(prompt.length, backend.capacity)}: "
               f"eager {eager:.2f} ms, graph {graph:.2f} ms (median of 20)")  # fmt: skip
     assert eager > 0 and graph > 0
+
+
+def test_warm_up_captures_the_common_buckets(tiny_checkpoint, ref):
+    engine = _engine(tiny_checkpoint, "kernels")
+    backend = engine.backend
+    assert not backend._prefill_graphs
+    engine.warm_up()
+    want = {b for b in PREFILL_BUCKETS if b <= min(WARM_PREFILL_POSITIONS, backend.capacity)}
+    assert set(backend._prefill_graphs) == want
+    captured = dict(backend._prefill_graphs)
+    got = _codes(engine, TEXT)  # its bucket was captured at warm-up: replayed, not captured again
+    assert set(backend._prefill_graphs) == want
+    assert all(backend._prefill_graphs[b] is g for b, g in captured.items())
+    assert np.array_equal(got, _codes(ref, TEXT))

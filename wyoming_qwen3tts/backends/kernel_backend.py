@@ -13,9 +13,9 @@ for every frame; `next_frames(n)` replays it n times and syncs once to read the 
 
 The prompt prefill is a one-off and runs through the torch Talker into the same KV cache
 tensor the kernels then read ([layers, 2, max_seq, kv_heads, head_dim], model dtype).
-Opt-in (Q3T_GRAPH_PREFILL=1, off by default): that torch prefill is captured as one CUDA graph
-per bucket length and replayed, instead of ~1,700 small launches issued from Python (see
-`_graph_prefill`).
+By default that torch prefill is captured as one CUDA graph per bucket length and replayed,
+instead of ~1,700 small launches issued from Python (see `_graph_prefill`; `warm_up` captures the
+buckets of common prompt lengths at start-up; Q3T_GRAPH_PREFILL=0 runs it eagerly).
 The CodePredictor part of the frame (16 positions x 5 layers and 15 draws) runs by default as one
 persistent kernel (`q3t_code_predictor`: one block per SM, grid-wide barriers between its phases)
 instead of ~510 separate launches; Q3T_CP=layers selects the layer-by-layer launches (same
@@ -45,11 +45,16 @@ NUM_GROUPS = 16
 MIN_NEW_TOKENS = 2  # EOS is masked for the first two code-0 draws (reference generate)
 NO_EOS = 1 << 30  # min-new-tokens past any length: SamplingParams.suppress_eos (benchmarks)
 
-# Captured prefill (opt-in): prompt lengths are rounded up to one of these, one graph each, captured
+# Captured prefill (default; Q3T_GRAPH_PREFILL=0 turns it off): prompt lengths are rounded up to one of these, one graph each, captured
 # the first time a bucket is seen. Longer prompts (or buckets past the cache) run eagerly.
 GRAPH_PREFILL_ENV = "Q3T_GRAPH_PREFILL"
 CP_ENV = "Q3T_CP"  # "fused" (default): the persistent CodePredictor kernel; "layers": one launch per op
 PREFILL_BUCKETS = tuple(range(16, 129, 16)) + tuple(range(160, 513, 32))  # 8 + 12 = 20 at most
+
+
+# Buckets captured at start-up (KernelBackend.warm_up): prompts of up to this many positions (a
+# one-sentence request is ~30, a 600-character paragraph ~160) never wait for a capture.
+WARM_PREFILL_POSITIONS = 256
 
 
 def prefill_bucket(length: int, capacity: int) -> int | None:
@@ -423,7 +428,7 @@ class KernelBackend:
     # ---------------------------------------------------------------- sessions
 
     def _init_graph_prefill(self) -> None:
-        self.graph_prefill = os.environ.get(GRAPH_PREFILL_ENV, "0") == "1"
+        self.graph_prefill = os.environ.get(GRAPH_PREFILL_ENV, "1") != "0"
         self._prefill_graphs: dict[int, torch.cuda.CUDAGraph] = {}  # bucket -> graph
         self._pg_cache: KVCache | None = None  # the cache the graphs write (re-captured after _alloc)
         self._pg_x: Tensor | None = None  # static input [max bucket, H], model dtype
@@ -553,6 +558,23 @@ class KernelBackend:
         for t, v in zip((self.state, self.seen, self.cur, self.hn, self.x), saved):
             t.copy_(v)
         return g
+
+    def warm_up(self, max_positions: int = WARM_PREFILL_POSITIONS) -> int:
+        """Capture the prefill graphs of every bucket up to `max_positions` now (a capture costs
+        tens of milliseconds, paid here instead of by the first request of each length). Writes the
+        cache and hn, so no session may be open. Returns how many graphs were captured."""
+        if not self.graph_prefill:
+            return 0
+        self._owner = None  # any earlier session is over: it must not replay on what this writes
+        before = len(self._prefill_graphs)
+        with torch.inference_mode():
+            for bucket in PREFILL_BUCKETS:
+                if bucket > min(max_positions, self.capacity):
+                    break
+                if self._pg_cache is not self.cache or bucket not in self._prefill_graphs:
+                    self._graph_prefill(torch.zeros(bucket, self.tc.hidden_size, dtype=self.model.dtype,
+                                                    device=self.device), bucket)  # fmt: skip
+        return len(self._prefill_graphs) - before
 
     def start(self, prompt: Prompt, sampling: SamplingParams, seed: int, max_frames: int) -> KernelDecodeSession:
         session = KernelDecodeSession(self, prompt, sampling, seed & 0xFFFF_FFFF_FFFF_FFFF, max_frames)
