@@ -471,7 +471,7 @@ def test_sampled_output_is_reproducible(tiny_checkpoint: Path, lib: native.Nativ
 def test_fused_code_predictor_matches_the_layered_launches(tiny_checkpoint: Path, tiny_checkpoint_06b: Path,
                                                            lib: native.Native, size: str,
                                                            dtype: torch.dtype) -> None:  # fmt: skip
-    """The persistent CodePredictor kernel (Q3T_CP=fused, the default) against the one-launch-per-op
+    """The persistent CodePredictor kernel (Q3T_CP=fused) against the one-launch-per-op
     CodePredictor on the same model: teacher-forced logits of all 16 heads within 1e-5 relative
     (float32 activations in both, only the order of some float32 sums differs; bf16 weights and KV
     cache too); float32 greedy and seeded sampled codes equal frame for frame."""

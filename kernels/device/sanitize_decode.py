@@ -1,4 +1,7 @@
-"""A short decode on the kernel backend (tiny random model), for compute-sanitizer memcheck/racecheck."""
+"""A short decode on the kernel backend (tiny random model), for compute-sanitizer memcheck/racecheck.
+
+Usage: python kernels/device/sanitize_decode.py [SIZE ...] [float32|bfloat16 ...] (default: both tiny sizes, both
+dtypes; racecheck is slow, so a subset helps)."""
 
 from __future__ import annotations
 
@@ -14,8 +17,11 @@ from wyoming_qwen3tts.backends.kernel_backend import KernelBackend  # noqa: E402
 from wyoming_qwen3tts.model.prompt import build_prompt  # noqa: E402
 from wyoming_qwen3tts.request import SamplingParams  # noqa: E402
 
-for size in ("tiny", "tiny-0.6b"):
-    for dtype in (torch.float32, torch.bfloat16):
+args = sys.argv[1:]
+sizes = [a for a in args if a.startswith("tiny")] or ["tiny", "tiny-0.6b"]
+dtypes = [getattr(torch, a) for a in args if a in ("float32", "bfloat16")] or [torch.float32, torch.bfloat16]
+for size in sizes:
+    for dtype in dtypes:
         model = random_model(size, dtype)
         prompt = build_prompt(model, text_ids(8), "ryan", "english")
         for fused in (True, False):  # the persistent CodePredictor kernel, and one launch per op

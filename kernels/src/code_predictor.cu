@@ -53,27 +53,41 @@ struct Params {
     unsigned* sync;                        // [2]: arrival count, generation; zero before the first launch
 };
 
-// Grid-wide barrier: every block arrives once; the last to arrive resets the count and bumps the
-// generation the others spin on. The fences make each block's global writes before the barrier
-// visible to every block after it (the cooperative-groups grid sync, written out so that HIP and
-// a graph-captured plain launch can use it too).
-__device__ __forceinline__ void grid_barrier(unsigned* sync) {
+// Grid-wide barrier number `n` (1, 2, ... within one launch; every block passes them in the same
+// order): each block adds one to the arrival count and waits until it reaches n x blocks. One
+// atomic per block and no second broadcast step; the count is reset by the last block to leave
+// the kernel (grid_exit). The release add / acquire load (fences on HIP) make each block's writes
+// before the barrier visible to every block after it.
+__device__ __forceinline__ void grid_barrier(unsigned* sync, unsigned& n) {
+    ++n;
     __syncthreads();
     if (threadIdx.x == 0) {
-        volatile unsigned* gen = sync + 1;
-        const unsigned g = *gen;
+        const unsigned target = n * gridDim.x;
+#if defined(Q3T_CUDA)
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(sync) : "memory");
+        unsigned seen;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sync) : "memory");
+        } while (seen < target);
+#else
         __threadfence();
-        if (atomicAdd(sync, 1u) == gridDim.x - 1) {
-            atomicExch(sync, 0u);
-            __threadfence();
-            atomicAdd(sync + 1, 1u);
-        } else {
-            while (*gen == g) {
-            }
+        atomicAdd(sync, 1u);
+        while (*(volatile unsigned*)sync < target) {
         }
         __threadfence();
+#endif
     }
     __syncthreads();
+}
+
+// The last block out resets the arrival count for the next launch: every other block has passed
+// its last barrier (and stopped reading the count) before it adds itself to sync[1].
+__device__ __forceinline__ void grid_exit(unsigned* sync) {
+    __syncthreads();
+    if (threadIdx.x == 0 && atomicAdd(sync + 1, 1u) == gridDim.x - 1) {
+        atomicExch(sync, 0u);
+        atomicExch(sync + 1, 0u);
+    }
 }
 
 template <typename W>
@@ -90,10 +104,29 @@ __device__ __forceinline__ float round_to<uint16_t>(float v) {
 // (s > 1 only when there are fewer outputs than warps in the grid: the team splits k and meets in
 // shared memory, in a fixed order). The first loads of each warp's first row go out before the
 // barrier.
+// The input vector of a phase: float32 activations, or (x == NULL) row *code of an embedding table
+// (the code may be the previous phase's draw, so it is read only after the barrier).
+template <typename W>
+struct Source {
+    const float* x;
+    const W* table;
+    const int* code;
+    int rows;
+    __device__ const W* row(int len) const {
+        int c = q3t_ld_act(code);
+        c = c < 0 ? 0 : (c >= rows ? rows - 1 : c);  // a bad id must not read out of bounds
+        return table + (size_t)c * len;
+    }
+};
+template <typename W>
+__device__ __forceinline__ Source<W> act(const float* x) {
+    return Source<W>{x, nullptr, nullptr, 0};
+}
+
 template <typename W, int MODE>
-__device__ void phase_gemv(const W* __restrict__ w, int n_out, int k, const float* x, const W* xw,
+__device__ void phase_gemv(const W* __restrict__ w, int n_out, int k, Source<W> src,
                            const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, float* y,
-                           float* xs, float* red, float* part, unsigned* sync) {
+                           float* xs, float* red, float* part, unsigned* sync, unsigned& nb) {
     constexpr int NR = MODE == Q3T_GEMV_SWIGLU ? 2 : 1;
     constexpr int V = Vec<W>::N;
     constexpr int kPre = 8 / NR;
@@ -118,7 +151,9 @@ __device__ void phase_gemv(const W* __restrict__ w, int n_out, int k, const floa
         }
     }
 
-    grid_barrier(sync);
+    grid_barrier(sync, nb);
+    const float* x = src.x;
+    const W* xw = x ? nullptr : src.row(k);
     float ss = 0.f;
     for (int i = threadIdx.x; i < k; i += blockDim.x) {
         const float v = x ? q3t_ld_act(x + i) : Elem<W>::load(xw, i);
@@ -200,10 +235,11 @@ __device__ void phase_gemv(const W* __restrict__ w, int n_out, int k, const floa
 
 // x = src (float32 activations or a weight-typed row), spread over the grid.
 template <typename W>
-__device__ void phase_copy(const float* src, const W* srcw, int n, float* x, unsigned* sync) {
-    grid_barrier(sync);
+__device__ void phase_copy(Source<W> src, int n, float* x, unsigned* sync, unsigned& nb) {
+    grid_barrier(sync, nb);
+    const W* row = src.x ? nullptr : src.row(n);
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-        x[i] = src ? q3t_ld_act(src + i) : Elem<W>::load(srcw, i);
+        x[i] = src.x ? q3t_ld_act(src.x + i) : Elem<W>::load(row, i);
 }
 
 // q/k RMSNorm + RoPE at `pos`, K/V append, attention over positions 0..pos: one block per q head.
@@ -211,8 +247,8 @@ __device__ void phase_copy(const float* src, const W* srcw, int n, float* x, uns
 // copy of the new K/V (rounded to the cache dtype, as the layer-by-layer path reads it back).
 template <typename C>
 __device__ void phase_attention(const Params& p, const float* __restrict__ qn, const float* __restrict__ kn, int pos,
-                                C* kc, C* vc, float* sm, float* red, unsigned* sync) {
-    grid_barrier(sync);
+                                C* kc, C* vc, float* sm, float* red, unsigned* sync, unsigned& nb) {
+    grid_barrier(sync, nb);
     const int d = p.d, hq = p.hq, hkv = p.hkv, group = hq / hkv;
     const int tid = threadIdx.x, lane = tid % Q3T_WARP, warp = tid / Q3T_WARP, nwarps = blockDim.x / Q3T_WARP;
     float* qs = sm;
@@ -297,43 +333,38 @@ __global__ void __launch_bounds__(kThreads, 1) k_code_predictor(Params p) {
     const size_t cache_half = (size_t)(p.n_codes + 1) * p.hkv * p.d;
     const W* const* wt = reinterpret_cast<const W* const*>(p.weights);
     const W* proj = static_cast<const W*>(p.proj_w);
+    unsigned nb = 0;  // grid barriers passed
     for (int pos = 0; pos <= p.n_codes; ++pos) {
-        const float* src = nullptr;
-        const W* row = nullptr;
-        if (pos == 0) {
-            src = p.hn;
-        } else {
-            const int rows = pos == 1 ? p.in_rows_first : p.in_rows;
-            int code = q3t_ld_act(p.codes + pos - 1);
-            code = code < 0 ? 0 : (code >= rows ? rows - 1 : code);  // a bad id must not read out of bounds
-            row = wt[p.n_layers * kLayerPtrs + p.n_codes + pos - 1] + (size_t)code * p.in_hidden;
-        }
+        Source<W> src = act<W>(p.hn);
+        if (pos > 0)
+            src = Source<W>{nullptr, wt[p.n_layers * kLayerPtrs + p.n_codes + pos - 1], p.codes + pos - 1,
+                            pos == 1 ? p.in_rows_first : p.in_rows};
         if (proj)
-            phase_gemv<W, Q3T_GEMV_STORE>(proj, p.hidden, p.in_hidden, src, row, nullptr, 0.f, p.proj_b, p.x, smem, red,
-                                          part, p.sync);
+            phase_gemv<W, Q3T_GEMV_STORE>(proj, p.hidden, p.in_hidden, src, nullptr, 0.f, p.proj_b, p.x, smem, red,
+                                          part, p.sync, nb);
         else
-            phase_copy<W>(src, row, p.hidden, p.x, p.sync);
+            phase_copy<W>(src, p.hidden, p.x, p.sync, nb);
         for (int l = 0; l < p.n_layers; ++l) {
             const void* const* L = p.weights + (size_t)l * kLayerPtrs;
             W* kc = static_cast<W*>(p.cache) + (size_t)(2 * l) * cache_half;
-            phase_gemv<W, Q3T_GEMV_STORE>(static_cast<const W*>(L[0]), q_rows, p.hidden, p.x, nullptr,
+            phase_gemv<W, Q3T_GEMV_STORE>(static_cast<const W*>(L[0]), q_rows, p.hidden, act<W>(p.x),
                                           static_cast<const float*>(L[4]), p.eps, nullptr, p.qkv, smem, red, part,
-                                          p.sync);
+                                          p.sync, nb);
             phase_attention<W>(p, static_cast<const float*>(L[6]), static_cast<const float*>(L[7]), pos, kc,
-                               kc + cache_half, smem, red, p.sync);
-            phase_gemv<W, Q3T_GEMV_ADD>(static_cast<const W*>(L[1]), p.hidden, p.hq * p.d, p.attn, nullptr, nullptr,
-                                        0.f, nullptr, p.x, smem, red, part, p.sync);
-            phase_gemv<W, Q3T_GEMV_SWIGLU>(static_cast<const W*>(L[2]), p.inter, p.hidden, p.x, nullptr,
+                               kc + cache_half, smem, red, p.sync, nb);
+            phase_gemv<W, Q3T_GEMV_ADD>(static_cast<const W*>(L[1]), p.hidden, p.hq * p.d, act<W>(p.attn), nullptr,
+                                        0.f, nullptr, p.x, smem, red, part, p.sync, nb);
+            phase_gemv<W, Q3T_GEMV_SWIGLU>(static_cast<const W*>(L[2]), p.inter, p.hidden, act<W>(p.x),
                                            static_cast<const float*>(L[5]), p.eps, nullptr, p.mlp, smem, red, part,
-                                           p.sync);
-            phase_gemv<W, Q3T_GEMV_ADD>(static_cast<const W*>(L[3]), p.hidden, p.inter, p.mlp, nullptr, nullptr, 0.f,
-                                        nullptr, p.x, smem, red, part, p.sync);
+                                           p.sync, nb);
+            phase_gemv<W, Q3T_GEMV_ADD>(static_cast<const W*>(L[3]), p.hidden, p.inter, act<W>(p.mlp), nullptr, 0.f,
+                                        nullptr, p.x, smem, red, part, p.sync, nb);
         }
         if (pos == 0) continue;
         float* logits = p.logits + (size_t)(pos - 1) * p.vocab;
-        phase_gemv<W, Q3T_GEMV_STORE>(wt[p.n_layers * kLayerPtrs + pos - 1], p.vocab, p.hidden, p.x, nullptr, p.norm_w,
-                                      p.eps, nullptr, logits, smem, red, part, p.sync);
-        grid_barrier(p.sync);
+        phase_gemv<W, Q3T_GEMV_STORE>(wt[p.n_layers * kLayerPtrs + pos - 1], p.vocab, p.hidden, act<W>(p.x), p.norm_w,
+                                      p.eps, nullptr, logits, smem, red, part, p.sync, nb);
+        grid_barrier(p.sync, nb);
         if (blockIdx.x == 0) {
             if (p.forced) {
                 if (threadIdx.x == 0) p.codes[pos] = p.forced[pos];
@@ -344,6 +375,7 @@ __global__ void __launch_bounds__(kThreads, 1) k_code_predictor(Params p) {
             }
         }
     }
+    grid_exit(p.sync);
 }
 }  // namespace
 

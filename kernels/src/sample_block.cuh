@@ -138,12 +138,12 @@ __device__ void sample_block(const float* __restrict__ logits, int v, unsigned c
                     const uint32_t k = order_key(L[i]);
                     if ((k & hi_mask) == (prefix & hi_mask)) atomicAdd(&hist[(k >> shift) & 255u], 1u);
                 }
+                const int need = sel_need;  // read before the barrier: lane `tid` of warp 0 rewrites it below
                 __syncthreads();
                 if (tid < Q3T_WARP) {
                     // Find the bin, from the top, where the running count reaches `need`: each lane
                     // owns 256 / warp consecutive bins (in descending order), a warp scan finds the lane.
                     constexpr int kBins = 256 / Q3T_WARP;
-                    const int need = sel_need;
                     int own = 0;
 #pragma unroll
                     for (int r = 0; r < kBins; ++r) own += (int)hist[255 - (tid * kBins + r)];

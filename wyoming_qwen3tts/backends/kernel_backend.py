@@ -16,10 +16,10 @@ tensor the kernels then read ([layers, 2, max_seq, kv_heads, head_dim], model dt
 By default that torch prefill is captured as one CUDA graph per bucket length and replayed,
 instead of ~1,700 small launches issued from Python (see `_graph_prefill`; `warm_up` captures the
 buckets of common prompt lengths at start-up; Q3T_GRAPH_PREFILL=0 runs it eagerly).
-The CodePredictor part of the frame (16 positions x 5 layers and 15 draws) runs by default as one
-persistent kernel (`q3t_code_predictor`: one block per SM, grid-wide barriers between its phases)
-instead of ~510 separate launches; Q3T_CP=layers selects the layer-by-layer launches (same
-numbers up to the order of some float32 sums, same draws).
+The CodePredictor part of the frame (16 positions x 5 layers and 15 draws) runs as ~510 launches
+in the graph; Q3T_CP=fused runs it instead as one persistent kernel (`q3t_code_predictor`: one
+block per SM, grid-wide barriers between its phases; same numbers up to the order of some float32
+sums, same draws). It measured slower on the H200 so far (docs/performance.md), so it is opt-in.
 Weights are packed once: q/k/v concatenated, gate/up interleaved row by row (so one GEMV
 produces SwiGLU directly), small vectors in float32; activations are float32 throughout.
 """
@@ -48,7 +48,7 @@ NO_EOS = 1 << 30  # min-new-tokens past any length: SamplingParams.suppress_eos 
 # Captured prefill (default; Q3T_GRAPH_PREFILL=0 turns it off): prompt lengths are rounded up to one of these, one graph each, captured
 # the first time a bucket is seen. Longer prompts (or buckets past the cache) run eagerly.
 GRAPH_PREFILL_ENV = "Q3T_GRAPH_PREFILL"
-CP_ENV = "Q3T_CP"  # "fused" (default): the persistent CodePredictor kernel; "layers": one launch per op
+CP_ENV = "Q3T_CP"  # "layers" (default): one launch per op; "fused": the persistent CodePredictor kernel
 PREFILL_BUCKETS = tuple(range(16, 129, 16)) + tuple(range(160, 513, 32))  # 8 + 12 = 20 at most
 
 
@@ -245,7 +245,7 @@ class KernelBackend:
         self.cp_cache = KVCache(cc, NUM_GROUPS, model.dtype, self.device)
         self.cp = _Stack(cc, cp.model.layers, self.cp_cache.data, NUM_GROUPS, 1, self.device)
         if cp_fused is None:
-            mode = os.environ.get(CP_ENV, "fused")
+            mode = os.environ.get(CP_ENV, "layers")
             if mode not in ("fused", "layers"):
                 raise ValueError(f"{CP_ENV}={mode!r}: expected fused or layers")
             cp_fused = mode == "fused"
