@@ -285,6 +285,49 @@ def test_attention(lib: native.Native, dtype: torch.dtype, length: int, splits: 
     assert rel(out, ref) <= F32_TOL
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("hq,hkv,d", [(16, 8, 128), (2, 1, 16), (4, 4, 32)])
+@pytest.mark.parametrize("pos", [0, 1, 9, 15])
+def test_rope_attention_equals_append_then_attention(lib: native.Native, dtype: torch.dtype, hq: int, hkv: int,
+                                                     d: int, pos: int) -> None:  # fmt: skip
+    """q3t_rope_attention (one launch, short caches) against q3t_qk_norm_rope_append + q3t_attention
+    (splits 1) on the same fresh inputs and cache: the same cache rows bit for bit, outputs within 1e-5."""
+    from wyoming_qwen3tts.model.layers import rope_tables
+
+    g = gen(pos * 7 + d + hq)
+    max_seq, wd = 16, native.F32 if dtype == torch.float32 else native.BF16
+    qkv = torch.randn((hq + 2 * hkv) * d, device=DEV, generator=g)
+    qn = torch.rand(d, device=DEV, generator=g) + 0.5
+    kn = torch.rand(d, device=DEV, generator=g) + 0.5
+    cos, sin = (t.contiguous() for t in rope_tables(torch.arange(max_seq, device=DEV), d, 1e6, torch.float32))
+    kc0 = torch.randn(max_seq, hkv, d, device=DEV, generator=g).to(dtype)  # earlier positions' K/V
+    vc0 = torch.randn(max_seq, hkv, d, device=DEV, generator=g).to(dtype)
+    p = torch.tensor([pos - 1], dtype=torch.int32, device=DEV)  # read from the device, + 1 below
+    scale = d**-0.5
+
+    kc1, vc1, q, out1 = kc0.clone(), vc0.clone(), torch.zeros(hq * d, device=DEV), torch.zeros(hq * d, device=DEV)
+    lib.call("q3t_qk_norm_rope_append", wd, qkv.data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6, cos.data_ptr(),
+             sin.data_ptr(), p.data_ptr(), 1, hq, hkv, d, max_seq, q.data_ptr(), kc1.data_ptr(), vc1.data_ptr(),
+             stream())  # fmt: skip
+    lib.call("q3t_attention", wd, q.data_ptr(), kc1.data_ptr(), vc1.data_ptr(), p.data_ptr(), 1, hq, hkv, d, max_seq,
+             scale, 1, None, out1.data_ptr(), stream())  # fmt: skip
+    kc2, vc2, out2 = kc0.clone(), vc0.clone(), torch.full((hq * d,), float("nan"), device=DEV)
+    lib.call("q3t_rope_attention", wd, qkv.data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6, cos.data_ptr(),
+             sin.data_ptr(), p.data_ptr(), 1, hq, hkv, d, max_seq, scale, kc2.data_ptr(), vc2.data_ptr(),
+             out2.data_ptr(), stream())  # fmt: skip
+    assert torch.equal(kc2, kc1) and torch.equal(vc2, vc1)
+    assert torch.isfinite(out2).all()
+    assert rel(out2, out1) <= F32_TOL
+
+
+def test_rope_attention_rejects_long_caches(lib: native.Native) -> None:
+    x = torch.zeros(64, device=DEV)
+    with pytest.raises(native.NativeError, match="max_seq"):
+        lib.call("q3t_rope_attention", native.F32, x.data_ptr(), x.data_ptr(), x.data_ptr(), 1e-6, x.data_ptr(),
+                 x.data_ptr(), None, 0, 2, 1, 16, 65, 0.25, x.data_ptr(), x.data_ptr(), x.data_ptr(),
+                 stream())  # fmt: skip
+
+
 def test_embed_row_and_sum(lib: native.Native) -> None:
     g = gen(5)
     h, rows0, rows = 96, 3072, 2048

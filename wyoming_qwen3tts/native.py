@@ -60,6 +60,10 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
         _c_int,
         [_c_int, _p, _p, _p, _p, _c_int, _c_int, _c_int, _c_int, _c_int, _c_float, _c_int, _p, _p, _p],
     ),
+    "q3t_rope_attention": (
+        _c_int,
+        [_c_int, _p, _p, _p, _c_float, _p, _p, _p, _c_int, _c_int, _c_int, _c_int, _c_int, _c_float, _p, _p, _p, _p],
+    ),
     "q3t_embed_row": (_c_int, [_c_int, _p, _c_int, _c_int, _p, _p, _p]),
     "q3t_embed_sum": (_c_int, [_c_int, _p, _c_int, _c_int, _c_int, _c_int, _p, _p, _c_int, _p, _p, _p, _p]),
     "q3t_sample": (

@@ -150,3 +150,52 @@ extern "C" Q3T_API int q3t_attention(int dtype, const float* q, const void* k_ca
     q3t_launch(k_attn_merge, hq, kThreads, 0, s, scratch, d, splits, out);
     return q3t_check_launch("q3t_attention (merge)");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Short contexts (the CodePredictor's 16 positions): q/k RMSNorm + RoPE + KV append + attention
+// in one kernel, one block per q head (attention_short.cuh), instead of q3t_qk_norm_rope_append
+// followed by q3t_attention: one launch less per CodePredictor layer and position.
+#include "attention_short.cuh"
+
+namespace {
+constexpr int kShortThreads = 256;
+
+template <typename C>
+__global__ void __launch_bounds__(kShortThreads) k_rope_attention(
+    const float* __restrict__ qkv, const float* __restrict__ qn, const float* __restrict__ kn, float eps,
+    const float* __restrict__ cos_tab, const float* __restrict__ sin_tab, const int* __restrict__ pos_ptr, int pos_add,
+    int hq, int hkv, int d, int max_seq, float scale, C* k_cache, C* v_cache, float* __restrict__ out) {
+    q3t_grid_dep();
+    extern __shared__ float4 sm4[];  // 3 d + kShortMaxSeq floats
+    __shared__ float red[32];
+    int pos = read_pos(pos_ptr, pos_add);
+    pos = pos < 0 ? 0 : (pos >= max_seq ? max_seq - 1 : pos);  // never outside the cache
+    rope_attention_heads<C>(qkv, qn, kn, eps, cos_tab, sin_tab, pos, hq, hkv, d, scale, k_cache, v_cache, out,
+                            reinterpret_cast<float*>(sm4), red);
+}
+}  // namespace
+
+extern "C" Q3T_API int q3t_rope_attention(int dtype, const float* qkv, const float* q_norm_w, const float* k_norm_w,
+                                          float eps, const float* cos_tab, const float* sin_tab, const int* pos_ptr,
+                                          int pos_add, int hq, int hkv, int d, int max_seq, float scale,
+                                          void* k_cache, void* v_cache, float* out, void* stream) {
+    if (!qkv || !q_norm_w || !k_norm_w || !cos_tab || !sin_tab || !k_cache || !v_cache || !out)
+        return q3t_fail("q3t_rope_attention: null pointer");
+    if (hq <= 0 || hkv <= 0 || hq % hkv || d <= 0 || d > kShortThreads || d % 2 || max_seq <= 0 ||
+        max_seq > kShortMaxSeq)
+        return q3t_fail("q3t_rope_attention: bad shape hq=%d hkv=%d d=%d max_seq=%d (d <= %d, max_seq <= %d)", hq, hkv,
+                        d, max_seq, kShortThreads, kShortMaxSeq);
+    cudaStream_t s = Q3T_STREAM(stream);
+    const size_t smem = (size_t)(3 * d + kShortMaxSeq) * sizeof(float);
+    if (dtype == Q3T_F32)
+        q3t_launch(k_rope_attention<float>, hq, kShortThreads, smem, s, qkv, q_norm_w, k_norm_w, eps, cos_tab, sin_tab,
+                   pos_ptr, pos_add, hq, hkv, d, max_seq, scale, static_cast<float*>(k_cache),
+                   static_cast<float*>(v_cache), out);
+    else if (dtype == Q3T_BF16)
+        q3t_launch(k_rope_attention<uint16_t>, hq, kShortThreads, smem, s, qkv, q_norm_w, k_norm_w, eps, cos_tab,
+                   sin_tab, pos_ptr, pos_add, hq, hkv, d, max_seq, scale, static_cast<uint16_t*>(k_cache),
+                   static_cast<uint16_t*>(v_cache), out);
+    else
+        return q3t_fail("q3t_rope_attention: unknown dtype %d", dtype);
+    return q3t_check_launch("q3t_rope_attention");
+}

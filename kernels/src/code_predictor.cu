@@ -20,11 +20,12 @@
 //
 // All blocks must be resident at once (the barrier spins): the grid is one block per SM, launched
 // alone in its stream. Under PDL the next kernel is released only when every block has started.
+#include "attention_short.cuh"
 #include "sample_block.cuh"
 
 namespace {
 constexpr int kThreads = 512;
-constexpr int kMaxSeq = 64;   // CodePredictor cache positions (16 used)
+constexpr int kMaxSeq = kShortMaxSeq;  // CodePredictor cache positions (16 used)
 constexpr int kMaxHeadDim = 256;
 constexpr int kUnroll = 4;
 constexpr int kLayerPtrs = 8;  // per layer: qkv, o, gate_up, down, in_norm, post_norm, q_norm, k_norm
@@ -90,20 +91,6 @@ __device__ __forceinline__ void grid_exit(unsigned* sync) {
     }
 }
 
-template <typename W>
-__device__ __forceinline__ float round_to(float v) {
-    return v;
-}
-template <>
-__device__ __forceinline__ float round_to<uint16_t>(float v) {
-    return bf16_to_f32(f32_to_bf16(v));
-}
-
-// One GEMV phase: y (MODE) W[rows, k] @ xn, xn = RMSNorm(x) * norm_w (or x), x either float32
-// activations (x) or a weight-typed embedding row (xw). Outputs are spread over teams of `s` warps
-// (s > 1 only when there are fewer outputs than warps in the grid: the team splits k and meets in
-// shared memory, in a fixed order). The first loads of each warp's first row go out before the
-// barrier.
 // The input vector of a phase: float32 activations, or (x == NULL) row *code of an embedding table
 // (the code may be the previous phase's draw, so it is read only after the barrier).
 template <typename W>
@@ -242,84 +229,13 @@ __device__ void phase_copy(Source<W> src, int n, float* x, unsigned* sync, unsig
         x[i] = src.x ? q3t_ld_act(src.x + i) : Elem<W>::load(row, i);
 }
 
-// q/k RMSNorm + RoPE at `pos`, K/V append, attention over positions 0..pos: one block per q head.
-// The block of the first q head of each KV group writes the cache row; every block uses its own
-// copy of the new K/V (rounded to the cache dtype, as the layer-by-layer path reads it back).
+// q/k RMSNorm + RoPE, K/V append, attention (attention_short.cuh), after the barrier.
 template <typename C>
 __device__ void phase_attention(const Params& p, const float* __restrict__ qn, const float* __restrict__ kn, int pos,
                                 C* kc, C* vc, float* sm, float* red, unsigned* sync, unsigned& nb) {
     grid_barrier(sync, nb);
-    const int d = p.d, hq = p.hq, hkv = p.hkv, group = hq / hkv;
-    const int tid = threadIdx.x, lane = tid % Q3T_WARP, warp = tid / Q3T_WARP, nwarps = blockDim.x / Q3T_WARP;
-    float* qs = sm;
-    float* ks = sm + d;
-    float* vs = sm + 2 * d;
-    float* sc = sm + 3 * d;  // kMaxSeq scores
-    const float* c = p.cos_tab + (size_t)pos * d;
-    const float* sn = p.sin_tab + (size_t)pos * d;
-    const int half = d / 2;
-    for (int h = blockIdx.x; h < hq; h += gridDim.x) {
-        const int kvh = h / group;
-        const float* qsrc = p.qkv + (size_t)h * d;
-        const float* ksrc = p.qkv + (size_t)(hq + kvh) * d;
-        const float* vsrc = p.qkv + (size_t)(hq + hkv + kvh) * d;
-        float sq = 0.f, sk = 0.f;
-        for (int i = tid; i < d; i += blockDim.x) {
-            const float a = q3t_ld_act(qsrc + i), b = q3t_ld_act(ksrc + i);
-            qs[i] = a;
-            ks[i] = b;
-            vs[i] = round_to<C>(q3t_ld_act(vsrc + i));
-            sq += a * a;
-            sk += b * b;
-        }
-        const float rq = rsqrtf(block_sum(sq, red) / (float)d + p.eps);
-        const float rk = rsqrtf(block_sum(sk, red) / (float)d + p.eps);
-        for (int i = tid; i < d; i += blockDim.x) {
-            qs[i] = qn[i] * (qs[i] * rq);
-            ks[i] = kn[i] * (ks[i] * rk);
-        }
-        __syncthreads();
-        float qo = 0.f, ko = 0.f;
-        if (tid < d) {
-            const int i = tid;
-            const float qr = i < half ? -qs[i + half] : qs[i - half];
-            const float kr = i < half ? -ks[i + half] : ks[i - half];
-            qo = __fadd_rn(__fmul_rn(qs[i], c[i]), __fmul_rn(qr, sn[i]));
-            ko = round_to<C>(__fadd_rn(__fmul_rn(ks[i], c[i]), __fmul_rn(kr, sn[i])));
-        }
-        __syncthreads();
-        if (tid < d) {
-            qs[tid] = qo;
-            ks[tid] = ko;
-            if (h % group == 0) {
-                const size_t at = ((size_t)pos * hkv + kvh) * d + tid;
-                Elem<C>::store(kc, (int)at, ko);
-                Elem<C>::store(vc, (int)at, vs[tid]);
-            }
-        }
-        __syncthreads();
-        for (int t = warp; t <= pos; t += nwarps) {
-            float s = 0.f;
-            const C* krow = kc + ((size_t)t * hkv + kvh) * d;
-            for (int i = lane; i < d; i += Q3T_WARP) s += qs[i] * (t == pos ? ks[i] : q3t_ld_act_f(krow, i));
-            s = warp_sum(s);
-            if (lane == 0) sc[t] = s * p.scale;
-        }
-        __syncthreads();
-        float m = -INFINITY;
-        for (int t = 0; t <= pos; ++t) m = fmaxf(m, sc[t]);
-        float l = 0.f;
-        for (int t = 0; t <= pos; ++t) l += expf(sc[t] - m);
-        for (int i = tid; i < d; i += blockDim.x) {
-            float a = 0.f;
-            for (int t = 0; t <= pos; ++t) {
-                const float v = t == pos ? vs[i] : q3t_ld_act_f(vc + ((size_t)t * hkv + kvh) * d, i);
-                a += expf(sc[t] - m) * v;
-            }
-            p.attn[(size_t)h * d + i] = a / l;
-        }
-        __syncthreads();  // qs/ks/vs/sc are reused by the next head of this block
-    }
+    rope_attention_heads<C>(p.qkv, qn, kn, p.eps, p.cos_tab, p.sin_tab, pos, p.hq, p.hkv, p.d, p.scale, kc, vc, p.attn,
+                            sm, red);
 }
 
 template <typename W>

@@ -42,6 +42,7 @@ from ..model.talker import KVCache, Qwen3TTSModel
 from ..request import SamplingParams
 
 NUM_GROUPS = 16
+SHORT_MAX_SEQ = 64  # q3t_rope_attention's largest cache (kShortMaxSeq in kernels/src/attention_short.cuh)
 MIN_NEW_TOKENS = 2  # EOS is masked for the first two code-0 draws (reference generate)
 NO_EOS = 1 << 30  # min-new-tokens past any length: SamplingParams.suppress_eos (benchmarks)
 
@@ -135,6 +136,8 @@ class _Stack:
         self.mlp = torch.zeros(cfg.intermediate_size, **f32)
         self.scratch = torch.zeros(hq * splits * (hd + 2), **f32)
         self.scale = hd**-0.5
+        # Short caches (the CodePredictor) take the one-launch q3t_rope_attention.
+        self.short = splits == 1 and max_seq <= SHORT_MAX_SEQ and hd <= 256 and hd % 2 == 0
 
 
 class KernelDecodeSession:
@@ -342,11 +345,17 @@ class KernelBackend:
             kc, vc = st.cache[i, 0], st.cache[i, 1]
             lib.call("q3t_gemv", wd, L.qkv.data_ptr(), L.qkv.shape[0], c.hidden_size, xp, L.in_norm.data_ptr(), eps,
                      None, st.qkv.data_ptr(), native.GEMV_STORE, stream)  # fmt: skip
-            lib.call("q3t_qk_norm_rope_append", wd, st.qkv.data_ptr(), L.q_norm.data_ptr(), L.k_norm.data_ptr(), eps,
-                     st.cos.data_ptr(), st.sin.data_ptr(), pos_ptr, pos_add, hq, hkv, hd, st.max_seq,
-                     st.q.data_ptr(), kc.data_ptr(), vc.data_ptr(), stream)  # fmt: skip
-            lib.call("q3t_attention", wd, st.q.data_ptr(), kc.data_ptr(), vc.data_ptr(), pos_ptr, pos_add, hq, hkv, hd,
-                     st.max_seq, st.scale, st.splits, st.scratch.data_ptr(), st.attn.data_ptr(), stream)  # fmt: skip
+            if st.short:  # the CodePredictor's 16 positions: norm, RoPE, append and attention in one launch
+                lib.call("q3t_rope_attention", wd, st.qkv.data_ptr(), L.q_norm.data_ptr(), L.k_norm.data_ptr(), eps,
+                         st.cos.data_ptr(), st.sin.data_ptr(), pos_ptr, pos_add, hq, hkv, hd, st.max_seq, st.scale,
+                         kc.data_ptr(), vc.data_ptr(), st.attn.data_ptr(), stream)  # fmt: skip
+            else:
+                lib.call("q3t_qk_norm_rope_append", wd, st.qkv.data_ptr(), L.q_norm.data_ptr(), L.k_norm.data_ptr(),
+                         eps, st.cos.data_ptr(), st.sin.data_ptr(), pos_ptr, pos_add, hq, hkv, hd, st.max_seq,
+                         st.q.data_ptr(), kc.data_ptr(), vc.data_ptr(), stream)  # fmt: skip
+                lib.call("q3t_attention", wd, st.q.data_ptr(), kc.data_ptr(), vc.data_ptr(), pos_ptr, pos_add, hq,
+                         hkv, hd, st.max_seq, st.scale, st.splits, st.scratch.data_ptr(), st.attn.data_ptr(),
+                         stream)  # fmt: skip
             lib.call("q3t_gemv", wd, L.o.data_ptr(), c.hidden_size, hq * hd, st.attn.data_ptr(), None, eps, None, xp,
                      native.GEMV_ADD, stream)  # fmt: skip
             lib.call("q3t_gemv", wd, L.gate_up.data_ptr(), 2 * c.intermediate_size, c.hidden_size, xp,
