@@ -128,3 +128,12 @@ def test_merge_combines_runs_and_recomputes_ratios(tmp_path: Path) -> None:
     assert roof["r9700_projected_fps"] == pytest.approx(640e9 / roof["bytes"] * roof["fraction"])
     md = (out / "results.md").read_text()
     assert "`cmd 1`" in md and "`cmd 2`" in md and (out / "results.png").exists()
+
+
+def test_commit_stamp_prefers_q3t_commit(monkeypatch):
+    from wyoming_qwen3tts import bench
+
+    monkeypatch.setenv("Q3T_COMMIT", "235b731-device")
+    assert bench._git_commit() == "235b731-device"
+    monkeypatch.delenv("Q3T_COMMIT")
+    assert bench._git_commit() not in ("", "235b731-device")

@@ -532,6 +532,9 @@ def ensure_checkpoint(size: str, root: Path, device: str) -> Path:
 
 
 def _git_commit() -> str:
+    # Q3T_COMMIT first: a copy of the working tree sent to another machine may carry stale git metadata.
+    if os.environ.get("Q3T_COMMIT"):
+        return os.environ["Q3T_COMMIT"]
     root = Path(__file__).resolve().parent.parent
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,

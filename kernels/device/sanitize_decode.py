@@ -1,7 +1,7 @@
 """A short decode on the kernel backend (tiny random model), for compute-sanitizer memcheck/racecheck.
 
-Usage: python kernels/device/sanitize_decode.py [SIZE ...] [float32|bfloat16 ...] (default: both tiny sizes, both
-dtypes; racecheck is slow, so a subset helps)."""
+Usage: python kernels/device/sanitize_decode.py [SIZE ...] [float32|bfloat16 ...] [layers|fused ...] [greedy|sampled ...]
+(default: all of each; racecheck is slow, so a subset helps)."""
 
 from __future__ import annotations
 
@@ -20,14 +20,17 @@ from wyoming_qwen3tts.request import SamplingParams  # noqa: E402
 args = sys.argv[1:]
 sizes = [a for a in args if a.startswith("tiny")] or ["tiny", "tiny-0.6b"]
 dtypes = [getattr(torch, a) for a in args if a in ("float32", "bfloat16")] or [torch.float32, torch.bfloat16]
+modes = [a == "fused" for a in args if a in ("layers", "fused")] or [True, False]
+samplings = [SamplingParams.greedy() if a == "greedy" else SamplingParams() for a in args if a in ("greedy", "sampled")]
+samplings = samplings or [SamplingParams.greedy(), SamplingParams()]
 for size in sizes:
     for dtype in dtypes:
         model = random_model(size, dtype)
         prompt = build_prompt(model, text_ids(8), "ryan", "english")
-        for fused in (True, False):  # the persistent CodePredictor kernel, and one launch per op
+        for fused in modes:  # the persistent CodePredictor kernel, and one launch per op
             kb = KernelBackend(model, capacity=64, cp_fused=fused)
-            for sampling in (SamplingParams.greedy(), SamplingParams()):
-                codes = kb.start(prompt, sampling, 7, 6).next_frames(6)
+            for sampling in samplings:
+                codes = kb.start(prompt, sampling, 7, 4).next_frames(4)
                 print(size, dtype, "fused" if fused else "layers", sampling.do_sample, codes[:, :4].tolist(), flush=True)
 torch.cuda.synchronize()
 print("sanitize_decode: done")
