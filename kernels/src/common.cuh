@@ -156,23 +156,10 @@ __device__ __forceinline__ float block_max(float v, float* red) {
 // read at L2, the point of coherence, past a possibly stale L1; grid_barrier's fences order the
 // writes before them. On HIP, __threadfence (agent-scope acquire/release) invalidates the vector L1,
 // so a plain load is enough.
-__device__ __forceinline__ float q3t_ld_act(const float* p) {
+template <typename T>
+__device__ __forceinline__ T q3t_ld_act(const T* p) {
 #if defined(Q3T_CUDA)
-    return __ldcg(p);
-#else
-    return *p;
-#endif
-}
-__device__ __forceinline__ int q3t_ld_act(const int* p) {
-#if defined(Q3T_CUDA)
-    return __ldcg(p);
-#else
-    return *p;
-#endif
-}
-__device__ __forceinline__ uint16_t q3t_ld_act(const uint16_t* p) {
-#if defined(Q3T_CUDA)
-    return __ldcg(reinterpret_cast<const unsigned short*>(p));
+    return __ldcg(p);  // float, int and unsigned short (bf16 bits) overloads
 #else
     return *p;
 #endif
