@@ -194,3 +194,30 @@ def test_warm_up_captures_each_bucket_once_on_cpu(monkeypatch, engine):
     monkeypatch.setenv(GRAPH_PREFILL_ENV, "0")
     off = _cpu_graph_backend(engine)
     assert off.warm_up() == 0 and off.captured == []
+
+
+def test_a_failed_capture_falls_back_to_the_eager_prefill(monkeypatch, engine, caplog):
+    """A runtime that cannot capture the prefill (some ROCm/driver versions): one warning, then every
+    prefill runs eagerly (as with Q3T_GRAPH_PREFILL=0); an out-of-memory error still propagates."""
+    monkeypatch.delenv(GRAPH_PREFILL_ENV, raising=False)
+    b = _cpu_graph_backend(engine)
+
+    def broken(bucket: int):  # noqa: ANN202
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    b._capture_prefill = broken
+    with caplog.at_level("WARNING"), torch.inference_mode():
+        assert b._graph_prefill(_inputs(engine, 9, seed=3), 16) is False
+    assert b.graph_prefill is False and not b._prefill_graphs
+    assert "prefilling eagerly" in caplog.text
+    assert b.warm_up() == 0
+
+    oom = _cpu_graph_backend(engine)
+
+    def out_of_memory(bucket: int):  # noqa: ANN202
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    oom._capture_prefill = out_of_memory
+    with pytest.raises(torch.cuda.OutOfMemoryError), torch.inference_mode():
+        oom._graph_prefill(_inputs(engine, 9, seed=3), 16)
+    assert oom.graph_prefill is True

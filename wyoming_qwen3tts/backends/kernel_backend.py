@@ -26,6 +26,7 @@ produces SwiGLU directly), small vectors in float32; activations are float32 thr
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ from ..model.prompt import Prompt
 from ..model.layers import rope_tables
 from ..model.talker import KVCache, Qwen3TTSModel
 from ..request import SamplingParams
+
+_LOGGER = logging.getLogger(__name__)
 
 NUM_GROUPS = 16
 SHORT_MAX_SEQ = 64  # q3t_rope_attention's largest cache (kShortMaxSeq in kernels/src/attention_short.cuh)
@@ -452,11 +455,10 @@ class KernelBackend:
         with torch.inference_mode():
             self.cache.reset()
             bucket = prefill_bucket(prompt.length, self.capacity) if self.graph_prefill else None
-            if bucket is None:
+            if bucket is None or not self._graph_prefill(prompt.embeds, bucket):
+                self.cache.reset()
                 h = self.model.talker.model(prompt.embeds.to(self.model.dtype), self.cache)[-1]
                 self.hn.copy_(h.float())
-            else:
-                self._graph_prefill(prompt.embeds, bucket)
             m = min(prompt.trailing.shape[0], self.capacity)
             self.trailing[:m].copy_(prompt.trailing[:m].float())
             self.trailing[m:].copy_(prompt.pad.float().expand(self.capacity - m, -1))
@@ -465,11 +467,12 @@ class KernelBackend:
             self.seen.zero_()
             self.cur.zero_()
 
-    def _graph_prefill(self, embeds: Tensor, bucket: int) -> None:
+    def _graph_prefill(self, embeds: Tensor, bucket: int) -> bool:
         """Talker.model over the prompt right-padded with zero rows to `bucket` positions, as a
         captured graph: the scheme of Transformer.prefill_bucketed, with the last real row gathered
         through a device index so that one graph serves every length in the bucket.
 
+        Returns False, after one warning, when the capture fails (prefills then run eagerly).
         The graph writes cache positions 0..bucket-1 (the pads' K/V past the prompt are
         overwritten by the decode steps before the attention kernel reads them: it reads
         [0, position]) and self.hn, the buffers the decode graph reads. Every prefill graph shares
@@ -491,10 +494,21 @@ class KernelBackend:
         self._pg_last.fill_(n - 1)
         graph = self._prefill_graphs.get(bucket)
         if graph is None:
-            graph = self._capture_prefill(bucket)
+            try:
+                graph = self._capture_prefill(bucket)
+            except torch.cuda.OutOfMemoryError:
+                raise  # the server's out-of-memory handling takes it from here
+            except RuntimeError as err:
+                # A runtime that cannot capture these torch ops (a ROCm or driver version, say): every
+                # prefill runs eagerly from now on, as with Q3T_GRAPH_PREFILL=0. Said once, loudly.
+                _LOGGER.warning("Captured prefill failed (%s); prefilling eagerly from now on", err)
+                self.graph_prefill = False
+                self._prefill_graphs.clear()
+                return False
             self._prefill_graphs[bucket] = graph
         graph.replay()
         self.cache.length = n
+        return True
 
     def _prefill_run(self, bucket: int) -> Callable[[], None]:
         """What a prefill graph holds: the Talker over the static input's first `bucket` rows from
@@ -581,8 +595,9 @@ class KernelBackend:
                 if bucket > min(max_positions, self.capacity):
                     break
                 if self._pg_cache is not self.cache or bucket not in self._prefill_graphs:
-                    self._graph_prefill(torch.zeros(bucket, self.tc.hidden_size, dtype=self.model.dtype,
-                                                    device=self.device), bucket)  # fmt: skip
+                    if not self._graph_prefill(torch.zeros(bucket, self.tc.hidden_size, dtype=self.model.dtype,
+                                                           device=self.device), bucket):  # fmt: skip
+                        return 0  # capture does not work here: prefills run eagerly (logged)
         return len(self._prefill_graphs) - before
 
     def start(self, prompt: Prompt, sampling: SamplingParams, seed: int, max_frames: int) -> KernelDecodeSession:
