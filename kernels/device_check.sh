@@ -6,6 +6,7 @@
 # wait, in the SASS of this machine's nvcc) and bench_gemv (v1 vs v2 per shape and per frame);
 # STEPS=build,tests_pdl,tests_v2,sass,bench_gemv is the GEMV check (see kernels/README.md).
 # bench_cp: per-frame time with the persistent CodePredictor kernel vs one launch per op.
+# profile: where one frame's time goes, kernel by kernel (kernels/device/profile_frame.py).
 set -uo pipefail
 OUT=${OUT:-/tmp/q3t-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 Q3T_REQUIRE=1 Q3T_CACHE_DIR=${Q3T_CACHE_DIR:-/tmp/q3t-cache}
@@ -39,6 +40,12 @@ if has full; then
 fi
 if has bench_gemv; then
   timeout 300 python3 kernels/device/bench_gemv.py ${GEMV_BENCH:-shapes 0.6b 1.7b} 2>&1 | tee "$OUT/bench_gemv.log"
+fi
+if has profile; then
+  # Per-kernel busy time and the gaps between kernels inside one replayed frame (default path, then
+  # the persistent CodePredictor), for deciding what to fuse next.
+  timeout 240 python3 kernels/device/profile_frame.py ${BENCH_SIZES:-0.6b 1.7b} --out "$OUT/profile" 2>&1 | grep -v Warn
+  Q3T_CP=fused timeout 240 python3 kernels/device/profile_frame.py ${BENCH_SIZES:-0.6b 1.7b} --out "$OUT/profile_fused" 2>&1 | grep -v Warn | head -8
 fi
 if has bench_cp; then
   timeout 300 python3 kernels/device/bench_cp.py ${BENCH_SIZES:-0.6b 1.7b} 2>&1 | tee "$OUT/bench_cp.log"
