@@ -7,26 +7,17 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import random_model, text_ids  # noqa: E402
+from common import random_model, text_ids, timed  # noqa: E402
 
 from wyoming_qwen3tts.backends.kernel_backend import KernelBackend  # noqa: E402
 from wyoming_qwen3tts.backends.torch_backend import TorchBackend  # noqa: E402
 from wyoming_qwen3tts.model.prompt import build_prompt  # noqa: E402
 from wyoming_qwen3tts.request import SamplingParams  # noqa: E402
-
-
-def timed(fn):  # noqa: ANN001, ANN201
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    out = fn()
-    torch.cuda.synchronize()
-    return out, time.perf_counter() - t0
 
 
 def main(sizes: list[str]) -> None:

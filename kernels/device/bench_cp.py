@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import random_model, text_ids  # noqa: E402
+from common import random_model, text_ids, timed  # noqa: E402
 
 from wyoming_qwen3tts.backends.kernel_backend import KernelBackend  # noqa: E402
 from wyoming_qwen3tts.model.prompt import build_prompt  # noqa: E402
@@ -24,12 +23,9 @@ from wyoming_qwen3tts.request import SamplingParams  # noqa: E402
 def per_frame_ms(kb: KernelBackend, prompt, sampling: SamplingParams, frames: int = 200) -> float:  # noqa: ANN001
     sess = kb.start(prompt, sampling, 0, frames + 8)
     sess.next_frames(8)  # capture + warm-up
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    got = sess.next_frames(frames)
-    torch.cuda.synchronize()
+    got, seconds = timed(lambda: sess.next_frames(frames))
     assert len(got) == frames, len(got)
-    return 1000 * (time.perf_counter() - t0) / frames
+    return 1000 * seconds / frames
 
 
 def cp_kernel_us(kb: KernelBackend) -> float | None:

@@ -20,13 +20,12 @@ import json
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import random_model, text_ids  # noqa: E402
+from common import random_model, text_ids, timed  # noqa: E402
 
 from wyoming_qwen3tts import native  # noqa: E402
 
@@ -139,12 +138,9 @@ def bench_frames(lib: native.Native, size: str) -> None:
         kb.pdl = True
         sess = kb.start(prompt, s, 0, 1000)
         sess.next_frames(4)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        got = sess.next_frames(200)
-        torch.cuda.synchronize()
+        got, seconds = timed(lambda: sess.next_frames(200))
         assert len(got) == 200, len(got)
-        res.setdefault(f"ms_per_frame_{variant}", []).append(round(1000 * (time.perf_counter() - t0) / 200, 4))
+        res.setdefault(f"ms_per_frame_{variant}", []).append(round(1000 * seconds / 200, 4))
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         e0.record()
         for _ in range(50):

@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
 import numpy as np
 import torch
 
 from wyoming_qwen3tts.model.config import Qwen3TTSConfig
 from wyoming_qwen3tts.model.talker import Qwen3TTSModel
 from wyoming_qwen3tts.tools.random_checkpoint import TINY_SIZES, model_config_dict, model_tensor_shapes, random_tensor
+
+
+T = TypeVar("T")
+
+
+def timed(fn: Callable[[], T]) -> tuple[T, float]:
+    """fn()'s result and its wall seconds, the GPU drained before and after."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = fn()
+    torch.cuda.synchronize()
+    return out, time.perf_counter() - t0
 
 
 def random_model(size: str, dtype: torch.dtype, *, no_eos: bool = True, seed: int = 0) -> Qwen3TTSModel:

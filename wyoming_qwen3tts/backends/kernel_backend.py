@@ -453,7 +453,6 @@ class KernelBackend:
         if need > self.capacity:
             self._alloc(max(need, 2 * self.capacity))
         with torch.inference_mode():
-            self.cache.reset()
             bucket = prefill_bucket(prompt.length, self.capacity) if self.graph_prefill else None
             if bucket is None or not self._graph_prefill(prompt.embeds, bucket):
                 self.cache.reset()
