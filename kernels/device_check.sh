@@ -7,6 +7,7 @@
 # STEPS=build,tests_pdl,tests_v2,sass,bench_gemv is the GEMV check (see kernels/README.md).
 # bench_cp: per-frame time with the persistent CodePredictor kernel vs one launch per op.
 # profile: where one frame's time goes, kernel by kernel (kernels/device/profile_frame.py).
+# launch_floor: µs per kernel of an empty dependent chain in one graph (kernels/device/launch_floor.cu).
 set -uo pipefail
 OUT=${OUT:-/tmp/q3t-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 Q3T_REQUIRE=1 Q3T_CACHE_DIR=${Q3T_CACHE_DIR:-/tmp/q3t-cache}
@@ -45,7 +46,11 @@ if has profile; then
   # Per-kernel busy time and the gaps between kernels inside one replayed frame (default path, then
   # the persistent CodePredictor), for deciding what to fuse next.
   timeout 240 python3 kernels/device/profile_frame.py ${BENCH_SIZES:-0.6b 1.7b} --out "$OUT/profile" 2>&1 | grep -v Warn
-  Q3T_CP=fused timeout 240 python3 kernels/device/profile_frame.py ${BENCH_SIZES:-0.6b 1.7b} --out "$OUT/profile_fused" 2>&1 | grep -v Warn | head -8
+  # Without PDL each kernel's trace duration is its own work (with PDL it includes the wait).
+  Q3T_PDL=0 timeout 240 python3 kernels/device/profile_frame.py ${BENCH_SIZES:-0.6b 1.7b} --out "$OUT/profile_nopdl" 2>&1 | grep -v Warn
+fi
+if has launch_floor; then
+  nvcc -O3 -arch=sm_90 -o /tmp/q3t-lf kernels/device/launch_floor.cu && /tmp/q3t-lf | tee "$OUT/launch_floor.md"
 fi
 if has bench_cp; then
   timeout 300 python3 kernels/device/bench_cp.py ${BENCH_SIZES:-0.6b 1.7b} 2>&1 | tee "$OUT/bench_cp.log"
