@@ -38,31 +38,27 @@ __device__ __forceinline__ void q3t_grid_dep() {
 
 // L2 prefetch of memory a later kernel reads (q3t_gemv's prefetch list: weights of the GEMVs
 // ahead in the frame; wyoming_qwen3tts/backends/l2_prefetch.py says which). pf holds n
-// (address, bytes) pairs. Each range is cut into one contiguous piece per block, and the warps of
-// a block take kPrefetchChunk-byte chunks of its piece in turn, so the requests spread evenly
-// over every SM (a prefetch engine that gets more than its share holds up its block, and with it
-// the chain of kernels). A hint only: nothing waits for it and results never depend on it.
-// sm_90: one bulk prefetch (TMA) per chunk, issued by lane 0; older NVIDIA GPUs:
-// prefetch.global.L2 per 128-byte line by every lane; HIP: nothing yet (no L2 prefetch
-// instruction we could test on an AMD GPU).
-constexpr unsigned long long kPrefetchChunk = 4096;
+// (address, bytes) pairs; the grid's threads share them out in chunks of kPrefetchChunk bytes.
+// A hint only: nothing waits for it and results never depend on it. sm_90: one bulk prefetch
+// (TMA) per chunk; older NVIDIA GPUs: prefetch.global.L2 per 128-byte line; HIP: nothing yet
+// (no L2 prefetch instruction we could test on an AMD GPU).
+constexpr unsigned kPrefetchChunk = 4096;
 __device__ __forceinline__ void q3t_prefetch_l2(const unsigned long long* __restrict__ pf, int n) {
 #if defined(Q3T_CUDA) && defined(__CUDA_ARCH__)
-    const unsigned lane = threadIdx.x % Q3T_WARP, warp = threadIdx.x / Q3T_WARP;
-    const unsigned nwarps = blockDim.x / Q3T_WARP;
+    const unsigned long long tid = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned long long nth = (unsigned long long)gridDim.x * blockDim.x;
     for (int r = 0; r < n; ++r) {
-        const unsigned long long first = pf[2 * r] & ~15ull;  // 16-byte aligned start and end
+        const unsigned long long first = pf[2 * r] & ~15ull;  // 16-byte aligned start and size
         const unsigned long long end = (pf[2 * r] + pf[2 * r + 1] + 15ull) & ~15ull;
-        const unsigned long long per = ((end - first + gridDim.x - 1) / gridDim.x + 15ull) & ~15ull;
-        const unsigned long long lo = first + blockIdx.x * per;
-        const unsigned long long hi = lo + per < end ? lo + per : end;
-        for (unsigned long long at = lo + warp * kPrefetchChunk; at < hi; at += nwarps * kPrefetchChunk) {
-            const unsigned long long left = hi - at < kPrefetchChunk ? hi - at : kPrefetchChunk;
+        const unsigned long long chunks = (end - first + kPrefetchChunk - 1) / kPrefetchChunk;
+        for (unsigned long long c = tid; c < chunks; c += nth) {
+            const unsigned long long at = first + c * kPrefetchChunk;
+            const unsigned long long left = end - at;
 #if __CUDA_ARCH__ >= 900
-            if (lane == 0)
-                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"((unsigned)left));
+            const unsigned bytes = (unsigned)(left < kPrefetchChunk ? left : kPrefetchChunk);
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"(bytes));
 #else
-            for (unsigned long long b = lane * 128ull; b < left; b += Q3T_WARP * 128ull)
+            for (unsigned long long b = 0; b < left && b < kPrefetchChunk; b += 128)
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(at + b));
 #endif
         }
