@@ -76,13 +76,11 @@ def _gemv_case(n: int, k: int, dtype: torch.dtype, mode: int, with_norm: bool, s
     y0 = torch.randn(n_out, device=DEV, generator=g)  # also the poison: STORE must overwrite every element
     eps = 1e-6
 
-    def run(lib: native.Native, prefetch: torch.Tensor | None = None) -> torch.Tensor:
-        """prefetch: int64 [n, 2] (address, bytes) rows for q3t_gemv's L2 prefetch list."""
+    def run(lib: native.Native) -> torch.Tensor:
         y = y0.clone()
-        pf, n_pf = (prefetch.data_ptr(), prefetch.shape[0]) if prefetch is not None else (None, 0)
         lib.call("q3t_gemv", native.F32 if dtype == torch.float32 else native.BF16, w.data_ptr(), n, k, x.data_ptr(),
                  nw.data_ptr() if with_norm else None, eps, bias.data_ptr() if bias is not None else None,
-                 y.data_ptr(), mode, pf, n_pf, stream())  # fmt: skip
+                 y.data_ptr(), mode, stream())  # fmt: skip
         return y
 
     def reference(wm: torch.Tensor) -> torch.Tensor:
@@ -116,8 +114,7 @@ def test_gemv(lib: native.Native, dtype: torch.dtype, mode: int, with_norm: bool
 def test_gemv_rejects_oversized_k(lib: native.Native) -> None:
     x = torch.zeros(16, device=DEV)
     with pytest.raises(native.NativeError, match="exceeds 8192"):
-        lib.call("q3t_gemv", native.F32, x.data_ptr(), 1, 9000, x.data_ptr(), None, 0.0, None, x.data_ptr(), 0, None, 0,
-                 stream())  # fmt: skip
+        lib.call("q3t_gemv", native.F32, x.data_ptr(), 1, 9000, x.data_ptr(), None, 0.0, None, x.data_ptr(), 0, stream())
 
 
 # ------------------------------------------------------------------------------------------ GEMV v2
@@ -191,55 +188,6 @@ def test_gemv_v2_unaligned_rows_and_fill(lib: native.Native, dtype: torch.dtype,
         with gemv_variant(lib, "v2", fill):
             y = run(lib)
         assert rel(y, reference(w.float())) <= F32_TOL, (n, k, offset)
-
-
-@pytest.mark.parametrize("variant", ["v1", "v2"])
-def test_gemv_prefetch_list_is_only_a_hint(lib: native.Native, variant: str) -> None:
-    """An L2 prefetch list (whole buffers, unaligned starts and sizes, one byte, ranges larger than
-    the grid's share, the kernel's own weights) leaves every output bit as it is without one;
-    a negative count or a missing list is refused."""
-    run, reference, w, _ = _gemv_case(2048, 1024, torch.bfloat16, native.GEMV_SWIGLU, True, 9)
-    other = torch.empty(24 * 2**20, dtype=torch.uint8, device=DEV)
-    base = other.data_ptr()
-    ranges = [(base, other.numel()), (base + 3, 1000), (base + 4097, 1), (w.data_ptr(), w.numel() * 2),
-              (base + 5 * 2**20 + 7, 9 * 2**20 + 5)]  # fmt: skip
-    table = torch.tensor(ranges, dtype=torch.int64, device=DEV)
-    with gemv_variant(lib, variant):
-        plain = run(lib)
-        hinted = run(lib, table)
-        torch.cuda.synchronize()
-    assert torch.equal(plain, hinted)
-    assert rel(hinted, reference(w.float())) <= F32_TOL
-    x = torch.zeros(16, device=DEV)
-    for pf, n in ((table.data_ptr(), -1), (None, 2)):
-        with pytest.raises(native.NativeError, match="prefetch"):
-            lib.call("q3t_gemv", native.F32, x.data_ptr(), 4, 4, x.data_ptr(), None, 0.0, None, x.data_ptr(), 0, pf,
-                     n, stream())  # fmt: skip
-
-
-def test_l2_prefetch_leaves_decoded_codes_unchanged(tiny_checkpoint: Path, lib: native.Native) -> None:
-    """The backend's frame with L2 prefetch lists (a 64 KiB distance, which splits matrices into
-    pieces, and one past the whole tiny stream, which wraps) decodes the same greedy and seeded
-    sampled codes, bit for bit, as with none; every GEMV of the frame got a list."""
-    from wyoming_qwen3tts.backends.kernel_backend import KernelBackend
-    from wyoming_qwen3tts.model.prompt import build_prompt
-    from wyoming_qwen3tts.request import SamplingParams
-
-    model = _model(tiny_checkpoint, torch.bfloat16)
-    with torch.no_grad():
-        model.talker.codec_head.weight[2150].zero_()  # no EOS: every frame is compared
-    prompt = build_prompt(model, _text_ids(10), "vivian", "english")
-    runs = {}
-    for ahead_mb in (0.0, 1 / 16, 1024.0):
-        kb = KernelBackend(model, l2_ahead_mb=ahead_mb)
-        runs[ahead_mb] = [kb.start(prompt, s, 7, 40).next_frames(40) for s in (SamplingParams.greedy(), SamplingParams())]
-        if ahead_mb:
-            assert kb._pf_ranges and all(n > 0 for _, n in kb._pf_ranges), "a GEMV without a prefetch list"
-        else:
-            assert kb._pf_ranges is None
-    for ahead_mb in (1 / 16, 1024.0):
-        for got, want in zip(runs[ahead_mb], runs[0.0]):
-            assert np.array_equal(got, want), ahead_mb
 
 
 def test_gemv_v2_is_selected_by_the_environment(lib: native.Native) -> None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ABI_VERSION = 3  # must equal Q3T_ABI_VERSION in kernels/include/q3t.h
+ABI_VERSION = 2  # must equal Q3T_ABI_VERSION in kernels/include/q3t.h
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels"
 DEFAULT_HIP_ARCHS = ("gfx1201",)
@@ -51,7 +51,7 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
     "q3t_init": (_c_int, [_c_int, ctypes.POINTER(_c_int), ctypes.POINTER(_c_int)]),
     "q3t_set_pdl": (_c_int, [_c_int]),
     "q3t_rmsnorm": (_c_int, [_p, _p, _p, _c_int, _c_float, _p]),
-    "q3t_gemv": (_c_int, [_c_int, _p, _c_int, _c_int, _p, _p, _c_float, _p, _p, _c_int, _p, _c_int, _p]),
+    "q3t_gemv": (_c_int, [_c_int, _p, _c_int, _c_int, _p, _p, _c_float, _p, _p, _c_int, _p]),
     "q3t_qk_norm_rope_append": (
         _c_int,
         [_c_int, _p, _p, _p, _c_float, _p, _p, _p, _c_int, _c_int, _c_int, _c_int, _c_int, _p, _p, _p, _p],

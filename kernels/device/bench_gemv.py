@@ -89,7 +89,7 @@ def bench_shapes(lib: native.Native) -> None:
                 lib.call("q3t_set_pdl", pdl)
                 # One launch outside the graph first (loads the kernel), then the captured chain.
                 lib.call("q3t_gemv", native.BF16, w[0].data_ptr(), n, k, x.data_ptr(), nw.data_ptr() if norm else None,
-                         1e-6, b.data_ptr() if b is not None else None, y.data_ptr(), mode, None, 0,
+                         1e-6, b.data_ptr() if b is not None else None, y.data_ptr(), mode,
                          torch.cuda.current_stream().cuda_stream)  # fmt: skip
                 torch.cuda.synchronize()
                 graph = torch.cuda.CUDAGraph()
@@ -99,8 +99,7 @@ def bench_shapes(lib: native.Native) -> None:
                         for c in range(copies):
                             lib.call("q3t_gemv", native.BF16, w[c].data_ptr(), n, k, x.data_ptr(),
                                      nw.data_ptr() if norm else None, 1e-6,
-                                     b.data_ptr() if b is not None else None, y.data_ptr(), mode, None, 0,
-                                     st)  # fmt: skip
+                                     b.data_ptr() if b is not None else None, y.data_ptr(), mode, st)  # fmt: skip
                 graph.replay()
                 torch.cuda.synchronize()
                 times = []

@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /* Bump on any change of a prototype, of a constant below or of a function's meaning. */
-#define Q3T_ABI_VERSION 3
+#define Q3T_ABI_VERSION 2
 
 #define Q3T_F32 0
 #define Q3T_BF16 1
@@ -54,11 +54,8 @@ Q3T_API int q3t_set_pdl(int enable);
 /* y = RMSNorm(x) * w over n elements (statistics in float32). */
 Q3T_API int q3t_rmsnorm(const float* x, const float* w, float* y, int n, float eps, void* stream);
 
-/* y (mode) W[N, K] @ xn, xn = norm_w ? RMSNorm(x) * norm_w : x. bias may be NULL. K <= 8192.
- * prefetch: device array of n_prefetch (address, bytes) pairs (NULL when 0): memory a later
- * launch reads (the weights of the GEMVs ahead in the frame) that the kernel asks L2 to fetch
- * before it waits for its predecessor. A hint: it never changes a result. */
-Q3T_API int q3t_gemv(int dtype, const void* w, int n_rows, int k, const float* x, const float* norm_w, float eps, const float* bias, float* y, int mode, const unsigned long long* prefetch, int n_prefetch, void* stream);
+/* y (mode) W[N, K] @ xn, xn = norm_w ? RMSNorm(x) * norm_w : x. bias may be NULL. K <= 8192. */
+Q3T_API int q3t_gemv(int dtype, const void* w, int n_rows, int k, const float* x, const float* norm_w, float eps, const float* bias, float* y, int mode, void* stream);
 
 /* qkv [(hq + 2 hkv) * d] -> per-head RMSNorm of q and k, rotate-half RoPE at position
  * pos = (*pos_ptr if pos_ptr) + pos_add, q written to q_out [hq * d], k and v appended to the

@@ -22,7 +22,7 @@ int q3t_host_sms();
 int q3t_gemv_variant();
 int q3t_gemv_fill();
 int q3t_gemv_v2(int dtype, const void* w, int n_rows, int k, const float* x, const float* norm_w, float eps,
-                const float* bias, float* y, int mode, const unsigned long long* pf, int n_pf, cudaStream_t s);
+                const float* bias, float* y, int mode, cudaStream_t s);
 
 // Programmatic dependent launch (CUDA, sm_90+): with it on, the next kernel in the stream (or
 // graph) is launched while this one runs and its blocks wait here until this grid has finished
@@ -33,39 +33,6 @@ __device__ __forceinline__ void q3t_grid_dep() {
 #if defined(Q3T_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-// L2 prefetch of memory a later kernel reads (q3t_gemv's prefetch list: weights of the GEMVs
-// ahead in the frame; wyoming_qwen3tts/backends/l2_prefetch.py says which). pf holds n
-// (address, bytes) pairs; the grid's threads share them out in chunks of kPrefetchChunk bytes.
-// A hint only: nothing waits for it and results never depend on it. sm_90: one bulk prefetch
-// (TMA) per chunk; older NVIDIA GPUs: prefetch.global.L2 per 128-byte line; HIP: nothing yet
-// (no L2 prefetch instruction we could test on an AMD GPU).
-constexpr unsigned kPrefetchChunk = 4096;
-__device__ __forceinline__ void q3t_prefetch_l2(const unsigned long long* __restrict__ pf, int n) {
-#if defined(Q3T_CUDA) && defined(__CUDA_ARCH__)
-    const unsigned long long tid = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const unsigned long long nth = (unsigned long long)gridDim.x * blockDim.x;
-    for (int r = 0; r < n; ++r) {
-        const unsigned long long first = pf[2 * r] & ~15ull;  // 16-byte aligned start and size
-        const unsigned long long end = (pf[2 * r] + pf[2 * r + 1] + 15ull) & ~15ull;
-        const unsigned long long chunks = (end - first + kPrefetchChunk - 1) / kPrefetchChunk;
-        for (unsigned long long c = tid; c < chunks; c += nth) {
-            const unsigned long long at = first + c * kPrefetchChunk;
-            const unsigned long long left = end - at;
-#if __CUDA_ARCH__ >= 900
-            const unsigned bytes = (unsigned)(left < kPrefetchChunk ? left : kPrefetchChunk);
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"(bytes));
-#else
-            for (unsigned long long b = 0; b < left && b < kPrefetchChunk; b += 128)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(at + b));
-#endif
-        }
-    }
-#else
-    (void)pf;
-    (void)n;
 #endif
 }
 

@@ -18,8 +18,7 @@ template <typename W> using Vec = WeightVec16<W>;
 template <typename W, int MODE, bool VEC>
 __global__ void __launch_bounds__(kThreads) k_gemv(const W* __restrict__ w, int n_out, int k, const float* __restrict__ x,
                                                    const float* __restrict__ norm_w, float eps,
-                                                   const float* __restrict__ bias, float* __restrict__ y,
-                                                   const unsigned long long* __restrict__ pf, int n_pf) {
+                                                   const float* __restrict__ bias, float* __restrict__ y) {
     constexpr int NR = MODE == Q3T_GEMV_SWIGLU ? 2 : 1;  // weight rows per output
     constexpr int kPre = 8 / NR;                         // 16-byte loads per lane and row issued up front
     constexpr int V = Vec<W>::N;
@@ -45,7 +44,6 @@ __global__ void __launch_bounds__(kThreads) k_gemv(const W* __restrict__ w, int 
             pre[r][j] = (VEC && active && c < nvec) ? reinterpret_cast<const uint4*>(rows[r])[c] : make_uint4(0, 0, 0, 0);
         }
 
-    q3t_prefetch_l2(pf, n_pf);  // weights of later GEMVs (a hint; see common.cuh)
     q3t_grid_dep();
     float ss = 0.f;
     for (int i = threadIdx.x; i < k; i += blockDim.x) {
@@ -110,7 +108,7 @@ __global__ void __launch_bounds__(kThreads) k_gemv(const W* __restrict__ w, int 
 
 template <typename W, int MODE>
 int launch(const void* w, int n_rows, int k, const float* x, const float* norm_w, float eps, const float* bias, float* y,
-           const unsigned long long* pf, int n_pf, cudaStream_t s) {
+           cudaStream_t s) {
     const int n_out = MODE == Q3T_GEMV_SWIGLU ? n_rows / 2 : n_rows;
     const int per_block = kThreads / q3t_host_warp();
     const dim3 grid((n_out + per_block - 1) / per_block);
@@ -118,21 +116,17 @@ int launch(const void* w, int n_rows, int k, const float* x, const float* norm_w
     const bool vec = (k % Vec<W>::N) == 0 && (reinterpret_cast<uintptr_t>(w) % 16) == 0;
     const W* wp = static_cast<const W*>(w);
     if (vec)
-        q3t_launch(k_gemv<W, MODE, true>, grid, kThreads, smem, s, wp, n_out, k, x, norm_w, eps, bias, y, pf, n_pf);
+        q3t_launch(k_gemv<W, MODE, true>, grid, kThreads, smem, s, wp, n_out, k, x, norm_w, eps, bias, y);
     else
-        q3t_launch(k_gemv<W, MODE, false>, grid, kThreads, smem, s, wp, n_out, k, x, norm_w, eps, bias, y, pf, n_pf);
+        q3t_launch(k_gemv<W, MODE, false>, grid, kThreads, smem, s, wp, n_out, k, x, norm_w, eps, bias, y);
     return q3t_check_launch("q3t_gemv");
 }
 
 }  // namespace
 
 extern "C" Q3T_API int q3t_gemv(int dtype, const void* w, int n_rows, int k, const float* x, const float* norm_w,
-                                float eps, const float* bias, float* y, int mode, const unsigned long long* prefetch,
-                                int n_prefetch, void* stream) {
+                                float eps, const float* bias, float* y, int mode, void* stream) {
     if (!w || !x || !y || n_rows <= 0 || k <= 0) return q3t_fail("q3t_gemv: bad arguments (n=%d k=%d)", n_rows, k);
-    if (n_prefetch < 0 || (n_prefetch > 0 && !prefetch))
-        return q3t_fail("q3t_gemv: bad prefetch list (%d ranges at %p)", n_prefetch, (const void*)prefetch);
-    if (n_prefetch == 0) prefetch = nullptr;
     if (k > 8192) return q3t_fail("q3t_gemv: k=%d exceeds 8192 (the input vector lives in shared memory)", k);
     if (mode == Q3T_GEMV_SWIGLU && (n_rows % 2)) return q3t_fail("q3t_gemv: SwiGLU needs an even row count, got %d", n_rows);
     if (mode != Q3T_GEMV_STORE && bias) return q3t_fail("q3t_gemv: bias is only supported with Q3T_GEMV_STORE");
@@ -142,12 +136,12 @@ extern "C" Q3T_API int q3t_gemv(int dtype, const void* w, int n_rows, int k, con
     // docs/performance.md, GEMV table).
     const int variant = q3t_gemv_variant();
     if (variant == 2 || (variant == 0 && k <= 4096))
-        return q3t_gemv_v2(dtype, w, n_rows, k, x, norm_w, eps, bias, y, mode, prefetch, n_prefetch, s);
+        return q3t_gemv_v2(dtype, w, n_rows, k, x, norm_w, eps, bias, y, mode, s);
 #define Q3T_GEMV_CASE(T)                                                                  \
     switch (mode) {                                                                       \
-        case Q3T_GEMV_STORE: return launch<T, Q3T_GEMV_STORE>(w, n_rows, k, x, norm_w, eps, bias, y, prefetch, n_prefetch, s); \
-        case Q3T_GEMV_ADD: return launch<T, Q3T_GEMV_ADD>(w, n_rows, k, x, norm_w, eps, bias, y, prefetch, n_prefetch, s);     \
-        case Q3T_GEMV_SWIGLU: return launch<T, Q3T_GEMV_SWIGLU>(w, n_rows, k, x, norm_w, eps, bias, y, prefetch, n_prefetch, s); \
+        case Q3T_GEMV_STORE: return launch<T, Q3T_GEMV_STORE>(w, n_rows, k, x, norm_w, eps, bias, y, s); \
+        case Q3T_GEMV_ADD: return launch<T, Q3T_GEMV_ADD>(w, n_rows, k, x, norm_w, eps, bias, y, s);     \
+        case Q3T_GEMV_SWIGLU: return launch<T, Q3T_GEMV_SWIGLU>(w, n_rows, k, x, norm_w, eps, bias, y, s); \
         default: return q3t_fail("q3t_gemv: unknown mode %d", mode);                     \
     }
     if (dtype == Q3T_F32) { Q3T_GEMV_CASE(float) }

@@ -42,8 +42,7 @@ template <typename W, int MODE, bool VEC, int PRE>
 __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int n_out, int k, int splits,
                                                     const float* __restrict__ x, const float* __restrict__ norm_w,
                                                     float eps, const float* __restrict__ bias,
-                                                    float* __restrict__ y,
-                                                    const unsigned long long* __restrict__ pf, int n_pf) {
+                                                    float* __restrict__ y) {
     constexpr int NR = MODE == Q3T_GEMV_SWIGLU ? 2 : 1;  // weight rows per output
     constexpr int PR = PRE / NR;                         // up-front loads per row
     static_assert(PR >= 1 && PR * NR == PRE, "PRE must be a multiple of the rows per output");
@@ -77,7 +76,6 @@ __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int
     // basic block, so in gemv.cu's kernel the "early" weight loads are in fact issued after the
     // wait. Behind a branch on a kernel argument (k > 0 always holds here) it stays below them;
     // tests/test_native_build.py checks the order in the SASS.
-    q3t_prefetch_l2(pf, n_pf);  // weights of later GEMVs (a hint; see common.cuh)
     if (k > 0) q3t_grid_dep();
     if (norm_w) {
         float ss = 0.f;
@@ -172,7 +170,7 @@ inline int cdiv(int a, int b) { return (a + b - 1) / b; }
 
 template <typename W, int MODE>
 int launch2(const void* w, int n_rows, int k, const float* x, const float* norm_w, float eps, const float* bias,
-            float* y, const unsigned long long* pf, int n_pf, cudaStream_t s) {
+            float* y, cudaStream_t s) {
     constexpr int NR = MODE == Q3T_GEMV_SWIGLU ? 2 : 1;
     const int n_out = n_rows / NR;
     const int warp = q3t_host_warp();
@@ -188,14 +186,14 @@ int launch2(const void* w, int n_rows, int k, const float* x, const float* norm_
     const int loads = NR * cdiv(chunks, splits);
     const W* wp = static_cast<const W*>(w);
     if (!vec)
-        q3t_launch(k_gemv2<W, MODE, false, 2>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y, pf, n_pf);
+        q3t_launch(k_gemv2<W, MODE, false, 2>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
     else if (loads <= 2)
-        q3t_launch(k_gemv2<W, MODE, true, 2>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y, pf, n_pf);
+        q3t_launch(k_gemv2<W, MODE, true, 2>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
     else if (loads <= 4)
-        q3t_launch(k_gemv2<W, MODE, true, 4>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y, pf, n_pf);
+        q3t_launch(k_gemv2<W, MODE, true, 4>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
     else
         q3t_launch(k_gemv2<W, MODE, true, kMaxPre>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias,
-                   y, pf, n_pf);
+                   y);
     return q3t_check_launch("q3t_gemv (v2)");
 }
 
@@ -203,12 +201,12 @@ int launch2(const void* w, int n_rows, int k, const float* x, const float* norm_
 
 // Called by q3t_gemv (gemv.cu) after it has checked the arguments, when Q3T_GEMV=v2.
 int q3t_gemv_v2(int dtype, const void* w, int n_rows, int k, const float* x, const float* norm_w, float eps,
-                const float* bias, float* y, int mode, const unsigned long long* pf, int n_pf, cudaStream_t s) {
+                const float* bias, float* y, int mode, cudaStream_t s) {
 #define Q3T_GEMV2_CASE(T)                                                                                 \
     switch (mode) {                                                                                       \
-        case Q3T_GEMV_STORE: return launch2<T, Q3T_GEMV_STORE>(w, n_rows, k, x, norm_w, eps, bias, y, pf, n_pf, s);   \
-        case Q3T_GEMV_ADD: return launch2<T, Q3T_GEMV_ADD>(w, n_rows, k, x, norm_w, eps, bias, y, pf, n_pf, s);       \
-        case Q3T_GEMV_SWIGLU: return launch2<T, Q3T_GEMV_SWIGLU>(w, n_rows, k, x, norm_w, eps, bias, y, pf, n_pf, s); \
+        case Q3T_GEMV_STORE: return launch2<T, Q3T_GEMV_STORE>(w, n_rows, k, x, norm_w, eps, bias, y, s);   \
+        case Q3T_GEMV_ADD: return launch2<T, Q3T_GEMV_ADD>(w, n_rows, k, x, norm_w, eps, bias, y, s);       \
+        case Q3T_GEMV_SWIGLU: return launch2<T, Q3T_GEMV_SWIGLU>(w, n_rows, k, x, norm_w, eps, bias, y, s); \
         default: return q3t_fail("q3t_gemv: unknown mode %d", mode);                                       \
     }
     if (dtype == Q3T_F32) { Q3T_GEMV2_CASE(float) }

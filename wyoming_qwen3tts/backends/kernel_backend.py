@@ -41,7 +41,6 @@ from ..model.prompt import Prompt
 from ..model.layers import rope_tables
 from ..model.talker import KVCache, Qwen3TTSModel
 from ..request import SamplingParams
-from .l2_prefetch import l2_prefetch_plan
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -54,20 +53,12 @@ NO_EOS = 1 << 30  # min-new-tokens past any length: SamplingParams.suppress_eos 
 # the first time a bucket is seen. Longer prompts (or buckets past the cache) run eagerly.
 GRAPH_PREFILL_ENV = "Q3T_GRAPH_PREFILL"
 CP_ENV = "Q3T_CP"  # "layers" (default): one launch per op; "fused": the persistent CodePredictor kernel
-L2_AHEAD_ENV = "Q3T_L2_AHEAD_MB"  # L2 prefetch distance of the frame's weight stream (MB; 0: off)
 PREFILL_BUCKETS = tuple(range(16, 129, 16)) + tuple(range(160, 513, 32))  # 8 + 12 = 20 at most
 
 
 # Buckets captured at start-up (KernelBackend.warm_up): prompts of up to this many positions (a
 # one-sentence request is ~30, a 600-character paragraph ~160) never wait for a capture.
 WARM_PREFILL_POSITIONS = 256
-
-
-def default_l2_ahead_mb(device: torch.device) -> float:
-    """Half the GPU's L2 (the other half holds the matrices in use); 0 on ROCm (no prefetch there)."""
-    if torch.version.hip:
-        return 0.0
-    return torch.cuda.get_device_properties(device).L2_cache_size / 2**21
 
 
 def prefill_bucket(length: int, capacity: int) -> int | None:
@@ -152,20 +143,6 @@ class _Stack:
         self.short = splits == 1 and max_seq <= SHORT_MAX_SEQ and hd <= 256 and hd % 2 == 0
 
 
-class _GemvRecorder:
-    """Stands in for the kernel library in a dry run of a frame: launches nothing, notes the
-    (address, bytes) of the weights of every q3t_gemv in launch order."""
-
-    def __init__(self, itemsize: int) -> None:
-        self.itemsize = itemsize
-        self.uses: list[tuple[int, int]] = []
-
-    def call(self, name: str, *args: object) -> None:
-        if name == "q3t_gemv":
-            _, w, rows, k = args[:4]
-            self.uses.append((int(w), int(rows) * int(k) * self.itemsize))
-
-
 class KernelDecodeSession:
     def __init__(self, backend: "KernelBackend", prompt: Prompt, sampling: SamplingParams, seed: int,
                  max_frames: int) -> None:  # fmt: skip
@@ -236,7 +213,7 @@ class KernelBackend:
     concurrent_sessions = False
 
     def __init__(self, model: Qwen3TTSModel, *, capacity: int = 2048, attn_splits: int = 16,
-                 pdl: bool | None = None, cp_fused: bool | None = None, l2_ahead_mb: float | None = None) -> None:  # fmt: skip
+                 pdl: bool | None = None, cp_fused: bool | None = None) -> None:  # fmt: skip
         if model.device.type != "cuda":
             raise native.NativeUnavailable("the kernel backend needs the model on a CUDA/ROCm device")
         if model.dtype not in (torch.float32, torch.bfloat16):
@@ -248,16 +225,6 @@ class KernelBackend:
         self.pdl = os.environ.get("Q3T_PDL", "1") != "0" if pdl is None else pdl
         self._init_graph_prefill()
         self.model = model
-        # How far (bytes) the frame's weight stream is prefetched into L2 ahead of the GEMVs
-        # (l2_prefetch.py): half the L2 by default, Q3T_L2_AHEAD_MB overrides, 0 turns it off.
-        # The kernels prefetch on NVIDIA only, so the default is 0 on ROCm.
-        if l2_ahead_mb is None:
-            env = os.environ.get(L2_AHEAD_ENV)
-            l2_ahead_mb = float(env) if env else default_l2_ahead_mb(model.device)
-        self.l2_ahead = int(l2_ahead_mb * 2**20)
-        self._pf_ranges: list[tuple[int | None, int]] | None = None  # per GEMV of the frame: (table row ptr, n)
-        self._pf_table: Tensor | None = None  # int64 [ranges, 2] (address, bytes) the kernels read
-        self._pf_next = 0
         self.device = model.device
         self.wdtype = native.F32 if model.dtype == torch.float32 else native.BF16
         tc, cc = model.cfg.talker, model.cfg.code_predictor
@@ -322,7 +289,6 @@ class KernelBackend:
         self.trailing = torch.zeros(capacity, tc.hidden_size, **f32)
         self.pad = torch.zeros(tc.hidden_size, **f32)
         self.history = torch.zeros(capacity, NUM_GROUPS, dtype=torch.int32, device=self.device)
-        self._pf_ranges = None  # the Talker's weights were re-packed: new addresses
         self._graph = None
         self._graph_key = None
 
@@ -373,36 +339,6 @@ class KernelBackend:
 
     # ---------------------------------------------------------------- one frame as launches
 
-    def _gemv(self, w: Tensor, x: int, norm: int | None, eps: float, bias: int | None, y: int, mode: int,
-              stream: int) -> None:  # fmt: skip
-        """One q3t_gemv of the frame over weights w [rows, K], with its L2 prefetch ranges (if planned)."""
-        pf, n_pf = None, 0
-        if self._pf_ranges is not None and self._pf_next < len(self._pf_ranges):
-            pf, n_pf = self._pf_ranges[self._pf_next]
-        self._pf_next += 1
-        self.lib.call("q3t_gemv", self.wdtype, w.data_ptr(), w.shape[0], w.shape[1], x, norm, eps, bias, y, mode, pf,
-                      n_pf, stream)  # fmt: skip
-
-    def _plan_prefetch(self, s: SamplingParams) -> None:
-        """Which weights each GEMV of the frame prefetches into L2 (l2_prefetch.py): a dry run of
-        _frame_calls that launches nothing and notes every GEMV's weights in launch order.
-        Kept until _alloc re-packs the Talker (a captured graph holds pointers into the table)."""
-        if self._pf_ranges is not None or self.l2_ahead <= 0:
-            return
-        recorder = _GemvRecorder(self.model.dtype.itemsize)
-        lib, self.lib = self.lib, recorder
-        try:
-            self._frame_calls(s, 0)
-        finally:
-            self.lib = lib
-        plan = l2_prefetch_plan(recorder.uses, self.l2_ahead)
-        flat = [v for ranges in plan for r in ranges for v in r]
-        self._pf_table = torch.tensor(flat or [0, 0], dtype=torch.int64, device=self.device).view(-1, 2)
-        base, at, self._pf_ranges = self._pf_table.data_ptr(), 0, []
-        for ranges in plan:
-            self._pf_ranges.append((base + 16 * at if ranges else None, len(ranges)))
-            at += len(ranges)
-
     def _layer_calls(self, st: _Stack, x: Tensor, pos_ptr: int | None, pos_add: int, stream: int) -> None:
         lib, wd, c = self.lib, self.wdtype, st.cfg
         hq, hkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
@@ -410,7 +346,8 @@ class KernelBackend:
         xp = x.data_ptr()
         for i, L in enumerate(st.layers):
             kc, vc = st.cache[i, 0], st.cache[i, 1]
-            self._gemv(L.qkv, xp, L.in_norm.data_ptr(), eps, None, st.qkv.data_ptr(), native.GEMV_STORE, stream)
+            lib.call("q3t_gemv", wd, L.qkv.data_ptr(), L.qkv.shape[0], c.hidden_size, xp, L.in_norm.data_ptr(), eps,
+                     None, st.qkv.data_ptr(), native.GEMV_STORE, stream)  # fmt: skip
             if st.short:  # the CodePredictor's 16 positions: norm, RoPE, append and attention in one launch
                 lib.call("q3t_rope_attention", wd, st.qkv.data_ptr(), L.q_norm.data_ptr(), L.k_norm.data_ptr(), eps,
                          st.cos.data_ptr(), st.sin.data_ptr(), pos_ptr, pos_add, hq, hkv, hd, st.max_seq, st.scale,
@@ -422,17 +359,21 @@ class KernelBackend:
                 lib.call("q3t_attention", wd, st.q.data_ptr(), kc.data_ptr(), vc.data_ptr(), pos_ptr, pos_add, hq,
                          hkv, hd, st.max_seq, st.scale, st.splits, st.scratch.data_ptr(), st.attn.data_ptr(),
                          stream)  # fmt: skip
-            self._gemv(L.o, st.attn.data_ptr(), None, eps, None, xp, native.GEMV_ADD, stream)
-            self._gemv(L.gate_up, xp, L.post_norm.data_ptr(), eps, None, st.mlp.data_ptr(), native.GEMV_SWIGLU, stream)
-            self._gemv(L.down, st.mlp.data_ptr(), None, eps, None, xp, native.GEMV_ADD, stream)
+            lib.call("q3t_gemv", wd, L.o.data_ptr(), c.hidden_size, hq * hd, st.attn.data_ptr(), None, eps, None, xp,
+                     native.GEMV_ADD, stream)  # fmt: skip
+            lib.call("q3t_gemv", wd, L.gate_up.data_ptr(), 2 * c.intermediate_size, c.hidden_size, xp,
+                     L.post_norm.data_ptr(), eps, None, st.mlp.data_ptr(), native.GEMV_SWIGLU, stream)  # fmt: skip
+            lib.call("q3t_gemv", wd, L.down.data_ptr(), c.hidden_size, c.intermediate_size, st.mlp.data_ptr(), None,
+                     eps, None, xp, native.GEMV_ADD, stream)  # fmt: skip
 
     def _cp_input(self, src: Tensor, stream: int) -> None:
         """cx = small_to_mtp_projection(src) (Identity on 0.6B)."""
         if self.proj_w is None:
             self.cx.copy_(src)
         else:
-            self._gemv(self.proj_w, src.data_ptr(), None, 0.0, self.proj_b.data_ptr(), self.cx.data_ptr(),
-                       native.GEMV_STORE, stream)  # fmt: skip
+            self.lib.call("q3t_gemv", self.wdtype, self.proj_w.data_ptr(), self.cc.hidden_size, self.tc.hidden_size,
+                          src.data_ptr(), None, 0.0, self.proj_b.data_ptr(), self.cx.data_ptr(), native.GEMV_STORE,
+                          stream)  # fmt: skip
 
     def _frame_calls(self, s: SamplingParams, stream: int,
                      hook: Callable[[int, Tensor], None] | None = None) -> None:  # fmt: skip
@@ -442,9 +383,8 @@ class KernelBackend:
         step_ptr = state0 + 4
         cur = self.cur.data_ptr()
         # Code 0
-        self._pf_next = 0  # the frame's GEMVs take their prefetch ranges in launch order
-        self._gemv(self.codec_head, self.hn.data_ptr(), None, 0.0, None, self.logits.data_ptr(), native.GEMV_STORE,
-                   stream)  # fmt: skip
+        lib.call("q3t_gemv", wd, self.codec_head.data_ptr(), tc.vocab_size, tc.hidden_size, self.hn.data_ptr(), None,
+                 0.0, None, self.logits.data_ptr(), native.GEMV_STORE, stream)  # fmt: skip
         lib.call("q3t_sample", self.logits.data_ptr(), tc.vocab_size, self.seen.data_ptr(),
                  float(s.repetition_penalty), self.eos_id, NO_EOS if s.suppress_eos else MIN_NEW_TOKENS,
                  tc.vocab_size - 1024, tc.vocab_size,
@@ -488,8 +428,9 @@ class KernelBackend:
             if self.proj_w is not None:
                 self._cp_input(self.e, stream)
             self._layer_calls(self.cp, self.cx, None, j, stream)
-            self._gemv(self.lm_heads[j - 1], self.cx.data_ptr(), self.cp_norm.data_ptr(), cc.rms_norm_eps, None,
-                       self.cp_logits.data_ptr(), native.GEMV_STORE, stream)  # fmt: skip
+            lib.call("q3t_gemv", wd, self.lm_heads[j - 1].data_ptr(), cc.vocab_size, cc.hidden_size,
+                     self.cx.data_ptr(), self.cp_norm.data_ptr(), cc.rms_norm_eps, None, self.cp_logits.data_ptr(),
+                     native.GEMV_STORE, stream)  # fmt: skip
             lib.call("q3t_sample", self.cp_logits.data_ptr(), cc.vocab_size, None, 1.0, -1, 0, 0, 0, sub_flags,
                      float(s.subtalker_temperature), int(s.subtalker_top_k), float(s.subtalker_top_p), self.seed.data_ptr(), j,
                      step_ptr, cur + 4 * j, stream)  # fmt: skip
@@ -622,7 +563,6 @@ class KernelBackend:
 
     def _capture(self, s: SamplingParams) -> torch.cuda.CUDAGraph:
         self._set_pdl()
-        self._plan_prefetch(s)
         # Save the state a warm-up frame would disturb, run one frame eagerly (loads every
         # kernel before capture), restore, then capture.
         saved = [t.clone() for t in (self.state, self.seen, self.cur, self.hn, self.x)]
@@ -674,7 +614,6 @@ class KernelBackend:
         greedy = SamplingParams.greedy()
         self._set_pdl()
         self._prefill(prompt, len(codes))
-        self._plan_prefetch(greedy)
         if after_prefill:
             after_prefill()
         out: list[list[Tensor]] = []
