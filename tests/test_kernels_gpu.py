@@ -320,11 +320,14 @@ def test_rope_attention_equals_append_then_attention(lib: native.Native, dtype: 
     assert rel(out2, out1) <= F32_TOL
 
 
-def test_rope_attention_rejects_long_caches(lib: native.Native) -> None:
+@pytest.mark.parametrize("d,max_seq", [(16, 65), (128, 64), (256, 17)])
+def test_rope_attention_rejects_long_caches(lib: native.Native, d: int, max_seq: int) -> None:
+    """More than 64 positions, or more than 4096 cache elements per head (its K/V history is
+    held in shared memory), is refused."""
     x = torch.zeros(64, device=DEV)
     with pytest.raises(native.NativeError, match="max_seq"):
         lib.call("q3t_rope_attention", native.F32, x.data_ptr(), x.data_ptr(), x.data_ptr(), 1e-6, x.data_ptr(),
-                 x.data_ptr(), None, 0, 2, 1, 16, 65, 0.25, x.data_ptr(), x.data_ptr(), x.data_ptr(),
+                 x.data_ptr(), None, 0, 2, 1, d, max_seq, 0.25, x.data_ptr(), x.data_ptr(), x.data_ptr(),
                  stream())  # fmt: skip
 
 

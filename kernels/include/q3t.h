@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /* Bump on any change of a prototype, of a constant below or of a function's meaning. */
-#define Q3T_ABI_VERSION 2
+#define Q3T_ABI_VERSION 3
 
 #define Q3T_F32 0
 #define Q3T_BF16 1
@@ -68,8 +68,9 @@ Q3T_API int q3t_qk_norm_rope_append(int dtype, const float* qkv, const float* q_
 Q3T_API int q3t_attention(int dtype, const float* q, const void* k_cache, const void* v_cache, const int* pos_ptr, int pos_add, int hq, int hkv, int d, int max_seq, float scale, int splits, float* scratch, float* out, void* stream);
 
 /* q3t_qk_norm_rope_append followed by q3t_attention (splits 1) in one launch, for short caches
- * (max_seq <= 64, d <= 256: the CodePredictor's 16 positions). Same arguments as the two; no
- * scratch; out [hq * d]. */
+ * (max_seq <= 64, d <= 256, max_seq * d <= 4096: the CodePredictor's 16 positions). Same arguments
+ * as the two; no scratch; out [hq * d]. Reads the cache rows before pos before it waits for the
+ * previous kernel (programmatic dependent launch): they must not be written by that kernel. */
 Q3T_API int q3t_rope_attention(int dtype, const float* qkv, const float* q_norm_w, const float* k_norm_w, float eps, const float* cos_tab, const float* sin_tab, const int* pos_ptr, int pos_add, int hq, int hkv, int d, int max_seq, float scale, void* k_cache, void* v_cache, float* out, void* stream);
 
 /* out[h] = table[*token_ptr][h] (row of an embedding table, `dtype`), converted to float32. */
@@ -102,7 +103,7 @@ Q3T_API int q3t_sample(const float* logits, int v, unsigned char* seen, float pe
  * others [in_rows, in_hidden]). cache is [n_layers, 2, n_codes + 1, hkv, d] (`dtype`); x [hidden],
  * qkv [(hq + 2 hkv) d], attn [hq d], mlp [inter], logits [n_codes, vocab] are float32 work buffers;
  * sync is 2 unsigned ints, zero before the first launch (each launch leaves the count at zero).
- * Shapes: n_codes + 1 <= 64, d <= 256 and even, vocab <= 4096, hidden, inter, hq d and in_hidden
+ * Shapes: n_codes + 1 <= 64, d <= 256 and even, (n_codes + 1) d <= 4096, vocab <= 4096, hidden, inter, hq d and in_hidden
  * multiples of 8 (bf16) or 4 (f32), weights 16-byte aligned. */
 Q3T_API int q3t_code_predictor(int dtype, const void* const* weights, int n_layers, int n_codes, int hidden, int inter, int hq, int hkv, int d, int vocab, int in_hidden, int in_rows_first, int in_rows, float eps, float scale, const void* proj_w, const float* proj_b, const float* norm_w, const float* cos_tab, const float* sin_tab, void* cache, const float* hn, int* codes, const int* forced, int flags, float temperature, int top_k, float top_p, const unsigned long long* seed_ptr, const int* step_ptr, float* x, float* qkv, float* attn, float* mlp, float* logits, unsigned int* sync, void* stream);
 

@@ -165,13 +165,19 @@ __global__ void __launch_bounds__(kShortThreads) k_rope_attention(
     const float* __restrict__ qkv, const float* __restrict__ qn, const float* __restrict__ kn, float eps,
     const float* __restrict__ cos_tab, const float* __restrict__ sin_tab, const int* __restrict__ pos_ptr, int pos_add,
     int hq, int hkv, int d, int max_seq, float scale, C* k_cache, C* v_cache, float* __restrict__ out) {
-    q3t_grid_dep();
-    extern __shared__ float4 sm4[];  // 3 d + kShortMaxSeq floats
+    extern __shared__ float4 sm4[];  // short_smem_bytes<C>(d, max_seq)
     __shared__ float red[32];
+    float* sm = reinterpret_cast<float*>(sm4);
+    C* hist = reinterpret_cast<C*>(sm + 3 * d + kShortMaxSeq);
+    // Before the wait: the position (a frame counter or a constant, set long before), the K/V
+    // rows of earlier positions and the head's constants; none is written by the kernel before.
     int pos = read_pos(pos_ptr, pos_add);
     pos = pos < 0 ? 0 : (pos >= max_seq ? max_seq - 1 : pos);  // never outside the cache
-    rope_attention_heads<C>(qkv, qn, kn, eps, cos_tab, sin_tab, pos, hq, hkv, d, scale, k_cache, v_cache, out,
-                            reinterpret_cast<float*>(sm4), red);
+    const int h = blockIdx.x;
+    short_history<C>(k_cache, v_cache, pos, h / (hq / hkv), hkv, d, hist);
+    const ShortConsts k = short_head_consts(qn, kn, cos_tab, sin_tab, pos, d);
+    q3t_grid_dep();
+    short_head<C>(qkv, k, eps, pos, h, hq, hkv, d, scale, k_cache, v_cache, hist, out, sm, red);
 }
 }  // namespace
 
@@ -182,11 +188,11 @@ extern "C" Q3T_API int q3t_rope_attention(int dtype, const float* qkv, const flo
     if (!qkv || !q_norm_w || !k_norm_w || !cos_tab || !sin_tab || !k_cache || !v_cache || !out)
         return q3t_fail("q3t_rope_attention: null pointer");
     if (hq <= 0 || hkv <= 0 || hq % hkv || d <= 0 || d > kShortThreads || d % 2 || max_seq <= 0 ||
-        max_seq > kShortMaxSeq)
-        return q3t_fail("q3t_rope_attention: bad shape hq=%d hkv=%d d=%d max_seq=%d (d <= %d, max_seq <= %d)", hq, hkv,
-                        d, max_seq, kShortThreads, kShortMaxSeq);
+        max_seq > kShortMaxSeq || max_seq * d > kShortMaxElems)
+        return q3t_fail("q3t_rope_attention: bad shape hq=%d hkv=%d d=%d max_seq=%d (d <= %d, max_seq <= %d, "
+                        "max_seq * d <= %d)", hq, hkv, d, max_seq, kShortThreads, kShortMaxSeq, kShortMaxElems);
     cudaStream_t s = Q3T_STREAM(stream);
-    const size_t smem = (size_t)(3 * d + kShortMaxSeq) * sizeof(float);
+    const size_t smem = dtype == Q3T_F32 ? short_smem_bytes<float>(d, max_seq) : short_smem_bytes<uint16_t>(d, max_seq);
     if (dtype == Q3T_F32)
         q3t_launch(k_rope_attention<float>, hq, kShortThreads, smem, s, qkv, q_norm_w, k_norm_w, eps, cos_tab, sin_tab,
                    pos_ptr, pos_add, hq, hkv, d, max_seq, scale, static_cast<float*>(k_cache),

@@ -1,15 +1,26 @@
-// q/k RMSNorm + rotate-half RoPE at `pos`, K/V append and attention over cache positions 0..pos,
-// one block per q head (blocks loop over heads when there are fewer): the short-context decode
-// attention of the CodePredictor (16 positions), shared by q3t_rope_attention (attention.cu) and
-// the persistent CodePredictor (code_predictor.cu).
+// q/k RMSNorm + rotate-half RoPE at `pos`, K/V append and attention over cache positions 0..pos
+// for one q head per block: the short-context decode attention of the CodePredictor (16
+// positions), shared by q3t_rope_attention (attention.cu) and the persistent CodePredictor
+// (code_predictor.cu).
+// Split in two so the one-launch kernel can do the first part before it waits for its
+// predecessor (programmatic dependent launch): short_history copies the earlier positions' K/V
+// rows (written by kernels that finished long ago) and short_head_consts the head's constants
+// (norm weights, RoPE row) while the previous kernel still runs; what is left after the wait is
+// one round trip for this position's q/k/v and the arithmetic, all from shared memory.
 // The block of the first q head of each KV group writes the cache row; every block uses its own
 // copy of the new K/V, rounded to the cache dtype as the split path reads it back from the cache.
-// sm: shared scratch of 3 d + kShortMaxSeq floats; red: 32 floats. Needs d <= blockDim.x.
 #pragma once
 
 #include "common.cuh"
 
-constexpr int kShortMaxSeq = 64;  // positions one block scores (one float each in shared memory)
+constexpr int kShortMaxSeq = 64;     // positions one block scores (one float each in shared memory)
+constexpr int kShortMaxElems = 4096;  // max_seq * d: the K/V history rows fit in shared memory
+
+// Shared memory of one block: 3 d + kShortMaxSeq floats, then 2 max_seq d cache elements.
+template <typename C>
+__host__ __device__ constexpr size_t short_smem_bytes(int d, int max_seq) {
+    return (size_t)(3 * d + kShortMaxSeq) * sizeof(float) + (size_t)2 * max_seq * d * sizeof(C);
+}
 
 template <typename C>
 __device__ __forceinline__ float round_to(float v) {
@@ -20,80 +31,123 @@ __device__ __forceinline__ float round_to<uint16_t>(float v) {
     return bf16_to_f32(f32_to_bf16(v));
 }
 
+// Rows 0..pos-1 of KV head kvh into hist (K rows, then V rows: pos * d elements each). Read at L2
+// (other blocks and kernels wrote them). Needs a barrier before use (short_head has one).
 template <typename C>
-__device__ void rope_attention_heads(const float* qkv, const float* __restrict__ qn, const float* __restrict__ kn,
-                                     float eps, const float* __restrict__ cos_tab, const float* __restrict__ sin_tab,
-                                     int pos, int hq_, int hkv_, int d_, float scale, C* kc, C* vc, float* out,
-                                     float* sm, float* red) {
-    const int d = d_, hq = hq_, hkv = hkv_, group = hq / hkv;
+__device__ __forceinline__ void short_history(const C* kc, const C* vc, int pos, int kvh, int hkv, int d, C* hist) {
+    const int n = pos * d;
+    for (int e = threadIdx.x; e < n; e += blockDim.x) {
+        const int t = e / d, i = e - t * d;
+        const size_t at = ((size_t)t * hkv + kvh) * d + i;
+        hist[e] = q3t_ld_act(kc + at);
+        hist[n + e] = q3t_ld_act(vc + at);
+    }
+}
+
+// What thread tid (< d) needs of the weights and tables: the q and k norm weights and the RoPE
+// row of `pos` at its dimension.
+struct ShortConsts {
+    float qn, kn, c, s;
+};
+__device__ __forceinline__ ShortConsts short_head_consts(const float* __restrict__ qn, const float* __restrict__ kn,
+                                                         const float* __restrict__ cos_tab,
+                                                         const float* __restrict__ sin_tab, int pos, int d) {
+    const int i = threadIdx.x;
+    if (i >= d) return ShortConsts{0.f, 0.f, 0.f, 0.f};
+    return ShortConsts{qn[i], kn[i], cos_tab[(size_t)pos * d + i], sin_tab[(size_t)pos * d + i]};
+}
+
+// Head h: its q and the group's k, v from qkv [(hq + 2 hkv) d], with hist from short_history.
+// sm: 3 d + kShortMaxSeq floats; red: 32 floats. Needs d <= blockDim.x.
+template <typename C>
+__device__ void short_head(const float* qkv, ShortConsts k, float eps, int pos, int h, int hq, int hkv, int d,
+                           float scale, C* kc, C* vc, const C* hist, float* out, float* sm, float* red) {
+    const int group = hq / hkv, kvh = h / group;
     const int tid = threadIdx.x, lane = tid % Q3T_WARP, warp = tid / Q3T_WARP, nwarps = blockDim.x / Q3T_WARP;
     float* qs = sm;
     float* ks = sm + d;
     float* vs = sm + 2 * d;
     float* sc = sm + 3 * d;  // kShortMaxSeq scores
-    const float* c = cos_tab + (size_t)pos * d;
-    const float* sn = sin_tab + (size_t)pos * d;
+    const C* kh = hist;
+    const C* vh = hist + (size_t)pos * d;
     const int half = d / 2;
+    float a = 0.f, b = 0.f, v = 0.f;
+    if (tid < d) {
+        a = q3t_ld_act(qkv + (size_t)h * d + tid);
+        b = q3t_ld_act(qkv + (size_t)(hq + kvh) * d + tid);
+        v = round_to<C>(q3t_ld_act(qkv + (size_t)(hq + hkv + kvh) * d + tid));
+    }
+    // Both sums of squares in one reduction (red[w]: q, red[16 + w]: k; nwarps <= 16).
+    float sq = warp_sum(a * a), sk = warp_sum(b * b);
+    __syncthreads();  // red, sm and hist: earlier users done, short_history's writes visible
+    if (lane == 0) {
+        red[warp] = sq;
+        red[16 + warp] = sk;
+    }
+    __syncthreads();
+    sq = 0.f;
+    sk = 0.f;
+    for (int w = 0; w < nwarps; ++w) {
+        sq += red[w];
+        sk += red[16 + w];
+    }
+    const float rq = rsqrtf(sq / (float)d + eps), rk = rsqrtf(sk / (float)d + eps);
+    if (tid < d) {
+        qs[tid] = k.qn * (a * rq);
+        ks[tid] = k.kn * (b * rk);
+        vs[tid] = v;
+    }
+    __syncthreads();
+    float qo = 0.f, ko = 0.f;
+    if (tid < d) {
+        const int i = tid;
+        // x * cos + rotate_half(x) * sin, two roundings like torch's separate multiplies.
+        const float qr = i < half ? -qs[i + half] : qs[i - half];
+        const float kr = i < half ? -ks[i + half] : ks[i - half];
+        qo = __fadd_rn(__fmul_rn(qs[i], k.c), __fmul_rn(qr, k.s));
+        ko = round_to<C>(__fadd_rn(__fmul_rn(ks[i], k.c), __fmul_rn(kr, k.s)));
+    }
+    __syncthreads();
+    if (tid < d) {
+        qs[tid] = qo;
+        ks[tid] = ko;
+        if (h % group == 0) {
+            const size_t at = ((size_t)pos * hkv + kvh) * d + tid;
+            Elem<C>::store(kc, (int)at, ko);
+            Elem<C>::store(vc, (int)at, v);
+        }
+    }
+    __syncthreads();
+    for (int t = warp; t <= pos; t += nwarps) {
+        float s = 0.f;
+        const C* krow = kh + (size_t)t * d;
+        for (int i = lane; i < d; i += Q3T_WARP) s += qs[i] * (t == pos ? ks[i] : Elem<C>::load(krow, i));
+        s = warp_sum(s);
+        if (lane == 0) sc[t] = s * scale;
+    }
+    __syncthreads();
+    float m = -INFINITY;
+    for (int t = 0; t <= pos; ++t) m = fmaxf(m, sc[t]);
+    float l = 0.f;
+    for (int t = 0; t <= pos; ++t) l += expf(sc[t] - m);
+    if (tid < d) {
+        float acc = 0.f;
+        for (int t = 0; t <= pos; ++t) acc += expf(sc[t] - m) * (t == pos ? vs[tid] : Elem<C>::load(vh + (size_t)t * d, tid));
+        out[(size_t)h * d + tid] = acc / l;
+    }
+    __syncthreads();  // sm, red and hist are reused by the block's next head
+}
+
+// Every q head, blocks looping over heads when there are fewer (the persistent CodePredictor,
+// after a grid barrier). hist: 2 max_seq d cache elements of shared memory.
+template <typename C>
+__device__ void rope_attention_heads(const float* qkv, const float* __restrict__ qn, const float* __restrict__ kn,
+                                     float eps, const float* __restrict__ cos_tab, const float* __restrict__ sin_tab,
+                                     int pos, int hq, int hkv, int d, float scale, C* kc, C* vc, float* out, float* sm,
+                                     C* hist, float* red) {
+    const ShortConsts k = short_head_consts(qn, kn, cos_tab, sin_tab, pos, d);
     for (int h = blockIdx.x; h < hq; h += gridDim.x) {
-        const int kvh = h / group;
-        const float* qsrc = qkv + (size_t)h * d;
-        const float* ksrc = qkv + (size_t)(hq + kvh) * d;
-        const float* vsrc = qkv + (size_t)(hq + hkv + kvh) * d;
-        float sq = 0.f, sk = 0.f;
-        for (int i = tid; i < d; i += blockDim.x) {
-            const float a = q3t_ld_act(qsrc + i), b = q3t_ld_act(ksrc + i);
-            qs[i] = a;
-            ks[i] = b;
-            vs[i] = round_to<C>(q3t_ld_act(vsrc + i));
-            sq += a * a;
-            sk += b * b;
-        }
-        const float rq = rsqrtf(block_sum(sq, red) / (float)d + eps);
-        const float rk = rsqrtf(block_sum(sk, red) / (float)d + eps);
-        for (int i = tid; i < d; i += blockDim.x) {
-            qs[i] = qn[i] * (qs[i] * rq);
-            ks[i] = kn[i] * (ks[i] * rk);
-        }
-        __syncthreads();
-        float qo = 0.f, ko = 0.f;
-        if (tid < d) {
-            const int i = tid;
-            const float qr = i < half ? -qs[i + half] : qs[i - half];
-            const float kr = i < half ? -ks[i + half] : ks[i - half];
-            qo = __fadd_rn(__fmul_rn(qs[i], c[i]), __fmul_rn(qr, sn[i]));
-            ko = round_to<C>(__fadd_rn(__fmul_rn(ks[i], c[i]), __fmul_rn(kr, sn[i])));
-        }
-        __syncthreads();
-        if (tid < d) {
-            qs[tid] = qo;
-            ks[tid] = ko;
-            if (h % group == 0) {
-                const size_t at = ((size_t)pos * hkv + kvh) * d + tid;
-                Elem<C>::store(kc, (int)at, ko);
-                Elem<C>::store(vc, (int)at, vs[tid]);
-            }
-        }
-        __syncthreads();
-        for (int t = warp; t <= pos; t += nwarps) {
-            float s = 0.f;
-            const C* krow = kc + ((size_t)t * hkv + kvh) * d;
-            for (int i = lane; i < d; i += Q3T_WARP) s += qs[i] * (t == pos ? ks[i] : q3t_ld_act_f(krow, i));
-            s = warp_sum(s);
-            if (lane == 0) sc[t] = s * scale;
-        }
-        __syncthreads();
-        float m = -INFINITY;
-        for (int t = 0; t <= pos; ++t) m = fmaxf(m, sc[t]);
-        float l = 0.f;
-        for (int t = 0; t <= pos; ++t) l += expf(sc[t] - m);
-        for (int i = tid; i < d; i += blockDim.x) {
-            float a = 0.f;
-            for (int t = 0; t <= pos; ++t) {
-                const float v = t == pos ? vs[i] : q3t_ld_act_f(vc + ((size_t)t * hkv + kvh) * d, i);
-                a += expf(sc[t] - m) * v;
-            }
-            out[(size_t)h * d + i] = a / l;
-        }
-        __syncthreads();  // qs/ks/vs/sc are reused by the next head of this block
+        short_history<C>(kc, vc, pos, h / (hq / hkv), hkv, d, hist);
+        short_head<C>(qkv, k, eps, pos, h, hq, hkv, d, scale, kc, vc, hist, out, sm, red);
     }
 }

@@ -235,13 +235,13 @@ __device__ void phase_attention(const Params& p, const float* __restrict__ qn, c
                                 C* kc, C* vc, float* sm, float* red, unsigned* sync, unsigned& nb) {
     grid_barrier(sync, nb);
     rope_attention_heads<C>(p.qkv, qn, kn, p.eps, p.cos_tab, p.sin_tab, pos, p.hq, p.hkv, p.d, p.scale, kc, vc, p.attn,
-                            sm, red);
+                            sm, reinterpret_cast<C*>(sm + 3 * p.d + kMaxSeq), red);
 }
 
 template <typename W>
 __global__ void __launch_bounds__(kThreads, 1) k_code_predictor(Params p) {
     q3t_grid_dep();
-    extern __shared__ float4 smem4[];  // max(k, 3 d + kMaxSeq, 2 vocab) floats
+    extern __shared__ float4 smem4[];  // max(k floats, short_smem_bytes, 2 vocab floats)
     float* smem = reinterpret_cast<float*>(smem4);
     __shared__ float red[32];
     __shared__ float part[2 * 32];
@@ -310,7 +310,8 @@ extern "C" Q3T_API int q3t_code_predictor(int dtype, const void* const* weights,
     const int v = dtype == Q3T_BF16 ? 8 : 4;  // weights per 16-byte load
     if (n_layers <= 0 || n_codes <= 0 || n_codes + 1 > kMaxSeq || hq <= 0 || hkv <= 0 || hq % hkv || d <= 0 ||
         d > kMaxHeadDim || d % 2 || d > kThreads || vocab <= 0 || vocab > kSampleMaxV || hidden % v || inter % v ||
-        (hq * d) % v || in_hidden % v || (!proj_w && in_hidden != hidden) || in_rows_first <= 0 || in_rows <= 0)
+        (hq * d) % v || in_hidden % v || (!proj_w && in_hidden != hidden) || in_rows_first <= 0 || in_rows <= 0 ||
+        (n_codes + 1) * d > kShortMaxElems)
         return q3t_fail("q3t_code_predictor: bad shape (layers=%d codes=%d hidden=%d inter=%d hq=%d hkv=%d d=%d vocab=%d "
                         "in_hidden=%d)", n_layers, n_codes, hidden, inter, hq, hkv, d, vocab, in_hidden);
     if (dtype != Q3T_F32 && dtype != Q3T_BF16) return q3t_fail("q3t_code_predictor: unknown dtype %d", dtype);
@@ -319,9 +320,10 @@ extern "C" Q3T_API int q3t_code_predictor(int dtype, const void* const* weights,
     int k_max = hidden > inter ? hidden : inter;
     k_max = k_max > hq * d ? k_max : hq * d;
     k_max = k_max > in_hidden ? k_max : in_hidden;
-    int floats = k_max > 3 * d + kMaxSeq ? k_max : 3 * d + kMaxSeq;
-    floats = floats > 2 * vocab ? floats : 2 * vocab;
-    const size_t smem = (size_t)floats * sizeof(float);
+    const size_t attn_bytes = dtype == Q3T_F32 ? short_smem_bytes<float>(d, n_codes + 1)
+                                               : short_smem_bytes<uint16_t>(d, n_codes + 1);
+    int floats = k_max > 2 * vocab ? k_max : 2 * vocab;
+    const size_t smem = (size_t)floats * sizeof(float) > attn_bytes ? (size_t)floats * sizeof(float) : attn_bytes;
     Params p = {weights, n_layers, n_codes, hidden, inter, hq, hkv, d, vocab, in_hidden, in_rows_first, in_rows,
                 eps, scale, proj_w, proj_b, norm_w, cos_tab, sin_tab, cache, hn, codes, forced,
                 flags, temperature, top_k, top_p, seed_ptr, step_ptr, x, qkv, attn, mlp, logits, sync};

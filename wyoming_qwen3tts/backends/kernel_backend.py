@@ -46,6 +46,7 @@ _LOGGER = logging.getLogger(__name__)
 
 NUM_GROUPS = 16
 SHORT_MAX_SEQ = 64  # q3t_rope_attention's largest cache (kShortMaxSeq in kernels/src/attention_short.cuh)
+SHORT_MAX_ELEMS = 4096  # and its largest max_seq * head_dim (kShortMaxElems)
 MIN_NEW_TOKENS = 2  # EOS is masked for the first two code-0 draws (reference generate)
 NO_EOS = 1 << 30  # min-new-tokens past any length: SamplingParams.suppress_eos (benchmarks)
 
@@ -140,7 +141,8 @@ class _Stack:
         self.scratch = torch.zeros(hq * splits * (hd + 2), **f32)
         self.scale = hd**-0.5
         # Short caches (the CodePredictor) take the one-launch q3t_rope_attention.
-        self.short = splits == 1 and max_seq <= SHORT_MAX_SEQ and hd <= 256 and hd % 2 == 0
+        self.short = (splits == 1 and max_seq <= SHORT_MAX_SEQ and max_seq * hd <= SHORT_MAX_ELEMS and hd <= 256
+                      and hd % 2 == 0)  # fmt: skip
 
 
 class KernelDecodeSession:
@@ -298,6 +300,7 @@ class KernelBackend:
         v = 8 if self.wdtype == native.BF16 else 4
         return (
             NUM_GROUPS <= 64
+            and NUM_GROUPS * cc.head_dim <= SHORT_MAX_ELEMS
             and cc.head_dim <= 256
             and cc.head_dim % 2 == 0
             and cc.vocab_size <= 4096
