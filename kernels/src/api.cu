@@ -15,7 +15,6 @@ static bool g_pdl = false;
 static int g_sms = 0;
 static int g_gemv = 0;       // Q3T_GEMV: 0 auto (default), 1 or 2
 static int g_gemv_fill = 2;  // Q3T_GEMV_FILL
-static int g_gemv_cap = 0;   // Q3T_GEMV_CAP
 
 int q3t_fail(const char* fmt, ...) {
     va_list ap;
@@ -38,7 +37,6 @@ bool q3t_pdl_enabled() { return g_pdl; }
 int q3t_host_sms() { return g_sms; }
 int q3t_gemv_variant() { return g_gemv; }
 int q3t_gemv_fill() { return g_gemv_fill; }
-int q3t_gemv_cap() { return g_gemv_cap; }
 
 // Q3T_GEMV (unset or "auto", "v1" or "v2") and Q3T_GEMV_FILL (1..64); anything else fails
 // q3t_init, so a benchmark never measures a variant other than the one it names.
@@ -59,14 +57,6 @@ static int read_gemv_env() {
         const long n = strtol(f, &end, 10);
         if (*end || n < 1 || n > 64) return q3t_fail("Q3T_GEMV_FILL=%s: expected an integer 1..64", f);
         g_gemv_fill = (int)n;
-    }
-    const char* c = getenv("Q3T_GEMV_CAP");
-    g_gemv_cap = 0;
-    if (c && *c) {
-        char* end = nullptr;
-        const long n = strtol(c, &end, 10);
-        if (*end || n < 0 || n > 64) return q3t_fail("Q3T_GEMV_CAP=%s: expected an integer 0..64", c);
-        g_gemv_cap = (int)n;
     }
     return 0;
 }

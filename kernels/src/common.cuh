@@ -21,9 +21,6 @@ int q3t_host_sms();
 // (default 2). q3t_gemv_variant() is 0 (auto), 1 or 2.
 int q3t_gemv_variant();
 int q3t_gemv_fill();
-// Q3T_GEMV_CAP (0: off): v2 aims its grid at no more than this many blocks per SM, so that the
-// next kernel's blocks fit beside it and issue their weight loads while it runs.
-int q3t_gemv_cap();
 int q3t_gemv_v2(int dtype, const void* w, int n_rows, int k, const float* x, const float* norm_w, float eps,
                 const float* bias, float* y, int mode, cudaStream_t s);
 

@@ -37,46 +37,39 @@ constexpr int kMaxPre = 8;  // 16-byte weight loads per lane issued before the f
 
 template <typename W> using Pack = WeightVec16<W>;
 
-// PRE: 16-byte loads per lane issued up front, over all U * NR rows of the warp's units (VEC only).
-// U: units (outputs) per warp group; > 1 only when one round of PRE loads covers all their rows.
-template <typename W, int MODE, bool VEC, int PRE, int U>
+// PRE: 16-byte loads per lane issued up front, over all NR rows of the unit (VEC only).
+template <typename W, int MODE, bool VEC, int PRE>
 __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int n_out, int k, int splits,
                                                     const float* __restrict__ x, const float* __restrict__ norm_w,
                                                     float eps, const float* __restrict__ bias,
                                                     float* __restrict__ y) {
     constexpr int NR = MODE == Q3T_GEMV_SWIGLU ? 2 : 1;  // weight rows per output
-    constexpr int RR = U * NR;                           // weight rows per warp group
-    constexpr int PR = PRE / RR;                         // up-front loads per row
-    static_assert(PR >= 1 && PR * RR == PRE, "PRE must be a multiple of the rows per warp group");
+    constexpr int PR = PRE / NR;                         // up-front loads per row
+    static_assert(PR >= 1 && PR * NR == PRE, "PRE must be a multiple of the rows per output");
     constexpr int V = Pack<W>::N;
     extern __shared__ float xs[];  // k floats: x (times norm_w when given); 16-byte aligned
     __shared__ float red[32];      // per-warp sum of x^2
-    __shared__ float part[32][RR];  // per-warp partial dot products
+    __shared__ float part[32][NR];  // per-warp partial dot products
     const int lane = threadIdx.x % Q3T_WARP, warp = threadIdx.x / Q3T_WARP;
     const int nwarps = blockDim.x / Q3T_WARP;
-    const int per_block = nwarps / splits;  // warp groups per block
-    const int unit0 = (blockIdx.x * per_block + warp / splits) * U;  // the group's first unit
+    const int per_block = nwarps / splits;
+    const int unit = blockIdx.x * per_block + warp / splits;
+    const bool active = unit < n_out;
     const int step = splits * Q3T_WARP;                 // between a lane's consecutive vectors / elements
     const int first = (warp % splits) * Q3T_WARP + lane;  // this lane's first vector / element
     const int nvec = VEC ? k / V : 0;
-    const W* rows[RR];
-    bool active[U];
+    const W* rows[NR];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-        active[u] = unit0 + u < n_out;
-#pragma unroll
-        for (int r = 0; r < NR; ++r) rows[u * NR + r] = w + (size_t)(NR * (active[u] ? unit0 + u : 0) + r) * k;
-    }
+    for (int r = 0; r < NR; ++r) rows[r] = w + (size_t)(NR * (active ? unit : 0) + r) * k;
 
     // Weights never change: their loads go out before waiting for the previous kernel.
-    uint4 pre[RR][PR];
+    uint4 pre[NR][PR];
 #pragma unroll
-    for (int r = 0; r < RR; ++r)
+    for (int r = 0; r < NR; ++r)
 #pragma unroll
         for (int j = 0; j < PR; ++j) {
             const int c = first + j * step;
-            pre[r][j] = (VEC && active[r / NR] && c < nvec) ? reinterpret_cast<const uint4*>(rows[r])[c]
-                                                             : make_uint4(0, 0, 0, 0);
+            pre[r][j] = (VEC && active && c < nvec) ? reinterpret_cast<const uint4*>(rows[r])[c] : make_uint4(0, 0, 0, 0);
         }
 
     // ptxas schedules griddepcontrol.wait (SASS: ACQBULK) above independent loads of the same
@@ -100,56 +93,55 @@ __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int
     }
     __syncthreads();
 
-    float acc[RR];
+    float acc[NR];
 #pragma unroll
-    for (int r = 0; r < RR; ++r) acc[r] = 0.f;
-    if (active[0]) {
+    for (int r = 0; r < NR; ++r) acc[r] = 0.f;
+    if (active) {
         if constexpr (VEC) {
 #pragma unroll
             for (int j = 0; j < PR; ++j) {
                 const int c = first + j * step;
                 if (c < nvec) {
 #pragma unroll
-                    for (int r = 0; r < RR; ++r) acc[r] += Pack<W>::dot(pre[r][j], xs + c * V);
+                    for (int r = 0; r < NR; ++r) acc[r] += Pack<W>::dot(pre[r][j], xs + c * V);
                 }
             }
             // Rows longer than the up-front loads (the host picks PRE < kMaxPre only when none are
             // left; not met by the real shapes at kMaxPre either): 4 per row per round, then the tail.
             int c = first + PR * step;
             if constexpr (PRE == kMaxPre) for (; c + 3 * step < nvec; c += 4 * step) {
-                uint4 u[RR][4];
+                uint4 u[NR][4];
 #pragma unroll
-                for (int r = 0; r < RR; ++r)
+                for (int r = 0; r < NR; ++r)
 #pragma unroll
                     for (int j = 0; j < 4; ++j) u[r][j] = reinterpret_cast<const uint4*>(rows[r])[c + j * step];
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
 #pragma unroll
-                    for (int r = 0; r < RR; ++r) acc[r] += Pack<W>::dot(u[r][j], xs + (c + j * step) * V);
+                    for (int r = 0; r < NR; ++r) acc[r] += Pack<W>::dot(u[r][j], xs + (c + j * step) * V);
             }
             for (; c < nvec; c += step)
 #pragma unroll
-                for (int r = 0; r < RR; ++r) acc[r] += Pack<W>::dot(reinterpret_cast<const uint4*>(rows[r])[c], xs + c * V);
+                for (int r = 0; r < NR; ++r) acc[r] += Pack<W>::dot(reinterpret_cast<const uint4*>(rows[r])[c], xs + c * V);
         } else {
             // Rows not 16-byte aligned (k not a multiple of the vector width, or an offset pointer).
             for (int i = first; i < k; i += step)
 #pragma unroll
-                for (int r = 0; r < RR; ++r) acc[r] += Elem<W>::load(rows[r], i) * xs[i];
+                for (int r = 0; r < NR; ++r) acc[r] += Elem<W>::load(rows[r], i) * xs[i];
         }
     }
 #pragma unroll
-    for (int r = 0; r < RR; ++r) acc[r] = warp_sum(acc[r]);
+    for (int r = 0; r < NR; ++r) acc[r] = warp_sum(acc[r]);
     if (lane == 0) {
 #pragma unroll
-        for (int r = 0; r < RR; ++r) part[warp][r] = acc[r];
+        for (int r = 0; r < NR; ++r) part[warp][r] = acc[r];
     }
     __syncthreads();
 
     // One thread per output of the block adds its warps' partial sums in a fixed order.
-    if ((int)threadIdx.x >= per_block * U) return;
-    const int out = blockIdx.x * per_block * U + threadIdx.x;
+    if ((int)threadIdx.x >= per_block) return;
+    const int out = blockIdx.x * per_block + threadIdx.x;
     if (out >= n_out) return;
-    const int g = threadIdx.x / U, ju = threadIdx.x % U;
     float scale = 1.f;
     if (norm_w) {
         float total = 0.f;
@@ -160,13 +152,13 @@ __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
         float t = 0.f;
-        for (int j = 0; j < splits; ++j) t += part[g * splits + j][ju * NR + r];
+        for (int j = 0; j < splits; ++j) t += part[threadIdx.x * splits + j][r];
         s[r] = t * scale;
     }
     if (MODE == Q3T_GEMV_SWIGLU) {
         // silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), in float32 as torch does it.
-        const float gt = s[0], u = s[NR - 1];
-        y[out] = (gt / (1.0f + expf(-gt))) * u;
+        const float g = s[0], u = s[NR - 1];
+        y[out] = (g / (1.0f + expf(-g))) * u;
     } else if (MODE == Q3T_GEMV_ADD) {
         y[out] += s[0];
     } else {
@@ -187,34 +179,21 @@ int launch2(const void* w, int n_rows, int k, const float* x, const float* norm_
     const int chunks = cdiv(vec ? k / Pack<W>::N : k, warp);  // one chunk: one vector (or element) per lane
     int splits = 1;
     while (splits < nwarps && NR * cdiv(chunks, splits) > kMaxPre) splits *= 2;
-    const int sms = q3t_host_sms(), cap = q3t_gemv_cap();
-    // Without a cap: at least Q3T_GEMV_FILL blocks per SM. With one: at least one per SM, and two
-    // units per warp group where that brings the grid under cap blocks per SM in one round of loads.
-    const int target = (cap ? 1 : q3t_gemv_fill()) * sms;
+    const int target = q3t_gemv_fill() * q3t_host_sms();
     while (splits < nwarps && chunks >= 2 * splits && cdiv(n_out, nwarps / splits) < target) splits *= 2;
-    int units = 1;
-    const int loads1 = NR * cdiv(chunks, splits);
-    if (cap && vec && cdiv(n_out, nwarps / splits) > cap * sms && 2 * loads1 <= kMaxPre &&
-        cdiv(n_out, 2 * (nwarps / splits)) >= sms)
-        units = 2;
-    const dim3 grid(cdiv(n_out, units * (nwarps / splits)));
+    const dim3 grid(cdiv(n_out, nwarps / splits));
     const size_t smem = (size_t)k * sizeof(float);
-    const int loads = units * loads1;
+    const int loads = NR * cdiv(chunks, splits);
     const W* wp = static_cast<const W*>(w);
     if (!vec)
-        q3t_launch(k_gemv2<W, MODE, false, 2, 1>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
-    else if (units == 2 && loads <= 4)
-        q3t_launch(k_gemv2<W, MODE, true, 4, 2>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
-    else if (units == 2)
-        q3t_launch(k_gemv2<W, MODE, true, kMaxPre, 2>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps,
-                   bias, y);
+        q3t_launch(k_gemv2<W, MODE, false, 2>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
     else if (loads <= 2)
-        q3t_launch(k_gemv2<W, MODE, true, 2, 1>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
+        q3t_launch(k_gemv2<W, MODE, true, 2>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
     else if (loads <= 4)
-        q3t_launch(k_gemv2<W, MODE, true, 4, 1>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
+        q3t_launch(k_gemv2<W, MODE, true, 4>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
     else
-        q3t_launch(k_gemv2<W, MODE, true, kMaxPre, 1>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps,
-                   bias, y);
+        q3t_launch(k_gemv2<W, MODE, true, kMaxPre>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias,
+                   y);
     return q3t_check_launch("q3t_gemv (v2)");
 }
 
