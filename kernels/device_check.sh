@@ -7,6 +7,7 @@
 # STEPS=build,tests_pdl,tests_v2,sass,bench_gemv is the GEMV check (see kernels/README.md).
 # bench_cp: per-frame time with the persistent CodePredictor kernel vs one launch per op.
 # profile: where one frame's time goes, kernel by kernel (kernels/device/profile_frame.py).
+# bench_env: ms per frame under kernel-library settings side by side (kernels/device/bench_env.py).
 # launch_floor: µs per kernel of an empty dependent chain in one graph (kernels/device/launch_floor.cu).
 set -uo pipefail
 OUT=${OUT:-/tmp/q3t-out}; mkdir -p "$OUT"
@@ -51,6 +52,10 @@ if has profile; then
 fi
 if has launch_floor; then
   nvcc -O3 -arch=sm_90 -o /tmp/q3t-lf kernels/device/launch_floor.cu && /tmp/q3t-lf | tee "$OUT/launch_floor.md"
+fi
+if has bench_env; then
+  # BENCH_ENV: the settings to compare, e.g. "Q3T_GEMV=v1 Q3T_GEMV=v2" (kernels/device/bench_env.py).
+  timeout 400 python3 kernels/device/bench_env.py ${BENCH_ENV:--} --sizes ${BENCH_SIZES_CSV:-0.6b,1.7b} 2>&1 | grep -v Warn | tee "$OUT/bench_env.log"
 fi
 if has bench_cp; then
   timeout 300 python3 kernels/device/bench_cp.py ${BENCH_SIZES:-0.6b 1.7b} 2>&1 | tee "$OUT/bench_cp.log"

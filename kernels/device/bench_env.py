@@ -1,0 +1,67 @@
+"""Per-frame decode time under kernel-library settings read at q3t_init (Q3T_GEMV, Q3T_GEMV_FILL,
+...), side by side in one process: same model, same prompt, graph replay, PDL on,
+default sampling, 200 frames, each setting measured twice (in order, then in reverse order, so
+clock drift shows as spread). Random full-size bf16 models.
+
+Usage: python kernels/device/bench_env.py "Q3T_GEMV=v1" "Q3T_GEMV=v2" [--sizes 0.6b,1.7b]
+(a setting is NAME=VALUE[,NAME=VALUE...]; "-" is the defaults). Prints one JSON line per size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_cp import per_frame_ms  # noqa: E402
+from common import random_model, text_ids  # noqa: E402
+
+from wyoming_qwen3tts import native  # noqa: E402
+from wyoming_qwen3tts.backends.kernel_backend import KernelBackend  # noqa: E402
+from wyoming_qwen3tts.model.prompt import build_prompt  # noqa: E402
+from wyoming_qwen3tts.request import SamplingParams  # noqa: E402
+
+
+def apply(setting: str, names: set[str], lib: native.Native) -> None:
+    """Unset every variable any setting names, set this one's, re-run q3t_init (which reads them)."""
+    for name in names:
+        os.environ.pop(name, None)
+    if setting != "-":
+        for pair in setting.split(","):
+            name, _, value = pair.partition("=")
+            os.environ[name] = value
+    lib.init(0)
+
+
+def main(argv: list[str]) -> None:
+    sizes = ["0.6b", "1.7b"]
+    if "--sizes" in argv:
+        i = argv.index("--sizes")
+        sizes = argv[i + 1].split(",")
+        argv = argv[:i] + argv[i + 2 :]
+    settings = argv or ["-"]
+    names = {p.partition("=")[0] for s in settings if s != "-" for p in s.split(",")}
+    lib = native.load(0)
+    for size in sizes:
+        model = random_model(size, torch.bfloat16)  # EOS row zeroed: every run decodes all its frames
+        prompt = build_prompt(model, text_ids(20), "ryan", "english")
+        res: dict[str, object] = {"size": size, "gpu": torch.cuda.get_device_name(), "ms_per_frame": {}}
+        for order in (settings, settings[::-1]):
+            for setting in order:
+                apply(setting, names, lib)
+                kb = KernelBackend(model, pdl=True)
+                res["ms_per_frame"].setdefault(setting, []).append(round(per_frame_ms(kb, prompt, SamplingParams()), 4))
+                del kb
+                torch.cuda.empty_cache()
+        apply("-", names, lib)
+        print(json.dumps(res), flush=True)
+        del model
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
