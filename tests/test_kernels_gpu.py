@@ -286,6 +286,44 @@ def test_attention(lib: native.Native, dtype: torch.dtype, length: int, splits: 
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("length,splits", [(1, 1), (17, 1), (40, 16), (300, 16), (1000, 7), (1000, 1)])
+@pytest.mark.parametrize("hq,hkv,d", [(16, 8, 128), (4, 2, 16)])
+def test_rope_attention_split_equals_append_then_attention(lib: native.Native, dtype: torch.dtype, length: int,
+                                                           splits: int, hq: int, hkv: int, d: int) -> None:  # fmt: skip
+    """q3t_rope_attention_split (the Talker's one launch + merge) against q3t_qk_norm_rope_append +
+    q3t_attention on the same fresh inputs: cache rows and outputs bit for bit, with chunks shorter
+    and longer than the rows it holds in shared memory (32 at d = 128, 64 at d = 16)."""
+    from wyoming_qwen3tts.model.layers import rope_tables
+
+    g = gen(length * 13 + splits + d)
+    max_seq, wd = 1024, native.F32 if dtype == torch.float32 else native.BF16
+    qkv = torch.randn((hq + 2 * hkv) * d, device=DEV, generator=g)
+    qn = torch.rand(d, device=DEV, generator=g) + 0.5
+    kn = torch.rand(d, device=DEV, generator=g) + 0.5
+    cos, sin = (t.contiguous() for t in rope_tables(torch.arange(max_seq, device=DEV), d, 1e6, torch.float32))
+    kc0 = (torch.randn(max_seq, hkv, d, device=DEV, generator=g) * 2).to(dtype)  # earlier positions' K/V
+    vc0 = torch.randn(max_seq, hkv, d, device=DEV, generator=g).to(dtype)
+    p = torch.tensor([length - 2], dtype=torch.int32, device=DEV)  # read from the device, + 1 below
+    scale = d**-0.5
+    scratch = torch.zeros(hq * splits * (d + 2), device=DEV)
+
+    kc1, vc1, q, out1 = kc0.clone(), vc0.clone(), torch.zeros(hq * d, device=DEV), torch.zeros(hq * d, device=DEV)
+    lib.call("q3t_qk_norm_rope_append", wd, qkv.data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6, cos.data_ptr(),
+             sin.data_ptr(), p.data_ptr(), 1, hq, hkv, d, max_seq, q.data_ptr(), kc1.data_ptr(), vc1.data_ptr(),
+             stream())  # fmt: skip
+    lib.call("q3t_attention", wd, q.data_ptr(), kc1.data_ptr(), vc1.data_ptr(), p.data_ptr(), 1, hq, hkv, d, max_seq,
+             scale, splits, scratch.data_ptr(), out1.data_ptr(), stream())  # fmt: skip
+    kc2, vc2, out2 = kc0.clone(), vc0.clone(), torch.full((hq * d,), float("nan"), device=DEV)
+    scratch.fill_(float("nan"))
+    lib.call("q3t_rope_attention_split", wd, qkv.data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6, cos.data_ptr(),
+             sin.data_ptr(), p.data_ptr(), 1, hq, hkv, d, max_seq, scale, splits, scratch.data_ptr(), kc2.data_ptr(),
+             vc2.data_ptr(), out2.data_ptr(), stream())  # fmt: skip
+    assert torch.equal(kc2, kc1) and torch.equal(vc2, vc1)
+    assert not torch.equal(kc2, kc0)  # the new row was appended
+    assert torch.equal(out2, out1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("hq,hkv,d", [(16, 8, 128), (2, 1, 16), (4, 4, 32)])
 @pytest.mark.parametrize("pos", [0, 1, 9, 15])
 def test_rope_attention_equals_append_then_attention(lib: native.Native, dtype: torch.dtype, hq: int, hkv: int,

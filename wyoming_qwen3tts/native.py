@@ -64,6 +64,13 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
         _c_int,
         [_c_int, _p, _p, _p, _c_float, _p, _p, _p, _c_int, _c_int, _c_int, _c_int, _c_int, _c_float, _p, _p, _p, _p],
     ),
+    "q3t_rope_attention_split": (
+        _c_int,
+        [
+            _c_int, _p, _p, _p, _c_float, _p, _p, _p, _c_int, _c_int, _c_int, _c_int, _c_int, _c_float, _c_int, _p,
+            _p, _p, _p, _p,
+        ],
+    ),
     "q3t_embed_row": (_c_int, [_c_int, _p, _c_int, _c_int, _p, _p, _p]),
     "q3t_embed_sum": (_c_int, [_c_int, _p, _c_int, _c_int, _c_int, _c_int, _p, _p, _c_int, _p, _p, _p, _p]),
     "q3t_sample": (

@@ -3,10 +3,65 @@
 // softmax per warp (one key per warp per step, lanes over head dims), then a second kernel
 // merges the chunks. Softmax statistics and accumulation are float32.
 #include "common.cuh"
+#include "attention_short.cuh"  // round_to, and the short-context kernel below
 
 namespace {
 constexpr int kThreads = 256;  // 8 warps: a 16-key CodePredictor context takes two steps per warp
 constexpr int kMaxD = 256;
+
+// The end of a partial block: its warps' (max, sum, accumulator) merged into one, written to
+// scratch (or, with one chunk, the normalised result to direct).
+template <int kPer>
+__device__ __forceinline__ void partial_out(float m, float l, const float (&acc)[kPer], int h, int split, int d,
+                                            int splits, float* sm_m, float* sm_l, float (*sm_acc)[kMaxD],
+                                            float* __restrict__ scratch, float* __restrict__ direct) {
+    const int lane = threadIdx.x % Q3T_WARP, warp = threadIdx.x / Q3T_WARP, nwarps = blockDim.x / Q3T_WARP;
+    if (lane == 0) {
+        sm_m[warp] = m;
+        sm_l[warp] = l;
+    }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+        const int i = lane + j * Q3T_WARP;
+        if (i < d) sm_acc[warp][i] = acc[j];
+    }
+    __syncthreads();
+    float M = -INFINITY;
+    for (int w = 0; w < nwarps; ++w) M = fmaxf(M, sm_m[w]);
+    if (direct) {  // one chunk: this block has the whole softmax, write the result (no merge pass)
+        float L = 0.f;
+        for (int w = 0; w < nwarps; ++w) L += sm_m[w] == -INFINITY ? 0.f : sm_l[w] * expf(sm_m[w] - M);
+        for (int i = threadIdx.x; i < d; i += blockDim.x) {
+            float a = 0.f;
+            for (int w = 0; w < nwarps; ++w)
+                if (sm_m[w] != -INFINITY) a += sm_acc[w][i] * expf(sm_m[w] - M);
+            direct[(size_t)h * d + i] = a / L;
+        }
+        return;
+    }
+    float* out = scratch + ((size_t)h * splits + split) * (d + 2);
+    if (M == -INFINITY) {  // empty chunk
+        if (threadIdx.x == 0) {
+            out[0] = -INFINITY;
+            out[1] = 0.f;
+        }
+        for (int i = threadIdx.x; i < d; i += blockDim.x) out[2 + i] = 0.f;
+        return;
+    }
+    float L = 0.f;
+    for (int w = 0; w < nwarps; ++w) L += sm_m[w] == -INFINITY ? 0.f : sm_l[w] * expf(sm_m[w] - M);
+    if (threadIdx.x == 0) {
+        out[0] = M;
+        out[1] = L;
+    }
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float a = 0.f;
+        for (int w = 0; w < nwarps; ++w)
+            if (sm_m[w] != -INFINITY) a += sm_acc[w][i] * expf(sm_m[w] - M);
+        out[2 + i] = a;
+    }
+}
+
 
 template <typename C>
 __global__ void __launch_bounds__(kThreads) k_attn_partial(const float* __restrict__ q, const C* __restrict__ kc,
@@ -56,50 +111,7 @@ __global__ void __launch_bounds__(kThreads) k_attn_partial(const float* __restri
         }
         m = m_new;
     }
-    if (lane == 0) {
-        sm_m[warp] = m;
-        sm_l[warp] = l;
-    }
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-        const int i = lane + j * Q3T_WARP;
-        if (i < d) sm_acc[warp][i] = acc[j];
-    }
-    __syncthreads();
-    float M = -INFINITY;
-    for (int w = 0; w < nwarps; ++w) M = fmaxf(M, sm_m[w]);
-    if (direct) {  // one chunk: this block has the whole softmax, write the result (no merge pass)
-        float L = 0.f;
-        for (int w = 0; w < nwarps; ++w) L += sm_m[w] == -INFINITY ? 0.f : sm_l[w] * expf(sm_m[w] - M);
-        for (int i = threadIdx.x; i < d; i += blockDim.x) {
-            float a = 0.f;
-            for (int w = 0; w < nwarps; ++w)
-                if (sm_m[w] != -INFINITY) a += sm_acc[w][i] * expf(sm_m[w] - M);
-            direct[(size_t)h * d + i] = a / L;
-        }
-        return;
-    }
-    float* out = scratch + ((size_t)h * splits + split) * (d + 2);
-    if (M == -INFINITY) {  // empty chunk
-        if (threadIdx.x == 0) {
-            out[0] = -INFINITY;
-            out[1] = 0.f;
-        }
-        for (int i = threadIdx.x; i < d; i += blockDim.x) out[2 + i] = 0.f;
-        return;
-    }
-    float L = 0.f;
-    for (int w = 0; w < nwarps; ++w) L += sm_m[w] == -INFINITY ? 0.f : sm_l[w] * expf(sm_m[w] - M);
-    if (threadIdx.x == 0) {
-        out[0] = M;
-        out[1] = L;
-    }
-    for (int i = threadIdx.x; i < d; i += blockDim.x) {
-        float a = 0.f;
-        for (int w = 0; w < nwarps; ++w)
-            if (sm_m[w] != -INFINITY) a += sm_acc[w][i] * expf(sm_m[w] - M);
-        out[2 + i] = a;
-    }
+    partial_out(m, l, acc, h, split, d, splits, sm_m, sm_l, sm_acc, scratch, direct);
 }
 
 __global__ void __launch_bounds__(kThreads) k_attn_merge(const float* __restrict__ scratch, int d, int splits,
@@ -122,6 +134,133 @@ __global__ void __launch_bounds__(kThreads) k_attn_merge(const float* __restrict
         }
         out[(size_t)h * d + i] = a / L;
     }
+}
+
+// q3t_qk_norm_rope_append + k_attn_partial in one kernel (the Talker's long context): before the
+// PDL wait each block copies the earlier positions' K/V rows of its chunk (up to hist_rows of them)
+// into shared memory and loads the head's constants; after it, it norms and rotates its head's q
+// (and, in the chunk that holds pos, the group's k and v, which the first q head of the group
+// appends to the cache) and runs the online softmax of k_attn_partial over the chunk. The same
+// float32 operations in the same order as the two kernels: the same bits.
+template <typename C>
+__global__ void __launch_bounds__(kThreads) k_rope_attn_partial(
+    const float* __restrict__ qkv, const float* __restrict__ qn, const float* __restrict__ kn, float eps,
+    const float* __restrict__ cos_tab, const float* __restrict__ sin_tab, const int* __restrict__ pos_ptr, int pos_add,
+    int hq, int hkv, int d, int max_seq, float scale, int splits, int hist_rows, C* kc, C* vc,
+    float* __restrict__ scratch, float* __restrict__ direct) {
+    constexpr int kPer = kMaxD / Q3T_WARP;  // head dims per lane, upper bound
+    extern __shared__ float4 hist4[];      // 2 hist_rows d cache elements: K rows, then V rows
+    __shared__ float sm_m[kThreads / 32], sm_l[kThreads / 32];
+    __shared__ float sm_acc[kThreads / 32][kMaxD];
+    __shared__ float qs[kMaxD], ks[kMaxD], vs[kMaxD];
+    __shared__ float red[32];
+    const int h = blockIdx.x, split = blockIdx.y;
+    const int group = hq / hkv, kvh = h / group;
+    const int tid = threadIdx.x, lane = tid % Q3T_WARP, warp = tid / Q3T_WARP, nwarps = blockDim.x / Q3T_WARP;
+    int pos = read_pos(pos_ptr, pos_add);  // set by a kernel of the previous frame, long finished
+    pos = pos < 0 ? 0 : (pos >= max_seq ? max_seq - 1 : pos);
+    const int len = pos + 1;
+    const int chunk = (len + splits - 1) / splits;
+    const int begin = split * chunk, end = min(len, begin + chunk);
+    const bool has_pos = begin <= pos && pos < end;
+    // Earlier positions of the chunk: written by earlier frames' kernels, not by the one before.
+    C* kh = reinterpret_cast<C*>(hist4);
+    C* vh = kh + (size_t)hist_rows * d;
+    const int n_pre = max(0, min(min(end, pos) - begin, hist_rows));
+    for (int e = tid; e < n_pre * d; e += blockDim.x) {
+        const int t = e / d, i = e - t * d;
+        const size_t at = ((size_t)(begin + t) * hkv + kvh) * d + i;
+        kh[e] = q3t_ld_act(kc + at);
+        vh[e] = q3t_ld_act(vc + at);
+    }
+    float qn_i = 0.f, kn_i = 0.f, c_i = 0.f, s_i = 0.f;
+    if (tid < d) {
+        qn_i = qn[tid];
+        kn_i = kn[tid];
+        c_i = cos_tab[(size_t)pos * d + tid];
+        s_i = sin_tab[(size_t)pos * d + tid];
+    }
+    q3t_grid_dep();
+
+    // q of head h (and k, v of its group where the chunk holds pos): RMSNorm, RoPE.
+    float a = 0.f, b = 0.f, v = 0.f;
+    if (tid < d) {
+        a = qkv[(size_t)h * d + tid];
+        if (has_pos) {
+            b = qkv[(size_t)(hq + kvh) * d + tid];
+            v = round_to<C>(qkv[(size_t)(hq + hkv + kvh) * d + tid]);
+        }
+    }
+    float sq = warp_sum(a * a), sk = warp_sum(b * b);
+    if (lane == 0) {
+        red[warp] = sq;
+        red[16 + warp] = sk;
+    }
+    __syncthreads();
+    sq = 0.f;
+    sk = 0.f;
+    for (int w = 0; w < nwarps; ++w) {
+        sq += red[w];
+        sk += red[16 + w];
+    }
+    const float rq = rsqrtf(sq / (float)d + eps), rk = rsqrtf(sk / (float)d + eps);
+    if (tid < d) {
+        qs[tid] = qn_i * (a * rq);
+        ks[tid] = kn_i * (b * rk);
+    }
+    __syncthreads();
+    const int half = d / 2;
+    float qo = 0.f, ko = 0.f;
+    if (tid < d) {
+        const float qr = tid < half ? -qs[tid + half] : qs[tid - half];
+        const float kr = tid < half ? -ks[tid + half] : ks[tid - half];
+        qo = __fadd_rn(__fmul_rn(qs[tid], c_i), __fmul_rn(qr, s_i));
+        ko = round_to<C>(__fadd_rn(__fmul_rn(ks[tid], c_i), __fmul_rn(kr, s_i)));
+    }
+    __syncthreads();
+    if (tid < d) {
+        qs[tid] = qo;
+        ks[tid] = ko;
+        vs[tid] = v;
+        if (has_pos && h % group == 0) {
+            const size_t at = ((size_t)pos * hkv + kvh) * d + tid;
+            Elem<C>::store(kc, (int)at, ko);
+            Elem<C>::store(vc, (int)at, v);
+        }
+    }
+    __syncthreads();
+
+    float qr[kPer], acc[kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+        const int i = lane + j * Q3T_WARP;
+        qr[j] = i < d ? qs[i] : 0.f;
+        acc[j] = 0.f;
+    }
+    float m = -INFINITY, l = 0.f;
+    for (int t = begin + warp; t < end; t += nwarps) {
+        const int r = t - begin;
+        const C* krow = r < n_pre ? kh + (size_t)r * d : kc + ((size_t)t * hkv + kvh) * d;
+        const C* vrow = r < n_pre ? vh + (size_t)r * d : vc + ((size_t)t * hkv + kvh) * d;
+        float sc = 0.f;
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+            const int i = lane + j * Q3T_WARP;
+            if (i < d) sc += qr[j] * (t == pos ? ks[i] : Elem<C>::load(krow, i));
+        }
+        sc = warp_sum(sc) * scale;
+        const float m_new = fmaxf(m, sc);
+        const float corr = expf(m - m_new);  // 0 on the first key (m = -inf)
+        const float p = expf(sc - m_new);
+        l = l * corr + p;
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+            const int i = lane + j * Q3T_WARP;
+            if (i < d) acc[j] = acc[j] * corr + p * (t == pos ? vs[i] : Elem<C>::load(vrow, i));
+        }
+        m = m_new;
+    }
+    partial_out(m, l, acc, h, split, d, splits, sm_m, sm_l, sm_acc, scratch, direct);
 }
 }  // namespace
 
@@ -151,11 +290,44 @@ extern "C" Q3T_API int q3t_attention(int dtype, const float* q, const void* k_ca
     return q3t_check_launch("q3t_attention (merge)");
 }
 
+extern "C" Q3T_API int q3t_rope_attention_split(int dtype, const float* qkv, const float* q_norm_w,
+                                                const float* k_norm_w, float eps, const float* cos_tab,
+                                                const float* sin_tab, const int* pos_ptr, int pos_add, int hq, int hkv,
+                                                int d, int max_seq, float scale, int splits, float* scratch,
+                                                void* k_cache, void* v_cache, float* out, void* stream) {
+    if (!qkv || !q_norm_w || !k_norm_w || !cos_tab || !sin_tab || !k_cache || !v_cache || !out ||
+        (splits > 1 && !scratch))
+        return q3t_fail("q3t_rope_attention_split: null pointer");
+    if (hq <= 0 || hkv <= 0 || hq % hkv || d <= 0 || d > kMaxD || d % 2 || splits <= 0 || splits > 1024 ||
+        max_seq <= 0)
+        return q3t_fail("q3t_rope_attention_split: bad shape hq=%d hkv=%d d=%d splits=%d", hq, hkv, d, splits);
+    cudaStream_t s = Q3T_STREAM(stream);
+    const dim3 grid(hq, splits);
+    // Earlier rows held in shared memory per block: up to 4096 elements each of K and V (32 KiB in
+    // float32 with the kernel's 11 KiB of static arrays stays under the 48 KiB launch limit).
+    const int hist_rows = 4096 / d < 64 ? 4096 / d : 64;
+    const size_t smem = (size_t)2 * hist_rows * d * (dtype == Q3T_F32 ? sizeof(float) : sizeof(uint16_t));
+    float* direct = splits == 1 ? out : nullptr;
+    if (dtype == Q3T_F32)
+        q3t_launch(k_rope_attn_partial<float>, grid, kThreads, smem, s, qkv, q_norm_w, k_norm_w, eps, cos_tab, sin_tab,
+                   pos_ptr, pos_add, hq, hkv, d, max_seq, scale, splits, hist_rows, static_cast<float*>(k_cache),
+                   static_cast<float*>(v_cache), scratch, direct);
+    else if (dtype == Q3T_BF16)
+        q3t_launch(k_rope_attn_partial<uint16_t>, grid, kThreads, smem, s, qkv, q_norm_w, k_norm_w, eps, cos_tab,
+                   sin_tab, pos_ptr, pos_add, hq, hkv, d, max_seq, scale, splits, hist_rows,
+                   static_cast<uint16_t*>(k_cache), static_cast<uint16_t*>(v_cache), scratch, direct);
+    else
+        return q3t_fail("q3t_rope_attention_split: unknown dtype %d", dtype);
+    if (q3t_check_launch("q3t_rope_attention_split (partial)")) return -1;
+    if (splits == 1) return 0;
+    q3t_launch(k_attn_merge, hq, kThreads, 0, s, scratch, d, splits, out);
+    return q3t_check_launch("q3t_rope_attention_split (merge)");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Short contexts (the CodePredictor's 16 positions): q/k RMSNorm + RoPE + KV append + attention
 // in one kernel, one block per q head (attention_short.cuh), instead of q3t_qk_norm_rope_append
 // followed by q3t_attention: one launch less per CodePredictor layer and position.
-#include "attention_short.cuh"
 
 namespace {
 constexpr int kShortThreads = 256;
