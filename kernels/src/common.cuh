@@ -170,6 +170,46 @@ template <> __device__ __forceinline__ float q3t_ld_act_f<uint16_t>(const uint16
     return bf16_to_f32(q3t_ld_act(p + i));
 }
 
+// The GEMVs' input vector into shared memory: xs[i] = x[i] * g[i] (g may be NULL: x[i]), block-wide;
+// returns this thread's share of sum(x^2). With K a multiple of 4 and x, g 16-byte aligned it reads
+// float4s, four per thread in flight at once, so K <= 4096 costs one round trip to L2 (a strided
+// scalar loop costs one per 1,024 elements; the frame has ~430 GEMVs waiting on this).
+__device__ __forceinline__ float stage_x(const float* __restrict__ x, const float* __restrict__ g, int k,
+                                         float* __restrict__ xs) {
+    float ss = 0.f;
+    const bool vec = k % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(g) % 16 == 0;
+    if (vec) {
+        const float4* xv = reinterpret_cast<const float4*>(x);
+        const float4* gv = reinterpret_cast<const float4*>(g);
+        float4* xsv = reinterpret_cast<float4*>(xs);
+        const int k4 = k / 4;
+        for (int i0 = threadIdx.x; i0 < k4; i0 += 4 * blockDim.x) {
+            float4 a[4], w[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int i = i0 + j * blockDim.x;
+                a[j] = i < k4 ? xv[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+                w[j] = (g && i < k4) ? gv[i] : make_float4(1.f, 1.f, 1.f, 1.f);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int i = i0 + j * blockDim.x;
+                if (i >= k4) break;
+                ss += a[j].x * a[j].x + a[j].y * a[j].y + a[j].z * a[j].z + a[j].w * a[j].w;
+                xsv[i] = g ? make_float4(a[j].x * w[j].x, a[j].y * w[j].y, a[j].z * w[j].z, a[j].w * w[j].w) : a[j];
+            }
+        }
+        return ss;
+    }
+#pragma unroll 4
+    for (int i = threadIdx.x; i < k; i += blockDim.x) {
+        const float v = x[i];
+        xs[i] = g ? v * g[i] : v;
+        ss += v * v;
+    }
+    return ss;
+}
+
 __device__ __forceinline__ int read_pos(const int* pos_ptr, int pos_add) {
     return (pos_ptr ? *pos_ptr : 0) + pos_add;
 }

@@ -45,12 +45,7 @@ __global__ void __launch_bounds__(kThreads) k_gemv(const W* __restrict__ w, int 
         }
 
     q3t_grid_dep();
-    float ss = 0.f;
-    for (int i = threadIdx.x; i < k; i += blockDim.x) {
-        const float v = x[i];
-        xs[i] = v;
-        ss += v * v;
-    }
+    const float ss = stage_x(x, nullptr, k, xs);
     if (norm_w) {
         // RMSNorm as the reference: statistics in float32, x * rsqrt(mean(x^2) + eps), then * weight.
         const float total = block_sum(ss, red);

@@ -30,8 +30,6 @@
 //   rounding (rs * sum(w * (g * x)) vs sum(w * (g * (x * rs)))).
 #include "common.cuh"
 
-#include <stdlib.h>
-
 namespace {
 
 constexpr int kThreads = 256;
@@ -44,7 +42,7 @@ template <typename W, int MODE, bool VEC, int PRE>
 __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int n_out, int k, int splits,
                                                     const float* __restrict__ x, const float* __restrict__ norm_w,
                                                     float eps, const float* __restrict__ bias,
-                                                    float* __restrict__ y, bool x4) {
+                                                    float* __restrict__ y) {
     constexpr int NR = MODE == Q3T_GEMV_SWIGLU ? 2 : 1;  // weight rows per output
     constexpr int PR = PRE / NR;                         // up-front loads per row
     static_assert(PR >= 1 && PR * NR == PRE, "PRE must be a multiple of the rows per output");
@@ -79,39 +77,7 @@ __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int
     // wait. Behind a branch on a kernel argument (k > 0 always holds here) it stays below them;
     // tests/test_native_build.py checks the order in the SASS.
     if (k > 0) q3t_grid_dep();
-    float ss = 0.f;
-    if (x4) {
-        // 16-byte loads of x (and norm_w), four per thread in flight at once: every shape up to
-        // K = 4096 reads its x in one round trip (the scalar loop below takes K / 1024).
-        const float4* xv = reinterpret_cast<const float4*>(x);
-        const float4* gv = reinterpret_cast<const float4*>(norm_w);
-        float4* xsv = reinterpret_cast<float4*>(xs);
-        const int k4 = k / 4;
-        for (int i0 = threadIdx.x; i0 < k4; i0 += 4 * blockDim.x) {
-            float4 a[4], g[4];
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const int i = i0 + j * blockDim.x;
-                a[j] = i < k4 ? xv[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-                g[j] = (norm_w && i < k4) ? gv[i] : make_float4(1.f, 1.f, 1.f, 1.f);
-            }
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const int i = i0 + j * blockDim.x;
-                if (i >= k4) break;
-                ss += a[j].x * a[j].x + a[j].y * a[j].y + a[j].z * a[j].z + a[j].w * a[j].w;
-                xsv[i] = norm_w ? make_float4(a[j].x * g[j].x, a[j].y * g[j].y, a[j].z * g[j].z, a[j].w * g[j].w)
-                                : a[j];
-            }
-        }
-    } else {
-#pragma unroll 4
-        for (int i = threadIdx.x; i < k; i += blockDim.x) {
-            const float v = x[i];
-            xs[i] = norm_w ? v * norm_w[i] : v;
-            ss += v * v;
-        }
-    }
+    float ss = stage_x(x, norm_w, k, xs);  // xs = x * norm_w; the RMS scale is applied at the end
     if (norm_w) {
         ss = warp_sum(ss);
         if (lane == 0) red[warp] = ss;
@@ -210,19 +176,15 @@ int launch2(const void* w, int n_rows, int k, const float* x, const float* norm_
     const size_t smem = (size_t)k * sizeof(float);
     const int loads = NR * cdiv(chunks, splits);
     const W* wp = static_cast<const W*>(w);
-    // x (and norm_w) as float4: K a multiple of 4, both 16-byte aligned.
-    const char* x4_env = getenv("Q3T_GEMV_X4");  // TEMPORARY A/B switch
-    const bool x4 = k % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                    reinterpret_cast<uintptr_t>(norm_w) % 16 == 0 && !(x4_env && x4_env[0] == '0');
     if (!vec)
-        q3t_launch(k_gemv2<W, MODE, false, 2>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y, x4);
+        q3t_launch(k_gemv2<W, MODE, false, 2>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
     else if (loads <= 2)
-        q3t_launch(k_gemv2<W, MODE, true, 2>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y, x4);
+        q3t_launch(k_gemv2<W, MODE, true, 2>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
     else if (loads <= 4)
-        q3t_launch(k_gemv2<W, MODE, true, 4>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y, x4);
+        q3t_launch(k_gemv2<W, MODE, true, 4>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
     else
         q3t_launch(k_gemv2<W, MODE, true, kMaxPre>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias,
-                   y, x4);
+                   y);
     return q3t_check_launch("q3t_gemv (v2)");
 }
 

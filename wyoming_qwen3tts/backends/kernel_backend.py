@@ -136,6 +136,7 @@ class _Stack:
         self.cos, self.sin = cos.contiguous(), sin.contiguous()
         self.qkv = torch.zeros((hq + 2 * hkv) * hd, **f32)
         self.attn = torch.zeros(hq * hd, **f32)
+        self.q = torch.zeros(hq * hd, **f32)  # TEMPORARY (Q3T_TALKER_ATTN=pair A/B)
         self.mlp = torch.zeros(cfg.intermediate_size, **f32)
         self.scratch = torch.zeros(hq * splits * (hd + 2), **f32)
         self.scale = hd**-0.5
@@ -354,6 +355,13 @@ class KernelBackend:
                 lib.call("q3t_rope_attention", wd, st.qkv.data_ptr(), L.q_norm.data_ptr(), L.k_norm.data_ptr(), eps,
                          st.cos.data_ptr(), st.sin.data_ptr(), pos_ptr, pos_add, hq, hkv, hd, st.max_seq, st.scale,
                          kc.data_ptr(), vc.data_ptr(), st.attn.data_ptr(), stream)  # fmt: skip
+            elif os.environ.get("Q3T_TALKER_ATTN") == "pair":  # TEMPORARY A/B switch
+                lib.call("q3t_qk_norm_rope_append", wd, st.qkv.data_ptr(), L.q_norm.data_ptr(), L.k_norm.data_ptr(),
+                         eps, st.cos.data_ptr(), st.sin.data_ptr(), pos_ptr, pos_add, hq, hkv, hd, st.max_seq,
+                         st.q.data_ptr(), kc.data_ptr(), vc.data_ptr(), stream)  # fmt: skip
+                lib.call("q3t_attention", wd, st.q.data_ptr(), kc.data_ptr(), vc.data_ptr(), pos_ptr, pos_add, hq,
+                         hkv, hd, st.max_seq, st.scale, st.splits, st.scratch.data_ptr(), st.attn.data_ptr(),
+                         stream)  # fmt: skip
             else:  # the Talker: norm, RoPE, append and the split attention's first pass in one launch, then merge
                 lib.call("q3t_rope_attention_split", wd, st.qkv.data_ptr(), L.q_norm.data_ptr(), L.k_norm.data_ptr(),
                          eps, st.cos.data_ptr(), st.sin.data_ptr(), pos_ptr, pos_add, hq, hkv, hd, st.max_seq,
