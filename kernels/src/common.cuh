@@ -191,7 +191,9 @@ __device__ __forceinline__ float stage_x(const float* __restrict__ x, const floa
                 a[j] = i < k4 ? xv[i] : make_float4(0.f, 0.f, 0.f, 0.f);
                 w[j] = (g && i < k4) ? gv[i] : make_float4(1.f, 1.f, 1.f, 1.f);
             }
+#if defined(Q3T_CUDA)  // clang (hipcc) will not unroll a loop with a break and says so (-Werror)
 #pragma unroll
+#endif
             for (int j = 0; j < 4; ++j) {
                 const int i = i0 + j * blockDim.x;
                 if (i >= k4) break;

@@ -136,7 +136,6 @@ class _Stack:
         self.cos, self.sin = cos.contiguous(), sin.contiguous()
         self.qkv = torch.zeros((hq + 2 * hkv) * hd, **f32)
         self.attn = torch.zeros(hq * hd, **f32)
-        self.q = torch.zeros(hq * hd, **f32)  # TEMPORARY (Q3T_TALKER_ATTN=pair A/B)
         self.mlp = torch.zeros(cfg.intermediate_size, **f32)
         self.scratch = torch.zeros(hq * splits * (hd + 2), **f32)
         self.scale = hd**-0.5
@@ -355,24 +354,19 @@ class KernelBackend:
                 lib.call("q3t_rope_attention", wd, st.qkv.data_ptr(), L.q_norm.data_ptr(), L.k_norm.data_ptr(), eps,
                          st.cos.data_ptr(), st.sin.data_ptr(), pos_ptr, pos_add, hq, hkv, hd, st.max_seq, st.scale,
                          kc.data_ptr(), vc.data_ptr(), st.attn.data_ptr(), stream)  # fmt: skip
-            elif os.environ.get("Q3T_TALKER_ATTN") == "pair":  # TEMPORARY A/B switch
-                lib.call("q3t_qk_norm_rope_append", wd, st.qkv.data_ptr(), L.q_norm.data_ptr(), L.k_norm.data_ptr(),
-                         eps, st.cos.data_ptr(), st.sin.data_ptr(), pos_ptr, pos_add, hq, hkv, hd, st.max_seq,
-                         st.q.data_ptr(), kc.data_ptr(), vc.data_ptr(), stream)  # fmt: skip
-                lib.call("q3t_attention", wd, st.q.data_ptr(), kc.data_ptr(), vc.data_ptr(), pos_ptr, pos_add, hq,
-                         hkv, hd, st.max_seq, st.scale, st.splits, st.scratch.data_ptr(), st.attn.data_ptr(),
-                         stream)  # fmt: skip
             else:  # the Talker: norm, RoPE, append and the split attention's first pass in one launch, then merge
                 lib.call("q3t_rope_attention_split", wd, st.qkv.data_ptr(), L.q_norm.data_ptr(), L.k_norm.data_ptr(),
                          eps, st.cos.data_ptr(), st.sin.data_ptr(), pos_ptr, pos_add, hq, hkv, hd, st.max_seq,
                          st.scale, st.splits, st.scratch.data_ptr(), kc.data_ptr(), vc.data_ptr(), st.attn.data_ptr(),
                          stream)  # fmt: skip
+            # The residual adds: x is not written by the kernel just before (attention, gate/up), so
+            # their GEMVs read it before their wait (GEMV_ADD_EARLY).
             lib.call("q3t_gemv", wd, L.o.data_ptr(), c.hidden_size, hq * hd, st.attn.data_ptr(), None, eps, None, xp,
-                     native.GEMV_ADD, stream)  # fmt: skip
+                     native.GEMV_ADD_EARLY, stream)  # fmt: skip
             lib.call("q3t_gemv", wd, L.gate_up.data_ptr(), 2 * c.intermediate_size, c.hidden_size, xp,
                      L.post_norm.data_ptr(), eps, None, st.mlp.data_ptr(), native.GEMV_SWIGLU, stream)  # fmt: skip
             lib.call("q3t_gemv", wd, L.down.data_ptr(), c.hidden_size, c.intermediate_size, st.mlp.data_ptr(), None,
-                     eps, None, xp, native.GEMV_ADD, stream)  # fmt: skip
+                     eps, None, xp, native.GEMV_ADD_EARLY, stream)  # fmt: skip
 
     def _cp_input(self, src: Tensor, stream: int) -> None:
         """cx = small_to_mtp_projection(src) (Identity on 0.6B)."""
