@@ -395,14 +395,36 @@ def test_embed_row_and_sum(lib: native.Native) -> None:
 def _sample(lib: native.Native, logits: torch.Tensor, *, seen: torch.Tensor | None = None, penalty: float = 1.0,
             eos: int = -1, min_new: int = 0, sup: tuple[int, int] = (0, 0), do_sample: bool = False,
             temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0, stream_id: int = 0,
-            step: int = 0) -> int:  # fmt: skip
+            step: int = 0, table: torch.Tensor | None = None, row: torch.Tensor | None = None) -> int:  # fmt: skip
+    """One q3t_sample; with table and row, row gets the drawn id's row of table."""
     out = torch.zeros(1, dtype=torch.int32, device=DEV)
     st = torch.tensor([step], dtype=torch.int32, device=DEV)
     sd = torch.tensor([seed], dtype=torch.int64, device=DEV)
+    row_args = (0, None, 0, 0, None) if table is None else (
+        native.F32 if table.dtype == torch.float32 else native.BF16, table.data_ptr(), table.shape[0], table.shape[1],
+        row.data_ptr() if row is not None else None)  # fmt: skip
     lib.call("q3t_sample", logits.data_ptr(), logits.numel(), seen.data_ptr() if seen is not None else None, penalty,
              eos, min_new, sup[0], sup[1], native.SAMPLE_DO_SAMPLE if do_sample else 0, temperature, top_k, top_p,
-             sd.data_ptr(), stream_id, st.data_ptr(), out.data_ptr(), stream())  # fmt: skip
+             sd.data_ptr(), stream_id, st.data_ptr(), out.data_ptr(), *row_args, stream())  # fmt: skip
     return int(out.item())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_sample_writes_the_drawn_codes_embedding_row(lib: native.Native, dtype: torch.dtype, do_sample: bool) -> None:
+    """q3t_sample with an embedding table writes the drawn id's row (as float32), the row
+    q3t_embed_row would give; the draw itself is the one without a table."""
+    g = gen(21 + int(do_sample))
+    table = torch.randn(2048, 1024, device=DEV, generator=g).to(dtype)
+    for trial in range(5):
+        logits = torch.randn(2048, device=DEV, generator=g) * 3
+        kw = dict(do_sample=do_sample, temperature=0.9, top_k=50, seed=trial, step=trial)
+        row = torch.full((1024,), float("nan"), device=DEV)
+        got = _sample(lib, logits, table=table, row=row, **kw)
+        assert got == _sample(lib, logits, **kw)
+        assert torch.equal(row, table[got].float())
+    with pytest.raises(native.NativeError, match="embedding row"):
+        _sample(lib, torch.zeros(16, device=DEV), table=table, row=None)
 
 
 def test_sample_greedy_matches_reference_processors(lib: native.Native) -> None:

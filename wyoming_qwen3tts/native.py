@@ -78,7 +78,7 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
         _c_int,
         [
             _p, _c_int, _p, _c_float, _c_int, _c_int, _c_int, _c_int, _c_int, _c_float, _c_int, _c_float,
-            _p, _c_int, _p, _p, _p,
+            _p, _c_int, _p, _p, _c_int, _p, _c_int, _c_int, _p, _p,
         ],
     ),
     "q3t_code_predictor": (

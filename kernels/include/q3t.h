@@ -94,8 +94,9 @@ Q3T_API int q3t_embed_sum(int dtype, const void* const* tables, int n_tables, in
  * eos, then greedy argmax or (flags & Q3T_SAMPLE_DO_SAMPLE) temperature, top-k (<= 0: off),
  * top-p (>= 1: off) and a Philox4x32-10 draw keyed by (*seed_ptr, *step_ptr, stream_id); the seed
  * lives on the device so one captured graph serves every request.
- * The id goes to *out_code and, if seen, seen[id] = 1. */
-Q3T_API int q3t_sample(const float* logits, int v, unsigned char* seen, float penalty, int eos, int min_new_tokens, int suppress_lo, int suppress_hi, int flags, float temperature, int top_k, float top_p, const unsigned long long* seed_ptr, int stream_id, const int* step_ptr, int* out_code, void* stream);
+ * The id goes to *out_code and, if seen, seen[id] = 1. With row_table (else NULL), row_out [row_h]
+ * = row id of row_table [row_rows, row_h] (`row_dtype`) as float32, like q3t_embed_row. */
+Q3T_API int q3t_sample(const float* logits, int v, unsigned char* seen, float penalty, int eos, int min_new_tokens, int suppress_lo, int suppress_hi, int flags, float temperature, int top_k, float top_p, const unsigned long long* seed_ptr, int stream_id, const int* step_ptr, int* out_code, int row_dtype, const void* row_table, int row_rows, int row_h, float* row_out, void* stream);
 
 /* The whole CodePredictor of one frame in one persistent kernel (one block per SM, grid-wide
  * barriers between phases): positions 0..n_codes of n_layers layers and the draws of codes

@@ -10,24 +10,38 @@ __global__ void __launch_bounds__(kThreads) k_sample(const float* __restrict__ l
                                                      float penalty, int eos, int min_new, int sup_lo, int sup_hi,
                                                      int flags, float temperature, int top_k, float top_p,
                                                      const unsigned long long* __restrict__ seed_ptr, int stream_id,
-                                                     const int* __restrict__ step_ptr, int* __restrict__ out_code) {
+                                                     const int* __restrict__ step_ptr, int* __restrict__ out_code,
+                                                     int row_dtype, const void* __restrict__ row_table, int row_rows,
+                                                     int row_h, float* __restrict__ row_out) {
     q3t_grid_dep();
     __shared__ float L[kSampleMaxV];
     __shared__ int cand[kSampleMaxV];
     sample_block<kThreads>(logits, v, seen, penalty, eos, min_new, sup_lo, sup_hi, flags, temperature, top_k, top_p,
                            seed_ptr, stream_id, step_ptr, out_code, L, cand);
+    if (!row_table) return;
+    // The drawn code's embedding row (the next CodePredictor input), as q3t_embed_row would: one
+    // launch, and one dependent step of the frame, fewer.
+    __syncthreads();  // thread 0 wrote *out_code
+    int tok = *out_code;
+    tok = tok < 0 ? 0 : (tok >= row_rows ? row_rows - 1 : tok);
+    for (int i = threadIdx.x; i < row_h; i += blockDim.x)
+        row_out[i] = row_dtype == Q3T_BF16 ? Elem<uint16_t>::load(static_cast<const uint16_t*>(row_table) + (size_t)tok * row_h, i)
+                                           : Elem<float>::load(static_cast<const float*>(row_table) + (size_t)tok * row_h, i);
 }
 }  // namespace
 
 extern "C" Q3T_API int q3t_sample(const float* logits, int v, unsigned char* seen, float penalty, int eos,
                                   int min_new_tokens, int suppress_lo, int suppress_hi, int flags, float temperature,
                                   int top_k, float top_p, const unsigned long long* seed_ptr, int stream_id, const int* step_ptr,
-                                  int* out_code, void* stream) {
+                                  int* out_code, int row_dtype, const void* row_table, int row_rows, int row_h,
+                                  float* row_out, void* stream) {
     if (!logits || !out_code || v <= 0 || v > kSampleMaxV)
         return q3t_fail("q3t_sample: bad arguments (v=%d, max %d)", v, kSampleMaxV);
+    if (row_table && (!row_out || row_rows <= 0 || row_h <= 0 || (row_dtype != Q3T_F32 && row_dtype != Q3T_BF16)))
+        return q3t_fail("q3t_sample: bad embedding row arguments (rows=%d h=%d dtype=%d)", row_rows, row_h, row_dtype);
     if (penalty <= 0.f) return q3t_fail("q3t_sample: repetition penalty must be > 0, got %g", (double)penalty);
     q3t_launch(k_sample, 1, kThreads, 0, Q3T_STREAM(stream), logits, v, seen, penalty, eos, min_new_tokens, suppress_lo,
                                                      suppress_hi, flags, temperature, top_k, top_p, seed_ptr, stream_id,
-                                                     step_ptr, out_code);
+                                                     step_ptr, out_code, row_dtype, row_table, row_rows, row_h, row_out);
     return q3t_check_launch("q3t_sample");
 }

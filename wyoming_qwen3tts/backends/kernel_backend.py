@@ -48,6 +48,7 @@ NUM_GROUPS = 16
 SHORT_MAX_SEQ = 64  # q3t_rope_attention's largest cache (kShortMaxSeq in kernels/src/attention_short.cuh)
 SHORT_MAX_ELEMS = 4096  # and its largest max_seq * head_dim (kShortMaxElems)
 MIN_NEW_TOKENS = 2  # EOS is masked for the first two code-0 draws (reference generate)
+_NO_ROW = (0, None, 0, 0, None)  # q3t_sample without the embedding-row output
 NO_EOS = 1 << 30  # min-new-tokens past any length: SamplingParams.suppress_eos (benchmarks)
 
 # Captured prefill (default; Q3T_GRAPH_PREFILL=0 turns it off): prompt lengths are rounded up to one of these, one graph each, captured
@@ -266,7 +267,11 @@ class KernelBackend:
         self.seen = torch.zeros(tc.vocab_size, dtype=torch.uint8, device=self.device)
         self.hn = torch.zeros(tc.hidden_size, **f32)  # final-normed Talker hidden state
         self.x = torch.zeros(tc.hidden_size, **f32)  # Talker residual stream
-        self.cx = torch.zeros(cc.hidden_size, **f32)  # CodePredictor residual stream
+        # CodePredictor residual stream. Without a projection (0.6B) its position-0 input is hn
+        # itself: the same buffer (codec_head reads hn before the CodePredictor overwrites it), so
+        # the frame has no copy (a copy node would also break the chain of PDL launches).
+        alias = self.proj_w is None and not self.cp_fused and tc.hidden_size == cc.hidden_size
+        self.cx = self.hn if alias else torch.zeros(cc.hidden_size, **f32)
         self.e = torch.zeros(tc.hidden_size, **f32)  # embedding row (talker width) before the projection
         self.logits = torch.zeros(tc.vocab_size, **f32)
         self.cp_logits = torch.zeros(cc.vocab_size, **f32)
@@ -371,7 +376,8 @@ class KernelBackend:
     def _cp_input(self, src: Tensor, stream: int) -> None:
         """cx = small_to_mtp_projection(src) (Identity on 0.6B)."""
         if self.proj_w is None:
-            self.cx.copy_(src)
+            if src is not self.cx:
+                self.cx.copy_(src)
         else:
             self.lib.call("q3t_gemv", self.wdtype, self.proj_w.data_ptr(), self.cc.hidden_size, self.tc.hidden_size,
                           src.data_ptr(), None, 0.0, self.proj_b.data_ptr(), self.cx.data_ptr(), native.GEMV_STORE,
@@ -387,11 +393,13 @@ class KernelBackend:
         # Code 0
         lib.call("q3t_gemv", wd, self.codec_head.data_ptr(), tc.vocab_size, tc.hidden_size, self.hn.data_ptr(), None,
                  0.0, None, self.logits.data_ptr(), native.GEMV_STORE, stream)  # fmt: skip
+        # In a captured frame the draw also writes the next CodePredictor input row (position 1).
+        row = self._cp_row_args(1) if hook is None and not self.cp_fused else _NO_ROW
         lib.call("q3t_sample", self.logits.data_ptr(), tc.vocab_size, self.seen.data_ptr(),
                  float(s.repetition_penalty), self.eos_id, NO_EOS if s.suppress_eos else MIN_NEW_TOKENS,
                  tc.vocab_size - 1024, tc.vocab_size,
                  native.SAMPLE_DO_SAMPLE if s.do_sample else 0, float(s.temperature), int(s.top_k), float(s.top_p),
-                 self.seed.data_ptr(), 0, step_ptr, cur, stream)  # fmt: skip
+                 self.seed.data_ptr(), 0, step_ptr, cur, *row, stream)  # fmt: skip
         if hook:
             hook(0, self.logits)
         if self.cp_fused:
@@ -411,10 +419,18 @@ class KernelBackend:
                  tc.rms_norm_eps, stream)  # fmt: skip
         lib.call("q3t_add_i32", state0, 2, 1, stream)
 
+    def _cp_row_args(self, j: int) -> tuple[int, int, int, int, int]:
+        """q3t_sample's embedding-row arguments for CodePredictor position j (1..15): the row of code
+        j - 1 from its table (codec embedding for j = 1, else CodePredictor table j - 2), into the
+        CodePredictor's stream (0.6B) or the projection's input (1.7B)."""
+        table, rows = (self.codec_emb, self.tc.vocab_size) if j == 1 else (self.cp_emb[j - 2], self.cc.vocab_size)
+        dst = self.e if self.proj_w is not None else self.cx
+        return self.wdtype, table.data_ptr(), rows, self.tc.hidden_size, dst.data_ptr()
+
     def _layered_cp_calls(self, s: SamplingParams, stream: int,
                           hook: Callable[[int, Tensor], None] | None) -> None:  # fmt: skip
         """Codes 1..15 of the frame into self.cur, one launch per op (Q3T_CP=layers)."""
-        lib, wd, tc, cc = self.lib, self.wdtype, self.tc, self.cc
+        lib, wd, cc = self.lib, self.wdtype, self.cc
         step_ptr = self.state.data_ptr() + 4
         cur = self.cur.data_ptr()
         # CodePredictor: position 0 is h, position 1 is Ec(c0), then one position per code.
@@ -422,20 +438,19 @@ class KernelBackend:
         self._layer_calls(self.cp, self.cx, None, 0, stream)
         sub_flags = native.SAMPLE_DO_SAMPLE if s.subtalker_do_sample else 0
         for j in range(1, NUM_GROUPS):
-            table, rows = (self.codec_emb, tc.vocab_size) if j == 1 else (self.cp_emb[j - 2], cc.vocab_size)
-            # Without a projection (0.6B) the row goes straight into the CodePredictor's stream.
-            dst = self.e if self.proj_w is not None else self.cx
-            lib.call("q3t_embed_row", wd, table.data_ptr(), rows, tc.hidden_size, cur + 4 * (j - 1),
-                     dst.data_ptr(), stream)  # fmt: skip
+            if hook:  # teacher forcing: the hook replaced code j - 1 after its draw; embed that one
+                wdt, table, rows, h, dst = self._cp_row_args(j)
+                lib.call("q3t_embed_row", wdt, table, rows, h, cur + 4 * (j - 1), dst, stream)
             if self.proj_w is not None:
                 self._cp_input(self.e, stream)
             self._layer_calls(self.cp, self.cx, None, j, stream)
             lib.call("q3t_gemv", wd, self.lm_heads[j - 1].data_ptr(), cc.vocab_size, cc.hidden_size,
                      self.cx.data_ptr(), self.cp_norm.data_ptr(), cc.rms_norm_eps, None, self.cp_logits.data_ptr(),
                      native.GEMV_STORE, stream)  # fmt: skip
+            row = self._cp_row_args(j + 1) if hook is None and j + 1 < NUM_GROUPS else _NO_ROW
             lib.call("q3t_sample", self.cp_logits.data_ptr(), cc.vocab_size, None, 1.0, -1, 0, 0, 0, sub_flags,
                      float(s.subtalker_temperature), int(s.subtalker_top_k), float(s.subtalker_top_p), self.seed.data_ptr(), j,
-                     step_ptr, cur + 4 * j, stream)  # fmt: skip
+                     step_ptr, cur + 4 * j, *row, stream)  # fmt: skip
             if hook:
                 hook(j, self.cp_logits)
 
