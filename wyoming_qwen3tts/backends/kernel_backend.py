@@ -393,8 +393,11 @@ class KernelBackend:
         # Code 0
         lib.call("q3t_gemv", wd, self.codec_head.data_ptr(), tc.vocab_size, tc.hidden_size, self.hn.data_ptr(), None,
                  0.0, None, self.logits.data_ptr(), native.GEMV_STORE, stream)  # fmt: skip
-        # In a captured frame the draw also writes the next CodePredictor input row (position 1).
-        row = self._cp_row_args(1) if hook is None and not self.cp_fused else _NO_ROW
+        # In a captured frame the draw also writes the next CodePredictor input row (position 1), on
+        # the 1.7B into the projection's input; on the 0.6B that row is the CodePredictor stream
+        # itself, which position 0 still needs: embedded after it instead (below).
+        fuse_row = hook is None and not self.cp_fused and self.proj_w is not None
+        row = self._cp_row_args(1) if fuse_row else _NO_ROW
         lib.call("q3t_sample", self.logits.data_ptr(), tc.vocab_size, self.seen.data_ptr(),
                  float(s.repetition_penalty), self.eos_id, NO_EOS if s.suppress_eos else MIN_NEW_TOKENS,
                  tc.vocab_size - 1024, tc.vocab_size,
@@ -438,7 +441,9 @@ class KernelBackend:
         self._layer_calls(self.cp, self.cx, None, 0, stream)
         sub_flags = native.SAMPLE_DO_SAMPLE if s.subtalker_do_sample else 0
         for j in range(1, NUM_GROUPS):
-            if hook:  # teacher forcing: the hook replaced code j - 1 after its draw; embed that one
+            if hook or (j == 1 and self.proj_w is None):
+                # Teacher forcing (the hook replaced code j - 1 after its draw: embed that one), or
+                # the 0.6B's position 1 (see the code-0 draw).
                 wdt, table, rows, h, dst = self._cp_row_args(j)
                 lib.call("q3t_embed_row", wdt, table, rows, h, cur + 4 * (j - 1), dst, stream)
             if self.proj_w is not None:
