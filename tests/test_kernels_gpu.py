@@ -90,7 +90,7 @@ def _gemv_case(n: int, k: int, dtype: torch.dtype, mode: int, with_norm: bool, s
         r = wm.double() @ xd
         if mode == native.GEMV_SWIGLU:
             return torch.nn.functional.silu(r[0::2]) * r[1::2]
-        if mode in (native.GEMV_ADD, native.GEMV_ADD_EARLY):
+        if mode == native.GEMV_ADD:
             return y0.double() + r
         return r + bias.double()
 
@@ -100,7 +100,7 @@ def _gemv_case(n: int, k: int, dtype: torch.dtype, mode: int, with_norm: bool, s
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("mode", [native.GEMV_STORE, native.GEMV_ADD, native.GEMV_SWIGLU, native.GEMV_ADD_EARLY])
+@pytest.mark.parametrize("mode", [native.GEMV_STORE, native.GEMV_ADD, native.GEMV_SWIGLU])
 @pytest.mark.parametrize("with_norm", [False, True])
 @pytest.mark.parametrize("n,k", [(3072, 2048), (2048, 6144), (1024, 1024), (64, 100), (130, 16)])
 def test_gemv(lib: native.Native, dtype: torch.dtype, mode: int, with_norm: bool, n: int, k: int) -> None:
@@ -154,7 +154,7 @@ def gemv_variant(lib: native.Native, variant: str, fill: str | None = None) -> I
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("mode", [native.GEMV_STORE, native.GEMV_ADD, native.GEMV_SWIGLU, native.GEMV_ADD_EARLY])
+@pytest.mark.parametrize("mode", [native.GEMV_STORE, native.GEMV_ADD, native.GEMV_SWIGLU])
 @pytest.mark.parametrize("with_norm", [False, True])
 @pytest.mark.parametrize("n,k", GEMV_V2_SHAPES)
 def test_gemv_v2(lib: native.Native, dtype: torch.dtype, mode: int, with_norm: bool, n: int, k: int) -> None:

@@ -37,7 +37,6 @@ BF16 = 1
 GEMV_STORE = 0
 GEMV_ADD = 1
 GEMV_SWIGLU = 2
-GEMV_ADD_EARLY = 3
 SAMPLE_DO_SAMPLE = 1
 
 _c_int = ctypes.c_int

@@ -39,7 +39,6 @@ extern "C" {
 #define Q3T_GEMV_STORE 0    /* y[n] = dot(W[n], xn) (+ bias[n]) */
 #define Q3T_GEMV_ADD 1      /* y[n] += dot(W[n], xn)  (residual add) */
 #define Q3T_GEMV_SWIGLU 2   /* W rows interleaved gate/up: y[i] = silu(dot(W[2i], xn)) * dot(W[2i+1], xn); N = 2 * len(y) */
-#define Q3T_GEMV_ADD_EARLY 3  /* as ADD, but y is read before the kernel waits for its predecessor (programmatic dependent launch): the kernel launched just before must not write y */
 
 /* Logits-processing flags for q3t_sample */
 #define Q3T_SAMPLE_DO_SAMPLE 1  /* else greedy argmax (lowest index among equal maxima) */

@@ -136,8 +136,6 @@ extern "C" Q3T_API int q3t_gemv(int dtype, const void* w, int n_rows, int k, con
     switch (mode) {                                                                       \
         case Q3T_GEMV_STORE: return launch<T, Q3T_GEMV_STORE>(w, n_rows, k, x, norm_w, eps, bias, y, s); \
         case Q3T_GEMV_ADD: return launch<T, Q3T_GEMV_ADD>(w, n_rows, k, x, norm_w, eps, bias, y, s);     \
-        /* v1 (long rows): plain ADD; ptxas puts its wait above its loads anyway */             \
-        case Q3T_GEMV_ADD_EARLY: return launch<T, Q3T_GEMV_ADD>(w, n_rows, k, x, norm_w, eps, bias, y, s); \
         case Q3T_GEMV_SWIGLU: return launch<T, Q3T_GEMV_SWIGLU>(w, n_rows, k, x, norm_w, eps, bias, y, s); \
         default: return q3t_fail("q3t_gemv: unknown mode %d", mode);                     \
     }

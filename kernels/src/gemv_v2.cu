@@ -43,7 +43,6 @@ __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int
                                                     const float* __restrict__ x, const float* __restrict__ norm_w,
                                                     float eps, const float* __restrict__ bias,
                                                     float* __restrict__ y) {
-    constexpr bool ADD = MODE == Q3T_GEMV_ADD || MODE == Q3T_GEMV_ADD_EARLY;
     constexpr int NR = MODE == Q3T_GEMV_SWIGLU ? 2 : 1;  // weight rows per output
     constexpr int PR = PRE / NR;                         // up-front loads per row
     static_assert(PR >= 1 && PR * NR == PRE, "PRE must be a multiple of the rows per output");
@@ -77,11 +76,6 @@ __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int
     // basic block, so in gemv.cu's kernel the "early" weight loads are in fact issued after the
     // wait. Behind a branch on a kernel argument (k > 0 always holds here) it stays below them;
     // tests/test_native_build.py checks the order in the SASS.
-    // Q3T_GEMV_ADD_EARLY: the residual this thread adds to is not written by the kernel before
-    // (the caller says so), so its load goes out before the wait too.
-    float y_old = 0.f;
-    const int y_at = (int)(blockIdx.x * per_block + threadIdx.x);
-    if (MODE == Q3T_GEMV_ADD_EARLY && (int)threadIdx.x < per_block && y_at < n_out) y_old = y[y_at];
     if (k > 0) q3t_grid_dep();
     float ss = stage_x(x, norm_w, k, xs);  // xs = x * norm_w; the RMS scale is applied at the end
     if (norm_w) {
@@ -156,8 +150,8 @@ __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int
         // silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), in float32 as torch does it.
         const float g = s[0], u = s[NR - 1];
         y[out] = (g / (1.0f + expf(-g))) * u;
-    } else if (ADD) {
-        y[out] = (MODE == Q3T_GEMV_ADD_EARLY ? y_old : y[out]) + s[0];
+    } else if (MODE == Q3T_GEMV_ADD) {
+        y[out] += s[0];
     } else {
         y[out] = bias ? s[0] + bias[out] : s[0];
     }
@@ -203,7 +197,6 @@ int q3t_gemv_v2(int dtype, const void* w, int n_rows, int k, const float* x, con
     switch (mode) {                                                                                       \
         case Q3T_GEMV_STORE: return launch2<T, Q3T_GEMV_STORE>(w, n_rows, k, x, norm_w, eps, bias, y, s);   \
         case Q3T_GEMV_ADD: return launch2<T, Q3T_GEMV_ADD>(w, n_rows, k, x, norm_w, eps, bias, y, s);       \
-        case Q3T_GEMV_ADD_EARLY: return launch2<T, Q3T_GEMV_ADD_EARLY>(w, n_rows, k, x, norm_w, eps, bias, y, s); \
         case Q3T_GEMV_SWIGLU: return launch2<T, Q3T_GEMV_SWIGLU>(w, n_rows, k, x, norm_w, eps, bias, y, s); \
         default: return q3t_fail("q3t_gemv: unknown mode %d", mode);                                       \
     }

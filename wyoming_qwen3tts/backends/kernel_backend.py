@@ -267,11 +267,7 @@ class KernelBackend:
         self.seen = torch.zeros(tc.vocab_size, dtype=torch.uint8, device=self.device)
         self.hn = torch.zeros(tc.hidden_size, **f32)  # final-normed Talker hidden state
         self.x = torch.zeros(tc.hidden_size, **f32)  # Talker residual stream
-        # CodePredictor residual stream. Without a projection (0.6B) its position-0 input is hn
-        # itself: the same buffer (codec_head reads hn before the CodePredictor overwrites it), so
-        # the frame has no copy (a copy node would also break the chain of PDL launches).
-        alias = self.proj_w is None and not self.cp_fused and tc.hidden_size == cc.hidden_size
-        self.cx = self.hn if alias else torch.zeros(cc.hidden_size, **f32)
+        self.cx = torch.zeros(cc.hidden_size, **f32)  # CodePredictor residual stream
         self.e = torch.zeros(tc.hidden_size, **f32)  # embedding row (talker width) before the projection
         self.logits = torch.zeros(tc.vocab_size, **f32)
         self.cp_logits = torch.zeros(cc.vocab_size, **f32)
@@ -364,20 +360,17 @@ class KernelBackend:
                          eps, st.cos.data_ptr(), st.sin.data_ptr(), pos_ptr, pos_add, hq, hkv, hd, st.max_seq,
                          st.scale, st.splits, st.scratch.data_ptr(), kc.data_ptr(), vc.data_ptr(), st.attn.data_ptr(),
                          stream)  # fmt: skip
-            # The residual adds: x is not written by the kernel just before (attention, gate/up), so
-            # their GEMVs read it before their wait (GEMV_ADD_EARLY).
             lib.call("q3t_gemv", wd, L.o.data_ptr(), c.hidden_size, hq * hd, st.attn.data_ptr(), None, eps, None, xp,
-                     native.GEMV_ADD_EARLY, stream)  # fmt: skip
+                     native.GEMV_ADD, stream)  # fmt: skip
             lib.call("q3t_gemv", wd, L.gate_up.data_ptr(), 2 * c.intermediate_size, c.hidden_size, xp,
                      L.post_norm.data_ptr(), eps, None, st.mlp.data_ptr(), native.GEMV_SWIGLU, stream)  # fmt: skip
             lib.call("q3t_gemv", wd, L.down.data_ptr(), c.hidden_size, c.intermediate_size, st.mlp.data_ptr(), None,
-                     eps, None, xp, native.GEMV_ADD_EARLY, stream)  # fmt: skip
+                     eps, None, xp, native.GEMV_ADD, stream)  # fmt: skip
 
     def _cp_input(self, src: Tensor, stream: int) -> None:
         """cx = small_to_mtp_projection(src) (Identity on 0.6B)."""
         if self.proj_w is None:
-            if src is not self.cx:
-                self.cx.copy_(src)
+            self.cx.copy_(src)
         else:
             self.lib.call("q3t_gemv", self.wdtype, self.proj_w.data_ptr(), self.cc.hidden_size, self.tc.hidden_size,
                           src.data_ptr(), None, 0.0, self.proj_b.data_ptr(), self.cx.data_ptr(), native.GEMV_STORE,
