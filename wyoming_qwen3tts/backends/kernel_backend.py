@@ -17,7 +17,7 @@ tensor the kernels then read ([layers, 2, max_seq, kv_heads, head_dim], model dt
 By default that torch prefill is captured as one CUDA graph per bucket length and replayed,
 instead of ~1,700 small launches issued from Python (see `_graph_prefill`; `warm_up` captures the
 buckets of common prompt lengths at start-up; Q3T_GRAPH_PREFILL=0 runs it eagerly).
-The CodePredictor part of the frame (16 positions x 5 layers and 15 draws) runs as ~420 launches
+The CodePredictor part of the frame (16 positions x 5 layers and 15 draws) runs as ~430-450 launches
 in the graph; Q3T_CP=fused runs it instead as one persistent kernel (`q3t_code_predictor`: one
 block per SM, grid-wide barriers between its phases; same numbers up to the order of some float32
 sums, same draws). It measured slower on the H200 so far (docs/performance.md), so it is opt-in.
