@@ -9,6 +9,24 @@ namespace {
 constexpr int kThreads = 256;  // 8 warps: a 16-key CodePredictor context takes two steps per warp
 constexpr int kMaxD = 256;
 
+// One key of the online softmax (per warp): its score sc and its value row (value(i), dimension i)
+// folded into the running max m, sum l and accumulator acc (lanes over head dimensions).
+template <int kPer, typename Value>
+__device__ __forceinline__ void online_softmax_step(float sc, Value value, int d, float& m, float& l,
+                                                    float (&acc)[kPer]) {
+    const int lane = threadIdx.x % Q3T_WARP;
+    const float m_new = fmaxf(m, sc);
+    const float corr = expf(m - m_new);  // 0 on the first key (m = -inf)
+    const float p = expf(sc - m_new);
+    l = l * corr + p;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+        const int i = lane + j * Q3T_WARP;
+        if (i < d) acc[j] = acc[j] * corr + p * value(i);
+    }
+    m = m_new;
+}
+
 // The end of a partial block: its warps' (max, sum, accumulator) merged into one, written to
 // scratch (or, with one chunk, the normalised result to direct).
 template <int kPer>
@@ -100,16 +118,7 @@ __global__ void __launch_bounds__(kThreads) k_attn_partial(const float* __restri
             if (i < d) s += qr[j] * Elem<C>::load(krow, i);
         }
         s = warp_sum(s) * scale;
-        const float m_new = fmaxf(m, s);
-        const float corr = expf(m - m_new);  // 0 on the first key (m = -inf)
-        const float p = expf(s - m_new);
-        l = l * corr + p;
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) {
-            const int i = lane + j * Q3T_WARP;
-            if (i < d) acc[j] = acc[j] * corr + p * Elem<C>::load(vrow, i);
-        }
-        m = m_new;
+        online_softmax_step(s, [&](int i) { return Elem<C>::load(vrow, i); }, d, m, l, acc);
     }
     partial_out(m, l, acc, h, split, d, splits, sm_m, sm_l, sm_acc, scratch, direct);
 }
@@ -173,16 +182,10 @@ __global__ void __launch_bounds__(kThreads) k_rope_attn_partial(
         kh[e] = q3t_ld_act(kc + at);
         vh[e] = q3t_ld_act(vc + at);
     }
-    float qn_i = 0.f, kn_i = 0.f, c_i = 0.f, s_i = 0.f;
-    if (tid < d) {
-        qn_i = qn[tid];
-        kn_i = kn[tid];
-        c_i = cos_tab[(size_t)pos * d + tid];
-        s_i = sin_tab[(size_t)pos * d + tid];
-    }
+    const ShortConsts k = short_head_consts(qn, kn, cos_tab, sin_tab, pos, d);
     q3t_grid_dep();
 
-    // q of head h (and k, v of its group where the chunk holds pos): RMSNorm, RoPE.
+    // q of head h (and k, v of its group where the chunk holds pos): RMSNorm, RoPE, append.
     float a = 0.f, b = 0.f, v = 0.f;
     if (tid < d) {
         a = qkv[(size_t)h * d + tid];
@@ -191,44 +194,7 @@ __global__ void __launch_bounds__(kThreads) k_rope_attn_partial(
             v = round_to<C>(qkv[(size_t)(hq + hkv + kvh) * d + tid]);
         }
     }
-    float sq = warp_sum(a * a), sk = warp_sum(b * b);
-    if (lane == 0) {
-        red[warp] = sq;
-        red[16 + warp] = sk;
-    }
-    __syncthreads();
-    sq = 0.f;
-    sk = 0.f;
-    for (int w = 0; w < nwarps; ++w) {
-        sq += red[w];
-        sk += red[16 + w];
-    }
-    const float rq = rsqrtf(sq / (float)d + eps), rk = rsqrtf(sk / (float)d + eps);
-    if (tid < d) {
-        qs[tid] = qn_i * (a * rq);
-        ks[tid] = kn_i * (b * rk);
-    }
-    __syncthreads();
-    const int half = d / 2;
-    float qo = 0.f, ko = 0.f;
-    if (tid < d) {
-        const float qr = tid < half ? -qs[tid + half] : qs[tid - half];
-        const float kr = tid < half ? -ks[tid + half] : ks[tid - half];
-        qo = __fadd_rn(__fmul_rn(qs[tid], c_i), __fmul_rn(qr, s_i));
-        ko = round_to<C>(__fadd_rn(__fmul_rn(ks[tid], c_i), __fmul_rn(kr, s_i)));
-    }
-    __syncthreads();
-    if (tid < d) {
-        qs[tid] = qo;
-        ks[tid] = ko;
-        vs[tid] = v;
-        if (has_pos && h % group == 0) {
-            const size_t at = ((size_t)pos * hkv + kvh) * d + tid;
-            Elem<C>::store(kc, (int)at, ko);
-            Elem<C>::store(vc, (int)at, v);
-        }
-    }
-    __syncthreads();
+    norm_rope_head<C>(a, b, v, k, eps, d, pos, kvh, hkv, has_pos && h % group == 0, kc, vc, qs, ks, vs, red);
 
     float qr[kPer], acc[kPer];
 #pragma unroll
@@ -249,16 +215,7 @@ __global__ void __launch_bounds__(kThreads) k_rope_attn_partial(
             if (i < d) sc += qr[j] * (t == pos ? ks[i] : Elem<C>::load(krow, i));
         }
         sc = warp_sum(sc) * scale;
-        const float m_new = fmaxf(m, sc);
-        const float corr = expf(m - m_new);  // 0 on the first key (m = -inf)
-        const float p = expf(sc - m_new);
-        l = l * corr + p;
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) {
-            const int i = lane + j * Q3T_WARP;
-            if (i < d) acc[j] = acc[j] * corr + p * (t == pos ? vs[i] : Elem<C>::load(vrow, i));
-        }
-        m = m_new;
+        online_softmax_step(sc, [&](int i) { return t == pos ? vs[i] : Elem<C>::load(vrow, i); }, d, m, l, acc);
     }
     partial_out(m, l, acc, h, split, d, splits, sm_m, sm_l, sm_acc, scratch, direct);
 }

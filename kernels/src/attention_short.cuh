@@ -57,29 +57,17 @@ __device__ __forceinline__ ShortConsts short_head_consts(const float* __restrict
     return ShortConsts{qn[i], kn[i], cos_tab[(size_t)pos * d + i], sin_tab[(size_t)pos * d + i]};
 }
 
-// Head h: its q and the group's k, v from qkv [(hq + 2 hkv) d], with hist from short_history.
-// sm: 3 d + kShortMaxSeq floats; red: 32 floats. Needs d <= blockDim.x.
+// This thread's element (tid < d) of head h's q and its KV group's k and v -> q and k RMSNorm'd
+// and rotated (rotate-half RoPE at pos, two roundings like torch's separate multiplies), k and v
+// rounded to the cache type, into qs, ks, vs (shared, d floats each); with append, also into the
+// caches at row pos. red: 32 floats. Block-wide (barriers); needs d <= blockDim.x.
 template <typename C>
-__device__ void short_head(const float* qkv, ShortConsts k, float eps, int pos, int h, int hq, int hkv, int d,
-                           float scale, C* kc, C* vc, const C* hist, float* out, float* sm, float* red) {
-    const int group = hq / hkv, kvh = h / group;
+__device__ void norm_rope_head(float a, float b, float v, ShortConsts k, float eps, int d, int pos, int kvh, int hkv,
+                               bool append, C* kc, C* vc, float* qs, float* ks, float* vs, float* red) {
     const int tid = threadIdx.x, lane = tid % Q3T_WARP, warp = tid / Q3T_WARP, nwarps = blockDim.x / Q3T_WARP;
-    float* qs = sm;
-    float* ks = sm + d;
-    float* vs = sm + 2 * d;
-    float* sc = sm + 3 * d;  // kShortMaxSeq scores
-    const C* kh = hist;
-    const C* vh = hist + (size_t)pos * d;
-    const int half = d / 2;
-    float a = 0.f, b = 0.f, v = 0.f;
-    if (tid < d) {
-        a = q3t_ld_act(qkv + (size_t)h * d + tid);
-        b = q3t_ld_act(qkv + (size_t)(hq + kvh) * d + tid);
-        v = round_to<C>(q3t_ld_act(qkv + (size_t)(hq + hkv + kvh) * d + tid));
-    }
     // Both sums of squares in one reduction (red[w]: q, red[16 + w]: k; nwarps <= 16).
     float sq = warp_sum(a * a), sk = warp_sum(b * b);
-    __syncthreads();  // red, sm and hist: earlier users done, short_history's writes visible
+    __syncthreads();  // red and qs/ks/vs: earlier users done (and the caller's shared writes visible)
     if (lane == 0) {
         red[warp] = sq;
         red[16 + warp] = sk;
@@ -98,10 +86,10 @@ __device__ void short_head(const float* qkv, ShortConsts k, float eps, int pos, 
         vs[tid] = v;
     }
     __syncthreads();
+    const int half = d / 2;
     float qo = 0.f, ko = 0.f;
     if (tid < d) {
         const int i = tid;
-        // x * cos + rotate_half(x) * sin, two roundings like torch's separate multiplies.
         const float qr = i < half ? -qs[i + half] : qs[i - half];
         const float kr = i < half ? -ks[i + half] : ks[i - half];
         qo = __fadd_rn(__fmul_rn(qs[i], k.c), __fmul_rn(qr, k.s));
@@ -111,13 +99,35 @@ __device__ void short_head(const float* qkv, ShortConsts k, float eps, int pos, 
     if (tid < d) {
         qs[tid] = qo;
         ks[tid] = ko;
-        if (h % group == 0) {
+        if (append) {
             const size_t at = ((size_t)pos * hkv + kvh) * d + tid;
             Elem<C>::store(kc, (int)at, ko);
             Elem<C>::store(vc, (int)at, v);
         }
     }
     __syncthreads();
+}
+
+// Head h: its q and the group's k, v from qkv [(hq + 2 hkv) d], with hist from short_history.
+// sm: 3 d + kShortMaxSeq floats; red: 32 floats. Needs d <= blockDim.x.
+template <typename C>
+__device__ void short_head(const float* qkv, ShortConsts k, float eps, int pos, int h, int hq, int hkv, int d,
+                           float scale, C* kc, C* vc, const C* hist, float* out, float* sm, float* red) {
+    const int group = hq / hkv, kvh = h / group;
+    const int tid = threadIdx.x, lane = tid % Q3T_WARP, warp = tid / Q3T_WARP, nwarps = blockDim.x / Q3T_WARP;
+    float* qs = sm;
+    float* ks = sm + d;
+    float* vs = sm + 2 * d;
+    float* sc = sm + 3 * d;  // kShortMaxSeq scores
+    const C* kh = hist;
+    const C* vh = hist + (size_t)pos * d;
+    float a = 0.f, b = 0.f, v = 0.f;
+    if (tid < d) {
+        a = q3t_ld_act(qkv + (size_t)h * d + tid);
+        b = q3t_ld_act(qkv + (size_t)(hq + kvh) * d + tid);
+        v = round_to<C>(q3t_ld_act(qkv + (size_t)(hq + hkv + kvh) * d + tid));
+    }
+    norm_rope_head<C>(a, b, v, k, eps, d, pos, kvh, hkv, h % group == 0, kc, vc, qs, ks, vs, red);
     for (int t = warp; t <= pos; t += nwarps) {
         float s = 0.f;
         const C* krow = kh + (size_t)t * d;
