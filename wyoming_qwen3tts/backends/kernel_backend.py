@@ -8,9 +8,10 @@ How a frame runs (batch 1): one fixed sequence of kernel launches is captured on
 16 CodePredictor passes (position 0 = h, 1 = Ec(c0), then one per code), each ending in a
 fused final-norm + lm_head and a draw that also writes the next position's embedding row -> the
 16-embedding sum plus trailing text -> 28 Talker layers (their q/k norm, RoPE, KV append and
-split attention in one launch plus a merge) -> final norm. Everything that changes between frames (Talker position, frame index,
-sampled codes, the repetition-penalty set) lives in device memory, so the same graph replays
-for every frame; `next_frames(n)` replays it n times and syncs once to read the n frames back.
+split attention in one launch plus a merge) -> final norm. Everything that changes between
+frames (Talker position, frame index, sampled codes, the repetition-penalty set) lives in device
+memory, so the same graph replays for every frame; `next_frames(n)` replays it n times and syncs
+once to read the n frames back.
 
 The prompt prefill is a one-off and runs through the torch Talker into the same KV cache
 tensor the kernels then read ([layers, 2, max_seq, kv_heads, head_dim], model dtype).
@@ -387,11 +388,7 @@ class KernelBackend:
         # Code 0
         lib.call("q3t_gemv", wd, self.codec_head.data_ptr(), tc.vocab_size, tc.hidden_size, self.hn.data_ptr(), None,
                  0.0, None, self.logits.data_ptr(), native.GEMV_STORE, stream)  # fmt: skip
-        # In a captured frame the draw also writes the next CodePredictor input row (position 1), on
-        # the 1.7B into the projection's input; on the 0.6B that row is the CodePredictor stream
-        # itself, which position 0 still needs: embedded after it instead (below).
-        fuse_row = hook is None and not self.cp_fused and self.proj_w is not None
-        row = self._cp_row_args(1) if fuse_row else _NO_ROW
+        row = self._cp_row_args(1) if not self.cp_fused and self._draw_embeds(1, hook) else _NO_ROW
         lib.call("q3t_sample", self.logits.data_ptr(), tc.vocab_size, self.seen.data_ptr(),
                  float(s.repetition_penalty), self.eos_id, NO_EOS if s.suppress_eos else MIN_NEW_TOKENS,
                  tc.vocab_size - 1024, tc.vocab_size,
@@ -416,6 +413,13 @@ class KernelBackend:
                  tc.rms_norm_eps, stream)  # fmt: skip
         lib.call("q3t_add_i32", state0, 2, 1, stream)
 
+    def _draw_embeds(self, j: int, hook: Callable[[int, Tensor], None] | None) -> bool:
+        """Whether the draw of code j - 1 also writes CodePredictor position j's input row (else
+        q3t_embed_row does, after it). Not under teacher forcing (the hook replaces the drawn code
+        after the draw), and not for position 1 on the 0.6B, whose row goes straight into the
+        CodePredictor stream that position 0 is still using when code 0 is drawn."""
+        return hook is None and (j >= 2 or self.proj_w is not None)
+
     def _cp_row_args(self, j: int) -> tuple[int, int, int, int, int]:
         """q3t_sample's embedding-row arguments for CodePredictor position j (1..15): the row of code
         j - 1 from its table (codec embedding for j = 1, else CodePredictor table j - 2), into the
@@ -435,9 +439,7 @@ class KernelBackend:
         self._layer_calls(self.cp, self.cx, None, 0, stream)
         sub_flags = native.SAMPLE_DO_SAMPLE if s.subtalker_do_sample else 0
         for j in range(1, NUM_GROUPS):
-            if hook or (j == 1 and self.proj_w is None):
-                # Teacher forcing (the hook replaced code j - 1 after its draw: embed that one), or
-                # the 0.6B's position 1 (see the code-0 draw).
+            if not self._draw_embeds(j, hook):
                 wdt, table, rows, h, dst = self._cp_row_args(j)
                 lib.call("q3t_embed_row", wdt, table, rows, h, cur + 4 * (j - 1), dst, stream)
             if self.proj_w is not None:
@@ -446,7 +448,7 @@ class KernelBackend:
             lib.call("q3t_gemv", wd, self.lm_heads[j - 1].data_ptr(), cc.vocab_size, cc.hidden_size,
                      self.cx.data_ptr(), self.cp_norm.data_ptr(), cc.rms_norm_eps, None, self.cp_logits.data_ptr(),
                      native.GEMV_STORE, stream)  # fmt: skip
-            row = self._cp_row_args(j + 1) if hook is None and j + 1 < NUM_GROUPS else _NO_ROW
+            row = self._cp_row_args(j + 1) if j + 1 < NUM_GROUPS and self._draw_embeds(j + 1, hook) else _NO_ROW
             lib.call("q3t_sample", self.cp_logits.data_ptr(), cc.vocab_size, None, 1.0, -1, 0, 0, 0, sub_flags,
                      float(s.subtalker_temperature), int(s.subtalker_top_k), float(s.subtalker_top_p), self.seed.data_ptr(), j,
                      step_ptr, cur + 4 * j, *row, stream)  # fmt: skip
