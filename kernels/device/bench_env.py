@@ -3,8 +3,9 @@
 default sampling, 200 frames, each setting measured twice (in order, then in reverse order, so
 clock drift shows as spread). Random full-size bf16 models.
 
-Usage: python kernels/device/bench_env.py "Q3T_GEMV=v1" "Q3T_GEMV=v2" [--sizes 0.6b,1.7b]
-(a setting is NAME=VALUE[,NAME=VALUE...]; "-" is the defaults). Prints one JSON line per size.
+Usage: python kernels/device/bench_env.py "Q3T_GEMV=v1" "Q3T_GEMV=v2" [--sizes 0.6b,1.7b] [--greedy]
+(a setting is NAME=VALUE[,NAME=VALUE...]; "-" is the defaults; Q3T_CFLAGS=... selects a library
+built with those compiler flags, e.g. "Q3T_CFLAGS=-DQ3T_PDL_TRIGGER=1"). Prints one JSON line per size.
 """
 
 from __future__ import annotations
@@ -26,15 +27,25 @@ from wyoming_qwen3tts.model.prompt import build_prompt  # noqa: E402
 from wyoming_qwen3tts.request import SamplingParams  # noqa: E402
 
 
-def apply(setting: str, names: set[str], lib: native.Native) -> None:
-    """Unset every variable any setting names, set this one's, re-run q3t_init (which reads them)."""
+_libs: dict[str, native.Native] = {}
+
+
+def apply(setting: str, names: set[str]) -> native.Native:
+    """Unset every variable any setting names, set this one's, re-run q3t_init (which reads them).
+    Q3T_CFLAGS (compiler flags) selects another build of the library: built here if needed and
+    made the one native.load() returns, so the backend created next runs on it."""
     for name in names:
         os.environ.pop(name, None)
     if setting != "-":
         for pair in setting.split(","):
             name, _, value = pair.partition("=")
             os.environ[name] = value
+    flags = os.environ.get("Q3T_CFLAGS", "")
+    if flags not in _libs:
+        _libs[flags] = native.Native(native.build())
+    lib = native._loaded = _libs[flags]
     lib.init(0)
+    return lib
 
 
 def main(argv: list[str]) -> None:
@@ -43,21 +54,26 @@ def main(argv: list[str]) -> None:
         i = argv.index("--sizes")
         sizes = argv[i + 1].split(",")
         argv = argv[:i] + argv[i + 2 :]
+    greedy = "--greedy" in argv  # also time greedy decoding (argmax draws): the sampler's share
+    argv = [a for a in argv if a != "--greedy"]
     settings = argv or ["-"]
     names = {p.partition("=")[0] for s in settings if s != "-" for p in s.split(",")}
-    lib = native.load(0)
+    native.load(0)
     for size in sizes:
         model = random_model(size, torch.bfloat16)  # EOS row zeroed: every run decodes all its frames
         prompt = build_prompt(model, text_ids(20), "ryan", "english")
         res: dict[str, object] = {"size": size, "gpu": torch.cuda.get_device_name(), "ms_per_frame": {}}
         for order in (settings, settings[::-1]):
             for setting in order:
-                apply(setting, names, lib)
+                apply(setting, names)
                 kb = KernelBackend(model, pdl=True)
                 res["ms_per_frame"].setdefault(setting, []).append(round(per_frame_ms(kb, prompt, SamplingParams()), 4))
+                if greedy:
+                    ms = per_frame_ms(kb, prompt, SamplingParams.greedy())
+                    res.setdefault("greedy_ms_per_frame", {}).setdefault(setting, []).append(round(ms, 4))
                 del kb
                 torch.cuda.empty_cache()
-        apply("-", names, lib)
+        apply("-", names)
         print(json.dumps(res), flush=True)
         del model
         torch.cuda.empty_cache()

@@ -29,10 +29,23 @@ int q3t_gemv_v2(int dtype, const void* w, int n_rows, int k, const float* x, con
 // and its writes are visible; so every kernel calls this first, before reading anything a
 // predecessor wrote, and then lets its own successor launch. The launch latency of each of the
 // ~700 kernels of a frame then overlaps the kernel before it. Without PDL (or on HIP) it is a no-op.
+// Q3T_GEMV_Y_EARLY=1 (experiment): residual-add GEMVs load y right after the wait, with x.
+#ifndef Q3T_GEMV_Y_EARLY
+#define Q3T_GEMV_Y_EARLY 0
+#endif
+// Q3T_PDL_TRIGGER=1 (experiment): let the successor launch before this kernel's wait instead of after.
+#ifndef Q3T_PDL_TRIGGER
+#define Q3T_PDL_TRIGGER 0
+#endif
 __device__ __forceinline__ void q3t_grid_dep() {
 #if defined(Q3T_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+#if Q3T_PDL_TRIGGER
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#else
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 #endif
 }
 

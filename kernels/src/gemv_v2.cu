@@ -76,7 +76,17 @@ __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int
     // basic block, so in gemv.cu's kernel the "early" weight loads are in fact issued after the
     // wait. Behind a branch on a kernel argument (k > 0 always holds here) it stays below them;
     // tests/test_native_build.py checks the order in the SASS.
-    if (k > 0) q3t_grid_dep();
+#if Q3T_GEMV_Y_EARLY
+    float y_old = 0.f;
+#endif
+    if (k > 0) {
+        q3t_grid_dep();
+#if Q3T_GEMV_Y_EARLY
+        // Residual add: this block's residual values go out with x's loads below (one round trip).
+        if (MODE == Q3T_GEMV_ADD && (int)threadIdx.x < per_block && blockIdx.x * per_block + (int)threadIdx.x < n_out)
+            y_old = y[blockIdx.x * per_block + threadIdx.x];
+#endif
+    }
     float ss = stage_x(x, norm_w, k, xs);  // xs = x * norm_w; the RMS scale is applied at the end
     if (norm_w) {
         ss = warp_sum(ss);
@@ -151,7 +161,11 @@ __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int
         const float g = s[0], u = s[NR - 1];
         y[out] = (g / (1.0f + expf(-g))) * u;
     } else if (MODE == Q3T_GEMV_ADD) {
+#if Q3T_GEMV_Y_EARLY
+        y[out] = y_old + s[0];
+#else
         y[out] += s[0];
+#endif
     } else {
         y[out] = bias ? s[0] + bias[out] : s[0];
     }
