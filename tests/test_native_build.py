@@ -133,11 +133,13 @@ def _sass_functions(lib: Path, tools: tuple[str, str]) -> dict[str, list[str]]:
 
 
 @pytest.mark.slow
-def test_gemv_v2_sass_loads_weights_before_the_grid_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """In the sm_90 SASS of every vectorised v2 GEMV kernel, its PRE up-front 16-byte weight loads
-    (LDG.E.128) come before ACQBULK (griddepcontrol.wait), so with programmatic dependent launch
-    they overlap the previous kernel. ptxas hoists the wait above loads of the same basic block
-    (gemv.cu's v1 kernels show 0 loads before it); gemv_v2.cu keeps it behind a branch.
+def test_gemv_sass_loads_weights_before_the_grid_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the sm_90 SASS of every vectorised GEMV kernel, its up-front 16-byte weight loads
+    (LDG.E.128; v2: PRE, v1: 8) come before ACQBULK (griddepcontrol.wait), so with programmatic
+    dependent launch they overlap the previous kernel; PREEXIT (griddepcontrol.launch_dependents)
+    comes after the wait in the GEMVs and before it in the other kernels (common.cuh says why).
+    ptxas hoists the wait above loads of the same basic block (v1 showed 0 loads before it until
+    it too put the wait behind a branch, as v2 does).
     Needs cuobjdump and nvdisasm (the device machine has them; Q3T_REQUIRE_SASS=1 fails without)."""
     tools = _sass_tools()
     if tools is None:
@@ -157,12 +159,22 @@ def test_gemv_v2_sass_loads_weights_before_the_grid_wait(tmp_path: Path, monkeyp
         assert wait is not None, f"{name}: no griddepcontrol.wait (ACQBULK)"
         before = sum(i < wait for i in loads)
         print(f"{'v2' if m.group(1) else 'v1'} {m.group(0)}: {before} of {len(loads)} LDG.E.128 before ACQBULK")
-        if m.group(1):  # v2: exactly its PRE up-front loads go out before the wait
-            assert before == int(m.group(4)), f"{name}: {before} LDG.E.128 before ACQBULK, want {m.group(4)}"
-            checked += 1
+        want = int(m.group(4)) if m.group(1) else 8  # exactly the up-front loads go out before the wait
+        assert before == want, f"{name}: {before} LDG.E.128 before ACQBULK, want {want}"
+        trigger = next((i for i, ln in enumerate(lines) if re.search(r"\bPREEXIT\b", ln)), None)
+        assert trigger is not None and trigger > wait, f"{name}: PREEXIT (launch_dependents) not after ACQBULK"
+        checked += 1
         # no local memory (spills or run-time-indexed arrays) in any GEMV kernel
         assert not any(re.search(r"\b(LDL|STL)\b", ln) for ln in lines), f"{name}: local memory"
-    assert checked == 18, f"checked {checked} vectorised v2 kernels, expected 2 dtypes x 3 modes x 3 PRE"
+    assert checked == 24, f"checked {checked} vectorised GEMV kernels, expected 2 dtypes x 3 modes x (3 PRE + v1)"
+    # Every other kernel of the frame lets its successor launch first (common.cuh).
+    others = [n for n in funcs if re.search(r"k_sample|k_rope_attention|k_rope_attn_partial|k_attn_merge|k_embed_", n)]
+    assert len(others) >= 6, others
+    for name in others:
+        lines = funcs[name]
+        wait = next(i for i, ln in enumerate(lines) if re.search(r"\bACQBULK\b", ln))
+        trigger = next(i for i, ln in enumerate(lines) if re.search(r"\bPREEXIT\b", ln))
+        assert trigger < wait, f"{name}: PREEXIT (launch_dependents) not before ACQBULK"
 
 
 @pytest.mark.slow

@@ -62,13 +62,13 @@ static int read_gemv_env() {
 }
 
 __global__ void k_add_i32(int* p, int n, int delta) {
-    q3t_grid_dep();
+    q3t_grid_dep_trigger_first();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) p[i] += delta;
 }
 
 __global__ void k_store_row(const int* src, int n, int* dst, const int* row_ptr, int max_rows) {
-    q3t_grid_dep();
+    q3t_grid_dep_trigger_first();
     const int row = *row_ptr;
     if (row < 0 || row >= max_rows) return;
     for (int i = threadIdx.x; i < n; i += blockDim.x) dst[(size_t)row * n + i] = src[i];

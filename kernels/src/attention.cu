@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) k_attn_partial(const float* __restri
                                                            int pos_add, int hq, int hkv, int d, int max_seq,
                                                            float scale, int splits, float* __restrict__ scratch,
                                                            float* __restrict__ direct) {
-    q3t_grid_dep();
+    q3t_grid_dep_trigger_first();
     constexpr int kPer = kMaxD / Q3T_WARP;  // head dims per lane, upper bound
     __shared__ float sm_m[kThreads / 32], sm_l[kThreads / 32];
     __shared__ float sm_acc[kThreads / 32][kMaxD];
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kThreads) k_attn_partial(const float* __restri
 
 __global__ void __launch_bounds__(kThreads) k_attn_merge(const float* __restrict__ scratch, int d, int splits,
                                                          float* __restrict__ out) {
-    q3t_grid_dep();
+    q3t_grid_dep_trigger_first();
     const int h = blockIdx.x;
     const float* base = scratch + (size_t)h * splits * (d + 2);
     float M = -INFINITY;
@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(kThreads) k_rope_attn_partial(
         vh[e] = q3t_ld_act(vc + at);
     }
     const ShortConsts k = short_head_consts(qn, kn, cos_tab, sin_tab, pos, d);
-    q3t_grid_dep();
+    q3t_grid_dep_trigger_first();
 
     // q of head h (and k, v of its group where the chunk holds pos): RMSNorm, RoPE, append.
     float a = 0.f, b = 0.f, v = 0.f;
@@ -305,7 +305,7 @@ __global__ void __launch_bounds__(kShortThreads) k_rope_attention(
     const int h = blockIdx.x;
     short_history<C>(k_cache, v_cache, pos, h / (hq / hkv), hkv, d, hist);
     const ShortConsts k = short_head_consts(qn, kn, cos_tab, sin_tab, pos, d);
-    q3t_grid_dep();
+    q3t_grid_dep_trigger_first();
     short_head<C>(qkv, k, eps, pos, h, hq, hkv, d, scale, k_cache, v_cache, hist, out, sm, red);
 }
 }  // namespace

@@ -25,21 +25,33 @@ int q3t_gemv_v2(int dtype, const void* w, int n_rows, int k, const float* x, con
                 const float* bias, float* y, int mode, cudaStream_t s);
 
 // Programmatic dependent launch (CUDA, sm_90+): with it on, the next kernel in the stream (or
-// graph) is launched while this one runs and its blocks wait here until this grid has finished
-// and its writes are visible; so every kernel calls this first, before reading anything a
-// predecessor wrote, and then lets its own successor launch. The launch latency of each of the
-// ~700 kernels of a frame then overlaps the kernel before it. Without PDL (or on HIP) it is a no-op.
-// Q3T_GEMV_Y_EARLY=1 (experiment): residual-add GEMVs load y right after the wait, with x.
-#ifndef Q3T_GEMV_Y_EARLY
-#define Q3T_GEMV_Y_EARLY 0
-#endif
-// Q3T_PDL_TRIGGER=1 (experiment): let the successor launch before this kernel's wait instead of after.
-#ifndef Q3T_PDL_TRIGGER
-#define Q3T_PDL_TRIGGER 0
-#endif
+// graph) is launched while this one runs, and its blocks wait at griddepcontrol.wait until this
+// grid has finished and its writes are visible; so every kernel waits before reading anything a
+// predecessor wrote. When the successor may launch is up to each kernel
+// (griddepcontrol.launch_dependents); two orders, one rule:
+// - q3t_grid_dep (the GEMVs, the persistent CodePredictor): wait, then let the successor launch.
+//   Whatever starts after such a kernel K finds K's predecessor finished.
+// - q3t_grid_dep_trigger_first (every other kernel): let the successor launch, then wait, so a
+//   GEMV behind an attention kernel or a draw is resident and loading its weights early.
+// What reads mutable data before its wait (the attention kernels: K/V rows of earlier positions,
+// the Talker position) relies on the first kind: each such value is written by a kernel that
+// a GEMV follows (in the frame: every attention kernel, its merge, and q3t_add_i32), and the
+// reader comes after that GEMV, so when the reader starts, the writer has finished.
+// Without PDL (or on HIP) both are no-ops.
 __device__ __forceinline__ void q3t_grid_dep() {
 #if defined(Q3T_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-#if Q3T_PDL_TRIGGER
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Q3T_TRIGGER_FIRST=0 gives every kernel q3t_grid_dep's order (for A/B runs).
+#ifndef Q3T_TRIGGER_FIRST
+#define Q3T_TRIGGER_FIRST 1
+#endif
+__device__ __forceinline__ void q3t_grid_dep_trigger_first() {
+#if defined(Q3T_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+#if Q3T_TRIGGER_FIRST
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #else

@@ -9,7 +9,7 @@ constexpr int kThreads = 256;
 template <typename T>
 __global__ void k_embed_row(const T* __restrict__ table, int rows, int h, const int* __restrict__ token_ptr,
                             float* __restrict__ out) {
-    q3t_grid_dep();
+    q3t_grid_dep_trigger_first();
     int tok = *token_ptr;
     tok = tok < 0 ? 0 : (tok >= rows ? rows - 1 : tok);  // a bad id must not read out of bounds
     const T* row = table + (size_t)tok * h;
@@ -20,7 +20,7 @@ template <typename T>
 __global__ void k_embed_sum(const T* const* __restrict__ tables, int n_tables, int rows_first, int rows, int h,
                             const int* __restrict__ codes, const float* __restrict__ trailing, int n_trailing,
                             const float* __restrict__ pad, const int* __restrict__ step_ptr, float* __restrict__ out) {
-    q3t_grid_dep();
+    q3t_grid_dep_trigger_first();
     const int step = *step_ptr;
     const float* extra = (step >= 0 && step < n_trailing) ? trailing + (size_t)step * h : pad;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < h; i += gridDim.x * blockDim.x) {

@@ -44,17 +44,13 @@ __global__ void __launch_bounds__(kThreads) k_gemv(const W* __restrict__ w, int 
             pre[r][j] = (VEC && active && c < nvec) ? reinterpret_cast<const uint4*>(rows[r])[c] : make_uint4(0, 0, 0, 0);
         }
 
-#if Q3T_GEMV_Y_EARLY
     float y_old = 0.f;
-#endif
     // Behind a branch on an argument that always holds, so ptxas keeps the loads above the wait
     // (as in gemv_v2.cu; tests/test_native_build.py checks the SASS).
     if (k > 0) {
         q3t_grid_dep();
-#if Q3T_GEMV_Y_EARLY
         // Residual add: the warp's residual value goes out with x's loads below (one round trip).
         if (MODE == Q3T_GEMV_ADD && active && lane == 0) y_old = y[out];
-#endif
     }
     const float ss = stage_x(x, nullptr, k, xs);
     if (norm_w) {
@@ -106,11 +102,7 @@ __global__ void __launch_bounds__(kThreads) k_gemv(const W* __restrict__ w, int 
         const float g = acc[0], u = acc[NR - 1];
         y[out] = (g / (1.0f + expf(-g))) * u;
     } else if (MODE == Q3T_GEMV_ADD) {
-#if Q3T_GEMV_Y_EARLY
         y[out] = y_old + acc[0];
-#else
-        y[out] += acc[0];
-#endif
     } else {
         y[out] = bias ? acc[0] + bias[out] : acc[0];
     }

@@ -19,7 +19,7 @@
 //   to 1024 blocks with 6 loads per lane, all issued at once.
 // - All of a lane's weight loads (up to kMaxPre = 8, i.e. 128 bytes per lane) go out before
 //   the kernel waits for its predecessor (programmatic dependent launch), and really do in the
-//   SASS (see the wait below; v1 loses this to instruction scheduling), for every real shape
+//   SASS (see the wait below; v1 does the same for its first 8), for every real shape
 //   of both model sizes; a v1-style loop (4 per row per round) only serves larger rows. The
 //   kernel is instantiated for 2, 4 or 8 up-front loads, so short rows do not pay registers
 //   (occupancy) for the longest.
@@ -73,19 +73,15 @@ __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int
         }
 
     // ptxas schedules griddepcontrol.wait (SASS: ACQBULK) above independent loads of the same
-    // basic block, so in gemv.cu's kernel the "early" weight loads are in fact issued after the
-    // wait. Behind a branch on a kernel argument (k > 0 always holds here) it stays below them;
+    // basic block, so the "early" weight loads would in fact be issued after the wait. Behind a
+    // branch on a kernel argument (k > 0 always holds here) it stays below them;
     // tests/test_native_build.py checks the order in the SASS.
-#if Q3T_GEMV_Y_EARLY
     float y_old = 0.f;
-#endif
     if (k > 0) {
         q3t_grid_dep();
-#if Q3T_GEMV_Y_EARLY
         // Residual add: this block's residual values go out with x's loads below (one round trip).
         if (MODE == Q3T_GEMV_ADD && (int)threadIdx.x < per_block && blockIdx.x * per_block + (int)threadIdx.x < n_out)
             y_old = y[blockIdx.x * per_block + threadIdx.x];
-#endif
     }
     float ss = stage_x(x, norm_w, k, xs);  // xs = x * norm_w; the RMS scale is applied at the end
     if (norm_w) {
@@ -161,11 +157,7 @@ __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int
         const float g = s[0], u = s[NR - 1];
         y[out] = (g / (1.0f + expf(-g))) * u;
     } else if (MODE == Q3T_GEMV_ADD) {
-#if Q3T_GEMV_Y_EARLY
         y[out] = y_old + s[0];
-#else
-        y[out] += s[0];
-#endif
     } else {
         y[out] = bias ? s[0] + bias[out] : s[0];
     }

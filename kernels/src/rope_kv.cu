@@ -10,7 +10,7 @@ __global__ void __launch_bounds__(kThreads) k_qk_norm_rope_append(
     const float* __restrict__ qkv, const float* __restrict__ qn, const float* __restrict__ kn, float eps,
     const float* __restrict__ cos_tab, const float* __restrict__ sin_tab, const int* __restrict__ pos_ptr, int pos_add,
     int hq, int hkv, int d, int max_seq, float* __restrict__ q_out, C* __restrict__ k_cache, C* __restrict__ v_cache) {
-    q3t_grid_dep();
+    q3t_grid_dep_trigger_first();
     __shared__ float red[32];
     __shared__ float hv[512];
     const int head = blockIdx.x;

@@ -4,7 +4,10 @@
 #include "sample_block.cuh"
 
 namespace {
-constexpr int kThreads = 1024;
+#ifndef Q3T_SAMPLE_THREADS  // block size (A/B runs: 256, 512 or 1024)
+#define Q3T_SAMPLE_THREADS 1024
+#endif
+constexpr int kThreads = Q3T_SAMPLE_THREADS;
 
 __global__ void __launch_bounds__(kThreads) k_sample(const float* __restrict__ logits, int v, unsigned char* __restrict__ seen,
                                                      float penalty, int eos, int min_new, int sup_lo, int sup_hi,
@@ -13,7 +16,7 @@ __global__ void __launch_bounds__(kThreads) k_sample(const float* __restrict__ l
                                                      const int* __restrict__ step_ptr, int* __restrict__ out_code,
                                                      int row_dtype, const void* __restrict__ row_table, int row_rows,
                                                      int row_h, float* __restrict__ row_out) {
-    q3t_grid_dep();
+    q3t_grid_dep_trigger_first();
     __shared__ float L[kSampleMaxV];
     __shared__ int cand[kSampleMaxV];
     sample_block<kThreads>(logits, v, seen, penalty, eos, min_new, sup_lo, sup_hi, flags, temperature, top_k, top_p,
