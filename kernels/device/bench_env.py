@@ -3,7 +3,7 @@
 default sampling, 200 frames, each setting measured twice (in order, then in reverse order, so
 clock drift shows as spread). Random full-size bf16 models.
 
-Usage: python kernels/device/bench_env.py "Q3T_GEMV=v1" "Q3T_GEMV=v2" [--sizes 0.6b,1.7b] [--greedy]
+Usage: python kernels/device/bench_env.py "Q3T_GEMV=v1" "Q3T_GEMV=v2" [--sizes 0.6b,1.7b] [--greedy] [--frames N]
 (a setting is NAME=VALUE[,NAME=VALUE...]; "-" is the defaults; Q3T_CFLAGS=... selects a library
 built with those compiler flags, e.g. "Q3T_CFLAGS=-DQ3T_PDL_TRIGGER=1"). Prints one JSON line per size.
 """
@@ -54,6 +54,11 @@ def main(argv: list[str]) -> None:
         i = argv.index("--sizes")
         sizes = argv[i + 1].split(",")
         argv = argv[:i] + argv[i + 2 :]
+    frames = 200
+    if "--frames" in argv:  # decode this many frames per measurement (a longer Talker context)
+        i = argv.index("--frames")
+        frames = int(argv[i + 1])
+        argv = argv[:i] + argv[i + 2 :]
     greedy = "--greedy" in argv  # also time greedy decoding (argmax draws): the sampler's share
     argv = [a for a in argv if a != "--greedy"]
     settings = argv or ["-"]
@@ -62,14 +67,14 @@ def main(argv: list[str]) -> None:
     for size in sizes:
         model = random_model(size, torch.bfloat16)  # EOS row zeroed: every run decodes all its frames
         prompt = build_prompt(model, text_ids(20), "ryan", "english")
-        res: dict[str, object] = {"size": size, "gpu": torch.cuda.get_device_name(), "ms_per_frame": {}}
+        res: dict[str, object] = {"size": size, "gpu": torch.cuda.get_device_name(), "frames": frames, "ms_per_frame": {}}
         for order in (settings, settings[::-1]):
             for setting in order:
                 apply(setting, names)
                 kb = KernelBackend(model, pdl=True)
-                res["ms_per_frame"].setdefault(setting, []).append(round(per_frame_ms(kb, prompt, SamplingParams()), 4))
+                res["ms_per_frame"].setdefault(setting, []).append(round(per_frame_ms(kb, prompt, SamplingParams(), frames), 4))
                 if greedy:
-                    ms = per_frame_ms(kb, prompt, SamplingParams.greedy())
+                    ms = per_frame_ms(kb, prompt, SamplingParams.greedy(), frames)
                     res.setdefault("greedy_ms_per_frame", {}).setdefault(setting, []).append(round(ms, 4))
                 del kb
                 torch.cuda.empty_cache()

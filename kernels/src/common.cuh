@@ -18,7 +18,7 @@ bool q3t_pdl_enabled();
 int q3t_host_sms();
 // GEMV variant, read from the environment at q3t_init: Q3T_GEMV=auto (default: v2 for K <= 4096,
 // else v1), v1 (gemv.cu) or v2 (gemv_v2.cu); Q3T_GEMV_FILL: blocks per SM that v2 aims its grid at
-// (default 2). q3t_gemv_variant() is 0 (auto), 1 or 2.
+// (default 3). q3t_gemv_variant() is 0 (auto), 1 or 2.
 int q3t_gemv_variant();
 int q3t_gemv_fill();
 int q3t_gemv_v2(int dtype, const void* w, int n_rows, int k, const float* x, const float* norm_w, float eps,

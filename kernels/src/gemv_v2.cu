@@ -12,7 +12,7 @@
 //   run-to-run identical (no atomics, no second pass, no scratch buffer).
 //   The host picks `splits` (a power of two up to the warps per block): first so that no lane
 //   has more than kMaxPre 16-byte loads per unit, then, while the grid has fewer than
-//   Q3T_GEMV_FILL (default 2) blocks per SM/CU, doubling it as long as every warp keeps at
+//   Q3T_GEMV_FILL (default 3) blocks per SM/CU, doubling it as long as every warp keeps at
 //   least one chunk. E.g. (H200, 132 SMs, bf16): CodePredictor o_proj 1024x2048 and
 //   down_proj 1024x3072 go from 128 blocks (v1) to 512, the lm_heads 2048x1024 from 256 to 512,
 //   the 1.7B down_proj 2048x6144 from 256 blocks with 24 loads per lane (5 dependent rounds)

@@ -56,6 +56,7 @@ NO_EOS = 1 << 30  # min-new-tokens past any length: SamplingParams.suppress_eos 
 # Captured prefill (default; Q3T_GRAPH_PREFILL=0 turns it off): prompt lengths are rounded up to one of these, one graph each, captured
 # the first time a bucket is seen. Longer prompts (or buckets past the cache) run eagerly.
 GRAPH_PREFILL_ENV = "Q3T_GRAPH_PREFILL"
+ATTN_SPLITS_ENV = "Q3T_ATTN_SPLITS"
 CP_ENV = "Q3T_CP"  # "layers" (default): one launch per op; "fused": the persistent CodePredictor kernel
 PREFILL_BUCKETS = tuple(range(16, 129, 16)) + tuple(range(160, 513, 32))  # 8 + 12 = 20 at most
 
@@ -216,7 +217,7 @@ class KernelBackend:
     # One decode session at a time: the captured frame graph works on the backend's own buffers.
     concurrent_sessions = False
 
-    def __init__(self, model: Qwen3TTSModel, *, capacity: int = 2048, attn_splits: int = 16,
+    def __init__(self, model: Qwen3TTSModel, *, capacity: int = 2048, attn_splits: int | None = None,
                  pdl: bool | None = None, cp_fused: bool | None = None) -> None:  # fmt: skip
         if model.device.type != "cuda":
             raise native.NativeUnavailable("the kernel backend needs the model on a CUDA/ROCm device")
@@ -234,6 +235,10 @@ class KernelBackend:
         tc, cc = model.cfg.talker, model.cfg.code_predictor
         self.tc, self.cc = tc, cc
         self.eos_id = tc.codec_eos_token_id
+        if attn_splits is None:  # chunks of the Talker context per head (Q3T_ATTN_SPLITS, default 16)
+            attn_splits = int(os.environ.get(ATTN_SPLITS_ENV, "16"))
+        if not 1 <= attn_splits <= 1024:
+            raise ValueError(f"attention splits must be 1..1024, got {attn_splits}")
         self.attn_splits = attn_splits
         talker = model.talker
         cp = talker.code_predictor
