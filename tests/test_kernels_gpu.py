@@ -305,7 +305,7 @@ def test_rope_attention_split_equals_append_then_attention(lib: native.Native, d
     vc0 = torch.randn(max_seq, hkv, d, device=DEV, generator=g).to(dtype)
     p = torch.tensor([length - 2], dtype=torch.int32, device=DEV)  # read from the device, + 1 below
     scale = d**-0.5
-    scratch = torch.zeros(hq * splits * (d + 2), device=DEV)
+    scratch = torch.zeros(hq * splits * (d + 2) + hq, device=DEV)  # + q3t_rope_attention_split's counters
 
     kc1, vc1, q, out1 = kc0.clone(), vc0.clone(), torch.zeros(hq * d, device=DEV), torch.zeros(hq * d, device=DEV)
     lib.call("q3t_qk_norm_rope_append", wd, qkv.data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6, cos.data_ptr(),
@@ -314,13 +314,17 @@ def test_rope_attention_split_equals_append_then_attention(lib: native.Native, d
     lib.call("q3t_attention", wd, q.data_ptr(), kc1.data_ptr(), vc1.data_ptr(), p.data_ptr(), 1, hq, hkv, d, max_seq,
              scale, splits, scratch.data_ptr(), out1.data_ptr(), stream())  # fmt: skip
     kc2, vc2, out2 = kc0.clone(), vc0.clone(), torch.full((hq * d,), float("nan"), device=DEV)
-    scratch.fill_(float("nan"))
-    lib.call("q3t_rope_attention_split", wd, qkv.data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6, cos.data_ptr(),
-             sin.data_ptr(), p.data_ptr(), 1, hq, hkv, d, max_seq, scale, splits, scratch.data_ptr(), kc2.data_ptr(),
-             vc2.data_ptr(), out2.data_ptr(), stream())  # fmt: skip
-    assert torch.equal(kc2, kc1) and torch.equal(vc2, vc1)
-    assert not torch.equal(kc2, kc0)  # the new row was appended
-    assert torch.equal(out2, out1)
+    scratch[: hq * splits * (d + 2)].fill_(float("nan"))
+    scratch[hq * splits * (d + 2) :].zero_()  # the merge counters start at 0
+    for _ in range(2):  # twice: the counters the first call leaves behind must serve the second
+        lib.call("q3t_rope_attention_split", wd, qkv.data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6, cos.data_ptr(),
+                 sin.data_ptr(), p.data_ptr(), 1, hq, hkv, d, max_seq, scale, splits, scratch.data_ptr(),
+                 kc2.data_ptr(), vc2.data_ptr(), out2.data_ptr(), stream())  # fmt: skip
+        assert torch.equal(kc2, kc1) and torch.equal(vc2, vc1)
+        assert not torch.equal(kc2, kc0)  # the new row was appended
+        assert torch.equal(out2, out1)
+        out2.fill_(float("nan"))
+    assert not scratch[hq * splits * (d + 2) :].any()  # counters back to 0
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ABI_VERSION = 3  # must equal Q3T_ABI_VERSION in kernels/include/q3t.h
+ABI_VERSION = 4  # must equal Q3T_ABI_VERSION in kernels/include/q3t.h
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels"
 DEFAULT_HIP_ARCHS = ("gfx1201",)

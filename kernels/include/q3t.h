@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /* Bump on any change of a prototype, of a constant below or of a function's meaning. */
-#define Q3T_ABI_VERSION 3
+#define Q3T_ABI_VERSION 4
 
 #define Q3T_F32 0
 #define Q3T_BF16 1
@@ -67,10 +67,12 @@ Q3T_API int q3t_qk_norm_rope_append(int dtype, const float* qkv, const float* q_
  * one block per head then writes out directly). out [hq * d]. */
 Q3T_API int q3t_attention(int dtype, const float* q, const void* k_cache, const void* v_cache, const int* pos_ptr, int pos_add, int hq, int hkv, int d, int max_seq, float scale, int splits, float* scratch, float* out, void* stream);
 
-/* q3t_qk_norm_rope_append followed by q3t_attention, the first and the attention's partial pass in
- * one launch (the Talker's long context): the same results, bit for bit; scratch as q3t_attention.
- * Reads the cache rows before pos before it waits for the previous kernel (programmatic dependent
- * launch): they must not be written by that kernel. */
+/* q3t_qk_norm_rope_append followed by q3t_attention in one launch (the Talker's long context): the
+ * same results, bit for bit. With splits > 1 scratch holds hq * splits * (d + 2) floats and then hq
+ * int32 counters that must be 0 before the first call (each call leaves them 0): the last block of
+ * each head merges the chunks, so there is no second kernel. Reads the cache rows before pos
+ * before it waits for the previous kernel (programmatic dependent launch): they must not be
+ * written by that kernel. */
 Q3T_API int q3t_rope_attention_split(int dtype, const float* qkv, const float* q_norm_w, const float* k_norm_w, float eps, const float* cos_tab, const float* sin_tab, const int* pos_ptr, int pos_add, int hq, int hkv, int d, int max_seq, float scale, int splits, float* scratch, void* k_cache, void* v_cache, float* out, void* stream);
 
 /* q3t_qk_norm_rope_append followed by q3t_attention (splits 1) in one launch, for short caches

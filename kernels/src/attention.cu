@@ -123,26 +123,52 @@ __global__ void __launch_bounds__(kThreads) k_attn_partial(const float* __restri
     partial_out(m, l, acc, h, split, d, splits, sm_m, sm_l, sm_acc, scratch, direct);
 }
 
-__global__ void __launch_bounds__(kThreads) k_attn_merge(const float* __restrict__ scratch, int d, int splits,
-                                                         float* __restrict__ out) {
-    q3t_grid_dep_trigger_first();
-    const int h = blockIdx.x;
+// Head h's chunks' (max, sum, accumulator) from scratch into its normalised output, block-wide.
+// Read at L2: in the split pass's last block the partials come from other blocks of the same kernel.
+__device__ void merge_head(const float* scratch, int h, int d, int splits, float* __restrict__ out) {
     const float* base = scratch + (size_t)h * splits * (d + 2);
     float M = -INFINITY;
-    for (int s = 0; s < splits; ++s) M = fmaxf(M, base[(size_t)s * (d + 2)]);
+    for (int s = 0; s < splits; ++s) M = fmaxf(M, q3t_ld_act(base + (size_t)s * (d + 2)));
     float L = 0.f;
     for (int s = 0; s < splits; ++s) {
-        const float ms = base[(size_t)s * (d + 2)];
-        if (ms != -INFINITY) L += base[(size_t)s * (d + 2) + 1] * expf(ms - M);
+        const float ms = q3t_ld_act(base + (size_t)s * (d + 2));
+        if (ms != -INFINITY) L += q3t_ld_act(base + (size_t)s * (d + 2) + 1) * expf(ms - M);
     }
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float a = 0.f;
         for (int s = 0; s < splits; ++s) {
-            const float ms = base[(size_t)s * (d + 2)];
-            if (ms != -INFINITY) a += base[(size_t)s * (d + 2) + 2 + i] * expf(ms - M);
+            const float ms = q3t_ld_act(base + (size_t)s * (d + 2));
+            if (ms != -INFINITY) a += q3t_ld_act(base + (size_t)s * (d + 2) + 2 + i) * expf(ms - M);
         }
         out[(size_t)h * d + i] = a / L;
     }
+}
+
+__global__ void __launch_bounds__(kThreads) k_attn_merge(const float* __restrict__ scratch, int d, int splits,
+                                                         float* __restrict__ out) {
+    q3t_grid_dep_trigger_first();
+    merge_head(scratch, blockIdx.x, d, splits, out);
+}
+
+#ifndef Q3T_LAST_BLOCK_MERGE  // 0: the split pass is followed by k_attn_merge (A/B runs)
+#define Q3T_LAST_BLOCK_MERGE 1
+#endif
+
+// After a block of the split pass has written its chunk's partial: the last of head h's blocks to
+// finish (counted in counters[h], which it resets for the next launch) merges the head, so no
+// second kernel runs. The fences order each block's partial before its count, and the count before
+// the last block's reads (the CUDA programming guide's threadFenceReduction pattern).
+__device__ __forceinline__ void merge_if_last(const float* scratch, int* counters, int h, int d, int splits,
+                                              float* __restrict__ out) {
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(counters + h, 1) == splits - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    merge_head(scratch, h, d, splits, out);
+    if (threadIdx.x == 0) counters[h] = 0;
 }
 
 // q3t_qk_norm_rope_append + k_attn_partial in one kernel (the Talker's long context): before the
@@ -156,8 +182,9 @@ __global__ void __launch_bounds__(kThreads) k_rope_attn_partial(
     const float* __restrict__ qkv, const float* __restrict__ qn, const float* __restrict__ kn, float eps,
     const float* __restrict__ cos_tab, const float* __restrict__ sin_tab, const int* __restrict__ pos_ptr, int pos_add,
     int hq, int hkv, int d, int max_seq, float scale, int splits, int hist_rows, C* kc, C* vc,
-    float* __restrict__ scratch, float* __restrict__ direct) {
+    float* __restrict__ scratch, float* __restrict__ out) {
     constexpr int kPer = kMaxD / Q3T_WARP;  // head dims per lane, upper bound
+    float* direct = splits == 1 ? out : nullptr;  // one chunk: the block writes the result itself
     extern __shared__ float4 hist4[];      // 2 hist_rows d cache elements: K rows, then V rows
     __shared__ float sm_m[kThreads / 32], sm_l[kThreads / 32];
     __shared__ float sm_acc[kThreads / 32][kMaxD];
@@ -218,6 +245,8 @@ __global__ void __launch_bounds__(kThreads) k_rope_attn_partial(
         online_softmax_step(sc, [&](int i) { return t == pos ? vs[i] : Elem<C>::load(vrow, i); }, d, m, l, acc);
     }
     partial_out(m, l, acc, h, split, d, splits, sm_m, sm_l, sm_acc, scratch, direct);
+    if (Q3T_LAST_BLOCK_MERGE && !direct)
+        merge_if_last(scratch, reinterpret_cast<int*>(scratch + (size_t)hq * splits * (d + 2)), h, d, splits, out);
 }
 }  // namespace
 
@@ -264,19 +293,18 @@ extern "C" Q3T_API int q3t_rope_attention_split(int dtype, const float* qkv, con
     // float32 with the kernel's 11 KiB of static arrays stays under the 48 KiB launch limit).
     const int hist_rows = 4096 / d < 64 ? 4096 / d : 64;
     const size_t smem = (size_t)2 * hist_rows * d * (dtype == Q3T_F32 ? sizeof(float) : sizeof(uint16_t));
-    float* direct = splits == 1 ? out : nullptr;
     if (dtype == Q3T_F32)
         q3t_launch(k_rope_attn_partial<float>, grid, kThreads, smem, s, qkv, q_norm_w, k_norm_w, eps, cos_tab, sin_tab,
                    pos_ptr, pos_add, hq, hkv, d, max_seq, scale, splits, hist_rows, static_cast<float*>(k_cache),
-                   static_cast<float*>(v_cache), scratch, direct);
+                   static_cast<float*>(v_cache), scratch, out);
     else if (dtype == Q3T_BF16)
         q3t_launch(k_rope_attn_partial<uint16_t>, grid, kThreads, smem, s, qkv, q_norm_w, k_norm_w, eps, cos_tab,
                    sin_tab, pos_ptr, pos_add, hq, hkv, d, max_seq, scale, splits, hist_rows,
-                   static_cast<uint16_t*>(k_cache), static_cast<uint16_t*>(v_cache), scratch, direct);
+                   static_cast<uint16_t*>(k_cache), static_cast<uint16_t*>(v_cache), scratch, out);
     else
         return q3t_fail("q3t_rope_attention_split: unknown dtype %d", dtype);
     if (q3t_check_launch("q3t_rope_attention_split (partial)")) return -1;
-    if (splits == 1) return 0;
+    if (splits == 1 || Q3T_LAST_BLOCK_MERGE) return 0;  // merged in the pass (merge_if_last)
     q3t_launch(k_attn_merge, hq, kThreads, 0, s, scratch, d, splits, out);
     return q3t_check_launch("q3t_rope_attention_split (merge)");
 }

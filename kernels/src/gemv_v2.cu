@@ -80,8 +80,8 @@ __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int
     if (k > 0) {
         q3t_grid_dep();
         // Residual add: this block's residual values go out with x's loads below (one round trip).
-        if (MODE == Q3T_GEMV_ADD && (int)threadIdx.x < per_block && blockIdx.x * per_block + (int)threadIdx.x < n_out)
-            y_old = y[blockIdx.x * per_block + threadIdx.x];
+        const int mine = (int)(blockIdx.x * per_block + threadIdx.x);  // the output this thread finishes
+        if (MODE == Q3T_GEMV_ADD && (int)threadIdx.x < per_block && mine < n_out) y_old = y[mine];
     }
     float ss = stage_x(x, norm_w, k, xs);  // xs = x * norm_w; the RMS scale is applied at the end
     if (norm_w) {

@@ -76,17 +76,20 @@ __device__ void sample_block(const float* __restrict__ logits, int v, unsigned c
     const int tid = threadIdx.x;
     const int step = step_ptr ? *step_ptr : 0;
 
+    // Sampling divides by the temperature here, last of the processors, as its own pass would.
+    const bool sampling = (flags & Q3T_SAMPLE_DO_SAMPLE) != 0;
+    const float inv_t = temperature > 0.f ? temperature : 1.0f;
     for (int i = tid; i < v; i += blockDim.x) {
         float x = q3t_ld_act(logits + i);
         if (seen && penalty != 1.0f && seen[i]) x = x < 0.f ? x * penalty : x / penalty;
         if (eos >= 0 && i == eos && step < min_new) x = -INFINITY;
         if (i >= sup_lo && i < sup_hi && i != eos) x = -INFINITY;
-        L[i] = x;
+        L[i] = sampling ? x / inv_t : x;
     }
     __syncthreads();
 
     int pick = -1;
-    if (!(flags & Q3T_SAMPLE_DO_SAMPLE)) {
+    if (!sampling) {
         float best = -INFINITY;
         int bi = 0x7fffffff;
         for (int i = tid; i < v; i += blockDim.x)
@@ -120,9 +123,6 @@ __device__ void sample_block(const float* __restrict__ logits, int v, unsigned c
             pick = id == 0x7fffffff ? 0 : id;  // all -inf cannot happen with valid inputs
         }
     } else {
-        const float inv_t = temperature > 0.f ? temperature : 1.0f;
-        for (int i = tid; i < v; i += blockDim.x) L[i] = L[i] / inv_t;
-        __syncthreads();
         if (top_k > 0 && top_k < v) {
             // Radix select of the top_k-th largest value, 8 bits at a time from the top.
             if (tid == 0) {

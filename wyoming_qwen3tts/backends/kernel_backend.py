@@ -141,7 +141,8 @@ class _Stack:
         self.qkv = torch.zeros((hq + 2 * hkv) * hd, **f32)
         self.attn = torch.zeros(hq * hd, **f32)
         self.mlp = torch.zeros(cfg.intermediate_size, **f32)
-        self.scratch = torch.zeros(hq * splits * (hd + 2), **f32)
+        # Split attention partials, then one int32 counter per head (zero; q3t_rope_attention_split's merge).
+        self.scratch = torch.zeros(hq * splits * (hd + 2) + hq, **f32)
         self.scale = hd**-0.5
         # Short caches (the CodePredictor) take the one-launch q3t_rope_attention.
         self.short = (splits == 1 and max_seq <= SHORT_MAX_SEQ and max_seq * hd <= SHORT_MAX_ELEMS and hd <= 256
