@@ -8,9 +8,9 @@ How a frame runs (batch 1): one fixed sequence of kernel launches is captured on
 16 CodePredictor passes (position 0 = h, 1 = Ec(c0), then one per code), each ending in a
 fused final-norm + lm_head and a draw that also writes the next position's embedding row -> the
 16-embedding sum plus trailing text -> 28 Talker layers (their q/k norm, RoPE, KV append and
-split attention in one launch plus a merge) -> final norm. Everything that changes between
-frames (Talker position, frame index, sampled codes, the repetition-penalty set) lives in device
-memory, so the same graph replays for every frame; `next_frames(n)` replays it n times and syncs
+split attention in one launch, whose last block per head merges the chunks) -> final norm.
+Everything that changes between frames (Talker position, frame index, sampled codes, the
+repetition-penalty set) lives in device memory, so the same graph replays for every frame; `next_frames(n)` replays it n times and syncs
 once to read the n frames back.
 
 The prompt prefill is a one-off and runs through the torch Talker into the same KV cache
@@ -363,7 +363,7 @@ class KernelBackend:
                 lib.call("q3t_rope_attention", wd, st.qkv.data_ptr(), L.q_norm.data_ptr(), L.k_norm.data_ptr(), eps,
                          st.cos.data_ptr(), st.sin.data_ptr(), pos_ptr, pos_add, hq, hkv, hd, st.max_seq, st.scale,
                          kc.data_ptr(), vc.data_ptr(), st.attn.data_ptr(), stream)  # fmt: skip
-            else:  # the Talker: norm, RoPE, append and the split attention's first pass in one launch, then merge
+            else:  # the Talker: norm, RoPE, append and the split attention (merged by its last blocks) in one launch
                 lib.call("q3t_rope_attention_split", wd, st.qkv.data_ptr(), L.q_norm.data_ptr(), L.k_norm.data_ptr(),
                          eps, st.cos.data_ptr(), st.sin.data_ptr(), pos_ptr, pos_add, hq, hkv, hd, st.max_seq,
                          st.scale, st.splits, st.scratch.data_ptr(), kc.data_ptr(), vc.data_ptr(), st.attn.data_ptr(),
