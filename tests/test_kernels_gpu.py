@@ -261,6 +261,21 @@ def test_qk_norm_rope_append(lib: native.Native, dtype: torch.dtype, hq: int, hk
     assert not others.any(), "wrote outside row pos"
 
 
+def _attention_inputs(g: torch.Generator, hq: int, hkv: int, d: int, max_seq: int, dtype: torch.dtype,
+                      k_scale: float = 1.0) -> tuple[torch.Tensor, ...]:  # fmt: skip
+    """Fresh inputs of one attention step: qkv, q/k norm weights, RoPE tables and K/V caches whose
+    rows stand for earlier positions (K scaled by k_scale)."""
+    from wyoming_qwen3tts.model.layers import rope_tables
+
+    qkv = torch.randn((hq + 2 * hkv) * d, device=DEV, generator=g)
+    qn = torch.rand(d, device=DEV, generator=g) + 0.5
+    kn = torch.rand(d, device=DEV, generator=g) + 0.5
+    cos, sin = (t.contiguous() for t in rope_tables(torch.arange(max_seq, device=DEV), d, 1e6, torch.float32))
+    kc0 = (torch.randn(max_seq, hkv, d, device=DEV, generator=g) * k_scale).to(dtype)
+    vc0 = torch.randn(max_seq, hkv, d, device=DEV, generator=g).to(dtype)
+    return qkv, qn, kn, cos, sin, kc0, vc0
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("length,splits", [(1, 1), (17, 1), (17, 16), (300, 16), (1000, 7)])
 @pytest.mark.parametrize("hq,hkv,d", [(16, 8, 128), (4, 2, 16)])
@@ -290,19 +305,12 @@ def test_attention(lib: native.Native, dtype: torch.dtype, length: int, splits: 
 @pytest.mark.parametrize("hq,hkv,d", [(16, 8, 128), (4, 2, 16)])
 def test_rope_attention_split_equals_append_then_attention(lib: native.Native, dtype: torch.dtype, length: int,
                                                            splits: int, hq: int, hkv: int, d: int) -> None:  # fmt: skip
-    """q3t_rope_attention_split (the Talker's one launch + merge) against q3t_qk_norm_rope_append +
+    """q3t_rope_attention_split (the Talker's one launch, merged by its last blocks) against q3t_qk_norm_rope_append +
     q3t_attention on the same fresh inputs: cache rows and outputs bit for bit, with chunks shorter
     and longer than the rows it holds in shared memory (32 at d = 128, 64 at d = 16)."""
-    from wyoming_qwen3tts.model.layers import rope_tables
-
-    g = gen(length * 13 + splits + d)
     max_seq, wd = 1024, native.F32 if dtype == torch.float32 else native.BF16
-    qkv = torch.randn((hq + 2 * hkv) * d, device=DEV, generator=g)
-    qn = torch.rand(d, device=DEV, generator=g) + 0.5
-    kn = torch.rand(d, device=DEV, generator=g) + 0.5
-    cos, sin = (t.contiguous() for t in rope_tables(torch.arange(max_seq, device=DEV), d, 1e6, torch.float32))
-    kc0 = (torch.randn(max_seq, hkv, d, device=DEV, generator=g) * 2).to(dtype)  # earlier positions' K/V
-    vc0 = torch.randn(max_seq, hkv, d, device=DEV, generator=g).to(dtype)
+    qkv, qn, kn, cos, sin, kc0, vc0 = _attention_inputs(gen(length * 13 + splits + d), hq, hkv, d, max_seq, dtype,
+                                                        k_scale=2.0)  # fmt: skip
     p = torch.tensor([length - 2], dtype=torch.int32, device=DEV)  # read from the device, + 1 below
     scale = d**-0.5
     scratch = torch.zeros(hq * splits * (d + 2) + hq, device=DEV)  # + q3t_rope_attention_split's counters
@@ -334,16 +342,8 @@ def test_rope_attention_equals_append_then_attention(lib: native.Native, dtype: 
                                                      d: int, pos: int) -> None:  # fmt: skip
     """q3t_rope_attention (one launch, short caches) against q3t_qk_norm_rope_append + q3t_attention
     (splits 1) on the same fresh inputs and cache: the same cache rows bit for bit, outputs within 1e-5."""
-    from wyoming_qwen3tts.model.layers import rope_tables
-
-    g = gen(pos * 7 + d + hq)
     max_seq, wd = 16, native.F32 if dtype == torch.float32 else native.BF16
-    qkv = torch.randn((hq + 2 * hkv) * d, device=DEV, generator=g)
-    qn = torch.rand(d, device=DEV, generator=g) + 0.5
-    kn = torch.rand(d, device=DEV, generator=g) + 0.5
-    cos, sin = (t.contiguous() for t in rope_tables(torch.arange(max_seq, device=DEV), d, 1e6, torch.float32))
-    kc0 = torch.randn(max_seq, hkv, d, device=DEV, generator=g).to(dtype)  # earlier positions' K/V
-    vc0 = torch.randn(max_seq, hkv, d, device=DEV, generator=g).to(dtype)
+    qkv, qn, kn, cos, sin, kc0, vc0 = _attention_inputs(gen(pos * 7 + d + hq), hq, hkv, d, max_seq, dtype)
     p = torch.tensor([pos - 1], dtype=torch.int32, device=DEV)  # read from the device, + 1 below
     scale = d**-0.5
 

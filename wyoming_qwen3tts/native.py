@@ -203,7 +203,7 @@ def compile_command(tc: Toolchain, out: Path, *, werror: bool = False) -> list[s
         cmd += [f"--offload-arch={a}" for a in tc.archs]
         if werror:
             cmd += ["-Wall", "-Wextra", "-Werror"]
-    # Q3T_CFLAGS: extra compiler flags for experiments (e.g. -DQ3T_PDL_TRIGGER=1, see
+    # Q3T_CFLAGS: extra compiler flags for experiments (e.g. -DQ3T_LAST_BLOCK_MERGE=0, see
     # kernels/device/bench_env.py); part of the cache key like every other flag.
     cmd += shlex.split(os.environ.get("Q3T_CFLAGS", ""))
     return cmd + ["-shared", "-o", str(out)] + srcs

@@ -5,7 +5,7 @@ clock drift shows as spread). Random full-size bf16 models.
 
 Usage: python kernels/device/bench_env.py "Q3T_GEMV=v1" "Q3T_GEMV=v2" [--sizes 0.6b,1.7b] [--greedy] [--frames N]
 (a setting is NAME=VALUE[,NAME=VALUE...]; "-" is the defaults; Q3T_CFLAGS=... selects a library
-built with those compiler flags, e.g. "Q3T_CFLAGS=-DQ3T_PDL_TRIGGER=1"). Prints one JSON line per size.
+built with those compiler flags, e.g. "Q3T_CFLAGS=-DQ3T_TRIGGER_FIRST=0"). Prints one JSON line per size.
 """
 
 from __future__ import annotations

@@ -4,10 +4,7 @@
 #include "sample_block.cuh"
 
 namespace {
-#ifndef Q3T_SAMPLE_THREADS  // block size (A/B runs: 256, 512 or 1024)
-#define Q3T_SAMPLE_THREADS 1024
-#endif
-constexpr int kThreads = Q3T_SAMPLE_THREADS;
+constexpr int kThreads = 1024;  // 512 measured equal, 256 slower (H200, docs/performance.md)
 
 __global__ void __launch_bounds__(kThreads) k_sample(const float* __restrict__ logits, int v, unsigned char* __restrict__ seen,
                                                      float penalty, int eos, int min_new, int sup_lo, int sup_hi,

@@ -10,8 +10,8 @@ fused final-norm + lm_head and a draw that also writes the next position's embed
 16-embedding sum plus trailing text -> 28 Talker layers (their q/k norm, RoPE, KV append and
 split attention in one launch, whose last block per head merges the chunks) -> final norm.
 Everything that changes between frames (Talker position, frame index, sampled codes, the
-repetition-penalty set) lives in device memory, so the same graph replays for every frame; `next_frames(n)` replays it n times and syncs
-once to read the n frames back.
+repetition-penalty set) lives in device memory, so the same graph replays for every frame;
+`next_frames(n)` replays it n times and syncs once to read the n frames back.
 
 The prompt prefill is a one-off and runs through the torch Talker into the same KV cache
 tensor the kernels then read ([layers, 2, max_seq, kv_heads, head_dim], model dtype).
