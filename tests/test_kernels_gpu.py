@@ -305,9 +305,10 @@ def test_attention(lib: native.Native, dtype: torch.dtype, length: int, splits: 
 @pytest.mark.parametrize("hq,hkv,d", [(16, 8, 128), (4, 2, 16)])
 def test_rope_attention_split_equals_append_then_attention(lib: native.Native, dtype: torch.dtype, length: int,
                                                            splits: int, hq: int, hkv: int, d: int) -> None:  # fmt: skip
-    """q3t_rope_attention_split (the Talker's one launch, merged by its last blocks) against q3t_qk_norm_rope_append +
-    q3t_attention on the same fresh inputs: cache rows and outputs bit for bit, with chunks shorter
-    and longer than the rows it holds in shared memory (32 at d = 128, 64 at d = 16)."""
+    """q3t_rope_attention_split (the Talker's one launch, merged by its last blocks) against
+    q3t_qk_norm_rope_append + q3t_attention on the same fresh inputs: cache rows and outputs bit for
+    bit, with chunks shorter and longer than the rows it holds in shared memory (32 at d = 128, 64 at
+    d = 16)."""
     max_seq, wd = 1024, native.F32 if dtype == torch.float32 else native.BF16
     qkv, qn, kn, cos, sin, kc0, vc0 = _attention_inputs(gen(length * 13 + splits + d), hq, hkv, d, max_seq, dtype,
                                                         k_scale=2.0)  # fmt: skip
