@@ -363,61 +363,6 @@ def test_rope_attention_equals_append_then_attention(lib: native.Native, dtype: 
     assert rel(out2, out1) <= F32_TOL
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("hq,hkv,d,k", [(16, 8, 128, 1024), (2, 1, 16, 64), (4, 4, 32, 100), (2, 1, 4, 24)])
-@pytest.mark.parametrize("fill", ["3", "1", "64"])
-def test_gemv_rope_attention_equals_gemv_then_rope_attention(lib: native.Native, dtype: torch.dtype, hq: int,
-                                                             hkv: int, d: int, k: int, fill: str) -> None:  # fmt: skip
-    """q3t_gemv_rope_attention (the CodePredictor's qkv GEMV with its attention as the tail) against
-    q3t_gemv (v2) + q3t_rope_attention on fresh random inputs, at every position of a 16-row cache:
-    qkv, the cache and the attention output bit for bit (the same device code on the same values),
-    called twice on the same counters, which must end at 0. The shapes cover row blocks that hold
-    rows of several KV groups or the k and v rows of one (d = 4), unaligned rows (k = 100, bf16:
-    scalar loads) and every split-K choice (fill 1: few blocks, 64: one row over all warps)."""
-    max_seq, wd = 16, native.F32 if dtype == torch.float32 else native.BF16
-    n = (hq + 2 * hkv) * d
-    g = gen(hq * 1000 + d * 10 + k + int(fill))
-    _, qn, kn, cos, sin, kc0, vc0 = _attention_inputs(g, hq, hkv, d, max_seq, dtype)
-    w = (torch.randn(n, k, device=DEV, generator=g) * 0.05).to(dtype)
-    x = torch.randn(k, device=DEV, generator=g)
-    nw = torch.rand(k, device=DEV, generator=g) + 0.5
-    counters = torch.zeros(hkv, dtype=torch.int32, device=DEV)
-    scale = d**-0.5
-    with gemv_variant(lib, "v2", fill):
-        for pos in range(max_seq):
-            qkv1, out1 = torch.zeros(n, device=DEV), torch.zeros(hq * d, device=DEV)
-            kc1, vc1 = kc0.clone(), vc0.clone()
-            lib.call("q3t_gemv", wd, w.data_ptr(), n, k, x.data_ptr(), nw.data_ptr(), 1e-6, None, qkv1.data_ptr(),
-                     native.GEMV_STORE, stream())  # fmt: skip
-            lib.call("q3t_rope_attention", wd, qkv1.data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6, cos.data_ptr(),
-                     sin.data_ptr(), None, pos, hq, hkv, d, max_seq, scale, kc1.data_ptr(), vc1.data_ptr(),
-                     out1.data_ptr(), stream())  # fmt: skip
-            kc2, vc2 = kc0.clone(), vc0.clone()
-            for _ in range(2):
-                qkv2 = torch.full((n,), float("nan"), device=DEV)
-                out2 = torch.full((hq * d,), float("nan"), device=DEV)
-                lib.call("q3t_gemv_rope_attention", wd, w.data_ptr(), k, x.data_ptr(), nw.data_ptr(), 1e-6,
-                         qkv2.data_ptr(), qn.data_ptr(), kn.data_ptr(), cos.data_ptr(), sin.data_ptr(), None, pos, hq,
-                         hkv, d, max_seq, scale, kc2.data_ptr(), vc2.data_ptr(), out2.data_ptr(), counters.data_ptr(),
-                         stream())  # fmt: skip
-                assert torch.equal(qkv2, qkv1), pos
-                assert torch.equal(kc2, kc1) and torch.equal(vc2, vc1), pos
-                assert torch.equal(out2, out1), pos
-                assert not counters.any(), pos
-    assert torch.isfinite(out1).all() and not torch.equal(kc1, kc0)
-
-
-def test_gemv_rope_attention_rejects_bad_shapes(lib: native.Native) -> None:
-    x = torch.zeros(64, device=DEV)
-    args = [x.data_ptr()] * 4
-    with pytest.raises(native.NativeError, match="hkv <= 32"):  # one counter bit per KV group
-        lib.call("q3t_gemv_rope_attention", native.F32, x.data_ptr(), 64, *args[:2], 1e-6, *args, x.data_ptr(), None,
-                 0, 64, 64, 2, 16, 0.7, *args[:2], x.data_ptr(), x.data_ptr(), stream())  # fmt: skip
-    with pytest.raises(native.NativeError, match="null pointer"):
-        lib.call("q3t_gemv_rope_attention", native.F32, x.data_ptr(), 64, *args[:2], 1e-6, *args, x.data_ptr(), None,
-                 0, 2, 1, 2, 16, 0.7, *args[:2], x.data_ptr(), None, stream())  # fmt: skip
-
-
 @pytest.mark.parametrize("d,max_seq", [(16, 65), (128, 64), (256, 17)])
 def test_rope_attention_rejects_long_caches(lib: native.Native, d: int, max_seq: int) -> None:
     """More than 64 positions, or more than 4096 cache elements per head (its K/V history is

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ABI_VERSION = 5  # must equal Q3T_ABI_VERSION in kernels/include/q3t.h
+ABI_VERSION = 4  # must equal Q3T_ABI_VERSION in kernels/include/q3t.h
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels"
 DEFAULT_HIP_ARCHS = ("gfx1201",)
@@ -70,13 +70,6 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
         [
             _c_int, _p, _p, _p, _c_float, _p, _p, _p, _c_int, _c_int, _c_int, _c_int, _c_int, _c_float, _c_int, _p,
             _p, _p, _p, _p,
-        ],
-    ),
-    "q3t_gemv_rope_attention": (
-        _c_int,
-        [
-            _c_int, _p, _c_int, _p, _p, _c_float, _p, _p, _p, _p, _p, _p, _c_int, _c_int, _c_int, _c_int, _c_int,
-            _c_float, _p, _p, _p, _p, _p,
         ],
     ),
     "q3t_embed_row": (_c_int, [_c_int, _p, _c_int, _c_int, _p, _p, _p]),

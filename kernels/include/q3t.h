@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /* Bump on any change of a prototype, of a constant below or of a function's meaning. */
-#define Q3T_ABI_VERSION 5
+#define Q3T_ABI_VERSION 4
 
 #define Q3T_F32 0
 #define Q3T_BF16 1
@@ -80,13 +80,6 @@ Q3T_API int q3t_rope_attention_split(int dtype, const float* qkv, const float* q
  * as the two; no scratch; out [hq * d]. Reads the cache rows before pos before it waits for the
  * previous kernel (programmatic dependent launch): they must not be written by that kernel. */
 Q3T_API int q3t_rope_attention(int dtype, const float* qkv, const float* q_norm_w, const float* k_norm_w, float eps, const float* cos_tab, const float* sin_tab, const int* pos_ptr, int pos_add, int hq, int hkv, int d, int max_seq, float scale, void* k_cache, void* v_cache, float* out, void* stream);
-
-/* q3t_gemv (Q3T_GEMV_STORE, no bias) of the packed q/k/v weights w [(hq + 2 hkv) d, k] into qkv,
- * then q3t_rope_attention on it, in one launch: the block that writes the last of a KV group's
- * q, k and v rows runs the group's norms, RoPE, append and attention. Same limits as
- * q3t_rope_attention, plus hkv <= 32 and k <= 8192; counters holds hkv int32 that must be 0
- * before the first call (each call leaves them 0). The same results as the two calls, bit for bit. */
-Q3T_API int q3t_gemv_rope_attention(int dtype, const void* w, int k, const float* x, const float* norm_w, float eps, float* qkv, const float* q_norm_w, const float* k_norm_w, const float* cos_tab, const float* sin_tab, const int* pos_ptr, int pos_add, int hq, int hkv, int d, int max_seq, float scale, void* k_cache, void* v_cache, float* out, int* counters, void* stream);
 
 /* out[h] = table[*token_ptr][h] (row of an embedding table, `dtype`), converted to float32. */
 Q3T_API int q3t_embed_row(int dtype, const void* table, int rows, int h, const int* token_ptr, float* out, void* stream);

@@ -29,23 +29,6 @@
 //   one dependent global round trip instead of two; the result differs from v1 only by float32
 //   rounding (rs * sum(w * (g * x)) vs sum(w * (g * (x * rs)))).
 #include "common.cuh"
-#include "attention_short.cuh"
-
-// q3t_gemv_rope_attention: the CodePredictor's qkv projection with its short attention as the
-// tail of the same kernel. After a block has written its rows of qkv it counts them in the
-// counter of each KV group they belong to (q rows of the group's heads, its k and v rows); the
-// block that completes a group runs that group's q/k RMSNorm, RoPE, KV append and attention
-// (attention_short.cuh, the code of q3t_rope_attention), so the frame has one dependent launch
-// fewer per CodePredictor layer and position (80 per frame).
-struct ShortAttnArgs {
-    const float *qn, *kn, *cos_tab, *sin_tab;
-    const int* pos_ptr;
-    int pos_add, hq, hkv, d, max_seq;
-    float eps, scale;
-    void *kc, *vc;
-    float* out;
-    int* counters;  // [hkv], zero before the first launch; each launch leaves them zero
-};
 
 namespace {
 
@@ -55,90 +38,11 @@ constexpr int kMaxPre = 8;  // 16-byte weight loads per lane issued before the f
 template <typename W> using Pack = WeightVec16<W>;
 
 // PRE: 16-byte loads per lane issued up front, over all NR rows of the unit (VEC only).
-// Output `out` of the block from its warps' partial sums (part), in a fixed order; then the RMS
-// scale and the mode's epilogue.
-template <int MODE, int NR>
-__device__ __forceinline__ void finish_output(const float (*part)[NR], const float* red, int nwarps, int splits,
-                                              const float* norm_w, int k, float eps, const float* bias, float y_old,
-                                              int out, float* y) {
-    float scale = 1.f;
-    if (norm_w) {
-        float total = 0.f;
-        for (int i = 0; i < nwarps; ++i) total += red[i];
-        scale = rsqrtf(total / (float)k + eps);
-    }
-    float s[NR];
-#pragma unroll
-    for (int r = 0; r < NR; ++r) {
-        float t = 0.f;
-        for (int j = 0; j < splits; ++j) t += part[threadIdx.x * splits + j][r];
-        s[r] = t * scale;
-    }
-    if (MODE == Q3T_GEMV_SWIGLU) {
-        // silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), in float32 as torch does it.
-        const float g = s[0], u = s[NR - 1];
-        y[out] = (g / (1.0f + expf(-g))) * u;
-    } else if (MODE == Q3T_GEMV_ADD) {
-        y[out] = y_old + s[0];
-    } else {
-        y[out] = bias ? s[0] + bias[out] : s[0];
-    }
-}
-
-// The tail of q3t_gemv_rope_attention (see the top of the file), after this block wrote rows
-// [r0, r1) of qkv (y). The fences order each block's rows before its counts, and the counts
-// before the completing block's reads (the pattern of merge_if_last in attention.cu). smem: the
-// kernel's dynamic shared memory, free again (xs is no longer read), at least
-// short_smem_bytes<C>(d, max_seq); red: 32 floats, free again.
-template <typename C>
-__device__ void attention_if_complete(const ShortAttnArgs& a, const float* qkv, int r0, int r1, int per_block,
-                                      float* smem, float* red) {
-    __shared__ unsigned mine;  // bit g: this block completed KV group g
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned m = 0;
-        const int group = a.hq / a.hkv;
-        for (int g = 0; g < a.hkv; ++g) {
-            // Group g's rows: its q heads', its k row block and its v row block.
-            const int lo[3] = {g * group * a.d, (a.hq + g) * a.d, (a.hq + a.hkv + g) * a.d};
-            const int len[3] = {group * a.d, a.d, a.d};
-            int hits = 0, blocks = 0;
-#pragma unroll
-            for (int i = 0; i < 3; ++i) {
-                blocks += (lo[i] + len[i] - 1) / per_block - lo[i] / per_block + 1;
-                hits += lo[i] < r1 && r0 < lo[i] + len[i];
-            }
-            if (hits && atomicAdd(a.counters + g, hits) + hits == blocks) m |= 1u << g;
-        }
-        mine = m;
-    }
-    __syncthreads();
-    const unsigned m = mine;
-    if (!m) return;
-    __threadfence();
-    int pos = read_pos(a.pos_ptr, a.pos_add);
-    pos = pos < 0 ? 0 : (pos >= a.max_seq ? a.max_seq - 1 : pos);  // never outside the cache
-    C* kc = static_cast<C*>(a.kc);
-    C* vc = static_cast<C*>(a.vc);
-    C* hist = reinterpret_cast<C*>(smem + 3 * a.d + kShortMaxSeq);
-    const ShortConsts k = short_head_consts(a.qn, a.kn, a.cos_tab, a.sin_tab, pos, a.d);
-    const int group = a.hq / a.hkv;
-    for (int g = 0; g < a.hkv; ++g) {
-        if (!(m >> g & 1u)) continue;
-        short_history<C>(kc, vc, pos, g, a.hkv, a.d, hist);
-        for (int h = g * group; h < (g + 1) * group; ++h)
-            short_head<C>(qkv, k, a.eps, pos, h, a.hq, a.hkv, a.d, a.scale, kc, vc, hist, a.out, smem, red);
-        if (threadIdx.x == 0) a.counters[g] = 0;
-    }
-}
-
-// ATTN: q3t_gemv_rope_attention (MODE store, no bias): the short attention as the tail.
-template <typename W, int MODE, bool VEC, int PRE, bool ATTN>
+template <typename W, int MODE, bool VEC, int PRE>
 __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int n_out, int k, int splits,
                                                     const float* __restrict__ x, const float* __restrict__ norm_w,
                                                     float eps, const float* __restrict__ bias,
-                                                    float* __restrict__ y, ShortAttnArgs attn) {
+                                                    float* __restrict__ y) {
     constexpr int NR = MODE == Q3T_GEMV_SWIGLU ? 2 : 1;  // weight rows per output
     constexpr int PR = PRE / NR;                         // up-front loads per row
     static_assert(PR >= 1 && PR * NR == PRE, "PRE must be a multiple of the rows per output");
@@ -232,19 +136,38 @@ __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int
     __syncthreads();
 
     // One thread per output of the block adds its warps' partial sums in a fixed order.
+    if ((int)threadIdx.x >= per_block) return;
     const int out = blockIdx.x * per_block + threadIdx.x;
-    if ((int)threadIdx.x < per_block && out < n_out) finish_output<MODE, NR>(part, red, nwarps, splits, norm_w, k, eps,
-                                                                           bias, y_old, out, y);
-    if constexpr (ATTN)
-        attention_if_complete<W>(attn, y, blockIdx.x * per_block, min(n_out, (int)(blockIdx.x + 1) * per_block),
-                                 per_block, xs, red);
+    if (out >= n_out) return;
+    float scale = 1.f;
+    if (norm_w) {
+        float total = 0.f;
+        for (int i = 0; i < nwarps; ++i) total += red[i];
+        scale = rsqrtf(total / (float)k + eps);
+    }
+    float s[NR];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+        float t = 0.f;
+        for (int j = 0; j < splits; ++j) t += part[threadIdx.x * splits + j][r];
+        s[r] = t * scale;
+    }
+    if (MODE == Q3T_GEMV_SWIGLU) {
+        // silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), in float32 as torch does it.
+        const float g = s[0], u = s[NR - 1];
+        y[out] = (g / (1.0f + expf(-g))) * u;
+    } else if (MODE == Q3T_GEMV_ADD) {
+        y[out] = y_old + s[0];
+    } else {
+        y[out] = bias ? s[0] + bias[out] : s[0];
+    }
 }
 
 inline int cdiv(int a, int b) { return (a + b - 1) / b; }
 
-template <typename W, int MODE, bool ATTN = false>
+template <typename W, int MODE>
 int launch2(const void* w, int n_rows, int k, const float* x, const float* norm_w, float eps, const float* bias,
-            float* y, cudaStream_t s, const ShortAttnArgs& attn = ShortAttnArgs{}) {
+            float* y, cudaStream_t s) {
     constexpr int NR = MODE == Q3T_GEMV_SWIGLU ? 2 : 1;
     const int n_out = n_rows / NR;
     const int warp = q3t_host_warp();
@@ -256,23 +179,19 @@ int launch2(const void* w, int n_rows, int k, const float* x, const float* norm_
     const int target = q3t_gemv_fill() * q3t_host_sms();
     while (splits < nwarps && chunks >= 2 * splits && cdiv(n_out, nwarps / splits) < target) splits *= 2;
     const dim3 grid(cdiv(n_out, nwarps / splits));
-    size_t smem = (size_t)k * sizeof(float);
-    if (ATTN && short_smem_bytes<W>(attn.d, attn.max_seq) > smem) smem = short_smem_bytes<W>(attn.d, attn.max_seq);
+    const size_t smem = (size_t)k * sizeof(float);
     const int loads = NR * cdiv(chunks, splits);
     const W* wp = static_cast<const W*>(w);
     if (!vec)
-        q3t_launch(k_gemv2<W, MODE, false, 2, ATTN>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias,
-                   y, attn);
+        q3t_launch(k_gemv2<W, MODE, false, 2>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
     else if (loads <= 2)
-        q3t_launch(k_gemv2<W, MODE, true, 2, ATTN>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias,
-                   y, attn);
+        q3t_launch(k_gemv2<W, MODE, true, 2>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
     else if (loads <= 4)
-        q3t_launch(k_gemv2<W, MODE, true, 4, ATTN>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias,
-                   y, attn);
+        q3t_launch(k_gemv2<W, MODE, true, 4>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
     else
-        q3t_launch(k_gemv2<W, MODE, true, kMaxPre, ATTN>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps,
-                   bias, y, attn);
-    return q3t_check_launch(ATTN ? "q3t_gemv_rope_attention" : "q3t_gemv (v2)");
+        q3t_launch(k_gemv2<W, MODE, true, kMaxPre>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias,
+                   y);
+    return q3t_check_launch("q3t_gemv (v2)");
 }
 
 }  // namespace
@@ -291,28 +210,4 @@ int q3t_gemv_v2(int dtype, const void* w, int n_rows, int k, const float* x, con
     if (dtype == Q3T_BF16) { Q3T_GEMV2_CASE(uint16_t) }
 #undef Q3T_GEMV2_CASE
     return q3t_fail("q3t_gemv: unknown dtype %d", dtype);
-}
-
-extern "C" Q3T_API int q3t_gemv_rope_attention(int dtype, const void* w, int k, const float* x, const float* norm_w,
-                                               float eps, float* qkv, const float* q_norm_w, const float* k_norm_w,
-                                               const float* cos_tab, const float* sin_tab, const int* pos_ptr,
-                                               int pos_add, int hq, int hkv, int d, int max_seq, float scale,
-                                               void* k_cache, void* v_cache, float* out, int* counters, void* stream) {
-    if (!w || !x || !qkv || !q_norm_w || !k_norm_w || !cos_tab || !sin_tab || !k_cache || !v_cache || !out || !counters)
-        return q3t_fail("q3t_gemv_rope_attention: null pointer");
-    if (k <= 0 || k > 8192) return q3t_fail("q3t_gemv_rope_attention: k=%d outside 1..8192", k);
-    if (hq <= 0 || hkv <= 0 || hkv > 32 || hq % hkv || d <= 0 || d > kThreads || d % 2 || max_seq <= 0 ||
-        max_seq > kShortMaxSeq || max_seq * d > kShortMaxElems)
-        return q3t_fail("q3t_gemv_rope_attention: bad shape hq=%d hkv=%d d=%d max_seq=%d (hkv <= 32, d <= %d, "
-                        "max_seq <= %d, max_seq * d <= %d)", hq, hkv, d, max_seq, kThreads, kShortMaxSeq,
-                        kShortMaxElems);
-    const ShortAttnArgs a{q_norm_w, k_norm_w, cos_tab, sin_tab, pos_ptr, pos_add, hq, hkv, d, max_seq, eps, scale,
-                          k_cache, v_cache, out, counters};
-    const int n_rows = (hq + 2 * hkv) * d;
-    cudaStream_t s = Q3T_STREAM(stream);
-    if (dtype == Q3T_F32)
-        return launch2<float, Q3T_GEMV_STORE, true>(w, n_rows, k, x, norm_w, eps, nullptr, qkv, s, a);
-    if (dtype == Q3T_BF16)
-        return launch2<uint16_t, Q3T_GEMV_STORE, true>(w, n_rows, k, x, norm_w, eps, nullptr, qkv, s, a);
-    return q3t_fail("q3t_gemv_rope_attention: unknown dtype %d", dtype);
 }

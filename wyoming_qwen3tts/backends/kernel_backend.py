@@ -58,9 +58,6 @@ NO_EOS = 1 << 30  # min-new-tokens past any length: SamplingParams.suppress_eos 
 GRAPH_PREFILL_ENV = "Q3T_GRAPH_PREFILL"
 ATTN_SPLITS_ENV = "Q3T_ATTN_SPLITS"
 CP_ENV = "Q3T_CP"  # "layers" (default): one launch per op; "fused": the persistent CodePredictor kernel
-# "1" (default): the CodePredictor's qkv GEMV runs its attention as its tail (q3t_gemv_rope_attention);
-# "0": a GEMV, then q3t_rope_attention (the A/B baseline).
-QKV_ATTN_ENV = "Q3T_QKV_ATTN"
 PREFILL_BUCKETS = tuple(range(16, 129, 16)) + tuple(range(160, 513, 32))  # 8 + 12 = 20 at most
 
 
@@ -147,12 +144,9 @@ class _Stack:
         # Split attention partials, then one int32 counter per head (zero; q3t_rope_attention_split's merge).
         self.scratch = torch.zeros(hq * splits * (hd + 2) + hq, **f32)
         self.scale = hd**-0.5
-        # Short caches (the CodePredictor) take the one-launch q3t_rope_attention, or run it as the
-        # tail of the qkv GEMV (q3t_gemv_rope_attention, one int32 counter per KV group).
+        # Short caches (the CodePredictor) take the one-launch q3t_rope_attention.
         self.short = (splits == 1 and max_seq <= SHORT_MAX_SEQ and max_seq * hd <= SHORT_MAX_ELEMS and hd <= 256
                       and hd % 2 == 0)  # fmt: skip
-        self.qkv_attn = self.short and hkv <= 32 and os.environ.get(QKV_ATTN_ENV, "1") != "0"
-        self.counters = torch.zeros(hkv, dtype=torch.int32, device=device)
 
 
 class KernelDecodeSession:
@@ -363,23 +357,17 @@ class KernelBackend:
         xp = x.data_ptr()
         for i, L in enumerate(st.layers):
             kc, vc = st.cache[i, 0], st.cache[i, 1]
-            if st.qkv_attn:  # the CodePredictor: qkv GEMV, then norms, RoPE, append and attention in its tail
-                lib.call("q3t_gemv_rope_attention", wd, L.qkv.data_ptr(), c.hidden_size, xp, L.in_norm.data_ptr(), eps,
-                         st.qkv.data_ptr(), L.q_norm.data_ptr(), L.k_norm.data_ptr(), st.cos.data_ptr(),
-                         st.sin.data_ptr(), pos_ptr, pos_add, hq, hkv, hd, st.max_seq, st.scale, kc.data_ptr(),
-                         vc.data_ptr(), st.attn.data_ptr(), st.counters.data_ptr(), stream)  # fmt: skip
-            else:
-                lib.call("q3t_gemv", wd, L.qkv.data_ptr(), L.qkv.shape[0], c.hidden_size, xp, L.in_norm.data_ptr(),
-                         eps, None, st.qkv.data_ptr(), native.GEMV_STORE, stream)  # fmt: skip
-                if st.short:  # norm, RoPE, append and attention in one launch
-                    lib.call("q3t_rope_attention", wd, st.qkv.data_ptr(), L.q_norm.data_ptr(), L.k_norm.data_ptr(),
-                             eps, st.cos.data_ptr(), st.sin.data_ptr(), pos_ptr, pos_add, hq, hkv, hd, st.max_seq,
-                             st.scale, kc.data_ptr(), vc.data_ptr(), st.attn.data_ptr(), stream)  # fmt: skip
-                else:  # the Talker: norm, RoPE, append and the split attention (merged by its last blocks)
-                    lib.call("q3t_rope_attention_split", wd, st.qkv.data_ptr(), L.q_norm.data_ptr(),
-                             L.k_norm.data_ptr(), eps, st.cos.data_ptr(), st.sin.data_ptr(), pos_ptr, pos_add, hq, hkv,
-                             hd, st.max_seq, st.scale, st.splits, st.scratch.data_ptr(), kc.data_ptr(), vc.data_ptr(),
-                             st.attn.data_ptr(), stream)  # fmt: skip
+            lib.call("q3t_gemv", wd, L.qkv.data_ptr(), L.qkv.shape[0], c.hidden_size, xp, L.in_norm.data_ptr(), eps,
+                     None, st.qkv.data_ptr(), native.GEMV_STORE, stream)  # fmt: skip
+            if st.short:  # the CodePredictor's 16 positions: norm, RoPE, append and attention in one launch
+                lib.call("q3t_rope_attention", wd, st.qkv.data_ptr(), L.q_norm.data_ptr(), L.k_norm.data_ptr(), eps,
+                         st.cos.data_ptr(), st.sin.data_ptr(), pos_ptr, pos_add, hq, hkv, hd, st.max_seq, st.scale,
+                         kc.data_ptr(), vc.data_ptr(), st.attn.data_ptr(), stream)  # fmt: skip
+            else:  # the Talker: norm, RoPE, append and the split attention (merged by its last blocks) in one launch
+                lib.call("q3t_rope_attention_split", wd, st.qkv.data_ptr(), L.q_norm.data_ptr(), L.k_norm.data_ptr(),
+                         eps, st.cos.data_ptr(), st.sin.data_ptr(), pos_ptr, pos_add, hq, hkv, hd, st.max_seq,
+                         st.scale, st.splits, st.scratch.data_ptr(), kc.data_ptr(), vc.data_ptr(), st.attn.data_ptr(),
+                         stream)  # fmt: skip
             lib.call("q3t_gemv", wd, L.o.data_ptr(), c.hidden_size, hq * hd, st.attn.data_ptr(), None, eps, None, xp,
                      native.GEMV_ADD, stream)  # fmt: skip
             lib.call("q3t_gemv", wd, L.gate_up.data_ptr(), 2 * c.intermediate_size, c.hidden_size, xp,
