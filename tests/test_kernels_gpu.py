@@ -190,6 +190,53 @@ def test_gemv_v2_unaligned_rows_and_fill(lib: native.Native, dtype: torch.dtype,
         assert rel(y, reference(w.float())) <= F32_TOL, (n, k, offset)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("mode", [native.GEMV_STORE, native.GEMV_ADD, native.GEMV_SWIGLU])
+@pytest.mark.parametrize("n,k", [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (64, 100), (130, 16)])
+def test_gemv_batch_rows_equal_one_vector_calls(lib: native.Native, dtype: torch.dtype, mode: int, n: int,
+                                                k: int) -> None:  # fmt: skip
+    """q3t_gemv_batch with two input vectors (the CodePredictor's positions 0 and 1) against two
+    q3t_gemv calls (v2) on fresh random inputs: each vector's outputs bit for bit (each gets its
+    own RMSNorm; ADD adds to its own row); nb = 1 is a q3t_gemv call."""
+    if mode == native.GEMV_SWIGLU and n % 2:
+        pytest.skip("SwiGLU takes gate/up row pairs")
+    g = gen(n + 3 * k + mode)
+    wd = native.F32 if dtype == torch.float32 else native.BF16
+    w = (torch.randn(n, k, device=DEV, generator=g) * 0.05).to(dtype)
+    x2 = torch.randn(2, k, device=DEV, generator=g)
+    x2[1] *= 3.0  # a different RMS scale per row
+    nw = torch.rand(k, device=DEV, generator=g) + 0.5
+    bias = torch.randn(n, device=DEV, generator=g) if mode == native.GEMV_STORE else None
+    n_out = n // 2 if mode == native.GEMV_SWIGLU else n
+    y0 = torch.randn(2, n_out, device=DEV, generator=g)
+    bp = bias.data_ptr() if bias is not None else None
+    with gemv_variant(lib, "v2"):
+        want = y0.clone()
+        for b in range(2):
+            lib.call("q3t_gemv", wd, w.data_ptr(), n, k, x2[b].data_ptr(), nw.data_ptr(), 1e-6, bp, want[b].data_ptr(),
+                     mode, stream())  # fmt: skip
+        got = y0.clone()
+        lib.call("q3t_gemv_batch", wd, w.data_ptr(), n, k, x2.data_ptr(), 2, nw.data_ptr(), 1e-6, bp, got.data_ptr(),
+                 mode, stream())  # fmt: skip
+        one = y0[0].clone()
+        lib.call("q3t_gemv_batch", wd, w.data_ptr(), n, k, x2.data_ptr(), 1, nw.data_ptr(), 1e-6, bp, one.data_ptr(),
+                 mode, stream())  # fmt: skip
+    assert torch.isfinite(got).all()
+    assert torch.equal(got, want)
+    assert torch.equal(one, want[0])
+    assert not torch.equal(got[0], got[1])
+
+
+def test_gemv_batch_rejects_bad_arguments(lib: native.Native) -> None:
+    x = torch.zeros(2 * 8192, device=DEV)
+    with pytest.raises(native.NativeError, match="nb=3"):
+        lib.call("q3t_gemv_batch", native.F32, x.data_ptr(), 4, 64, x.data_ptr(), 3, None, 1e-6, None, x.data_ptr(),
+                 native.GEMV_STORE, stream())  # fmt: skip
+    with pytest.raises(native.NativeError, match="exceeds 12288"):  # both vectors live in shared memory
+        lib.call("q3t_gemv_batch", native.F32, x.data_ptr(), 1, 8192, x.data_ptr(), 2, None, 1e-6, None, x.data_ptr(),
+                 native.GEMV_STORE, stream())  # fmt: skip
+
+
 def test_gemv_v2_is_selected_by_the_environment(lib: native.Native) -> None:
     # down_proj of the 1.7B Talker: v2 splits each row over 4 warps, so its float32 sums are
     # added in another order than v1's and the bits differ: the variant really switched.
@@ -361,6 +408,38 @@ def test_rope_attention_equals_append_then_attention(lib: native.Native, dtype: 
     assert torch.equal(kc2, kc1) and torch.equal(vc2, vc1)
     assert torch.isfinite(out2).all()
     assert rel(out2, out1) <= F32_TOL
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("hq,hkv,d", [(16, 8, 128), (2, 1, 16), (4, 4, 32)])
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_rope_attention_first_equals_positions_in_turn(lib: native.Native, dtype: torch.dtype, hq: int, hkv: int,
+                                                       d: int, n: int) -> None:  # fmt: skip
+    """q3t_rope_attention_first (positions 0..n-1 of an empty cache in one launch) against
+    q3t_rope_attention at positions 0, 1, ... in turn on the same fresh qkv rows: outputs and the
+    cache bit for bit, nothing written past row n - 1."""
+    max_seq, wd = 16, native.F32 if dtype == torch.float32 else native.BF16
+    g = gen(n * 100 + d + hq)
+    _, qn, kn, cos, sin, kc0, vc0 = _attention_inputs(g, hq, hkv, d, max_seq, dtype)
+    qkv = torch.randn(n, (hq + 2 * hkv) * d, device=DEV, generator=g)
+    scale = d**-0.5
+    kc1, vc1, out1 = kc0.clone(), vc0.clone(), torch.zeros(n, hq * d, device=DEV)
+    for p in range(n):
+        lib.call("q3t_rope_attention", wd, qkv[p].data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6, cos.data_ptr(),
+                 sin.data_ptr(), None, p, hq, hkv, d, max_seq, scale, kc1.data_ptr(), vc1.data_ptr(), out1[p].data_ptr(),
+                 stream())  # fmt: skip
+    kc2, vc2, out2 = kc0.clone(), vc0.clone(), torch.full((n, hq * d), float("nan"), device=DEV)
+    lib.call("q3t_rope_attention_first", wd, qkv.data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6, cos.data_ptr(),
+             sin.data_ptr(), n, hq, hkv, d, max_seq, scale, kc2.data_ptr(), vc2.data_ptr(), out2.data_ptr(),
+             stream())  # fmt: skip
+    assert torch.isfinite(out2).all()
+    assert torch.equal(out2, out1)
+    assert torch.equal(kc2, kc1) and torch.equal(vc2, vc1)
+    assert torch.equal(kc2[n:], kc0[n:]) and not torch.equal(kc2[:n], kc0[:n])
+    with pytest.raises(native.NativeError, match="n <= max_seq"):
+        lib.call("q3t_rope_attention_first", wd, qkv.data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6, cos.data_ptr(),
+                 sin.data_ptr(), max_seq + 1, hq, hkv, d, max_seq, scale, kc2.data_ptr(), vc2.data_ptr(),
+                 out2.data_ptr(), stream())  # fmt: skip
 
 
 @pytest.mark.parametrize("d,max_seq", [(16, 65), (128, 64), (256, 17)])
@@ -609,6 +688,38 @@ def test_fused_code_predictor_matches_the_layered_launches(tiny_checkpoint: Path
         assert a.shape == b.shape == (frames, 16)
         mism = np.argwhere(a != b)
         assert mism.size == 0, f"do_sample={sampling.do_sample}: first mismatch at {mism[0].tolist()}"
+
+
+@pytest.mark.parametrize("size", ["tiny", "tiny-0.6b"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_first_two_codepredictor_positions_together_change_nothing(tiny_checkpoint: Path, tiny_checkpoint_06b: Path,
+                                                                   lib: native.Native, size: str, dtype: torch.dtype,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The CodePredictor's positions 0 and 1 run together (Q3T_CP_FIRST2=1, the default) or one at a
+    time (=0): each op gives the same bits either way, so teacher-forced logits of all 16 heads are
+    equal exactly, and so are greedy and seeded sampled codes (with and without the projection)."""
+    from wyoming_qwen3tts.backends.kernel_backend import KernelBackend
+    from wyoming_qwen3tts.model.prompt import build_prompt
+    from wyoming_qwen3tts.request import SamplingParams
+
+    model = _model(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b, dtype)
+    with torch.no_grad():
+        model.talker.codec_head.weight[2150].zero_()  # no EOS: every frame is compared
+    prompt = build_prompt(model, _text_ids(10), "vivian", "english")
+    backends = {}
+    for flag in ("1", "0"):
+        monkeypatch.setenv("Q3T_CP_FIRST2", flag)
+        backends[flag] = KernelBackend(model, cp_fused=False)
+    together, apart = backends["1"], backends["0"]
+    assert together.cp_first2 and not apart.cp_first2
+    codes = apart.start(prompt, SamplingParams.greedy(), 0, 16).next_frames(16)
+    got, ref = together.teacher_forced(prompt, codes), apart.teacher_forced(prompt, codes)
+    assert all(torch.equal(got[f][j], ref[f][j]) for f in range(len(codes)) for j in range(16))
+    for sampling, frames in ((SamplingParams.greedy(), 40), (SamplingParams(), 40)):
+        a = together.start(prompt, sampling, 99, frames).next_frames(frames)
+        b = apart.start(prompt, sampling, 99, frames).next_frames(frames)
+        assert a.shape == b.shape == (frames, 16)
+        assert np.array_equal(a, b), f"do_sample={sampling.do_sample}"
 
 
 def test_fused_code_predictor_rejects_bad_shapes(lib: native.Native) -> None:

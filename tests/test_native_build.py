@@ -150,7 +150,7 @@ def test_gemv_sass_loads_weights_before_the_grid_wait(tmp_path: Path, monkeypatc
     funcs = _sass_functions(lib, tools)
     checked = 0
     for name, lines in funcs.items():
-        m = re.search(r"k_gemv(2?)I([tf])Li(\d)ELb1E(?:Li(\d+)E)?", name)
+        m = re.search(r"k_gemv(2|2x2)?I([tf])Li(\d)ELb1E(?:Li(\d+)E)?", name)
         if not m:
             continue
         loads = [i for i, ln in enumerate(lines) if "LDG.E.128" in ln]
@@ -158,7 +158,7 @@ def test_gemv_sass_loads_weights_before_the_grid_wait(tmp_path: Path, monkeypatc
         assert loads, f"{name}: no 16-byte weight loads (LDG.E.128)"
         assert wait is not None, f"{name}: no griddepcontrol.wait (ACQBULK)"
         before = sum(i < wait for i in loads)
-        print(f"{'v2' if m.group(1) else 'v1'} {m.group(0)}: {before} of {len(loads)} LDG.E.128 before ACQBULK")
+        print(f"{m.group(1) or 'v1'} {m.group(0)}: {before} of {len(loads)} LDG.E.128 before ACQBULK")
         want = int(m.group(4)) if m.group(1) else 8  # exactly the up-front loads go out before the wait
         assert before == want, f"{name}: {before} LDG.E.128 before ACQBULK, want {want}"
         trigger = next((i for i, ln in enumerate(lines) if re.search(r"\bPREEXIT\b", ln)), None)
@@ -166,7 +166,8 @@ def test_gemv_sass_loads_weights_before_the_grid_wait(tmp_path: Path, monkeypatc
         checked += 1
         # no local memory (spills or run-time-indexed arrays) in any GEMV kernel
         assert not any(re.search(r"\b(LDL|STL)\b", ln) for ln in lines), f"{name}: local memory"
-    assert checked == 24, f"checked {checked} vectorised GEMV kernels, expected 2 dtypes x 3 modes x (3 PRE + v1)"
+    want = 2 * 3 * (3 * 2 + 1)  # dtypes x modes x (PRE choices x one or two input vectors, + v1)
+    assert checked == want, f"checked {checked} vectorised GEMV kernels, expected {want}"
     # Every other kernel of the frame lets its successor launch first (common.cuh).
     others = [n for n in funcs if re.search(r"k_sample|k_rope_attention|k_rope_attn_partial|k_attn_merge|k_embed_", n)]
     assert len(others) >= 6, others

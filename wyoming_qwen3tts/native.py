@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ABI_VERSION = 4  # must equal Q3T_ABI_VERSION in kernels/include/q3t.h
+ABI_VERSION = 5  # must equal Q3T_ABI_VERSION in kernels/include/q3t.h
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels"
 DEFAULT_HIP_ARCHS = ("gfx1201",)
@@ -53,6 +53,7 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
     "q3t_set_pdl": (_c_int, [_c_int]),
     "q3t_rmsnorm": (_c_int, [_p, _p, _p, _c_int, _c_float, _p]),
     "q3t_gemv": (_c_int, [_c_int, _p, _c_int, _c_int, _p, _p, _c_float, _p, _p, _c_int, _p]),
+    "q3t_gemv_batch": (_c_int, [_c_int, _p, _c_int, _c_int, _p, _c_int, _p, _c_float, _p, _p, _c_int, _p]),
     "q3t_qk_norm_rope_append": (
         _c_int,
         [_c_int, _p, _p, _p, _c_float, _p, _p, _p, _c_int, _c_int, _c_int, _c_int, _c_int, _p, _p, _p, _p],
@@ -71,6 +72,10 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
             _c_int, _p, _p, _p, _c_float, _p, _p, _p, _c_int, _c_int, _c_int, _c_int, _c_int, _c_float, _c_int, _p,
             _p, _p, _p, _p,
         ],
+    ),
+    "q3t_rope_attention_first": (
+        _c_int,
+        [_c_int, _p, _p, _p, _c_float, _p, _p, _c_int, _c_int, _c_int, _c_int, _c_int, _c_float, _p, _p, _p, _p],
     ),
     "q3t_embed_row": (_c_int, [_c_int, _p, _c_int, _c_int, _p, _p, _p]),
     "q3t_embed_sum": (_c_int, [_c_int, _p, _c_int, _c_int, _c_int, _c_int, _p, _p, _c_int, _p, _p, _p, _p]),

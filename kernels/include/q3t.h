@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /* Bump on any change of a prototype, of a constant below or of a function's meaning. */
-#define Q3T_ABI_VERSION 4
+#define Q3T_ABI_VERSION 5
 
 #define Q3T_F32 0
 #define Q3T_BF16 1
@@ -57,6 +57,11 @@ Q3T_API int q3t_rmsnorm(const float* x, const float* w, float* y, int n, float e
 /* y (mode) W[N, K] @ xn, xn = norm_w ? RMSNorm(x) * norm_w : x. bias may be NULL. K <= 8192. */
 Q3T_API int q3t_gemv(int dtype, const void* w, int n_rows, int k, const float* x, const float* norm_w, float eps, const float* bias, float* y, int mode, void* stream);
 
+/* q3t_gemv (the v2 kernel, whatever Q3T_GEMV says) for nb = 1 or 2 input vectors at once:
+ * x [nb, k] -> y [nb, N] (SwiGLU: [nb, N / 2]), each weight row read once; each vector gets its own
+ * RMSNorm and its outputs are those of a one-vector call, bit for bit. nb * k <= 12288. */
+Q3T_API int q3t_gemv_batch(int dtype, const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps, const float* bias, float* y, int mode, void* stream);
+
 /* qkv [(hq + 2 hkv) * d] -> per-head RMSNorm of q and k, rotate-half RoPE at position
  * pos = (*pos_ptr if pos_ptr) + pos_add, q written to q_out [hq * d], k and v appended to the
  * caches at row pos (cache rows are [hkv * d], `dtype`). cos/sin tables are [max_seq, d] f32. */
@@ -80,6 +85,12 @@ Q3T_API int q3t_rope_attention_split(int dtype, const float* qkv, const float* q
  * as the two; no scratch; out [hq * d]. Reads the cache rows before pos before it waits for the
  * previous kernel (programmatic dependent launch): they must not be written by that kernel. */
 Q3T_API int q3t_rope_attention(int dtype, const float* qkv, const float* q_norm_w, const float* k_norm_w, float eps, const float* cos_tab, const float* sin_tab, const int* pos_ptr, int pos_add, int hq, int hkv, int d, int max_seq, float scale, void* k_cache, void* v_cache, float* out, void* stream);
+
+/* q3t_rope_attention at positions 0..n-1 of an empty short cache, in one launch (the
+ * CodePredictor's first two positions): qkv [n, (hq + 2 hkv) d] -> out [n, hq d], rows 0..n-1
+ * appended to the caches. Same limits as q3t_rope_attention and n <= max_seq; each position's output
+ * and cache row are those of q3t_rope_attention at that position (called in order), bit for bit. */
+Q3T_API int q3t_rope_attention_first(int dtype, const float* qkv, const float* q_norm_w, const float* k_norm_w, float eps, const float* cos_tab, const float* sin_tab, int n, int hq, int hkv, int d, int max_seq, float scale, void* k_cache, void* v_cache, float* out, void* stream);
 
 /* out[h] = table[*token_ptr][h] (row of an embedding table, `dtype`), converted to float32. */
 Q3T_API int q3t_embed_row(int dtype, const void* table, int rows, int h, const int* token_ptr, float* out, void* stream);

@@ -336,6 +336,63 @@ __global__ void __launch_bounds__(kShortThreads) k_rope_attention(
     q3t_grid_dep_trigger_first();
     short_head<C>(qkv, k, eps, pos, h, hq, hkv, d, scale, k_cache, v_cache, hist, out, sm, red);
 }
+
+// Positions 0..n-1 of an empty short cache at once (the CodePredictor's first two positions, whose
+// projections q3t_gemv_batch computes together): block (h, p) norms and rotates head h's q at
+// position p and its group's k at positions 0..p from qkv [n, (hq + 2 hkv) d] itself (the cache
+// does not hold them yet: the group's first head appends them in this launch), then attends over
+// them with the float32 operations of short_head, in its order: the same bits as q3t_rope_attention
+// at each position in turn.
+template <typename C>
+__global__ void __launch_bounds__(kShortThreads) k_rope_attention_first(
+    const float* __restrict__ qkv, const float* __restrict__ qn, const float* __restrict__ kn, float eps,
+    const float* __restrict__ cos_tab, const float* __restrict__ sin_tab, int n, int hq, int hkv, int d, float scale,
+    C* k_cache, C* v_cache, float* __restrict__ out) {
+    extern __shared__ float4 sm4[];  // 3 d (norm_rope_head's q, k, v), n d keys, n d values, kShortMaxSeq scores
+    __shared__ float red[32];
+    float* qs = reinterpret_cast<float*>(sm4);
+    float* ks = qs + d;
+    float* vs = qs + 2 * d;
+    float* keys = qs + 3 * d;
+    float* vals = keys + (size_t)n * d;
+    float* sc = vals + (size_t)n * d;
+    const int h = blockIdx.x, p = blockIdx.y, group = hq / hkv, kvh = h / group;
+    const int tid = threadIdx.x, lane = tid % Q3T_WARP, warp = tid / Q3T_WARP, nwarps = blockDim.x / Q3T_WARP;
+    const size_t row = (size_t)(hq + 2 * hkv) * d;
+    q3t_grid_dep_trigger_first();
+    for (int t = 0; t <= p; ++t) {  // ends with qs = q of position p
+        const ShortConsts c = short_head_consts(qn, kn, cos_tab, sin_tab, t, d);
+        const float* r = qkv + t * row;
+        float a = 0.f, b = 0.f, v = 0.f;
+        if (tid < d) {
+            a = t == p ? r[(size_t)h * d + tid] : 0.f;
+            b = r[(size_t)(hq + kvh) * d + tid];
+            v = round_to<C>(r[(size_t)(hq + hkv + kvh) * d + tid]);
+        }
+        norm_rope_head<C>(a, b, v, c, eps, d, t, kvh, hkv, t == p && h % group == 0, k_cache, v_cache, qs, ks, vs, red);
+        if (tid < d) {
+            keys[(size_t)t * d + tid] = ks[tid];
+            vals[(size_t)t * d + tid] = vs[tid];
+        }
+    }
+    __syncthreads();
+    for (int t = warp; t <= p; t += nwarps) {
+        float s = 0.f;
+        for (int i = lane; i < d; i += Q3T_WARP) s += qs[i] * keys[(size_t)t * d + i];
+        s = warp_sum(s);
+        if (lane == 0) sc[t] = s * scale;
+    }
+    __syncthreads();
+    float m = -INFINITY;
+    for (int t = 0; t <= p; ++t) m = fmaxf(m, sc[t]);
+    float l = 0.f;
+    for (int t = 0; t <= p; ++t) l += expf(sc[t] - m);
+    if (tid < d) {
+        float acc = 0.f;
+        for (int t = 0; t <= p; ++t) acc += expf(sc[t] - m) * vals[(size_t)t * d + tid];
+        out[(size_t)p * hq * d + (size_t)h * d + tid] = acc / l;
+    }
+}
 }  // namespace
 
 extern "C" Q3T_API int q3t_rope_attention(int dtype, const float* qkv, const float* q_norm_w, const float* k_norm_w,
@@ -361,4 +418,29 @@ extern "C" Q3T_API int q3t_rope_attention(int dtype, const float* qkv, const flo
     else
         return q3t_fail("q3t_rope_attention: unknown dtype %d", dtype);
     return q3t_check_launch("q3t_rope_attention");
+}
+
+extern "C" Q3T_API int q3t_rope_attention_first(int dtype, const float* qkv, const float* q_norm_w,
+                                                const float* k_norm_w, float eps, const float* cos_tab,
+                                                const float* sin_tab, int n, int hq, int hkv, int d, int max_seq,
+                                                float scale, void* k_cache, void* v_cache, float* out, void* stream) {
+    if (!qkv || !q_norm_w || !k_norm_w || !cos_tab || !sin_tab || !k_cache || !v_cache || !out)
+        return q3t_fail("q3t_rope_attention_first: null pointer");
+    if (hq <= 0 || hkv <= 0 || hq % hkv || d <= 0 || d > kShortThreads || d % 2 || max_seq <= 0 ||
+        max_seq > kShortMaxSeq || max_seq * d > kShortMaxElems || n <= 0 || n > max_seq)
+        return q3t_fail("q3t_rope_attention_first: bad shape n=%d hq=%d hkv=%d d=%d max_seq=%d (n <= max_seq, d <= %d, "
+                        "max_seq <= %d, max_seq * d <= %d)", n, hq, hkv, d, max_seq, kShortThreads, kShortMaxSeq,
+                        kShortMaxElems);
+    cudaStream_t s = Q3T_STREAM(stream);
+    const dim3 grid(hq, n);
+    const size_t smem = (size_t)(3 * d + 2 * n * d + kShortMaxSeq) * sizeof(float);
+    if (dtype == Q3T_F32)
+        q3t_launch(k_rope_attention_first<float>, grid, kShortThreads, smem, s, qkv, q_norm_w, k_norm_w, eps, cos_tab,
+                   sin_tab, n, hq, hkv, d, scale, static_cast<float*>(k_cache), static_cast<float*>(v_cache), out);
+    else if (dtype == Q3T_BF16)
+        q3t_launch(k_rope_attention_first<uint16_t>, grid, kShortThreads, smem, s, qkv, q_norm_w, k_norm_w, eps, cos_tab,
+                   sin_tab, n, hq, hkv, d, scale, static_cast<uint16_t*>(k_cache), static_cast<uint16_t*>(v_cache), out);
+    else
+        return q3t_fail("q3t_rope_attention_first: unknown dtype %d", dtype);
+    return q3t_check_launch("q3t_rope_attention_first");
 }

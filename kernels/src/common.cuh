@@ -21,7 +21,7 @@ int q3t_host_sms();
 // (default 3). q3t_gemv_variant() is 0 (auto), 1 or 2.
 int q3t_gemv_variant();
 int q3t_gemv_fill();
-int q3t_gemv_v2(int dtype, const void* w, int n_rows, int k, const float* x, const float* norm_w, float eps,
+int q3t_gemv_v2(int dtype, const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps,
                 const float* bias, float* y, int mode, cudaStream_t s);
 
 // Programmatic dependent launch (CUDA, sm_90+): with it on, the next kernel in the stream (or

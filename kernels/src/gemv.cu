@@ -138,7 +138,7 @@ extern "C" Q3T_API int q3t_gemv(int dtype, const void* w, int n_rows, int k, con
     // docs/performance.md, GEMV table).
     const int variant = q3t_gemv_variant();
     if (variant == 2 || (variant == 0 && k <= 4096))
-        return q3t_gemv_v2(dtype, w, n_rows, k, x, norm_w, eps, bias, y, mode, s);
+        return q3t_gemv_v2(dtype, w, n_rows, k, x, 1, norm_w, eps, bias, y, mode, s);
 #define Q3T_GEMV_CASE(T)                                                                  \
     switch (mode) {                                                                       \
         case Q3T_GEMV_STORE: return launch<T, Q3T_GEMV_STORE>(w, n_rows, k, x, norm_w, eps, bias, y, s); \
@@ -150,4 +150,17 @@ extern "C" Q3T_API int q3t_gemv(int dtype, const void* w, int n_rows, int k, con
     if (dtype == Q3T_BF16) { Q3T_GEMV_CASE(uint16_t) }
 #undef Q3T_GEMV_CASE
     return q3t_fail("q3t_gemv: unknown dtype %d", dtype);
+}
+
+extern "C" Q3T_API int q3t_gemv_batch(int dtype, const void* w, int n_rows, int k, const float* x, int nb,
+                                      const float* norm_w, float eps, const float* bias, float* y, int mode,
+                                      void* stream) {
+    if (!w || !x || !y || n_rows <= 0 || k <= 0) return q3t_fail("q3t_gemv_batch: bad arguments (n=%d k=%d)", n_rows, k);
+    if (nb < 1 || nb > 2) return q3t_fail("q3t_gemv_batch: nb=%d, expected 1 or 2", nb);
+    if (nb * k > 12288)  // the input vectors live in shared memory (48 KiB)
+        return q3t_fail("q3t_gemv_batch: nb * k = %d exceeds 12288", nb * k);
+    if (mode == Q3T_GEMV_SWIGLU && (n_rows % 2))
+        return q3t_fail("q3t_gemv_batch: SwiGLU needs an even row count, got %d", n_rows);
+    if (mode != Q3T_GEMV_STORE && bias) return q3t_fail("q3t_gemv_batch: bias is only supported with Q3T_GEMV_STORE");
+    return q3t_gemv_v2(dtype, w, n_rows, k, x, nb, norm_w, eps, bias, y, mode, Q3T_STREAM(stream));
 }

@@ -38,18 +38,20 @@ constexpr int kMaxPre = 8;  // 16-byte weight loads per lane issued before the f
 template <typename W> using Pack = WeightVec16<W>;
 
 // PRE: 16-byte loads per lane issued up front, over all NR rows of the unit (VEC only).
-template <typename W, int MODE, bool VEC, int PRE>
-__global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int n_out, int k, int splits,
-                                                    const float* __restrict__ x, const float* __restrict__ norm_w,
-                                                    float eps, const float* __restrict__ bias,
-                                                    float* __restrict__ y) {
+// NB: input vectors (x [NB, k] -> y [NB, n_out]): the CodePredictor's first two positions go
+// through its layers together, each weight row read once for both (q3t_gemv_batch).
+template <typename W, int MODE, bool VEC, int PRE, int NB>
+__device__ __forceinline__ void gemv2(const W* __restrict__ w, int n_out, int k, int splits, const float* __restrict__ x,
+                                      const float* __restrict__ norm_w, float eps, const float* __restrict__ bias,
+                                      float* __restrict__ y) {
     constexpr int NR = MODE == Q3T_GEMV_SWIGLU ? 2 : 1;  // weight rows per output
     constexpr int PR = PRE / NR;                         // up-front loads per row
     static_assert(PR >= 1 && PR * NR == PRE, "PRE must be a multiple of the rows per output");
+    static_assert(NB >= 1 && NB <= 2, "one or two input vectors");
     constexpr int V = Pack<W>::N;
-    extern __shared__ float xs[];  // k floats: x (times norm_w when given); 16-byte aligned
-    __shared__ float red[32];      // per-warp sum of x^2
-    __shared__ float part[32][NR];  // per-warp partial dot products
+    extern __shared__ float xs[];     // NB k floats: x (times norm_w when given); 16-byte aligned
+    __shared__ float red[NB][32];     // per-warp sum of x^2
+    __shared__ float part[32][NB][NR];  // per-warp partial dot products
     const int lane = threadIdx.x % Q3T_WARP, warp = threadIdx.x / Q3T_WARP;
     const int nwarps = blockDim.x / Q3T_WARP;
     const int per_block = nwarps / splits;
@@ -76,23 +78,32 @@ __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int
     // basic block, so the "early" weight loads would in fact be issued after the wait. Behind a
     // branch on a kernel argument (k > 0 always holds here) it stays below them;
     // tests/test_native_build.py checks the order in the SASS.
-    float y_old = 0.f;
+    float y_old[NB];
+#pragma unroll
+    for (int b = 0; b < NB; ++b) y_old[b] = 0.f;
     if (k > 0) {
         q3t_grid_dep();
         // Residual add: this block's residual values go out with x's loads below (one round trip).
         const int mine = (int)(blockIdx.x * per_block + threadIdx.x);  // the output this thread finishes
-        if (MODE == Q3T_GEMV_ADD && (int)threadIdx.x < per_block && mine < n_out) y_old = y[mine];
+        if (MODE == Q3T_GEMV_ADD && (int)threadIdx.x < per_block && mine < n_out)
+#pragma unroll
+            for (int b = 0; b < NB; ++b) y_old[b] = y[(size_t)b * n_out + mine];
     }
-    float ss = stage_x(x, norm_w, k, xs);  // xs = x * norm_w; the RMS scale is applied at the end
-    if (norm_w) {
-        ss = warp_sum(ss);
-        if (lane == 0) red[warp] = ss;
+#pragma unroll
+    for (int b = 0; b < NB; ++b) {
+        float ss = stage_x(x + (size_t)b * k, norm_w, k, xs + (size_t)b * k);  // xs = x * norm_w; RMS scale at the end
+        if (norm_w) {
+            ss = warp_sum(ss);
+            if (lane == 0) red[b][warp] = ss;
+        }
     }
     __syncthreads();
 
-    float acc[NR];
+    float acc[NB][NR];
 #pragma unroll
-    for (int r = 0; r < NR; ++r) acc[r] = 0.f;
+    for (int b = 0; b < NB; ++b)
+#pragma unroll
+        for (int r = 0; r < NR; ++r) acc[b][r] = 0.f;
     if (active) {
         if constexpr (VEC) {
 #pragma unroll
@@ -100,7 +111,9 @@ __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int
                 const int c = first + j * step;
                 if (c < nvec) {
 #pragma unroll
-                    for (int r = 0; r < NR; ++r) acc[r] += Pack<W>::dot(pre[r][j], xs + c * V);
+                    for (int b = 0; b < NB; ++b)
+#pragma unroll
+                        for (int r = 0; r < NR; ++r) acc[b][r] += Pack<W>::dot(pre[r][j], xs + b * k + c * V);
                 }
             }
             // Rows longer than the up-front loads (the host picks PRE < kMaxPre only when none are
@@ -115,23 +128,37 @@ __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
 #pragma unroll
-                    for (int r = 0; r < NR; ++r) acc[r] += Pack<W>::dot(u[r][j], xs + (c + j * step) * V);
+                    for (int b = 0; b < NB; ++b)
+#pragma unroll
+                        for (int r = 0; r < NR; ++r) acc[b][r] += Pack<W>::dot(u[r][j], xs + b * k + (c + j * step) * V);
             }
             for (; c < nvec; c += step)
 #pragma unroll
-                for (int r = 0; r < NR; ++r) acc[r] += Pack<W>::dot(reinterpret_cast<const uint4*>(rows[r])[c], xs + c * V);
+                for (int r = 0; r < NR; ++r) {
+                    const uint4 u = reinterpret_cast<const uint4*>(rows[r])[c];
+#pragma unroll
+                    for (int b = 0; b < NB; ++b) acc[b][r] += Pack<W>::dot(u, xs + b * k + c * V);
+                }
         } else {
             // Rows not 16-byte aligned (k not a multiple of the vector width, or an offset pointer).
             for (int i = first; i < k; i += step)
 #pragma unroll
-                for (int r = 0; r < NR; ++r) acc[r] += Elem<W>::load(rows[r], i) * xs[i];
+                for (int r = 0; r < NR; ++r) {
+                    const float wv = Elem<W>::load(rows[r], i);
+#pragma unroll
+                    for (int b = 0; b < NB; ++b) acc[b][r] += wv * xs[b * k + i];
+                }
         }
     }
 #pragma unroll
-    for (int r = 0; r < NR; ++r) acc[r] = warp_sum(acc[r]);
+    for (int b = 0; b < NB; ++b)
+#pragma unroll
+        for (int r = 0; r < NR; ++r) acc[b][r] = warp_sum(acc[b][r]);
     if (lane == 0) {
 #pragma unroll
-        for (int r = 0; r < NR; ++r) part[warp][r] = acc[r];
+        for (int b = 0; b < NB; ++b)
+#pragma unroll
+            for (int r = 0; r < NR; ++r) part[warp][b][r] = acc[b][r];
     }
     __syncthreads();
 
@@ -139,33 +166,54 @@ __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int
     if ((int)threadIdx.x >= per_block) return;
     const int out = blockIdx.x * per_block + threadIdx.x;
     if (out >= n_out) return;
-    float scale = 1.f;
-    if (norm_w) {
-        float total = 0.f;
-        for (int i = 0; i < nwarps; ++i) total += red[i];
-        scale = rsqrtf(total / (float)k + eps);
-    }
-    float s[NR];
 #pragma unroll
-    for (int r = 0; r < NR; ++r) {
-        float t = 0.f;
-        for (int j = 0; j < splits; ++j) t += part[threadIdx.x * splits + j][r];
-        s[r] = t * scale;
+    for (int b = 0; b < NB; ++b) {
+        float scale = 1.f;
+        if (norm_w) {
+            float total = 0.f;
+            for (int i = 0; i < nwarps; ++i) total += red[b][i];
+            scale = rsqrtf(total / (float)k + eps);
+        }
+        float sum[NR];
+#pragma unroll
+        for (int r = 0; r < NR; ++r) {
+            float t = 0.f;
+            for (int j = 0; j < splits; ++j) t += part[threadIdx.x * splits + j][b][r];
+            sum[r] = t * scale;
+        }
+        float* yb = y + (size_t)b * n_out;
+        if (MODE == Q3T_GEMV_SWIGLU) {
+            // silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), in float32 as torch does it.
+            const float g = sum[0], u = sum[NR - 1];
+            yb[out] = (g / (1.0f + expf(-g))) * u;
+        } else if (MODE == Q3T_GEMV_ADD) {
+            yb[out] = y_old[b] + sum[0];
+        } else {
+            yb[out] = bias ? sum[0] + bias[out] : sum[0];
+        }
     }
-    if (MODE == Q3T_GEMV_SWIGLU) {
-        // silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), in float32 as torch does it.
-        const float g = s[0], u = s[NR - 1];
-        y[out] = (g / (1.0f + expf(-g))) * u;
-    } else if (MODE == Q3T_GEMV_ADD) {
-        y[out] = y_old + s[0];
-    } else {
-        y[out] = bias ? s[0] + bias[out] : s[0];
-    }
+}
+
+// One input vector, and two (q3t_gemv_batch). Two kernels rather than one template so the
+// one-vector kernel keeps its register allocation; the two-vector one asks for at most 128
+// registers (2 blocks per SM), under which ptxas keeps its indices in registers instead of spilling.
+template <typename W, int MODE, bool VEC, int PRE>
+__global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int n_out, int k, int splits,
+                                                    const float* __restrict__ x, const float* __restrict__ norm_w,
+                                                    float eps, const float* __restrict__ bias, float* __restrict__ y) {
+    gemv2<W, MODE, VEC, PRE, 1>(w, n_out, k, splits, x, norm_w, eps, bias, y);
+}
+template <typename W, int MODE, bool VEC, int PRE>
+__global__ void __launch_bounds__(kThreads, 2) k_gemv2x2(const W* __restrict__ w, int n_out, int k, int splits,
+                                                         const float* __restrict__ x, const float* __restrict__ norm_w,
+                                                         float eps, const float* __restrict__ bias,
+                                                         float* __restrict__ y) {
+    gemv2<W, MODE, VEC, PRE, 2>(w, n_out, k, splits, x, norm_w, eps, bias, y);
 }
 
 inline int cdiv(int a, int b) { return (a + b - 1) / b; }
 
-template <typename W, int MODE>
+template <typename W, int MODE, int NB>
 int launch2(const void* w, int n_rows, int k, const float* x, const float* norm_w, float eps, const float* bias,
             float* y, cudaStream_t s) {
     constexpr int NR = MODE == Q3T_GEMV_SWIGLU ? 2 : 1;
@@ -174,40 +222,51 @@ int launch2(const void* w, int n_rows, int k, const float* x, const float* norm_
     const int nwarps = kThreads / warp;  // 8 (warp 32) or 4 (wave64): a power of two
     const bool vec = (k % Pack<W>::N) == 0 && (reinterpret_cast<uintptr_t>(w) % 16) == 0;
     const int chunks = cdiv(vec ? k / Pack<W>::N : k, warp);  // one chunk: one vector (or element) per lane
+    // The same split for any NB, so each vector's outputs are those of a one-vector call, bit for bit.
     int splits = 1;
     while (splits < nwarps && NR * cdiv(chunks, splits) > kMaxPre) splits *= 2;
     const int target = q3t_gemv_fill() * q3t_host_sms();
     while (splits < nwarps && chunks >= 2 * splits && cdiv(n_out, nwarps / splits) < target) splits *= 2;
     const dim3 grid(cdiv(n_out, nwarps / splits));
-    const size_t smem = (size_t)k * sizeof(float);
+    const size_t smem = (size_t)NB * k * sizeof(float);
     const int loads = NR * cdiv(chunks, splits);
     const W* wp = static_cast<const W*>(w);
+    using Kernel = void (*)(const W*, int, int, int, const float*, const float*, float, const float*, float*);
+    Kernel kernel;
     if (!vec)
-        q3t_launch(k_gemv2<W, MODE, false, 2>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
+        kernel = NB == 1 ? k_gemv2<W, MODE, false, 2> : k_gemv2x2<W, MODE, false, 2>;
     else if (loads <= 2)
-        q3t_launch(k_gemv2<W, MODE, true, 2>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
+        kernel = NB == 1 ? k_gemv2<W, MODE, true, 2> : k_gemv2x2<W, MODE, true, 2>;
     else if (loads <= 4)
-        q3t_launch(k_gemv2<W, MODE, true, 4>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
+        kernel = NB == 1 ? k_gemv2<W, MODE, true, 4> : k_gemv2x2<W, MODE, true, 4>;
     else
-        q3t_launch(k_gemv2<W, MODE, true, kMaxPre>, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias,
-                   y);
-    return q3t_check_launch("q3t_gemv (v2)");
+        kernel = NB == 1 ? k_gemv2<W, MODE, true, kMaxPre> : k_gemv2x2<W, MODE, true, kMaxPre>;
+    q3t_launch(kernel, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
+    return q3t_check_launch(NB == 1 ? "q3t_gemv (v2)" : "q3t_gemv_batch");
 }
 
 }  // namespace
 
-// Called by q3t_gemv (gemv.cu) after it has checked the arguments, when Q3T_GEMV=v2.
-int q3t_gemv_v2(int dtype, const void* w, int n_rows, int k, const float* x, const float* norm_w, float eps,
+// Called by q3t_gemv (gemv.cu) after it has checked the arguments, when Q3T_GEMV=v2, and by
+// q3t_gemv_batch (nb 1 or 2).
+int q3t_gemv_v2(int dtype, const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps,
                 const float* bias, float* y, int mode, cudaStream_t s) {
-#define Q3T_GEMV2_CASE(T)                                                                                 \
-    switch (mode) {                                                                                       \
-        case Q3T_GEMV_STORE: return launch2<T, Q3T_GEMV_STORE>(w, n_rows, k, x, norm_w, eps, bias, y, s);   \
-        case Q3T_GEMV_ADD: return launch2<T, Q3T_GEMV_ADD>(w, n_rows, k, x, norm_w, eps, bias, y, s);       \
-        case Q3T_GEMV_SWIGLU: return launch2<T, Q3T_GEMV_SWIGLU>(w, n_rows, k, x, norm_w, eps, bias, y, s); \
-        default: return q3t_fail("q3t_gemv: unknown mode %d", mode);                                       \
+#define Q3T_GEMV2_CASE(T, NB)                                                                                 \
+    switch (mode) {                                                                                           \
+        case Q3T_GEMV_STORE: return launch2<T, Q3T_GEMV_STORE, NB>(w, n_rows, k, x, norm_w, eps, bias, y, s);   \
+        case Q3T_GEMV_ADD: return launch2<T, Q3T_GEMV_ADD, NB>(w, n_rows, k, x, norm_w, eps, bias, y, s);       \
+        case Q3T_GEMV_SWIGLU: return launch2<T, Q3T_GEMV_SWIGLU, NB>(w, n_rows, k, x, norm_w, eps, bias, y, s); \
+        default: return q3t_fail("q3t_gemv: unknown mode %d", mode);                                           \
     }
-    if (dtype == Q3T_F32) { Q3T_GEMV2_CASE(float) }
-    if (dtype == Q3T_BF16) { Q3T_GEMV2_CASE(uint16_t) }
+    if (nb != 1 && nb != 2) return q3t_fail("q3t_gemv_batch: nb=%d, expected 1 or 2", nb);
+    if (dtype == Q3T_F32) {
+        if (nb == 1) { Q3T_GEMV2_CASE(float, 1) }
+        Q3T_GEMV2_CASE(float, 2)
+    }
+    if (dtype == Q3T_BF16) {
+        if (nb == 1) { Q3T_GEMV2_CASE(uint16_t, 1) }
+        Q3T_GEMV2_CASE(uint16_t, 2)
+    }
 #undef Q3T_GEMV2_CASE
     return q3t_fail("q3t_gemv: unknown dtype %d", dtype);
 }

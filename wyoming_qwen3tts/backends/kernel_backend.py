@@ -58,6 +58,9 @@ NO_EOS = 1 << 30  # min-new-tokens past any length: SamplingParams.suppress_eos 
 GRAPH_PREFILL_ENV = "Q3T_GRAPH_PREFILL"
 ATTN_SPLITS_ENV = "Q3T_ATTN_SPLITS"
 CP_ENV = "Q3T_CP"  # "layers" (default): one launch per op; "fused": the persistent CodePredictor kernel
+# "1" (default): the CodePredictor's positions 0 and 1 go through its layers together (q3t_gemv_batch,
+# q3t_rope_attention_first), one pass of launches fewer per frame; "0": one position at a time.
+CP_FIRST2_ENV = "Q3T_CP_FIRST2"
 PREFILL_BUCKETS = tuple(range(16, 129, 16)) + tuple(range(160, 513, 32))  # 8 + 12 = 20 at most
 
 
@@ -138,9 +141,11 @@ class _Stack:
         hq, hkv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         cos, sin = rope_tables(torch.arange(max_seq, device=device), hd, cfg.rope_theta, torch.float32)
         self.cos, self.sin = cos.contiguous(), sin.contiguous()
-        self.qkv = torch.zeros((hq + 2 * hkv) * hd, **f32)
-        self.attn = torch.zeros(hq * hd, **f32)
-        self.mlp = torch.zeros(cfg.intermediate_size, **f32)
+        # Work buffers of two positions (the CodePredictor's first two run together); row 0 serves one.
+        self.qkv2 = torch.zeros(2, (hq + 2 * hkv) * hd, **f32)
+        self.attn2 = torch.zeros(2, hq * hd, **f32)
+        self.mlp2 = torch.zeros(2, cfg.intermediate_size, **f32)
+        self.qkv, self.attn, self.mlp = self.qkv2[0], self.attn2[0], self.mlp2[0]
         # Split attention partials, then one int32 counter per head (zero; q3t_rope_attention_split's merge).
         self.scratch = torch.zeros(hq * splits * (hd + 2) + hq, **f32)
         self.scale = hd**-0.5
@@ -268,15 +273,21 @@ class KernelBackend:
         self.cp_fused = cp_fused and self._fused_cp_fits()
         if self.cp_fused:
             self._init_fused_cp()
+        self.cp_first2 = self.cp.short and os.environ.get(CP_FIRST2_ENV, "1") != "0"
         # Frame state: [talker position of the next input, frame index].
         self.state = torch.zeros(2, **i32)
         self.seed = torch.zeros(1, dtype=torch.int64, device=self.device)
         self.cur = torch.zeros(NUM_GROUPS, **i32)  # codes of the frame being built
         self.seen = torch.zeros(tc.vocab_size, dtype=torch.uint8, device=self.device)
-        self.hn = torch.zeros(tc.hidden_size, **f32)  # final-normed Talker hidden state
+        # CodePredictor inputs at the Talker's width: row 0 the final-normed Talker hidden state hn
+        # (position 0), row 1 an embedding row (position 1, then each later one); on the 1.7B both
+        # rows of positions 0 and 1 go through the projection in one call.
+        self.e2 = torch.zeros(2, tc.hidden_size, **f32)
+        self.hn, self.e = self.e2[0], self.e2[1]
         self.x = torch.zeros(tc.hidden_size, **f32)  # Talker residual stream
-        self.cx = torch.zeros(cc.hidden_size, **f32)  # CodePredictor residual stream
-        self.e = torch.zeros(tc.hidden_size, **f32)  # embedding row (talker width) before the projection
+        # CodePredictor residual streams: row 0, and row 1 for position 1 while it runs with position 0.
+        self.cx2 = torch.zeros(2, cc.hidden_size, **f32)
+        self.cx = self.cx2[0]
         self.logits = torch.zeros(tc.vocab_size, **f32)
         self.cp_logits = torch.zeros(cc.vocab_size, **f32)
         self.capacity = 0
@@ -375,6 +386,26 @@ class KernelBackend:
             lib.call("q3t_gemv", wd, L.down.data_ptr(), c.hidden_size, c.intermediate_size, st.mlp.data_ptr(), None,
                      eps, None, xp, native.GEMV_ADD, stream)  # fmt: skip
 
+    def _first2_layer_calls(self, st: _Stack, stream: int) -> None:
+        """Positions 0 and 1 of the (empty) short cache through every layer together: x = cx2 [2, H]."""
+        lib, wd, c = self.lib, self.wdtype, st.cfg
+        hq, hkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        eps = c.rms_norm_eps
+        xp = self.cx2.data_ptr()
+        for i, L in enumerate(st.layers):
+            kc, vc = st.cache[i, 0], st.cache[i, 1]
+            lib.call("q3t_gemv_batch", wd, L.qkv.data_ptr(), L.qkv.shape[0], c.hidden_size, xp, 2, L.in_norm.data_ptr(),
+                     eps, None, st.qkv2.data_ptr(), native.GEMV_STORE, stream)  # fmt: skip
+            lib.call("q3t_rope_attention_first", wd, st.qkv2.data_ptr(), L.q_norm.data_ptr(), L.k_norm.data_ptr(), eps,
+                     st.cos.data_ptr(), st.sin.data_ptr(), 2, hq, hkv, hd, st.max_seq, st.scale, kc.data_ptr(),
+                     vc.data_ptr(), st.attn2.data_ptr(), stream)  # fmt: skip
+            lib.call("q3t_gemv_batch", wd, L.o.data_ptr(), c.hidden_size, hq * hd, st.attn2.data_ptr(), 2, None, eps,
+                     None, xp, native.GEMV_ADD, stream)  # fmt: skip
+            lib.call("q3t_gemv_batch", wd, L.gate_up.data_ptr(), 2 * c.intermediate_size, c.hidden_size, xp, 2,
+                     L.post_norm.data_ptr(), eps, None, st.mlp2.data_ptr(), native.GEMV_SWIGLU, stream)  # fmt: skip
+            lib.call("q3t_gemv_batch", wd, L.down.data_ptr(), c.hidden_size, c.intermediate_size, st.mlp2.data_ptr(), 2,
+                     None, eps, None, xp, native.GEMV_ADD, stream)  # fmt: skip
+
     def _cp_input(self, src: Tensor, stream: int) -> None:
         """cx = small_to_mtp_projection(src) (Identity on 0.6B)."""
         if self.proj_w is None:
@@ -422,16 +453,19 @@ class KernelBackend:
     def _draw_embeds(self, j: int, hook: Callable[[int, Tensor], None] | None) -> bool:
         """Whether the draw of code j - 1 also writes CodePredictor position j's input row (else
         q3t_embed_row does, after it). Not under teacher forcing (the hook replaces the drawn code
-        after the draw), and not for position 1 on the 0.6B, whose row goes straight into the
-        CodePredictor stream that position 0 is still using when code 0 is drawn."""
-        return hook is None and (j >= 2 or self.proj_w is not None)
+        after the draw), and not for position 1 on the 0.6B when positions run one at a time: its row
+        would go straight into the CodePredictor stream that position 0 is still using."""
+        return hook is None and (j >= 2 or self.proj_w is not None or self.cp_first2)
 
     def _cp_row_args(self, j: int) -> tuple[int, int, int, int, int]:
         """q3t_sample's embedding-row arguments for CodePredictor position j (1..15): the row of code
         j - 1 from its table (codec embedding for j = 1, else CodePredictor table j - 2), into the
         CodePredictor's stream (0.6B) or the projection's input (1.7B)."""
         table, rows = (self.codec_emb, self.tc.vocab_size) if j == 1 else (self.cp_emb[j - 2], self.cc.vocab_size)
-        dst = self.e if self.proj_w is not None else self.cx
+        if self.proj_w is not None:
+            dst = self.e
+        else:  # position 1 beside position 0 when they run together
+            dst = self.cx2[1] if j == 1 and self.cp_first2 else self.cx
         return self.wdtype, table.data_ptr(), rows, self.tc.hidden_size, dst.data_ptr()
 
     def _layered_cp_calls(self, s: SamplingParams, stream: int,
@@ -441,18 +475,30 @@ class KernelBackend:
         step_ptr = self.state.data_ptr() + 4
         cur = self.cur.data_ptr()
         # CodePredictor: position 0 is h, position 1 is Ec(c0), then one position per code.
-        self._cp_input(self.hn, stream)
-        self._layer_calls(self.cp, self.cx, None, 0, stream)
+        if not self.cp_first2:
+            self._cp_input(self.hn, stream)
+            self._layer_calls(self.cp, self.cx, None, 0, stream)
         sub_flags = native.SAMPLE_DO_SAMPLE if s.subtalker_do_sample else 0
         for j in range(1, NUM_GROUPS):
             if not self._draw_embeds(j, hook):
                 wdt, table, rows, h, dst = self._cp_row_args(j)
                 lib.call("q3t_embed_row", wdt, table, rows, h, cur + 4 * (j - 1), dst, stream)
-            if self.proj_w is not None:
-                self._cp_input(self.e, stream)
-            self._layer_calls(self.cp, self.cx, None, j, stream)
+            x = self.cx
+            if j == 1 and self.cp_first2:  # positions 0 (h) and 1 (Ec(c0)) together, from rows 0 and 1
+                if self.proj_w is not None:
+                    lib.call("q3t_gemv_batch", wd, self.proj_w.data_ptr(), cc.hidden_size, self.tc.hidden_size,
+                             self.e2.data_ptr(), 2, None, 0.0, self.proj_b.data_ptr(), self.cx2.data_ptr(),
+                             native.GEMV_STORE, stream)  # fmt: skip
+                else:
+                    self.cx.copy_(self.hn)
+                self._first2_layer_calls(self.cp, stream)
+                x = self.cx2[1]
+            else:
+                if self.proj_w is not None:
+                    self._cp_input(self.e, stream)
+                self._layer_calls(self.cp, self.cx, None, j, stream)
             lib.call("q3t_gemv", wd, self.lm_heads[j - 1].data_ptr(), cc.vocab_size, cc.hidden_size,
-                     self.cx.data_ptr(), self.cp_norm.data_ptr(), cc.rms_norm_eps, None, self.cp_logits.data_ptr(),
+                     x.data_ptr(), self.cp_norm.data_ptr(), cc.rms_norm_eps, None, self.cp_logits.data_ptr(),
                      native.GEMV_STORE, stream)  # fmt: skip
             row = self._cp_row_args(j + 1) if j + 1 < NUM_GROUPS and self._draw_embeds(j + 1, hook) else _NO_ROW
             lib.call("q3t_sample", self.cp_logits.data_ptr(), cc.vocab_size, None, 1.0, -1, 0, 0, 0, sub_flags,
