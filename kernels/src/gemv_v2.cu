@@ -40,6 +40,52 @@ template <typename W> using Pack = WeightVec16<W>;
 // PRE: 16-byte loads per lane issued up front, over all NR rows of the unit (VEC only).
 // NB: input vectors (x [NB, k] -> y [NB, n_out]): the CodePredictor's first two positions go
 // through its layers together, each weight row read once for both (q3t_gemv_batch).
+// stage_x (common.cuh) for two vectors x [2, k] into xs [2, k], the loads of both in flight together
+// (K <= 2048: one round trip). Each thread adds its elements in stage_x's order, so ss0 and ss1 are
+// the sums a one-vector call gets, bit for bit.
+__device__ __forceinline__ void stage_x_pair(const float* __restrict__ x, const float* __restrict__ g, int k,
+                                             float* __restrict__ xs, float& ss0, float& ss1) {
+    ss0 = ss1 = 0.f;
+    const bool vec = k % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(g) % 16 == 0;
+    if (!vec) {
+        for (int i = threadIdx.x; i < k; i += blockDim.x) {
+            const float v0 = x[i], v1 = x[k + i], gi = g ? g[i] : 1.f;
+            xs[i] = g ? v0 * gi : v0;
+            xs[k + i] = g ? v1 * gi : v1;
+            ss0 += v0 * v0;
+            ss1 += v1 * v1;
+        }
+        return;
+    }
+    const float4* xv = reinterpret_cast<const float4*>(x);
+    const float4* gv = reinterpret_cast<const float4*>(g);
+    float4* xsv = reinterpret_cast<float4*>(xs);
+    const int k4 = k / 4;
+    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f), one = make_float4(1.f, 1.f, 1.f, 1.f);
+    for (int i0 = threadIdx.x; i0 < k4; i0 += 2 * blockDim.x) {
+        float4 a[2][2], w[2];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const int i = i0 + j * blockDim.x;
+            a[0][j] = i < k4 ? xv[i] : zero;
+            a[1][j] = i < k4 ? xv[k4 + i] : zero;
+            w[j] = (g && i < k4) ? gv[i] : one;
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const int i = i0 + j * blockDim.x;
+            if (i < k4) {
+#pragma unroll
+                for (int b = 0; b < 2; ++b) {
+                    const float4 v = a[b][j];
+                    (b ? ss1 : ss0) += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+                    xsv[b * k4 + i] = g ? make_float4(v.x * w[j].x, v.y * w[j].y, v.z * w[j].z, v.w * w[j].w) : v;
+                }
+            }
+        }
+    }
+}
+
 template <typename W, int MODE, bool VEC, int PRE, int NB>
 __device__ __forceinline__ void gemv2(const W* __restrict__ w, int n_out, int k, int splits, const float* __restrict__ x,
                                       const float* __restrict__ norm_w, float eps, const float* __restrict__ bias,
@@ -89,12 +135,16 @@ __device__ __forceinline__ void gemv2(const W* __restrict__ w, int n_out, int k,
 #pragma unroll
             for (int b = 0; b < NB; ++b) y_old[b] = y[(size_t)b * n_out + mine];
     }
+    float ss[NB];  // xs = x * norm_w; the RMS scale is applied at the end
+    if constexpr (NB == 1)
+        ss[0] = stage_x(x, norm_w, k, xs);
+    else
+        stage_x_pair(x, norm_w, k, xs, ss[0], ss[1]);
+    if (norm_w) {
 #pragma unroll
-    for (int b = 0; b < NB; ++b) {
-        float ss = stage_x(x + (size_t)b * k, norm_w, k, xs + (size_t)b * k);  // xs = x * norm_w; RMS scale at the end
-        if (norm_w) {
-            ss = warp_sum(ss);
-            if (lane == 0) red[b][warp] = ss;
+        for (int b = 0; b < NB; ++b) {
+            ss[b] = warp_sum(ss[b]);
+            if (lane == 0) red[b][warp] = ss[b];
         }
     }
     __syncthreads();
@@ -195,8 +245,9 @@ __device__ __forceinline__ void gemv2(const W* __restrict__ w, int n_out, int k,
 }
 
 // One input vector, and two (q3t_gemv_batch). Two kernels rather than one template so the
-// one-vector kernel keeps its register allocation; the two-vector one asks for at most 128
-// registers (2 blocks per SM), under which ptxas keeps its indices in registers instead of spilling.
+// one-vector kernel keeps its register allocation; the two-vector one asks for 3 blocks per SM
+// (the grid's fill), 2 with 8 up-front loads, under which ptxas neither spills nor leaves a grid
+// of the same shape running in two waves.
 template <typename W, int MODE, bool VEC, int PRE>
 __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int n_out, int k, int splits,
                                                     const float* __restrict__ x, const float* __restrict__ norm_w,
@@ -204,7 +255,7 @@ __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int
     gemv2<W, MODE, VEC, PRE, 1>(w, n_out, k, splits, x, norm_w, eps, bias, y);
 }
 template <typename W, int MODE, bool VEC, int PRE>
-__global__ void __launch_bounds__(kThreads, 2) k_gemv2x2(const W* __restrict__ w, int n_out, int k, int splits,
+__global__ void __launch_bounds__(kThreads, PRE == kMaxPre ? 2 : 3) k_gemv2x2(const W* __restrict__ w, int n_out, int k, int splits,
                                                          const float* __restrict__ x, const float* __restrict__ norm_w,
                                                          float eps, const float* __restrict__ bias,
                                                          float* __restrict__ y) {
