@@ -722,6 +722,40 @@ def test_first_two_codepredictor_positions_together_change_nothing(tiny_checkpoi
         assert np.array_equal(a, b), f"do_sample={sampling.do_sample}"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_projected_codepredictor_tables_match_projecting_each_row(tiny_checkpoint: Path, lib: native.Native,
+                                                                  dtype: torch.dtype,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """With a projection (the 1.7B layout), the CodePredictor input tables projected once at load
+    (Q3T_CP_PROJECTED=1, the default) against a projection GEMV per position (=0): teacher-forced
+    logits of all 16 heads within float32 rounding (the sums run in another order), the same
+    greedy codes; both with positions 0 and 1 together and one at a time."""
+    from wyoming_qwen3tts.backends.kernel_backend import KernelBackend
+    from wyoming_qwen3tts.model.prompt import build_prompt
+    from wyoming_qwen3tts.request import SamplingParams
+
+    model = _model(tiny_checkpoint, dtype)
+    with torch.no_grad():
+        model.talker.codec_head.weight[2150].zero_()  # no EOS: every frame is compared
+    prompt = build_prompt(model, _text_ids(10), "vivian", "english")
+    for first2 in ("1", "0"):
+        monkeypatch.setenv("Q3T_CP_FIRST2", first2)
+        backends = {}
+        for flag in ("1", "0"):
+            monkeypatch.setenv("Q3T_CP_PROJECTED", flag)
+            backends[flag] = KernelBackend(model, cp_fused=False)
+        tables, per_row = backends["1"], backends["0"]
+        assert tables.cp_proj_tables is not None and per_row.cp_proj_tables is None
+        codes = per_row.start(prompt, SamplingParams.greedy(), 0, 16).next_frames(16)
+        got, ref = tables.teacher_forced(prompt, codes), per_row.teacher_forced(prompt, codes)
+        err = max(rel(got[f][j], ref[f][j]) for f in range(len(codes)) for j in range(16))
+        print(f"projected tables vs per-row projection, {dtype}, first2={first2}: max rel {err:.2e}")
+        assert err <= F32_TOL
+        a = tables.start(prompt, SamplingParams.greedy(), 0, 40).next_frames(40)
+        b = per_row.start(prompt, SamplingParams.greedy(), 0, 40).next_frames(40)
+        assert np.array_equal(a, b)
+
+
 def test_fused_code_predictor_rejects_bad_shapes(lib: native.Native) -> None:
     z = torch.zeros(64, device=DEV)
     p = z.data_ptr()

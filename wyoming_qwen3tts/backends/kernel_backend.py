@@ -61,6 +61,10 @@ CP_ENV = "Q3T_CP"  # "layers" (default): one launch per op; "fused": the persist
 # "1" (default): the CodePredictor's positions 0 and 1 go through its layers together (q3t_gemv_batch,
 # q3t_rope_attention_first), one pass of launches fewer per frame; "0": one position at a time.
 CP_FIRST2_ENV = "Q3T_CP_FIRST2"
+# "1" (default): on the 1.7B, the CodePredictor's input tables are kept projected
+# (small_to_mtp_projection applied once at load, float32), so a drawn code's row goes straight into
+# the CodePredictor stream instead of through a projection GEMV per position; "0": project per position.
+CP_PROJECTED_ENV = "Q3T_CP_PROJECTED"
 PREFILL_BUCKETS = tuple(range(16, 129, 16)) + tuple(range(160, 513, 32))  # 8 + 12 = 20 at most
 
 
@@ -260,6 +264,14 @@ class KernelBackend:
             proj = cp.small_to_mtp_projection
             self.proj_w = proj.weight.contiguous() if isinstance(proj, torch.nn.Linear) else None
             self.proj_b = proj.bias.to(**f32).contiguous() if self.proj_w is not None else None
+            # The CodePredictor's position-j input is a row of table j - 1 (codec embedding, then its
+            # own tables 0..13) through the projection: project the tables once (float32, +130 MB on
+            # the 1.7B) instead of one GEMV per position and frame.
+            self.cp_proj_tables: list[Tensor] | None = None
+            if self.proj_w is not None and os.environ.get(CP_PROJECTED_ENV, "1") != "0":
+                w32 = self.proj_w.float()
+                self.cp_proj_tables = [torch.addmm(self.proj_b, t.float(), w32.t()).contiguous()
+                                       for t in (self.codec_emb, *self.cp_emb[: NUM_GROUPS - 2])]  # fmt: skip
         # Device array of the 16 tables summed into the next Talker input.
         self.emb_tables = torch.tensor([t.data_ptr() for t in [self.codec_emb, *self.cp_emb]], dtype=torch.int64,
                                        device=self.device)  # fmt: skip
@@ -455,17 +467,23 @@ class KernelBackend:
         q3t_embed_row does, after it). Not under teacher forcing (the hook replaces the drawn code
         after the draw), and not for position 1 on the 0.6B when positions run one at a time: its row
         would go straight into the CodePredictor stream that position 0 is still using."""
-        return hook is None and (j >= 2 or self.proj_w is not None or self.cp_first2)
+        return hook is None and (j >= 2 or self.cp_first2 or self._projects_rows())
+
+    def _projects_rows(self) -> bool:
+        """Whether each position's input row goes through a projection GEMV (the 1.7B without
+        projected tables): the row is then written beside the CodePredictor stream, not into it."""
+        return self.proj_w is not None and self.cp_proj_tables is None
 
     def _cp_row_args(self, j: int) -> tuple[int, int, int, int, int]:
         """q3t_sample's embedding-row arguments for CodePredictor position j (1..15): the row of code
         j - 1 from its table (codec embedding for j = 1, else CodePredictor table j - 2), into the
         CodePredictor's stream (0.6B) or the projection's input (1.7B)."""
         table, rows = (self.codec_emb, self.tc.vocab_size) if j == 1 else (self.cp_emb[j - 2], self.cc.vocab_size)
-        if self.proj_w is not None:
-            dst = self.e
-        else:  # position 1 beside position 0 when they run together
-            dst = self.cx2[1] if j == 1 and self.cp_first2 else self.cx
+        if self._projects_rows():
+            return self.wdtype, table.data_ptr(), rows, self.tc.hidden_size, self.e.data_ptr()
+        dst = self.cx2[1] if j == 1 and self.cp_first2 else self.cx  # position 1 beside position 0 when together
+        if self.cp_proj_tables is not None:
+            return native.F32, self.cp_proj_tables[j - 1].data_ptr(), rows, self.cc.hidden_size, dst.data_ptr()
         return self.wdtype, table.data_ptr(), rows, self.tc.hidden_size, dst.data_ptr()
 
     def _layered_cp_calls(self, s: SamplingParams, stream: int,
@@ -485,16 +503,16 @@ class KernelBackend:
                 lib.call("q3t_embed_row", wdt, table, rows, h, cur + 4 * (j - 1), dst, stream)
             x = self.cx
             if j == 1 and self.cp_first2:  # positions 0 (h) and 1 (Ec(c0)) together, from rows 0 and 1
-                if self.proj_w is not None:
+                if self._projects_rows():
                     lib.call("q3t_gemv_batch", wd, self.proj_w.data_ptr(), cc.hidden_size, self.tc.hidden_size,
                              self.e2.data_ptr(), 2, None, 0.0, self.proj_b.data_ptr(), self.cx2.data_ptr(),
                              native.GEMV_STORE, stream)  # fmt: skip
-                else:
-                    self.cx.copy_(self.hn)
+                else:  # row 1 is in place already (projected, or the 0.6B's own width)
+                    self._cp_input(self.hn, stream)
                 self._first2_layer_calls(self.cp, stream)
                 x = self.cx2[1]
             else:
-                if self.proj_w is not None:
+                if self._projects_rows():
                     self._cp_input(self.e, stream)
                 self._layer_calls(self.cp, self.cx, None, j, stream)
             lib.call("q3t_gemv", wd, self.lm_heads[j - 1].data_ptr(), cc.vocab_size, cc.hidden_size,
