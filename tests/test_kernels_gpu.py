@@ -564,6 +564,22 @@ def test_sample_top_k_keeps_exactly_k_on_random_logits(lib: native.Native) -> No
     assert draws <= allowed and len(draws) > 40
 
 
+@pytest.mark.parametrize("case", ["bin taken whole", "bin split"])
+def test_sample_top_k_select_stops_early_only_when_exact(lib: native.Native, case: str) -> None:
+    """The top-k select stops after its first 8-bit pass when the 5 best logits fill their bin
+    ([2, 4): one exponent) and runs on when a sixth shares it; either way exactly the 5 best ids
+    are drawn (nearly flat at temperature 50) and never another."""
+    logits = torch.full((2048,), 0.5, device=DEV)
+    logits[torch.arange(0, 2048, 7, device=DEV)] = 0.25
+    best = [3, 700, 1201, 1500, 2047]
+    logits[best] = torch.tensor([2.0, 2.1, 2.2, 2.3, 2.4], device=DEV)
+    if case == "bin split":
+        logits[999] = 2.05  # the sixth best, in the same bin as the fifth (2.0)
+        logits[3] = 2.06
+    draws = {_sample(lib, logits, do_sample=True, top_k=5, temperature=50.0, step=s) for s in range(600)}
+    assert draws == set(best)
+
+
 def test_counters_and_store_row(lib: native.Native) -> None:
     state = torch.tensor([5, 0], dtype=torch.int32, device=DEV)
     hist = torch.full((4, 16), -1, dtype=torch.int32, device=DEV)

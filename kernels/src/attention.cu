@@ -360,16 +360,20 @@ __global__ void __launch_bounds__(kShortThreads) k_rope_attention_first(
     const int tid = threadIdx.x, lane = tid % Q3T_WARP, warp = tid / Q3T_WARP, nwarps = blockDim.x / Q3T_WARP;
     const size_t row = (size_t)(hq + 2 * hkv) * d;
     q3t_grid_dep_trigger_first();
+    // All rows' k and v as they come (one round trip), then each position's norms and RoPE.
+    const float a = tid < d ? qkv[p * row + (size_t)h * d + tid] : 0.f;
+    if (tid < d)
+#pragma unroll 2
+        for (int t = 0; t <= p; ++t) {
+            keys[(size_t)t * d + tid] = qkv[t * row + (size_t)(hq + kvh) * d + tid];
+            vals[(size_t)t * d + tid] = round_to<C>(qkv[t * row + (size_t)(hq + hkv + kvh) * d + tid]);
+        }
     for (int t = 0; t <= p; ++t) {  // ends with qs = q of position p
         const ShortConsts c = short_head_consts(qn, kn, cos_tab, sin_tab, t, d);
-        const float* r = qkv + t * row;
-        float a = 0.f, b = 0.f, v = 0.f;
-        if (tid < d) {
-            a = t == p ? r[(size_t)h * d + tid] : 0.f;
-            b = r[(size_t)(hq + kvh) * d + tid];
-            v = round_to<C>(r[(size_t)(hq + hkv + kvh) * d + tid]);
-        }
-        norm_rope_head<C>(a, b, v, c, eps, d, t, kvh, hkv, t == p && h % group == 0, k_cache, v_cache, qs, ks, vs, red);
+        // Each thread reads back only its own elements: no barrier needed before norm_rope_head.
+        const float b = tid < d ? keys[(size_t)t * d + tid] : 0.f, v = tid < d ? vals[(size_t)t * d + tid] : 0.f;
+        norm_rope_head<C>(t == p ? a : 0.f, b, v, c, eps, d, t, kvh, hkv, t == p && h % group == 0, k_cache, v_cache, qs,
+                          ks, vs, red);
         if (tid < d) {
             keys[(size_t)t * d + tid] = ks[tid];
             vals[(size_t)t * d + tid] = vs[tid];

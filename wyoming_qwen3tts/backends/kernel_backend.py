@@ -291,15 +291,18 @@ class KernelBackend:
         self.seed = torch.zeros(1, dtype=torch.int64, device=self.device)
         self.cur = torch.zeros(NUM_GROUPS, **i32)  # codes of the frame being built
         self.seen = torch.zeros(tc.vocab_size, dtype=torch.uint8, device=self.device)
-        # CodePredictor inputs at the Talker's width: row 0 the final-normed Talker hidden state hn
-        # (position 0), row 1 an embedding row (position 1, then each later one); on the 1.7B both
-        # rows of positions 0 and 1 go through the projection in one call.
-        self.e2 = torch.zeros(2, tc.hidden_size, **f32)
-        self.hn, self.e = self.e2[0], self.e2[1]
         self.x = torch.zeros(tc.hidden_size, **f32)  # Talker residual stream
         # CodePredictor residual streams: row 0, and row 1 for position 1 while it runs with position 0.
         self.cx2 = torch.zeros(2, cc.hidden_size, **f32)
         self.cx = self.cx2[0]
+        # CodePredictor inputs at the Talker's width: row 0 the final-normed Talker hidden state hn
+        # (position 0), row 1 an embedding row (position 1, then each later one when they are
+        # projected per position). hn is row 0 of e2 when there is a projection (the 1.7B: both rows
+        # of positions 0 and 1 can go through it in one call), else position 0's stream itself: the
+        # codec head reads hn before the CodePredictor starts, so it needs no copy.
+        self.e2 = torch.zeros(2, tc.hidden_size, **f32)
+        self.hn = self.e2[0] if self.proj_w is not None else self.cx
+        self.e = self.e2[1]
         self.logits = torch.zeros(tc.vocab_size, **f32)
         self.cp_logits = torch.zeros(cc.vocab_size, **f32)
         self.capacity = 0
@@ -419,9 +422,10 @@ class KernelBackend:
                      None, eps, None, xp, native.GEMV_ADD, stream)  # fmt: skip
 
     def _cp_input(self, src: Tensor, stream: int) -> None:
-        """cx = small_to_mtp_projection(src) (Identity on 0.6B)."""
+        """cx = small_to_mtp_projection(src) (Identity on 0.6B, where hn is cx already)."""
         if self.proj_w is None:
-            self.cx.copy_(src)
+            if src.data_ptr() != self.cx.data_ptr():
+                self.cx.copy_(src)
         else:
             self.lib.call("q3t_gemv", self.wdtype, self.proj_w.data_ptr(), self.cc.hidden_size, self.tc.hidden_size,
                           src.data_ptr(), None, 0.0, self.proj_b.data_ptr(), self.cx.data_ptr(), native.GEMV_STORE,
