@@ -184,6 +184,28 @@ def test_builds_with_hipcc_wave32_and_wave64(tmp_path: Path, monkeypatch: pytest
     _build("hipcc", ("gfx1030", "gfx90a"), tmp_path, monkeypatch)
 
 
+def test_cache_key_covers_every_kernel_source_and_header(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Editing any file under kernels/ that the build reads (a .cu, a .cuh device header such as
+    sample_block.cuh, vendor.h, q3t.h) gives a new cache key, so a stale library is never loaded."""
+    import shutil
+
+    kernels = tmp_path / "kernels"
+    shutil.copytree(native.KERNEL_DIR / "src", kernels / "src")
+    shutil.copytree(native.KERNEL_DIR / "include", kernels / "include")
+    monkeypatch.setattr(native, "KERNEL_DIR", kernels)
+    tc = native.Toolchain("nvcc", "/x/nvcc", "v1", ("sm_90",))
+    files = sorted(p for p in kernels.rglob("*") if p.is_file())
+    assert {p.suffix for p in files} == {".cu", ".cuh", ".h"}
+    assert set(files) == set(native.sources()) | set(native._headers())
+    key = native.cache_key(tc)
+    for f in files:
+        text = f.read_bytes()
+        f.write_bytes(text + b"\n// edited\n")
+        assert native.cache_key(tc) != key, f.name
+        f.write_bytes(text)
+    assert native.cache_key(tc) == key
+
+
 def test_cache_key_changes_with_arch_and_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     a = native.Toolchain("nvcc", "/x/nvcc", "v1", ("sm_90",))
     b = native.Toolchain("nvcc", "/x/nvcc", "v1", ("sm_89",))

@@ -120,7 +120,9 @@ def sources() -> list[Path]:
 
 
 def _headers() -> list[Path]:
-    return sorted((KERNEL_DIR / "src").glob("*.h*")) + sorted((KERNEL_DIR / "include").glob("*.h"))
+    """Every header the sources include (.h and .cuh): part of the library's cache key."""
+    src = [f for f in (KERNEL_DIR / "src").iterdir() if f.suffix in (".h", ".cuh")]
+    return sorted(src) + sorted((KERNEL_DIR / "include").glob("*.h"))
 
 
 def _split_archs(value: str) -> tuple[str, ...]:
