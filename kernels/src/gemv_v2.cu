@@ -245,20 +245,25 @@ __device__ __forceinline__ void gemv2(const W* __restrict__ w, int n_out, int k,
 }
 
 // One input vector, and two (q3t_gemv_batch). Two kernels rather than one template so the
-// one-vector kernel keeps its register allocation; the two-vector one asks for 3 blocks per SM
-// (the grid's fill), 2 with 8 up-front loads, under which ptxas neither spills nor leaves a grid
-// of the same shape running in two waves.
+// one-vector kernel keeps its register allocation. The two-vector one asks for 4 blocks per SM
+// (bf16; 3 for float32, whose residual-add kernels would spill at 64 registers; 2 with 8 up-front
+// loads): the one-vector kernels of the CodePredictor's shapes fit 4 blocks per SM too, so a grid
+// of 512 blocks runs in one wave, where 3 per SM ran it in two (the first version: 1.8x the time of
+// one vector, measured per kernel on the H200).
 template <typename W, int MODE, bool VEC, int PRE>
 __global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int n_out, int k, int splits,
                                                     const float* __restrict__ x, const float* __restrict__ norm_w,
                                                     float eps, const float* __restrict__ bias, float* __restrict__ y) {
     gemv2<W, MODE, VEC, PRE, 1>(w, n_out, k, splits, x, norm_w, eps, bias, y);
 }
+template <typename W, int PRE>
+constexpr int x2_min_blocks() {
+    return PRE == kMaxPre ? 2 : (sizeof(W) == 2 ? 4 : 3);
+}
 template <typename W, int MODE, bool VEC, int PRE>
-__global__ void __launch_bounds__(kThreads, PRE == kMaxPre ? 2 : 3) k_gemv2x2(const W* __restrict__ w, int n_out, int k, int splits,
-                                                         const float* __restrict__ x, const float* __restrict__ norm_w,
-                                                         float eps, const float* __restrict__ bias,
-                                                         float* __restrict__ y) {
+__global__ void __launch_bounds__(kThreads, (x2_min_blocks<W, PRE>()))
+    k_gemv2x2(const W* __restrict__ w, int n_out, int k, int splits, const float* __restrict__ x,
+              const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, float* __restrict__ y) {
     gemv2<W, MODE, VEC, PRE, 2>(w, n_out, k, splits, x, norm_w, eps, bias, y);
 }
 
