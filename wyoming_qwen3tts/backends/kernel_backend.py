@@ -5,8 +5,9 @@ returns a session whose `next_frames(n)` gives up to n frames [k, 16] (k < n: en
 
 How a frame runs (batch 1): one fixed sequence of kernel launches is captured once per backend
 (and per sampling settings) into a CUDA/HIP graph: codec_head -> code-0 processors and draw ->
-16 CodePredictor passes (position 0 = h, 1 = Ec(c0), then one per code), each ending in a
-fused final-norm + lm_head and a draw that also writes the next position's embedding row -> the
+15 CodePredictor passes (positions 0 = h and 1 = Ec(c0) together, through two-vector GEMVs, then
+one per code), each ending in a fused final-norm + lm_head and a draw that also writes the next
+position's input row (on the 1.7B from input tables projected once at load) -> the
 16-embedding sum plus trailing text -> 28 Talker layers (their q/k norm, RoPE, KV append and
 split attention in one launch, whose last block per head merges the chunks) -> final norm.
 Everything that changes between frames (Talker position, frame index, sampled codes, the
@@ -18,7 +19,7 @@ tensor the kernels then read ([layers, 2, max_seq, kv_heads, head_dim], model dt
 By default that torch prefill is captured as one CUDA graph per bucket length and replayed,
 instead of ~1,700 small launches issued from Python (see `_graph_prefill`; `warm_up` captures the
 buckets of common prompt lengths at start-up; Q3T_GRAPH_PREFILL=0 runs it eagerly).
-The CodePredictor part of the frame (16 positions x 5 layers and 15 draws) runs as ~430-450 launches
+The CodePredictor part of the frame (16 positions x 5 layers and 15 draws) runs as ~405 launches
 in the graph; Q3T_CP=fused runs it instead as one persistent kernel (`q3t_code_predictor`: one
 block per SM, grid-wide barriers between its phases; same numbers up to the order of some float32
 sums, same draws). It measured slower on the H200 so far (docs/performance.md), so it is opt-in.
