@@ -357,7 +357,7 @@ __global__ void __launch_bounds__(kShortThreads) k_rope_attention_first(
     float* vals = keys + (size_t)n * d;
     float* sc = vals + (size_t)n * d;
     const int h = blockIdx.x, p = blockIdx.y, group = hq / hkv, kvh = h / group;
-    const int tid = threadIdx.x, lane = tid % Q3T_WARP, warp = tid / Q3T_WARP, nwarps = blockDim.x / Q3T_WARP;
+    const int tid = threadIdx.x;
     const size_t row = (size_t)(hq + 2 * hkv) * d;
     q3t_grid_dep_trigger_first();
     // All rows' k and v as they come (one round trip), then each position's norms and RoPE.
@@ -380,22 +380,9 @@ __global__ void __launch_bounds__(kShortThreads) k_rope_attention_first(
         }
     }
     __syncthreads();
-    for (int t = warp; t <= p; t += nwarps) {
-        float s = 0.f;
-        for (int i = lane; i < d; i += Q3T_WARP) s += qs[i] * keys[(size_t)t * d + i];
-        s = warp_sum(s);
-        if (lane == 0) sc[t] = s * scale;
-    }
-    __syncthreads();
-    float m = -INFINITY;
-    for (int t = 0; t <= p; ++t) m = fmaxf(m, sc[t]);
-    float l = 0.f;
-    for (int t = 0; t <= p; ++t) l += expf(sc[t] - m);
-    if (tid < d) {
-        float acc = 0.f;
-        for (int t = 0; t <= p; ++t) acc += expf(sc[t] - m) * vals[(size_t)t * d + tid];
-        out[(size_t)p * hq * d + (size_t)h * d + tid] = acc / l;
-    }
+    short_attend(
+        qs, p, d, scale, [&](int t, int i) { return keys[(size_t)t * d + i]; },
+        [&](int t, int i) { return vals[(size_t)t * d + i]; }, sc, out + (size_t)p * hq * d + (size_t)h * d);
 }
 }  // namespace
 

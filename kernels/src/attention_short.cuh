@@ -108,13 +108,39 @@ __device__ void norm_rope_head(float a, float b, float v, ShortConsts k, float e
     __syncthreads();
 }
 
+// The attention of one query (qs, normed and rotated) over positions 0..pos: scores key(t, i) . qs
+// (a warp per position), softmax, out[i] = sum_t p_t value(t, i) for the block's threads i < d.
+// sc: kShortMaxSeq floats of shared memory. Every short attention runs these float32 operations in
+// this order, so they agree bit for bit.
+template <typename Key, typename Value>
+__device__ __forceinline__ void short_attend(const float* qs, int pos, int d, float scale, Key key, Value value,
+                                             float* sc, float* out) {
+    const int tid = threadIdx.x, lane = tid % Q3T_WARP, warp = tid / Q3T_WARP, nwarps = blockDim.x / Q3T_WARP;
+    for (int t = warp; t <= pos; t += nwarps) {
+        float s = 0.f;
+        for (int i = lane; i < d; i += Q3T_WARP) s += qs[i] * key(t, i);
+        s = warp_sum(s);
+        if (lane == 0) sc[t] = s * scale;
+    }
+    __syncthreads();
+    float m = -INFINITY;
+    for (int t = 0; t <= pos; ++t) m = fmaxf(m, sc[t]);
+    float l = 0.f;
+    for (int t = 0; t <= pos; ++t) l += expf(sc[t] - m);
+    if (tid < d) {
+        float acc = 0.f;
+        for (int t = 0; t <= pos; ++t) acc += expf(sc[t] - m) * value(t, tid);
+        out[tid] = acc / l;
+    }
+}
+
 // Head h: its q and the group's k, v from qkv [(hq + 2 hkv) d], with hist from short_history.
 // sm: 3 d + kShortMaxSeq floats; red: 32 floats. Needs d <= blockDim.x.
 template <typename C>
 __device__ void short_head(const float* qkv, ShortConsts k, float eps, int pos, int h, int hq, int hkv, int d,
                            float scale, C* kc, C* vc, const C* hist, float* out, float* sm, float* red) {
     const int group = hq / hkv, kvh = h / group;
-    const int tid = threadIdx.x, lane = tid % Q3T_WARP, warp = tid / Q3T_WARP, nwarps = blockDim.x / Q3T_WARP;
+    const int tid = threadIdx.x;
     float* qs = sm;
     float* ks = sm + d;
     float* vs = sm + 2 * d;
@@ -128,23 +154,9 @@ __device__ void short_head(const float* qkv, ShortConsts k, float eps, int pos, 
         v = round_to<C>(q3t_ld_act(qkv + (size_t)(hq + hkv + kvh) * d + tid));
     }
     norm_rope_head<C>(a, b, v, k, eps, d, pos, kvh, hkv, h % group == 0, kc, vc, qs, ks, vs, red);
-    for (int t = warp; t <= pos; t += nwarps) {
-        float s = 0.f;
-        const C* krow = kh + (size_t)t * d;
-        for (int i = lane; i < d; i += Q3T_WARP) s += qs[i] * (t == pos ? ks[i] : Elem<C>::load(krow, i));
-        s = warp_sum(s);
-        if (lane == 0) sc[t] = s * scale;
-    }
-    __syncthreads();
-    float m = -INFINITY;
-    for (int t = 0; t <= pos; ++t) m = fmaxf(m, sc[t]);
-    float l = 0.f;
-    for (int t = 0; t <= pos; ++t) l += expf(sc[t] - m);
-    if (tid < d) {
-        float acc = 0.f;
-        for (int t = 0; t <= pos; ++t) acc += expf(sc[t] - m) * (t == pos ? vs[tid] : Elem<C>::load(vh + (size_t)t * d, tid));
-        out[(size_t)h * d + tid] = acc / l;
-    }
+    short_attend(
+        qs, pos, d, scale, [&](int t, int i) { return t == pos ? ks[i] : Elem<C>::load(kh + (size_t)t * d, i); },
+        [&](int t, int i) { return t == pos ? vs[i] : Elem<C>::load(vh + (size_t)t * d, i); }, sc, out + (size_t)h * d);
     __syncthreads();  // sm, red and hist are reused by the block's next head
 }
 
