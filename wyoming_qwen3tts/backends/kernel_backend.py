@@ -265,14 +265,6 @@ class KernelBackend:
             proj = cp.small_to_mtp_projection
             self.proj_w = proj.weight.contiguous() if isinstance(proj, torch.nn.Linear) else None
             self.proj_b = proj.bias.to(**f32).contiguous() if self.proj_w is not None else None
-            # The CodePredictor's position-j input is a row of table j - 1 (codec embedding, then its
-            # own tables 0..13) through the projection: project the tables once (float32, +130 MB on
-            # the 1.7B) instead of one GEMV per position and frame.
-            self.cp_proj_tables: list[Tensor] | None = None
-            if self.proj_w is not None and os.environ.get(CP_PROJECTED_ENV, "1") != "0":
-                w32 = self.proj_w.float()
-                self.cp_proj_tables = [torch.addmm(self.proj_b, t.float(), w32.t()).contiguous()
-                                       for t in (self.codec_emb, *self.cp_emb[: NUM_GROUPS - 2])]  # fmt: skip
         # Device array of the 16 tables summed into the next Talker input.
         self.emb_tables = torch.tensor([t.data_ptr() for t in [self.codec_emb, *self.cp_emb]], dtype=torch.int64,
                                        device=self.device)  # fmt: skip
@@ -287,6 +279,15 @@ class KernelBackend:
         if self.cp_fused:
             self._init_fused_cp()
         self.cp_first2 = self.cp.short and os.environ.get(CP_FIRST2_ENV, "1") != "0"
+        # The layered CodePredictor's position-j input is a row of table j - 1 (codec embedding, then
+        # its own tables 0..13) through the projection: project the tables once (float32, +130 MB on
+        # the 1.7B) instead of one GEMV per position and frame. (The persistent kernel projects itself.)
+        self.cp_proj_tables: list[Tensor] | None = None
+        if self.proj_w is not None and not self.cp_fused and os.environ.get(CP_PROJECTED_ENV, "1") != "0":
+            with torch.no_grad():
+                w32 = self.proj_w.float()
+                self.cp_proj_tables = [torch.addmm(self.proj_b, t.float(), w32.t()).contiguous()
+                                       for t in (self.codec_emb, *self.cp_emb[: NUM_GROUPS - 2])]  # fmt: skip
         # Frame state: [talker position of the next input, frame index].
         self.state = torch.zeros(2, **i32)
         self.seed = torch.zeros(1, dtype=torch.int64, device=self.device)
@@ -479,8 +480,9 @@ class KernelBackend:
 
     def _cp_row_args(self, j: int) -> tuple[int, int, int, int, int]:
         """q3t_sample's embedding-row arguments for CodePredictor position j (1..15): the row of code
-        j - 1 from its table (codec embedding for j = 1, else CodePredictor table j - 2), into the
-        CodePredictor's stream (0.6B) or the projection's input (1.7B)."""
+        j - 1 from its table (codec embedding for j = 1, else CodePredictor table j - 2; on the 1.7B
+        that table projected), into the CodePredictor's stream (row 1 for position 1 when positions 0
+        and 1 run together), or into the projection's input when rows are projected per position."""
         table, rows = (self.codec_emb, self.tc.vocab_size) if j == 1 else (self.cp_emb[j - 2], self.cc.vocab_size)
         if self._projects_rows():
             return self.wdtype, table.data_ptr(), rows, self.tc.hidden_size, self.e.data_ptr()
