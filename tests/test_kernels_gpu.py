@@ -565,10 +565,11 @@ def test_sample_top_k_keeps_exactly_k_on_random_logits(lib: native.Native) -> No
 
 
 @pytest.mark.parametrize("case", ["bin taken whole", "bin split"])
-def test_sample_top_k_select_stops_early_only_when_exact(lib: native.Native, case: str) -> None:
-    """The top-k select stops after its first 8-bit pass when the 5 best logits fill their bin
-    ([2, 4): one exponent) and runs on when a sixth shares it; either way exactly the 5 best ids
-    are drawn (nearly flat at temperature 50) and never another."""
+def test_sample_top_k_exact_whether_its_bin_is_taken_whole_or_split(lib: native.Native, case: str) -> None:
+    """Both ways out of the top-k select: the 5 best logits fill their first-pass bin ([2, 4): one
+    exponent), where the select may stop early, or a sixth shares it, where it must go on. Either way
+    exactly the 5 best ids are drawn (nearly flat at temperature 50) and never another. (The test
+    sees the drawn ids, not how many passes ran.)"""
     logits = torch.full((2048,), 0.5, device=DEV)
     logits[torch.arange(0, 2048, 7, device=DEV)] = 0.25
     best = [3, 700, 1201, 1500, 2047]

@@ -1,7 +1,9 @@
 // GQA decode attention of one query position over the static KV cache (flash-decoding):
 // the context is cut into `splits` chunks, one block per (q head, chunk) keeps an online
-// softmax per warp (one key per warp per step, lanes over head dims), then a second kernel
-// merges the chunks. Softmax statistics and accumulation are float32.
+// softmax per warp (one key per warp per step, lanes over head dims), then the chunks are merged
+// (q3t_attention: a second kernel; the Talker's q3t_rope_attention_split: the last block of each
+// head). Softmax statistics and accumulation are float32. Below them, the short-context kernels of
+// the CodePredictor (attention_short.cuh).
 #include "common.cuh"
 #include "attention_short.cuh"  // round_to, and the short-context kernel below
 
@@ -317,6 +319,12 @@ extern "C" Q3T_API int q3t_rope_attention_split(int dtype, const float* qkv, con
 namespace {
 constexpr int kShortThreads = 256;
 
+// The shapes the short-context kernels take (their K/V history and scores live in shared memory).
+bool short_shape_ok(int hq, int hkv, int d, int max_seq) {
+    return hq > 0 && hkv > 0 && hq % hkv == 0 && d > 0 && d <= kShortThreads && d % 2 == 0 && max_seq > 0 &&
+           max_seq <= kShortMaxSeq && max_seq * d <= kShortMaxElems;
+}
+
 template <typename C>
 __global__ void __launch_bounds__(kShortThreads) k_rope_attention(
     const float* __restrict__ qkv, const float* __restrict__ qn, const float* __restrict__ kn, float eps,
@@ -341,8 +349,8 @@ __global__ void __launch_bounds__(kShortThreads) k_rope_attention(
 // projections q3t_gemv_batch computes together): block (h, p) norms and rotates head h's q at
 // position p and its group's k at positions 0..p from qkv [n, (hq + 2 hkv) d] itself (the cache
 // does not hold them yet: the group's first head appends them in this launch), then attends over
-// them with the float32 operations of short_head, in its order: the same bits as q3t_rope_attention
-// at each position in turn.
+// them through short_attend, as short_head does: the same bits as q3t_rope_attention at each
+// position in turn.
 template <typename C>
 __global__ void __launch_bounds__(kShortThreads) k_rope_attention_first(
     const float* __restrict__ qkv, const float* __restrict__ qn, const float* __restrict__ kn, float eps,
@@ -392,8 +400,7 @@ extern "C" Q3T_API int q3t_rope_attention(int dtype, const float* qkv, const flo
                                           void* k_cache, void* v_cache, float* out, void* stream) {
     if (!qkv || !q_norm_w || !k_norm_w || !cos_tab || !sin_tab || !k_cache || !v_cache || !out)
         return q3t_fail("q3t_rope_attention: null pointer");
-    if (hq <= 0 || hkv <= 0 || hq % hkv || d <= 0 || d > kShortThreads || d % 2 || max_seq <= 0 ||
-        max_seq > kShortMaxSeq || max_seq * d > kShortMaxElems)
+    if (!short_shape_ok(hq, hkv, d, max_seq))
         return q3t_fail("q3t_rope_attention: bad shape hq=%d hkv=%d d=%d max_seq=%d (d <= %d, max_seq <= %d, "
                         "max_seq * d <= %d)", hq, hkv, d, max_seq, kShortThreads, kShortMaxSeq, kShortMaxElems);
     cudaStream_t s = Q3T_STREAM(stream);
@@ -417,8 +424,7 @@ extern "C" Q3T_API int q3t_rope_attention_first(int dtype, const float* qkv, con
                                                 float scale, void* k_cache, void* v_cache, float* out, void* stream) {
     if (!qkv || !q_norm_w || !k_norm_w || !cos_tab || !sin_tab || !k_cache || !v_cache || !out)
         return q3t_fail("q3t_rope_attention_first: null pointer");
-    if (hq <= 0 || hkv <= 0 || hq % hkv || d <= 0 || d > kShortThreads || d % 2 || max_seq <= 0 ||
-        max_seq > kShortMaxSeq || max_seq * d > kShortMaxElems || n <= 0 || n > max_seq)
+    if (!short_shape_ok(hq, hkv, d, max_seq) || n <= 0 || n > max_seq)
         return q3t_fail("q3t_rope_attention_first: bad shape n=%d hq=%d hkv=%d d=%d max_seq=%d (n <= max_seq, d <= %d, "
                         "max_seq <= %d, max_seq * d <= %d)", n, hq, hkv, d, max_seq, kShortThreads, kShortMaxSeq,
                         kShortMaxElems);

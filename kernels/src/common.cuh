@@ -237,6 +237,17 @@ __device__ __forceinline__ float stage_x(const float* __restrict__ x, const floa
     return ss;
 }
 
+// Row `tok` of an embedding table [rows, h] (`T`) as float32 into out, elements first, first + stride,
+// ...; tok is clamped into the table (a bad id must not read out of bounds). q3t_embed_row and the
+// draw that writes the next CodePredictor input both copy rows this way.
+template <typename T>
+__device__ __forceinline__ void copy_embedding_row(const T* __restrict__ table, int rows, int h, int tok,
+                                                   float* __restrict__ out, int first, int stride) {
+    tok = tok < 0 ? 0 : (tok >= rows ? rows - 1 : tok);
+    const T* row = table + (size_t)tok * h;
+    for (int i = first; i < h; i += stride) out[i] = Elem<T>::load(row, i);
+}
+
 __device__ __forceinline__ int read_pos(const int* pos_ptr, int pos_add) {
     return (pos_ptr ? *pos_ptr : 0) + pos_add;
 }

@@ -10,10 +10,7 @@ template <typename T>
 __global__ void k_embed_row(const T* __restrict__ table, int rows, int h, const int* __restrict__ token_ptr,
                             float* __restrict__ out) {
     q3t_grid_dep_trigger_first();
-    int tok = *token_ptr;
-    tok = tok < 0 ? 0 : (tok >= rows ? rows - 1 : tok);  // a bad id must not read out of bounds
-    const T* row = table + (size_t)tok * h;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < h; i += gridDim.x * blockDim.x) out[i] = Elem<T>::load(row, i);
+    copy_embedding_row(table, rows, h, *token_ptr, out, blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
 }
 
 template <typename T>

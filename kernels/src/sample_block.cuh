@@ -11,7 +11,6 @@
 
 constexpr int kSampleMaxV = 4096;  // largest vocabulary one block samples
 
-
 struct Philox {
     // Salmon et al., "Parallel random numbers: as easy as 1, 2, 3" (SC'11), 10 rounds.
     __device__ static uint4 run(uint4 c, uint2 k) {

@@ -22,11 +22,11 @@ __global__ void __launch_bounds__(kThreads) k_sample(const float* __restrict__ l
     // The drawn code's embedding row (the next CodePredictor input), as q3t_embed_row would: one
     // launch, and one dependent step of the frame, fewer.
     __syncthreads();  // thread 0 wrote *out_code
-    int tok = *out_code;
-    tok = tok < 0 ? 0 : (tok >= row_rows ? row_rows - 1 : tok);
-    for (int i = threadIdx.x; i < row_h; i += blockDim.x)
-        row_out[i] = row_dtype == Q3T_BF16 ? Elem<uint16_t>::load(static_cast<const uint16_t*>(row_table) + (size_t)tok * row_h, i)
-                                           : Elem<float>::load(static_cast<const float*>(row_table) + (size_t)tok * row_h, i);
+    const int tok = *out_code;
+    if (row_dtype == Q3T_BF16)
+        copy_embedding_row(static_cast<const uint16_t*>(row_table), row_rows, row_h, tok, row_out, threadIdx.x, blockDim.x);
+    else
+        copy_embedding_row(static_cast<const float*>(row_table), row_rows, row_h, tok, row_out, threadIdx.x, blockDim.x);
 }
 }  // namespace
 
