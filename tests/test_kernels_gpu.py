@@ -179,7 +179,7 @@ def test_gemv_v2(lib: native.Native, dtype: torch.dtype, mode: int, with_norm: b
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("mode", [native.GEMV_STORE, native.GEMV_ADD, native.GEMV_SWIGLU])
-@pytest.mark.parametrize("fill", ["1", "2", "64"])
+@pytest.mark.parametrize("fill", ["waves", "1", "2", "3", "64"])
 def test_gemv_v2_unaligned_rows_and_fill(lib: native.Native, dtype: torch.dtype, mode: int, fill: str) -> None:
     """Weights that start off a 16-byte boundary (the scalar path), and every split-K choice
     (Q3T_GEMV_FILL 64 splits each row over all warps of a block)."""

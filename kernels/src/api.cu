@@ -14,7 +14,7 @@ static int g_cc_major = 0;  // compute capability major of the device passed to 
 static bool g_pdl = false;
 static int g_sms = 0;
 static int g_gemv = 0;       // Q3T_GEMV: 0 auto (default), 1 or 2
-static int g_gemv_fill = 3;  // Q3T_GEMV_FILL (3: 0.6B 2.73 -> 2.70 ms/frame on the H200 over 2)
+static int g_gemv_fill = 0;  // Q3T_GEMV_FILL: 0 = "waves" (default), else blocks per SM (see common.cuh)
 
 int q3t_fail(const char* fmt, ...) {
     va_list ap;
@@ -38,7 +38,7 @@ int q3t_host_sms() { return g_sms; }
 int q3t_gemv_variant() { return g_gemv; }
 int q3t_gemv_fill() { return g_gemv_fill; }
 
-// Q3T_GEMV (unset or "auto", "v1" or "v2") and Q3T_GEMV_FILL (1..64); anything else fails
+// Q3T_GEMV (unset or "auto", "v1" or "v2") and Q3T_GEMV_FILL (unset or "waves", or 1..64); anything else fails
 // q3t_init, so a benchmark never measures a variant other than the one it names.
 static int read_gemv_env() {
     const char* v = getenv("Q3T_GEMV");
@@ -51,11 +51,11 @@ static int read_gemv_env() {
     else
         return q3t_fail("Q3T_GEMV=%s: expected auto, v1 or v2", v);
     const char* f = getenv("Q3T_GEMV_FILL");
-    g_gemv_fill = 3;
-    if (f && *f) {
+    g_gemv_fill = 0;
+    if (f && *f && strcmp(f, "waves") != 0) {
         char* end = nullptr;
         const long n = strtol(f, &end, 10);
-        if (*end || n < 1 || n > 64) return q3t_fail("Q3T_GEMV_FILL=%s: expected an integer 1..64", f);
+        if (*end || n < 1 || n > 64) return q3t_fail("Q3T_GEMV_FILL=%s: expected waves or an integer 1..64", f);
         g_gemv_fill = (int)n;
     }
     return 0;

@@ -17,8 +17,10 @@ bool q3t_pdl_enabled();
 // SM / CU count of the device passed to q3t_init (0 before it).
 int q3t_host_sms();
 // GEMV variant, read from the environment at q3t_init: Q3T_GEMV=auto (default: v2 for K <= 4096,
-// else v1), v1 (gemv.cu) or v2 (gemv_v2.cu); Q3T_GEMV_FILL: blocks per SM that v2 aims its grid at
-// (default 3). q3t_gemv_variant() is 0 (auto), 1 or 2.
+// else v1), v1 (gemv.cu) or v2 (gemv_v2.cu); Q3T_GEMV_FILL: how v2 sizes its grid, "waves" (default,
+// q3t_gemv_fill() 0: the largest grid among those that take the fewest waves at the occupancy each
+// kernel really gets) or N (1..64: grow the grid until it has N blocks per SM, the rule before).
+// q3t_gemv_variant() is 0 (auto), 1 or 2.
 int q3t_gemv_variant();
 int q3t_gemv_fill();
 int q3t_gemv_v2(int dtype, const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps,

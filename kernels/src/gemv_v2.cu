@@ -10,13 +10,14 @@
 //   j % splits, so each warp still reads whole 512-byte (wave64: 1 KiB) runs, coalesced).
 //   Their partial sums meet in shared memory and are added in a fixed order, so results stay
 //   run-to-run identical (no atomics, no second pass, no scratch buffer).
-//   The host picks `splits` (a power of two up to the warps per block): first so that no lane
-//   has more than kMaxPre 16-byte loads per unit, then, while the grid has fewer than
-//   Q3T_GEMV_FILL (default 3) blocks per SM/CU, doubling it as long as every warp keeps at
-//   least one chunk. E.g. (H200, 132 SMs, bf16): CodePredictor o_proj 1024x2048 and
-//   down_proj 1024x3072 go from 128 blocks (v1) to 512, the lm_heads 2048x1024 from 256 to 512,
-//   the 1.7B down_proj 2048x6144 from 256 blocks with 24 loads per lane (5 dependent rounds)
-//   to 1024 blocks with 6 loads per lane, all issued at once.
+//   The host picks `splits` (a power of two up to the warps per block): at least enough that no
+//   lane has more than kMaxPre 16-byte loads per unit, and, of the larger ones that leave every
+//   warp a chunk, the one whose grid takes the fewest waves at the occupancy its kernel really
+//   gets (queried from the runtime), the largest grid among those (Q3T_GEMV_FILL=N: the rule
+//   before, doubling while the grid has fewer than N blocks per SM). E.g. (H200, 132 SMs, bf16):
+//   CodePredictor o_proj 1024x2048 and down_proj 1024x3072 go from 128 blocks (v1) to 512 (4 per
+//   SM, one wave), the lm_heads 2048x1024 from 256 to 512, the gate/up 6144x1024 SwiGLU to 384
+//   blocks of 8 loads per lane (3 per SM, one wave; fill 3 made it 768 blocks, two waves).
 // - All of a lane's weight loads (up to kMaxPre = 8, i.e. 128 bytes per lane) go out before
 //   the kernel waits for its predecessor (programmatic dependent launch), and really do in the
 //   SASS (see the wait below; v1 does the same for its first 8), for every real shape
@@ -29,6 +30,8 @@
 //   one dependent global round trip instead of two; the result differs from v1 only by float32
 //   rounding (rs * sum(w * (g * x)) vs sum(w * (g * (x * rs)))).
 #include "common.cuh"
+
+#include <mutex>
 
 namespace {
 
@@ -250,10 +253,20 @@ __device__ __forceinline__ void gemv2(const W* __restrict__ w, int n_out, int k,
 // loads): the one-vector kernels of the CodePredictor's shapes fit 4 blocks per SM too, so a grid
 // of 512 blocks runs in one wave, where 3 per SM ran it in two (the first version: 1.8x the time of
 // one vector, measured per kernel on the H200).
+// The one-vector kernel with 8 up-front loads asks for 3 blocks per SM (bf16: 80 registers, no
+// spills; ptxas' own choice was 88-92, 2 per SM), so the grids the wave rule picks for it (the
+// 0.6B gate/up: 384 blocks) run in one wave on the H200's 132 SMs.
+#ifndef Q3T_GEMV_PRE8_BLOCKS
+#define Q3T_GEMV_PRE8_BLOCKS 3
+#endif
+template <typename W, int PRE>
+constexpr int x1_min_blocks() {
+    return PRE == kMaxPre && sizeof(W) == 2 ? Q3T_GEMV_PRE8_BLOCKS : 0;
+}
 template <typename W, int MODE, bool VEC, int PRE>
-__global__ void __launch_bounds__(kThreads) k_gemv2(const W* __restrict__ w, int n_out, int k, int splits,
-                                                    const float* __restrict__ x, const float* __restrict__ norm_w,
-                                                    float eps, const float* __restrict__ bias, float* __restrict__ y) {
+__global__ void __launch_bounds__(kThreads, (x1_min_blocks<W, PRE>()))
+    k_gemv2(const W* __restrict__ w, int n_out, int k, int splits, const float* __restrict__ x,
+            const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, float* __restrict__ y) {
     gemv2<W, MODE, VEC, PRE, 1>(w, n_out, k, splits, x, norm_w, eps, bias, y);
 }
 template <typename W, int PRE>
@@ -269,6 +282,41 @@ __global__ void __launch_bounds__(kThreads, (x2_min_blocks<W, PRE>()))
 
 inline int cdiv(int a, int b) { return (a + b - 1) / b; }
 
+template <typename W>
+using GemvKernel = void (*)(const W*, int, int, int, const float*, const float*, float, const float*, float*);
+
+// The kernel for NB input vectors with `loads` 16-byte weight loads per lane (rounded up to 2, 4 or 8).
+template <typename W, int MODE, int NB>
+GemvKernel<W> pick_kernel(bool vec, int loads) {
+    if (!vec) return NB == 1 ? k_gemv2<W, MODE, false, 2> : k_gemv2x2<W, MODE, false, 2>;
+    if (loads <= 2) return NB == 1 ? k_gemv2<W, MODE, true, 2> : k_gemv2x2<W, MODE, true, 2>;
+    if (loads <= 4) return NB == 1 ? k_gemv2<W, MODE, true, 4> : k_gemv2x2<W, MODE, true, 4>;
+    return NB == 1 ? k_gemv2<W, MODE, true, kMaxPre> : k_gemv2x2<W, MODE, true, kMaxPre>;
+}
+
+// Blocks of `kernel` resident on one SM/CU with `smem` bytes of dynamic shared memory. Cached:
+// the answer never changes, and the launchers also run during graph capture.
+int blocks_per_sm(const void* kernel, size_t smem) {
+    struct Entry {
+        const void* kernel;
+        size_t smem;
+        int blocks;
+    };
+    static Entry cache[128];
+    static int used = 0;
+    static std::mutex lock;
+    std::lock_guard<std::mutex> hold(lock);
+    for (int i = 0; i < used; ++i)
+        if (cache[i].kernel == kernel && cache[i].smem == smem) return cache[i].blocks;
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, smem) != cudaSuccess || blocks < 1) {
+        (void)cudaGetLastError();  // a failed query is not a launch error: assume one block per SM
+        blocks = 1;
+    }
+    if (used < 128) cache[used++] = {kernel, smem, blocks};
+    return blocks;
+}
+
 template <typename W, int MODE, int NB>
 int launch2(const void* w, int n_rows, int k, const float* x, const float* norm_w, float eps, const float* bias,
             float* y, cudaStream_t s) {
@@ -278,26 +326,40 @@ int launch2(const void* w, int n_rows, int k, const float* x, const float* norm_
     const int nwarps = kThreads / warp;  // 8 (warp 32) or 4 (wave64): a power of two
     const bool vec = (k % Pack<W>::N) == 0 && (reinterpret_cast<uintptr_t>(w) % 16) == 0;
     const int chunks = cdiv(vec ? k / Pack<W>::N : k, warp);  // one chunk: one vector (or element) per lane
-    // The same split for any NB, so each vector's outputs are those of a one-vector call, bit for bit.
+    const int sms = q3t_host_sms();
+    // The same split for any NB (chosen by the one-vector kernels), so each vector's outputs are
+    // those of a one-vector call, bit for bit. The fewest splits first: no lane has more than
+    // kMaxPre up-front loads per unit.
     int splits = 1;
     while (splits < nwarps && NR * cdiv(chunks, splits) > kMaxPre) splits *= 2;
-    const int target = q3t_gemv_fill() * q3t_host_sms();
-    while (splits < nwarps && chunks >= 2 * splits && cdiv(n_out, nwarps / splits) < target) splits *= 2;
+    const size_t smem1 = (size_t)k * sizeof(float);
+    if (q3t_gemv_fill() > 0) {
+        // Q3T_GEMV_FILL=N: more splits (more, smaller blocks) until the grid has N blocks per SM.
+        const int target = q3t_gemv_fill() * sms;
+        while (splits < nwarps && chunks >= 2 * splits && cdiv(n_out, nwarps / splits) < target) splits *= 2;
+    } else {
+        // Waves: of the splits that leave every warp at least one chunk, the one whose grid takes the
+        // fewest waves at its kernel's real occupancy, and among those the largest grid. A partial
+        // second wave costs a whole block's latency again (its blocks load their weights only
+        // when the first wave's leave): 768 blocks at 3 per SM, 2 waves, became 384 in one.
+        int best = splits, best_waves = 0, best_grid = 0;
+        for (int sp = splits; sp <= nwarps && (sp == splits || chunks >= sp); sp *= 2) {
+            const int grid = cdiv(n_out, nwarps / sp);
+            const auto kernel = pick_kernel<W, MODE, 1>(vec, NR * cdiv(chunks, sp));
+            const int slots = blocks_per_sm(reinterpret_cast<const void*>(kernel), smem1) * (sms > 0 ? sms : 1);
+            const int waves = cdiv(grid, slots);
+            if (best_waves == 0 || waves < best_waves || (waves == best_waves && grid > best_grid)) {
+                best = sp;
+                best_waves = waves;
+                best_grid = grid;
+            }
+        }
+        splits = best;
+    }
     const dim3 grid(cdiv(n_out, nwarps / splits));
     const size_t smem = (size_t)NB * k * sizeof(float);
-    const int loads = NR * cdiv(chunks, splits);
-    const W* wp = static_cast<const W*>(w);
-    using Kernel = void (*)(const W*, int, int, int, const float*, const float*, float, const float*, float*);
-    Kernel kernel;
-    if (!vec)
-        kernel = NB == 1 ? k_gemv2<W, MODE, false, 2> : k_gemv2x2<W, MODE, false, 2>;
-    else if (loads <= 2)
-        kernel = NB == 1 ? k_gemv2<W, MODE, true, 2> : k_gemv2x2<W, MODE, true, 2>;
-    else if (loads <= 4)
-        kernel = NB == 1 ? k_gemv2<W, MODE, true, 4> : k_gemv2x2<W, MODE, true, 4>;
-    else
-        kernel = NB == 1 ? k_gemv2<W, MODE, true, kMaxPre> : k_gemv2x2<W, MODE, true, kMaxPre>;
-    q3t_launch(kernel, grid, kThreads, smem, s, wp, n_out, k, splits, x, norm_w, eps, bias, y);
+    const auto kernel = pick_kernel<W, MODE, NB>(vec, NR * cdiv(chunks, splits));
+    q3t_launch(kernel, grid, kThreads, smem, s, static_cast<const W*>(w), n_out, k, splits, x, norm_w, eps, bias, y);
     return q3t_check_launch(NB == 1 ? "q3t_gemv (v2)" : "q3t_gemv_batch");
 }
 

@@ -22,6 +22,7 @@
 #define cudaFuncAttributes hipFuncAttributes
 #define cudaFuncGetAttributes hipFuncGetAttributes
 #define cudaDeviceSynchronize hipDeviceSynchronize
+#define cudaOccupancyMaxActiveBlocksPerMultiprocessor hipOccupancyMaxActiveBlocksPerMultiprocessor
 
 // Wavefront width is a compile-time property of the target: __AMDGCN_WAVEFRONT_SIZE is 64 on
 // gfx9 (CDNA, e.g. gfx942) and 32 on gfx10+/gfx11/gfx12 (RDNA; wave32 is the HIP default there).
