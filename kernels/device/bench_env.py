@@ -5,7 +5,8 @@ clock drift shows as spread). Random full-size bf16 models.
 
 Usage: python kernels/device/bench_env.py "Q3T_GEMV=v1" "Q3T_GEMV=v2" [--sizes 0.6b,1.7b] [--greedy] [--frames N]
 (a setting is NAME=VALUE[,NAME=VALUE...]; "-" is the defaults; Q3T_CFLAGS=... selects a library
-built with those compiler flags, e.g. "Q3T_CFLAGS=-DQ3T_TRIGGER_FIRST=0"). Prints one JSON line per size.
+built with those compiler flags, e.g. "Q3T_CFLAGS=-DQ3T_TRIGGER_FIRST=0"; Q3T_LIB=path one built elsewhere,
+e.g. from the commit before). Prints one JSON line per size.
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ def apply(setting: str, names: set[str]) -> native.Native:
         for pair in setting.split(","):
             name, _, value = pair.partition("=")
             os.environ[name] = value
-    flags = os.environ.get("Q3T_CFLAGS", "")
-    if flags not in _libs:
-        _libs[flags] = native.Native(native.build())
-    lib = native._loaded = _libs[flags]
+    # Q3T_LIB=path loads a library built elsewhere (e.g. from another commit's sources) as is.
+    key = os.environ.get("Q3T_LIB") or os.environ.get("Q3T_CFLAGS", "")
+    if key not in _libs:
+        _libs[key] = native.Native(Path(os.environ["Q3T_LIB"]) if os.environ.get("Q3T_LIB") else native.build())
+    lib = native._loaded = _libs[key]
     lib.init(0)
     return lib
 

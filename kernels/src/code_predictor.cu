@@ -285,8 +285,9 @@ __global__ void __launch_bounds__(kThreads, 1) k_code_predictor(Params p) {
             if (p.forced) {
                 if (threadIdx.x == 0) p.codes[pos] = p.forced[pos];
             } else {
+                const int step = p.step_ptr ? *p.step_ptr : 0;
                 sample_block<kThreads>(logits, p.vocab, nullptr, 1.0f, -1, 0, 0, 0, p.flags, p.temperature, p.top_k,
-                                       p.top_p, p.seed_ptr, pos, p.step_ptr, p.codes + pos, smem,
+                                       p.top_p, step, draw_bits(p.seed_ptr, pos, step), p.codes + pos, smem,
                                        reinterpret_cast<int*>(smem + p.vocab));
             }
         }

@@ -269,9 +269,12 @@ __global__ void __launch_bounds__(kThreads, (x1_min_blocks<W, PRE>()))
             const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, float* __restrict__ y) {
     gemv2<W, MODE, VEC, PRE, 1>(w, n_out, k, splits, x, norm_w, eps, bias, y);
 }
+#ifndef Q3T_GEMV_X2_PRE8_BLOCKS
+#define Q3T_GEMV_X2_PRE8_BLOCKS 3
+#endif
 template <typename W, int PRE>
 constexpr int x2_min_blocks() {
-    return PRE == kMaxPre ? 2 : (sizeof(W) == 2 ? 4 : 3);
+    return PRE == kMaxPre ? (sizeof(W) == 2 ? Q3T_GEMV_X2_PRE8_BLOCKS : 2) : (sizeof(W) == 2 ? 4 : 3);
 }
 template <typename W, int MODE, bool VEC, int PRE>
 __global__ void __launch_bounds__(kThreads, (x2_min_blocks<W, PRE>()))

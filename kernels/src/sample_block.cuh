@@ -4,7 +4,8 @@
 // min-new-tokens EOS mask -> suppressed ids -> (sampling) temperature -> top-k -> top-p -> draw.
 // Greedy picks the lowest index among equal maxima, as torch.argmax does. Draws come from
 // Philox4x32-10 keyed by the seed and counted by (frame, code group), so a seeded run is
-// reproducible and independent of launch timing.
+// reproducible and independent of launch timing (draw_bits: the caller computes them; step is the
+// frame counter, used by the min-new-tokens mask too).
 #pragma once
 
 #include "common.cuh"
@@ -25,6 +26,15 @@ struct Philox {
         return c;
     }
 };
+
+// The draw's random bits: Philox of (step, stream) keyed by the seed. Read and computed before the
+// logits are (q3t_sample: before its PDL wait), so the draw pays no round trip for them at its end.
+__device__ __forceinline__ uint32_t draw_bits(const unsigned long long* __restrict__ seed_ptr, int stream_id, int step) {
+    const unsigned long long seed = seed_ptr ? *seed_ptr : 0ull;
+    return Philox::run(make_uint4((uint32_t)step, (uint32_t)stream_id, 0u, 0u),
+                       make_uint2((uint32_t)seed, (uint32_t)(seed >> 32)))
+        .x;
+}
 
 __device__ __forceinline__ uint32_t order_key(float f) {
     const uint32_t u = __float_as_uint(f);
@@ -57,38 +67,61 @@ __device__ T block_exclusive_scan(T v, T* sm, T* total) {
     return before + incl - v;
 }
 
-// The whole of q3t_sample for one block of THREADS threads (every thread must call it). L and cand
-// are shared-memory scratch of v floats and v ints. logits may have been written by other blocks of
-// the same kernel (the persistent CodePredictor), so they are read through q3t_ld_act.
+// The whole of q3t_sample for one block of THREADS threads (every thread must call it; every thread
+// gets the drawn id back). L and cand are shared-memory scratch of v floats and v ints. logits may
+// have been written by other blocks of the same kernel (the persistent CodePredictor), so they are
+// read through q3t_ld_act.
+//
+// Barriers are what a one-block draw waits on (16 draws per frame on the critical path), so the
+// sampled path has few: the logits' maximum is reduced in the first pass, the top-k select's
+// histograms alternate between two buffers (no clearing pass), the top-k filter is a comparison
+// in the draw rather than a pass over L, and the inverse-CDF draw runs over L in id order (each
+// thread a contiguous run) without compacting the survivors first, except under top-p, whose
+// sort-free rule needs the candidate list.
 template <int THREADS>
-__device__ void sample_block(const float* __restrict__ logits, int v, unsigned char* __restrict__ seen, float penalty,
-                             int eos, int min_new, int sup_lo, int sup_hi, int flags, float temperature, int top_k,
-                             float top_p, const unsigned long long* __restrict__ seed_ptr, int stream_id,
-                             const int* __restrict__ step_ptr, int* __restrict__ out_code, float* L, int* cand) {
+__device__ int sample_block(const float* __restrict__ logits, int v, unsigned char* __restrict__ seen, float penalty,
+                            int eos, int min_new, int sup_lo, int sup_hi, int flags, float temperature, int top_k,
+                            float top_p, int step, uint32_t bits, int* __restrict__ out_code, float* L, int* cand) {
     static_assert(kSampleMaxV % THREADS == 0, "THREADS must divide kSampleMaxV");
     __shared__ float wsum[32];
     __shared__ int isum[32];
-    __shared__ unsigned hist[256];
+    __shared__ unsigned hist[2][256];
     __shared__ float redv[32];
     __shared__ int redi[32];
     __shared__ uint32_t sel_prefix;
-    __shared__ int sel_need, sel_whole;
+    __shared__ int sel_need, sel_whole, chosen, last_alive;
     const int tid = threadIdx.x;
-    const int step = step_ptr ? *step_ptr : 0;
+    const int lane = tid % Q3T_WARP, warp = tid / Q3T_WARP;
+    const int nwarps = (int)(blockDim.x / Q3T_WARP);
 
     // Sampling divides by the temperature here, last of the processors, as its own pass would.
     const bool sampling = (flags & Q3T_SAMPLE_DO_SAMPLE) != 0;
     const float inv_t = temperature > 0.f ? temperature : 1.0f;
+    float tmax = -INFINITY;
     for (int i = tid; i < v; i += blockDim.x) {
         float x = q3t_ld_act(logits + i);
         if (seen && penalty != 1.0f && seen[i]) x = x < 0.f ? x * penalty : x / penalty;
         if (eos >= 0 && i == eos && step < min_new) x = -INFINITY;
         if (i >= sup_lo && i < sup_hi && i != eos) x = -INFINITY;
         L[i] = sampling ? x / inv_t : x;
+        tmax = fmaxf(tmax, L[i]);
+    }
+    if (sampling) {
+        // The maximum (the softmax's shift; the top-k filter never removes it) and the select's
+        // state, ready at the barrier that ends this pass.
+        tmax = warp_max(tmax);
+        if (lane == 0) redv[warp] = tmax;
+        if (tid == 0) {
+            sel_prefix = 0;
+            sel_need = top_k;
+            sel_whole = 0;
+            chosen = 0x7fffffff;
+            last_alive = -1;
+        }
+        for (int i = tid; i < 256; i += blockDim.x) hist[0][i] = 0;
     }
     __syncthreads();
 
-    int pick = -1;
     if (!sampling) {
         float best = -INFINITY;
         int bi = 0x7fffffff;
@@ -97,7 +130,7 @@ __device__ void sample_block(const float* __restrict__ logits, int v, unsigned c
                 best = L[i];
                 bi = i;
             }
-        // Block argmax with ties to the lowest index.
+        // Block argmax with ties to the lowest index; every thread reads the warps' results.
         for (int m = Q3T_WARP / 2; m > 0; m >>= 1) {
             const float ob = Q3T_SHFL_XOR(best, m);
             const int oi = Q3T_SHFL_XOR(bi, m);
@@ -106,161 +139,151 @@ __device__ void sample_block(const float* __restrict__ logits, int v, unsigned c
                 bi = oi;
             }
         }
-        const int lane = tid % Q3T_WARP, warp = tid / Q3T_WARP;
         if (lane == 0) {
             redv[warp] = best;
             redi[warp] = bi;
         }
         __syncthreads();
+        float b = -INFINITY;
+        int id = 0x7fffffff;
+        for (int w = 0; w < nwarps; ++w)
+            if (redv[w] > b || (redv[w] == b && redi[w] < id)) {
+                b = redv[w];
+                id = redi[w];
+            }
+        const int pick = id == 0x7fffffff ? 0 : id;  // all -inf cannot happen with valid inputs
         if (tid == 0) {
-            float b = -INFINITY;
-            int id = 0x7fffffff;
-            for (int w = 0; w < (int)(blockDim.x / Q3T_WARP); ++w)
-                if (redv[w] > b || (redv[w] == b && redi[w] < id)) {
-                    b = redv[w];
-                    id = redi[w];
-                }
-            pick = id == 0x7fffffff ? 0 : id;  // all -inf cannot happen with valid inputs
+            *out_code = pick;
+            if (seen) seen[pick] = 1;
         }
-    } else {
-        if (top_k > 0 && top_k < v) {
-            // Radix select of the top_k-th largest value, 8 bits at a time from the top. It stops
-            // early when the bin it lands in is taken whole (the k-th value is then the bin's
-            // smallest, and no value outside the bin lies between it and the bin's lower edge, so
-            // the edge filters the same ids): 0.012-0.015 ms off a frame of 16 draws on the H200.
-            if (tid == 0) {
-                sel_prefix = 0;
-                sel_need = top_k;
-                sel_whole = 0;
+        return pick;
+    }
+
+    float mx = -INFINITY;
+    for (int w = 0; w < nwarps; ++w) mx = fmaxf(mx, redv[w]);
+    float kth = -INFINITY;  // ids with L >= kth (and not -inf) survive top-k
+    if (top_k > 0 && top_k < v) {
+        // Radix select of the top_k-th largest value, 8 bits at a time from the top. It stops
+        // early when the bin it lands in is taken whole (the k-th value is then the bin's
+        // smallest, and no value outside the bin lies between it and the bin's lower edge, so
+        // the edge filters the same ids): 0.012-0.015 ms off a frame of 16 draws on the H200.
+        for (int shift = 24, pass = 0; shift >= 0; shift -= 8, ++pass) {
+            unsigned* h = hist[pass & 1];
+            // The next pass's bins: their last reader (warp 0, the pass before) is past a barrier.
+            for (int i = tid; i < 256; i += blockDim.x) hist[(pass + 1) & 1][i] = 0;
+            const uint32_t hi_mask = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
+            const uint32_t prefix = sel_prefix;
+            for (int i = tid; i < v; i += blockDim.x) {
+                const uint32_t k = order_key(L[i]);
+                if ((k & hi_mask) == (prefix & hi_mask)) atomicAdd(&h[(k >> shift) & 255u], 1u);
             }
-            for (int shift = 24; shift >= 0; shift -= 8) {
-                for (int i = tid; i < 256; i += blockDim.x) hist[i] = 0;
-                __syncthreads();
-                const uint32_t hi_mask = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
-                const uint32_t prefix = sel_prefix;
-                for (int i = tid; i < v; i += blockDim.x) {
-                    const uint32_t k = order_key(L[i]);
-                    if ((k & hi_mask) == (prefix & hi_mask)) atomicAdd(&hist[(k >> shift) & 255u], 1u);
-                }
-                const int need = sel_need;  // read before the barrier: lane `tid` of warp 0 rewrites it below
-                __syncthreads();
-                if (tid < Q3T_WARP) {
-                    // Find the bin, from the top, where the running count reaches `need`: each lane
-                    // owns 256 / warp consecutive bins (in descending order), a warp scan finds the lane.
-                    constexpr int kBins = 256 / Q3T_WARP;
-                    int own = 0;
-#pragma unroll
-                    for (int r = 0; r < kBins; ++r) own += (int)hist[255 - (tid * kBins + r)];
-                    int incl = own;
-#pragma unroll
-                    for (int o = 1; o < Q3T_WARP; o <<= 1) {
-                        const int n = Q3T_SHFL(incl, tid - o < 0 ? 0 : tid - o);
-                        if (tid >= o) incl += n;
-                    }
-                    int before = incl - own;
-                    if (before < need && need <= incl) {
-                        int b = 255 - tid * kBins;
-                        for (int r = 0; r < kBins; ++r, --b) {
-                            if (before + (int)hist[b] >= need) break;
-                            before += (int)hist[b];
-                        }
-                        sel_prefix = prefix | ((uint32_t)b << shift);
-                        sel_need = need - before;
-                        sel_whole = need - before == (int)hist[b];
-                    }
-                }
-                __syncthreads();
-                if (sel_whole) break;  // the same for every thread: read after the barrier
-            }
-            const float kth = key_value(sel_prefix);
-            for (int i = tid; i < v; i += blockDim.x)
-                if (L[i] < kth) L[i] = -INFINITY;  // ties with the k-th value stay, as in transformers
+            const int need = sel_need;  // read before the barrier: lane `tid` of warp 0 rewrites it below
             __syncthreads();
+            if (tid < Q3T_WARP) {
+                // Find the bin, from the top, where the running count reaches `need`: each lane
+                // owns 256 / warp consecutive bins (in descending order), a warp scan finds the lane.
+                constexpr int kBins = 256 / Q3T_WARP;
+                int own = 0;
+#pragma unroll
+                for (int r = 0; r < kBins; ++r) own += (int)h[255 - (tid * kBins + r)];
+                int incl = own;
+#pragma unroll
+                for (int o = 1; o < Q3T_WARP; o <<= 1) {
+                    const int n = Q3T_SHFL(incl, tid - o < 0 ? 0 : tid - o);
+                    if (tid >= o) incl += n;
+                }
+                int before = incl - own;
+                if (before < need && need <= incl) {
+                    int b = 255 - tid * kBins;
+                    for (int r = 0; r < kBins; ++r, --b) {
+                        if (before + (int)h[b] >= need) break;
+                        before += (int)h[b];
+                    }
+                    sel_prefix = prefix | ((uint32_t)b << shift);
+                    sel_need = need - before;
+                    sel_whole = need - before == (int)h[b];
+                }
+            }
+            __syncthreads();
+            if (sel_whole) break;  // the same for every thread: read after the barrier
         }
-        // Softmax statistics over what is left.
-        float mx = -INFINITY;
-        for (int i = tid; i < v; i += blockDim.x) mx = fmaxf(mx, L[i]);
-        mx = block_max(mx, redv);
-        // Compact the surviving ids in ascending id order (each thread owns a contiguous run).
+        kth = key_value(sel_prefix);  // ties with the k-th value stay, as in transformers
+    }
+    if (top_p < 1.0f) {
+        // transformers' TopP: sort ascending, drop ids whose cumulative probability is
+        // <= 1 - top_p, keep the most likely one. Equivalently, drop id i when the mass of
+        // the ids ranked above it is >= top_p. O(n^2) over the top-k survivors, compacted in
+        // ascending id order (each thread owns a contiguous run); only when on. Dropped ids
+        // become -inf in L.
         const int per = (v + blockDim.x - 1) / blockDim.x;
         const int lo = tid * per, hi = min(v, lo + per);
         int cnt = 0;
-        for (int i = lo; i < hi; ++i) cnt += L[i] != -INFINITY;
+        for (int i = lo; i < hi; ++i) cnt += L[i] >= kth && L[i] != -INFINITY;
         int n_cand = 0;
         int at = block_exclusive_scan<int>(cnt, isum, &n_cand);
         for (int i = lo; i < hi; ++i)
-            if (L[i] != -INFINITY) cand[at++] = i;
+            if (L[i] >= kth && L[i] != -INFINITY) cand[at++] = i;
         __syncthreads();
-        if (top_p < 1.0f) {
-            // transformers' TopP: sort ascending, drop ids whose cumulative probability is
-            // <= 1 - top_p, keep the most likely one. Equivalently, drop id i when the mass of
-            // the ids ranked above it is >= top_p. O(n^2) over the candidates, only when on.
-            float z = 0.f;
-            for (int c = tid; c < n_cand; c += blockDim.x) z += expf(L[cand[c]] - mx);
-            z = block_sum(z, redv);
-            __syncthreads();
-            bool drop[kSampleMaxV / THREADS];
-#pragma unroll
-            for (int r = 0; r < kSampleMaxV / THREADS; ++r) {
-                const int c = tid + r * THREADS;
-                drop[r] = false;
-                if (c >= n_cand) continue;
-                const int i = cand[c];
-                const float li = L[i];
-                float above = 0.f;
-                for (int e = 0; e < n_cand; ++e) {
-                    const int j = cand[e];
-                    const float lj = L[j];
-                    if (lj > li || (lj == li && j > i)) above += expf(lj - mx);
-                }
-                drop[r] = above > 0.f && (1.0f - above / z) <= (1.0f - top_p);
-            }
-            __syncthreads();  // everyone has read cand before it is marked
-#pragma unroll
-            for (int r = 0; r < kSampleMaxV / THREADS; ++r) {
-                const int c = tid + r * THREADS;
-                if (c < n_cand && drop[r]) cand[c] = -1 - cand[c];
-            }
-            __syncthreads();
-        }
-        // Inverse-CDF draw over the candidates in id order.
-        const int cper = (n_cand + blockDim.x - 1) / blockDim.x;
-        const int clo = tid * cper, chi = min(n_cand, clo + cper);
-        float part = 0.f;
-        for (int c = clo; c < chi; ++c)
-            if (cand[c] >= 0) part += expf(L[cand[c]] - mx);
         float z = 0.f;
-        float run = block_exclusive_scan<float>(part, wsum, &z);
-        const unsigned long long seed = seed_ptr ? *seed_ptr : 0ull;
-        const uint4 r = Philox::run(make_uint4((uint32_t)step, (uint32_t)stream_id, 0u, 0u),
-                                    make_uint2((uint32_t)seed, (uint32_t)(seed >> 32)));
-        const float target = (float)(r.x >> 8) * (1.0f / 16777216.0f) * z;
-        __shared__ int chosen;
-        if (tid == 0) chosen = 0x7fffffff;
+        for (int c = tid; c < n_cand; c += blockDim.x) z += expf(L[cand[c]] - mx);
+        z = block_sum(z, wsum);
+        bool drop[kSampleMaxV / THREADS];
+#pragma unroll
+        for (int r = 0; r < kSampleMaxV / THREADS; ++r) {
+            const int c = tid + r * THREADS;
+            drop[r] = false;
+            if (c >= n_cand) continue;
+            const int i = cand[c];
+            const float li = L[i];
+            float above = 0.f;
+            for (int e = 0; e < n_cand; ++e) {
+                const int j = cand[e];
+                const float lj = L[j];
+                if (lj > li || (lj == li && j > i)) above += expf(lj - mx);
+            }
+            drop[r] = above > 0.f && (1.0f - above / z) <= (1.0f - top_p);
+        }
+        __syncthreads();  // everyone has read L before it is marked
+#pragma unroll
+        for (int r = 0; r < kSampleMaxV / THREADS; ++r) {
+            const int c = tid + r * THREADS;
+            if (c < n_cand && drop[r]) L[cand[c]] = -INFINITY;
+        }
         __syncthreads();
-        for (int c = clo; c < chi; ++c) {
-            if (cand[c] < 0) continue;
-            run += expf(L[cand[c]] - mx);
+    }
+    // Inverse-CDF draw over the survivors in id order, each thread a contiguous run of ids.
+    const int per = (v + blockDim.x - 1) / blockDim.x;
+    const int lo = tid * per, hi = min(v, lo + per);
+    float part = 0.f;
+    int mine_last = -1;
+    for (int i = lo; i < hi; ++i) {
+        const float li = L[i];
+        if (li >= kth && li != -INFINITY) {
+            part += expf(li - mx);
+            mine_last = i;
+        }
+    }
+    if (mine_last >= 0) atomicMax(&last_alive, mine_last);  // seen after the scan's barriers
+    float z = 0.f;
+    float run = block_exclusive_scan<float>(part, wsum, &z);
+    const float target = (float)(bits >> 8) * (1.0f / 16777216.0f) * z;
+    for (int i = lo; i < hi; ++i) {
+        const float li = L[i];
+        if (li >= kth && li != -INFINITY) {
+            run += expf(li - mx);
             if (run > target) {
-                atomicMin(&chosen, cand[c]);
+                atomicMin(&chosen, i);
                 break;
             }
         }
-        __syncthreads();
-        if (tid == 0) {
-            pick = chosen;
-            if (pick < 0 || pick >= v) {  // rounding left the target above the total: highest survivor
-                pick = 0;
-                for (int c = n_cand - 1; c >= 0; --c)
-                    if (cand[c] >= 0) {
-                        pick = cand[c];
-                        break;
-                    }
-            }
-        }
     }
+    __syncthreads();
+    // Rounding may leave the target above the total: then the highest survivor.
+    int pick = chosen != 0x7fffffff ? chosen : last_alive;
+    if (pick < 0 || pick >= v) pick = 0;  // no survivor cannot happen with valid inputs
     if (tid == 0) {
         *out_code = pick;
         if (seen) seen[pick] = 1;
     }
+    return pick;
 }
