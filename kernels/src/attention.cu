@@ -125,41 +125,10 @@ __global__ void __launch_bounds__(kThreads) k_attn_partial(const float* __restri
     partial_out(m, l, acc, h, split, d, splits, sm_m, sm_l, sm_acc, scratch, direct);
 }
 
-#ifndef Q3T_MERGE_ONE_TRIP  // 0: the merge reads the partials in three dependent rounds (A/B runs)
-#define Q3T_MERGE_ONE_TRIP 1
-#endif
-constexpr int kMergeRegs = 16;  // chunks whose partials one thread holds in registers
-
 // Head h's chunks' (max, sum, accumulator) from scratch into its normalised output, block-wide.
 // Read at L2: in the split pass's last block the partials come from other blocks of the same kernel.
-// Up to kMergeRegs chunks (the Talker's 16), each thread loads all it needs at once (one round trip
-// to L2 instead of three: maxima, then sums, then accumulators), then adds in the same order.
 __device__ void merge_head(const float* scratch, int h, int d, int splits, float* __restrict__ out) {
     const float* base = scratch + (size_t)h * splits * (d + 2);
-    if (Q3T_MERGE_ONE_TRIP && splits <= kMergeRegs) {
-        for (int i = threadIdx.x; i < d; i += blockDim.x) {
-            float ms[kMergeRegs], ls[kMergeRegs], as[kMergeRegs];
-#pragma unroll
-            for (int s = 0; s < kMergeRegs; ++s) {
-                const float* part = base + (size_t)s * (d + 2);
-                ms[s] = s < splits ? q3t_ld_act(part) : -INFINITY;
-                ls[s] = s < splits ? q3t_ld_act(part + 1) : 0.f;
-                as[s] = s < splits ? q3t_ld_act(part + 2 + i) : 0.f;
-            }
-            float M = -INFINITY;
-#pragma unroll
-            for (int s = 0; s < kMergeRegs; ++s) M = fmaxf(M, ms[s]);
-            float L = 0.f, a = 0.f;
-#pragma unroll
-            for (int s = 0; s < kMergeRegs; ++s)
-                if (ms[s] != -INFINITY) L += ls[s] * expf(ms[s] - M);
-#pragma unroll
-            for (int s = 0; s < kMergeRegs; ++s)
-                if (ms[s] != -INFINITY) a += as[s] * expf(ms[s] - M);
-            out[(size_t)h * d + i] = a / L;
-        }
-        return;
-    }
     float M = -INFINITY;
     for (int s = 0; s < splits; ++s) M = fmaxf(M, q3t_ld_act(base + (size_t)s * (d + 2)));
     float L = 0.f;
@@ -236,12 +205,7 @@ __global__ void __launch_bounds__(kThreads) k_rope_attn_partial(
     C* kh = reinterpret_cast<C*>(hist4);
     C* vh = kh + (size_t)hist_rows * d;
     const int n_pre = max(0, min(min(end, pos) - begin, hist_rows));
-    for (int e = tid; e < n_pre * d; e += blockDim.x) {
-        const int t = e / d, i = e - t * d;
-        const size_t at = ((size_t)(begin + t) * hkv + kvh) * d + i;
-        kh[e] = q3t_ld_act(kc + at);
-        vh[e] = q3t_ld_act(vc + at);
-    }
+    copy_kv_rows<C>(kc, vc, begin, n_pre, kvh, hkv, d, kh, vh, (Q3T_HIST_VEC & 2) != 0);
     const ShortConsts k = short_head_consts(qn, kn, cos_tab, sin_tab, pos, d);
     q3t_grid_dep_trigger_first();
 

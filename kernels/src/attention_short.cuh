@@ -31,17 +31,58 @@ __device__ __forceinline__ float round_to<uint16_t>(float v) {
     return bf16_to_f32(f32_to_bf16(v));
 }
 
-// Rows 0..pos-1 of KV head kvh into hist (K rows, then V rows: pos * d elements each). Read at L2
-// (other blocks and kernels wrote them). Needs a barrier before use (short_head has one).
+#ifndef Q3T_HIST_VEC  // bit 0: the short kernels copy in 16-byte units, bit 1: the Talker's split pass (A/B runs)
+#define Q3T_HIST_VEC 3
+#endif
+
+// Rows first..first+n-1 of KV head kvh of both caches into kdst and vdst (n d elements each, row by
+// row), block-wide. Read at L2 (other blocks and kernels wrote them). In 16-byte units, each thread's
+// loads all issued before its stores, so a history of up to 16 bf16 rows of 128 is one round trip
+// (element by element it was one per 256 elements). Needs a barrier before use.
+template <typename C>
+__device__ __forceinline__ void copy_kv_rows(const C* kc, const C* vc, int first, int n, int kvh, int hkv, int d,
+                                             C* kdst, C* vdst, bool allow_vec = true) {
+    constexpr int V = 16 / sizeof(C);
+    constexpr int kBatch = 4;  // loads in flight per thread per round
+    const bool vec = allow_vec && d % V == 0 && reinterpret_cast<uintptr_t>(kc) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(vc) % 16 == 0 && reinterpret_cast<uintptr_t>(kdst) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(vdst) % 16 == 0;
+    if (!vec) {
+        const int total = n * d;
+        for (int e = threadIdx.x; e < total; e += blockDim.x) {
+            const int t = e / d, i = e - t * d;
+            const size_t at = ((size_t)(first + t) * hkv + kvh) * d + i;
+            kdst[e] = q3t_ld_act(kc + at);
+            vdst[e] = q3t_ld_act(vc + at);
+        }
+        return;
+    }
+    const int rv = d / V;      // 16-byte units per row
+    const int units = n * rv;  // per cache
+    for (int base = 0; base < 2 * units; base += kBatch * blockDim.x) {
+        uint4 r[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+            const int e = base + j * blockDim.x + threadIdx.x;
+            if (e < 2 * units) {
+                const int u = e < units ? e : e - units;
+                const int t = u / rv, c = u - t * rv;
+                const C* src = (e < units ? kc : vc) + ((size_t)(first + t) * hkv + kvh) * d;
+                r[j] = q3t_ld_act(reinterpret_cast<const uint4*>(src) + c);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+            const int e = base + j * blockDim.x + threadIdx.x;
+            if (e < 2 * units) reinterpret_cast<uint4*>(e < units ? kdst : vdst)[e < units ? e : e - units] = r[j];
+        }
+    }
+}
+
+// Rows 0..pos-1 of KV head kvh into hist (K rows, then V rows: pos * d elements each).
 template <typename C>
 __device__ __forceinline__ void short_history(const C* kc, const C* vc, int pos, int kvh, int hkv, int d, C* hist) {
-    const int n = pos * d;
-    for (int e = threadIdx.x; e < n; e += blockDim.x) {
-        const int t = e / d, i = e - t * d;
-        const size_t at = ((size_t)t * hkv + kvh) * d + i;
-        hist[e] = q3t_ld_act(kc + at);
-        hist[n + e] = q3t_ld_act(vc + at);
-    }
+    copy_kv_rows<C>(kc, vc, 0, pos, kvh, hkv, d, hist, hist + (size_t)pos * d, (Q3T_HIST_VEC & 1) != 0);
 }
 
 // What thread tid (< d) needs of the weights and tables: the q and k norm weights and the RoPE
