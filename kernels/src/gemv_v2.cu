@@ -249,10 +249,11 @@ __device__ __forceinline__ void gemv2(const W* __restrict__ w, int n_out, int k,
 
 // One input vector, and two (q3t_gemv_batch). Two kernels rather than one template so the
 // one-vector kernel keeps its register allocation. The two-vector one asks for 4 blocks per SM
-// (bf16; 3 for float32, whose residual-add kernels would spill at 64 registers; 2 with 8 up-front
-// loads): the one-vector kernels of the CodePredictor's shapes fit 4 blocks per SM too, so a grid
-// of 512 blocks runs in one wave, where 3 per SM ran it in two (the first version: 1.8x the time of
-// one vector, measured per kernel on the H200).
+// (bf16; 3 for float32, whose residual-add kernels would spill at 64 registers; with 8 up-front
+// loads 3 for bf16 (80 registers, as the one-vector kernel) and 2 for float32): the one-vector
+// kernels of the CodePredictor's shapes fit 4 blocks per SM too, so a grid of 512 blocks runs in
+// one wave, where 3 per SM ran it in two (the first version: 1.8x the time of one vector, measured
+// per kernel on the H200).
 // The one-vector kernel with 8 up-front loads asks for 3 blocks per SM (bf16: 80 registers, no
 // spills; ptxas' own choice was 88-92, 2 per SM), so the grids the wave rule picks for it (the
 // 0.6B gate/up: 384 blocks) run in one wave on the H200's 132 SMs.
