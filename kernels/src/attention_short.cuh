@@ -98,17 +98,27 @@ __device__ __forceinline__ ShortConsts short_head_consts(const float* __restrict
     return ShortConsts{qn[i], kn[i], cos_tab[(size_t)pos * d + i], sin_tab[(size_t)pos * d + i]};
 }
 
+#ifndef Q3T_ROPE_BARRIERS  // 5: the barriers before the scratch array (A/B runs)
+#define Q3T_ROPE_BARRIERS 3
+#endif
+constexpr int kRopeMaxD = 256;  // head dims norm_rope_head takes (its normed-values scratch)
+
 // This thread's element (tid < d) of head h's q and its KV group's k and v -> q and k RMSNorm'd
 // and rotated (rotate-half RoPE at pos, two roundings like torch's separate multiplies), k and v
 // rounded to the cache type, into qs, ks, vs (shared, d floats each); with append, also into the
-// caches at row pos. red: 32 floats. Block-wide (barriers); needs d <= blockDim.x.
+// caches at row pos. red: 32 floats. Block-wide (barriers); needs d <= blockDim.x and d <= kRopeMaxD.
+// Three barriers: the norms' partial sums (which also makes the caller's shared writes visible),
+// the normed values (in a scratch array of their own, so the rotation's reads of a partner element
+// need no barrier before qs and ks are overwritten), the results. Callers read red, qs, ks and vs
+// only between this and their next call's first barrier (or after a barrier of their own).
 template <typename C>
 __device__ void norm_rope_head(float a, float b, float v, ShortConsts k, float eps, int d, int pos, int kvh, int hkv,
                                bool append, C* kc, C* vc, float* qs, float* ks, float* vs, float* red) {
+    __shared__ float normed[2][kRopeMaxD];  // q, k after RMSNorm
     const int tid = threadIdx.x, lane = tid % Q3T_WARP, warp = tid / Q3T_WARP, nwarps = blockDim.x / Q3T_WARP;
     // Both sums of squares in one reduction (red[w]: q, red[16 + w]: k; nwarps <= 16).
     float sq = warp_sum(a * a), sk = warp_sum(b * b);
-    __syncthreads();  // red and qs/ks/vs: earlier users done (and the caller's shared writes visible)
+    if (Q3T_ROPE_BARRIERS > 3) __syncthreads();
     if (lane == 0) {
         red[warp] = sq;
         red[16 + warp] = sk;
@@ -122,24 +132,24 @@ __device__ void norm_rope_head(float a, float b, float v, ShortConsts k, float e
     }
     const float rq = rsqrtf(sq / (float)d + eps), rk = rsqrtf(sk / (float)d + eps);
     if (tid < d) {
-        qs[tid] = k.qn * (a * rq);
-        ks[tid] = k.kn * (b * rk);
-        vs[tid] = v;
+        normed[0][tid] = k.qn * (a * rq);
+        normed[1][tid] = k.kn * (b * rk);
     }
     __syncthreads();
     const int half = d / 2;
     float qo = 0.f, ko = 0.f;
     if (tid < d) {
         const int i = tid;
-        const float qr = i < half ? -qs[i + half] : qs[i - half];
-        const float kr = i < half ? -ks[i + half] : ks[i - half];
-        qo = __fadd_rn(__fmul_rn(qs[i], k.c), __fmul_rn(qr, k.s));
-        ko = round_to<C>(__fadd_rn(__fmul_rn(ks[i], k.c), __fmul_rn(kr, k.s)));
+        const float qr = i < half ? -normed[0][i + half] : normed[0][i - half];
+        const float kr = i < half ? -normed[1][i + half] : normed[1][i - half];
+        qo = __fadd_rn(__fmul_rn(normed[0][i], k.c), __fmul_rn(qr, k.s));
+        ko = round_to<C>(__fadd_rn(__fmul_rn(normed[1][i], k.c), __fmul_rn(kr, k.s)));
     }
-    __syncthreads();
+    if (Q3T_ROPE_BARRIERS > 3) __syncthreads();
     if (tid < d) {
         qs[tid] = qo;
         ks[tid] = ko;
+        vs[tid] = v;
         if (append) {
             const size_t at = ((size_t)pos * hkv + kvh) * d + tid;
             Elem<C>::store(kc, (int)at, ko);
