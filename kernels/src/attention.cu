@@ -11,6 +11,20 @@ namespace {
 constexpr int kThreads = 256;  // 8 warps: a 16-key CodePredictor context takes two steps per warp
 constexpr int kMaxD = 256;
 
+#ifndef Q3T_MIN_CHUNK  // 0: chunks of context / splits positions, however short (the rule before; A/B runs)
+#define Q3T_MIN_CHUNK 16
+#endif
+
+// Positions per chunk for a context of len positions cut into at most `splits` chunks: len / splits
+// rounded up, but at least Q3T_MIN_CHUNK, so a short context takes fewer (fuller) chunks. Each block
+// of a split pass has a fixed cost; on the H200 about 16 positions per chunk was best both at ~130
+// positions of context (8 chunks over 16: 1.7B -0.045 ms per frame) and at ~530 (32 over 16: 0.6B
+// -0.05 ms), so the pass launches up to `splits` blocks per head and those past the context return.
+__device__ __forceinline__ int chunk_len(int len, int splits) {
+    const int c = (len + splits - 1) / splits;
+    return c > Q3T_MIN_CHUNK ? c : (Q3T_MIN_CHUNK > 0 ? Q3T_MIN_CHUNK : c);
+}
+
 // One key of the online softmax (per warp): its score sc and its value row (value(i), dimension i)
 // folded into the running max m, sum l and accumulator acc (lanes over head dimensions).
 template <int kPer, typename Value>
@@ -99,8 +113,8 @@ __global__ void __launch_bounds__(kThreads) k_attn_partial(const float* __restri
     int pos = read_pos(pos_ptr, pos_add);
     pos = pos < 0 ? 0 : (pos >= max_seq ? max_seq - 1 : pos);
     const int len = pos + 1;
-    const int chunk = (len + splits - 1) / splits;
-    const int begin = split * chunk, end = min(len, begin + chunk);
+    const int chunk = chunk_len(len, splits);
+    const int begin = split * chunk, end = min(len, begin + chunk);  // past the context: an empty partial
 
     float qr[kPer], acc[kPer];
 #pragma unroll
@@ -125,20 +139,21 @@ __global__ void __launch_bounds__(kThreads) k_attn_partial(const float* __restri
     partial_out(m, l, acc, h, split, d, splits, sm_m, sm_l, sm_acc, scratch, direct);
 }
 
-// Head h's chunks' (max, sum, accumulator) from scratch into its normalised output, block-wide.
-// Read at L2: in the split pass's last block the partials come from other blocks of the same kernel.
-__device__ void merge_head(const float* scratch, int h, int d, int splits, float* __restrict__ out) {
+// Head h's first n chunks' (max, sum, accumulator) from scratch (laid out for `splits` chunks per
+// head) into its normalised output, block-wide. Read at L2: in the split pass's last block the
+// partials come from other blocks of the same kernel.
+__device__ void merge_head(const float* scratch, int h, int d, int splits, int n, float* __restrict__ out) {
     const float* base = scratch + (size_t)h * splits * (d + 2);
     float M = -INFINITY;
-    for (int s = 0; s < splits; ++s) M = fmaxf(M, q3t_ld_act(base + (size_t)s * (d + 2)));
+    for (int s = 0; s < n; ++s) M = fmaxf(M, q3t_ld_act(base + (size_t)s * (d + 2)));
     float L = 0.f;
-    for (int s = 0; s < splits; ++s) {
+    for (int s = 0; s < n; ++s) {
         const float ms = q3t_ld_act(base + (size_t)s * (d + 2));
         if (ms != -INFINITY) L += q3t_ld_act(base + (size_t)s * (d + 2) + 1) * expf(ms - M);
     }
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float a = 0.f;
-        for (int s = 0; s < splits; ++s) {
+        for (int s = 0; s < n; ++s) {
             const float ms = q3t_ld_act(base + (size_t)s * (d + 2));
             if (ms != -INFINITY) a += q3t_ld_act(base + (size_t)s * (d + 2) + 2 + i) * expf(ms - M);
         }
@@ -149,7 +164,7 @@ __device__ void merge_head(const float* scratch, int h, int d, int splits, float
 __global__ void __launch_bounds__(kThreads) k_attn_merge(const float* __restrict__ scratch, int d, int splits,
                                                          float* __restrict__ out) {
     q3t_grid_dep_trigger_first();
-    merge_head(scratch, blockIdx.x, d, splits, out);
+    merge_head(scratch, blockIdx.x, d, splits, splits, out);  // chunks past the context: empty partials
 }
 
 #ifndef Q3T_LAST_BLOCK_MERGE  // 0: the split pass is followed by k_attn_merge (A/B runs)
@@ -160,16 +175,17 @@ __global__ void __launch_bounds__(kThreads) k_attn_merge(const float* __restrict
 // finish (counted in counters[h], which it resets for the next launch) merges the head, so no
 // second kernel runs. The fences order each block's partial before its count, and the count before
 // the last block's reads (the CUDA programming guide's threadFenceReduction pattern).
-__device__ __forceinline__ void merge_if_last(const float* scratch, int* counters, int h, int d, int splits,
+// n: the head's blocks that run (chunks within the context).
+__device__ __forceinline__ void merge_if_last(const float* scratch, int* counters, int h, int d, int splits, int n,
                                               float* __restrict__ out) {
     __shared__ int last;
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(counters + h, 1) == splits - 1;
+    if (threadIdx.x == 0) last = atomicAdd(counters + h, 1) == n - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
-    merge_head(scratch, h, d, splits, out);
+    merge_head(scratch, h, d, splits, n, out);
     if (threadIdx.x == 0) counters[h] = 0;
 }
 
@@ -186,7 +202,7 @@ __global__ void __launch_bounds__(kThreads) k_rope_attn_partial(
     int hq, int hkv, int d, int max_seq, float scale, int splits, int hist_rows, C* kc, C* vc,
     float* __restrict__ scratch, float* __restrict__ out) {
     constexpr int kPer = kMaxD / Q3T_WARP;  // head dims per lane, upper bound
-    float* direct = splits == 1 ? out : nullptr;  // one chunk: the block writes the result itself
+
     extern __shared__ float4 hist4[];      // 2 hist_rows d cache elements: K rows, then V rows
     __shared__ float sm_m[kThreads / 32], sm_l[kThreads / 32];
     __shared__ float sm_acc[kThreads / 32][kMaxD];
@@ -198,7 +214,13 @@ __global__ void __launch_bounds__(kThreads) k_rope_attn_partial(
     int pos = read_pos(pos_ptr, pos_add);  // set by a kernel of the previous frame, long finished
     pos = pos < 0 ? 0 : (pos >= max_seq ? max_seq - 1 : pos);
     const int len = pos + 1;
-    const int chunk = (len + splits - 1) / splits;
+    const int chunk = chunk_len(len, splits);
+    const int n_chunks = (len + chunk - 1) / chunk;
+    // Past the context: nothing to do (the last-block merge counts the n_chunks that run; the merge
+    // kernel of the A/B build reads every chunk's partial, so there they write an empty one).
+    if (Q3T_LAST_BLOCK_MERGE && split >= n_chunks) return;
+    // One chunk: the block writes the result itself.
+    float* direct = (Q3T_LAST_BLOCK_MERGE ? n_chunks == 1 : splits == 1) ? out : nullptr;
     const int begin = split * chunk, end = min(len, begin + chunk);
     const bool has_pos = begin <= pos && pos < end;
     // Earlier positions of the chunk: written by earlier frames' kernels, not by the one before.
@@ -243,7 +265,8 @@ __global__ void __launch_bounds__(kThreads) k_rope_attn_partial(
     }
     partial_out(m, l, acc, h, split, d, splits, sm_m, sm_l, sm_acc, scratch, direct);
     if (Q3T_LAST_BLOCK_MERGE && !direct)
-        merge_if_last(scratch, reinterpret_cast<int*>(scratch + (size_t)hq * splits * (d + 2)), h, d, splits, out);
+        merge_if_last(scratch, reinterpret_cast<int*>(scratch + (size_t)hq * splits * (d + 2)), h, d, splits, n_chunks,
+                      out);
 }
 }  // namespace
 

@@ -246,8 +246,8 @@ class KernelBackend:
         tc, cc = model.cfg.talker, model.cfg.code_predictor
         self.tc, self.cc = tc, cc
         self.eos_id = tc.codec_eos_token_id
-        if attn_splits is None:  # chunks of the Talker context per head (Q3T_ATTN_SPLITS, default 16)
-            attn_splits = int(os.environ.get(ATTN_SPLITS_ENV, "16"))
+        if attn_splits is None:  # most chunks of the Talker context per head (Q3T_ATTN_SPLITS, default 32)
+            attn_splits = int(os.environ.get(ATTN_SPLITS_ENV, "32"))
         if not 1 <= attn_splits <= 1024:
             raise ValueError(f"attention splits must be 1..1024, got {attn_splits}")
         self.attn_splits = attn_splits
