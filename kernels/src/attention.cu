@@ -1,5 +1,6 @@
 // GQA decode attention of one query position over the static KV cache (flash-decoding):
-// the context is cut into `splits` chunks, one block per (q head, chunk) keeps an online
+// the context is cut into up to `splits` chunks (of at least Q3T_MIN_CHUNK positions), one block
+// per (q head, chunk) keeps an online
 // softmax per warp (one key per warp per step, lanes over head dims), then the chunks are merged
 // (q3t_attention: a second kernel; the Talker's q3t_rope_attention_split: the last block of each
 // head). Softmax statistics and accumulation are float32. Below them, the short-context kernels of
