@@ -262,7 +262,7 @@ __device__ __forceinline__ void gemv2(const W* __restrict__ w, int n_out, int k,
 #endif
 template <typename W, int PRE>
 constexpr int x1_min_blocks() {
-    return PRE == kMaxPre && sizeof(W) == 2 ? Q3T_GEMV_PRE8_BLOCKS : 0;
+    return PRE == kMaxPre && sizeof(W) == 2 ? Q3T_GEMV_PRE8_BLOCKS : 0;  // 0: no minimum, ptxas chooses
 }
 template <typename W, int MODE, bool VEC, int PRE>
 __global__ void __launch_bounds__(kThreads, (x1_min_blocks<W, PRE>()))
