@@ -1,7 +1,7 @@
 // GQA decode attention of one query position over the static KV cache (flash-decoding):
 // the context is cut into up to `splits` chunks (of at least Q3T_MIN_CHUNK positions), one block
-// per (q head, chunk) keeps an online
-// softmax per warp (one key per warp per step, lanes over head dims), then the chunks are merged
+// per (q head, chunk) keeps an online softmax per warp (one key per warp per step, lanes over head
+// dims), then the chunks are merged
 // (q3t_attention: a second kernel; the Talker's q3t_rope_attention_split: the last block of each
 // head). Softmax statistics and accumulation are float32. Below them, the short-context kernels of
 // the CodePredictor (attention_short.cuh).
@@ -22,8 +22,7 @@ constexpr int kMaxD = 256;
 // positions of context (8 chunks over 16: 1.7B -0.045 ms per frame) and at ~530 (32 over 16: 0.6B
 // -0.05 ms), so the pass launches up to `splits` blocks per head and those past the context return.
 __device__ __forceinline__ int chunk_len(int len, int splits) {
-    const int c = (len + splits - 1) / splits;
-    return c > Q3T_MIN_CHUNK ? c : (Q3T_MIN_CHUNK > 0 ? Q3T_MIN_CHUNK : c);
+    return max((len + splits - 1) / splits, Q3T_MIN_CHUNK);
 }
 
 // One key of the online softmax (per warp): its score sc and its value row (value(i), dimension i)
@@ -203,7 +202,6 @@ __global__ void __launch_bounds__(kThreads) k_rope_attn_partial(
     int hq, int hkv, int d, int max_seq, float scale, int splits, int hist_rows, C* kc, C* vc,
     float* __restrict__ scratch, float* __restrict__ out) {
     constexpr int kPer = kMaxD / Q3T_WARP;  // head dims per lane, upper bound
-
     extern __shared__ float4 hist4[];      // 2 hist_rows d cache elements: K rows, then V rows
     __shared__ float sm_m[kThreads / 32], sm_l[kThreads / 32];
     __shared__ float sm_acc[kThreads / 32][kMaxD];

@@ -98,9 +98,6 @@ __device__ __forceinline__ ShortConsts short_head_consts(const float* __restrict
     return ShortConsts{qn[i], kn[i], cos_tab[(size_t)pos * d + i], sin_tab[(size_t)pos * d + i]};
 }
 
-#ifndef Q3T_ROPE_BARRIERS  // 5: the barriers before the scratch array (A/B runs)
-#define Q3T_ROPE_BARRIERS 3
-#endif
 constexpr int kRopeMaxD = 256;  // head dims norm_rope_head takes (its normed-values scratch)
 
 // This thread's element (tid < d) of head h's q and its KV group's k and v -> q and k RMSNorm'd
@@ -118,7 +115,6 @@ __device__ void norm_rope_head(float a, float b, float v, ShortConsts k, float e
     const int tid = threadIdx.x, lane = tid % Q3T_WARP, warp = tid / Q3T_WARP, nwarps = blockDim.x / Q3T_WARP;
     // Both sums of squares in one reduction (red[w]: q, red[16 + w]: k; nwarps <= 16).
     float sq = warp_sum(a * a), sk = warp_sum(b * b);
-    if (Q3T_ROPE_BARRIERS > 3) __syncthreads();
     if (lane == 0) {
         red[warp] = sq;
         red[16 + warp] = sk;
@@ -145,7 +141,6 @@ __device__ void norm_rope_head(float a, float b, float v, ShortConsts k, float e
         qo = __fadd_rn(__fmul_rn(normed[0][i], k.c), __fmul_rn(qr, k.s));
         ko = round_to<C>(__fadd_rn(__fmul_rn(normed[1][i], k.c), __fmul_rn(kr, k.s)));
     }
-    if (Q3T_ROPE_BARRIERS > 3) __syncthreads();
     if (tid < d) {
         qs[tid] = qo;
         ks[tid] = ko;

@@ -13,23 +13,12 @@ __global__ void __launch_bounds__(kThreads) k_sample(const float* __restrict__ l
                                                      const int* __restrict__ step_ptr, int* __restrict__ out_code,
                                                      int row_dtype, const void* __restrict__ row_table, int row_rows,
                                                      int row_h, float* __restrict__ row_out) {
-#ifndef Q3T_DRAW_BITS_EARLY  // 0: the frame counter and seed read after the wait (A/B runs)
-#define Q3T_DRAW_BITS_EARLY 1
-#endif
     // Before the wait: the frame counter (advanced by q3t_add_i32 at the end of the previous frame;
     // a GEMV follows it, so it has finished when this kernel starts, see q3t_grid_dep) and the
     // seed (set before the frame), and from them the draw's random bits.
-    int step = 0;
-    uint32_t bits = 0;
-    if (Q3T_DRAW_BITS_EARLY) {
-        step = step_ptr ? *step_ptr : 0;
-        bits = draw_bits(seed_ptr, stream_id, step);
-    }
+    const int step = step_ptr ? *step_ptr : 0;
+    const uint32_t bits = draw_bits(seed_ptr, stream_id, step);
     q3t_grid_dep_trigger_first();
-    if (!Q3T_DRAW_BITS_EARLY) {
-        step = step_ptr ? *step_ptr : 0;
-        bits = draw_bits(seed_ptr, stream_id, step);
-    }
     __shared__ float L[kSampleMaxV];
     __shared__ int cand[kSampleMaxV];
     const int tok = sample_block<kThreads>(logits, v, seen, penalty, eos, min_new, sup_lo, sup_hi, flags, temperature,
