@@ -3,7 +3,7 @@
 The script decides most of it: kana means Japanese (kanji alone cannot tell Japanese from Chinese,
 so Han without kana is Chinese), Hangul Korean, Cyrillic Russian.  Latin script is German, French,
 Spanish, Italian, Portuguese or English; a count of each language's commonest function words
-tells them apart when one clearly leads, otherwise the caller's default stands (English unless
+and its own letters (ß, ñ, ã) tells them apart when one clearly leads, otherwise the caller's default stands (English unless
 told).  One pass over the characters and one over the words: linear, a few microseconds a sentence.
 """
 
@@ -13,19 +13,20 @@ import re
 
 LANGUAGES = ("chinese", "english", "japanese", "korean", "german", "french", "russian", "portuguese", "spanish", "italian")
 
-# Short, frequent words that are (nearly) unique to one language.  Words shared by two of them
-# ("la", "de", "que", "e", "a") are left out: they would only blur the count.
+# Short, frequent words that are unique to one of these languages.  Words shared by two of them
+# ("la", "de", "que", "es", "il", "para", "die", "do") are left out: one of them must be enough.
 _FUNCTION_WORDS: dict[str, frozenset[str]] = {
-    "english": frozenset("the and is are to of you it this that with for was have not your will can".split()),
-    "german": frozenset("der die das und ist nicht ich sie mit auf für ein eine den dem auch sich wird bitte heute".split()),
-    "french": frozenset("le les et est une des pas vous il elle avec pour sur dans ce qui aujourd'hui très être".split()),
-    "spanish": frozenset("el los las y es una por con para está del como pero muy hoy hay usted".split()),
-    "italian": frozenset("il gli è di che non sono una per con della del anche oggi molto questo".split()),
-    "portuguese": frozenset("o os as é não um uma com para você está do da dos das muito hoje também".split()),
+    "english": frozenset("the and is are to of you it this that with for was have not your will can i'm it's".split()),
+    "german": frozenset("der das und ist nicht ich sie mit auf für ein eine den dem auch sich wird bitte heute gibt".split()),
+    "french": frozenset("les et est une des pas vous elle avec pour sur dans ce qui très être au aux du je nous sont "
+                        "c'est cette comme aujourd'hui fait votre vos ont peut aussi ici chez".split()),
+    "spanish": frozenset("el los las y pero muy hoy hay usted".split()),
+    "italian": frozenset("gli è di che sono per della anche oggi molto questo alle".split()),
+    "portuguese": frozenset("os é não um uma com você muito hoje também às".split()),
 }
+# Letters only one of the Latin-script languages uses.
+_LETTERS: dict[str, str] = {"german": "äöüß", "spanish": "ñ¿¡", "portuguese": "ãõ", "french": "œ"}
 _WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
-# A language must lead by this many words before it wins over the default.
-_MIN_LEAD = 2
 
 
 def script_language(text: str) -> str | None:
@@ -35,7 +36,7 @@ def script_language(text: str) -> str | None:
         o = ord(ch)
         if o < 0x0400:
             continue
-        if 0x3040 <= o <= 0x30FF or 0x31F0 <= o <= 0x31FF or 0xFF66 <= o <= 0xFF9D:
+        if 0x3040 <= o <= 0x30FA or 0x31F0 <= o <= 0x31FF or 0xFF66 <= o <= 0xFF9D:
             return "japanese"
         if 0xAC00 <= o <= 0xD7A3 or 0x1100 <= o <= 0x11FF or 0x3130 <= o <= 0x318F:
             return "korean"
@@ -53,12 +54,16 @@ def detect_language(text: str, default: str = "english") -> str:
     if by_script is not None:
         return by_script
     counts = dict.fromkeys(_FUNCTION_WORDS, 0)
-    for word in _WORD.findall(text.lower()):
+    lowered = text.lower()
+    if not lowered.isascii():
+        for language, letters in _LETTERS.items():
+            counts[language] += sum(lowered.count(ch) for ch in letters)
+    for word in _WORD.findall(lowered):
         for language, words in _FUNCTION_WORDS.items():
             if word in words:
                 counts[language] += 1
     ranked = sorted(counts.items(), key=lambda item: item[1], reverse=True)
     (best, top), (_, second) = ranked[0], ranked[1]
-    if top >= _MIN_LEAD and top - second >= _MIN_LEAD - 1 and best != default:
+    if top > second and best != default:
         return best
     return default

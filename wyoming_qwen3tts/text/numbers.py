@@ -309,8 +309,9 @@ class _Passes:
             unit = m.group("unit")
             forms = lex.units.get(unit) or lex.units[unit.lower()]
             return _join(lex, _number(lex, sign, whole, fraction) + scale, lex.form(forms, n, is_fraction))
-        text = self._plain(sign, whole, fraction, after)
-        return text + scale
+        text = self._plain(sign, whole, fraction, after) + scale
+        # "4K", "3D": the letters stay, as a word of their own
+        return text + " " if re.match(rf"[{_LETTER}]", after) else text
 
     def _plain(self, sign: str, whole: str, fraction: str | None, after: str) -> str:
         lex = self.lex
