@@ -29,7 +29,7 @@ _UNITS: dict[str, dict[str, str]] = {
         "mph": "Meile pro Stunde|Meilen pro Stunde", "m/s": "Meter pro Sekunde|Meter pro Sekunde",
         "kwh": "Kilowattstunde|Kilowattstunden", "kw": "Kilowatt|Kilowatt", "w": "Watt|Watt", "v": "Volt|Volt",
         "gb": "Gigabyte|Gigabyte", "mb": "Megabyte|Megabyte", "tb": "Terabyte|Terabyte", "h": "Stunde|Stunden",
-        "min": "Minute|Minuten", "s": "Sekunde|Sekunden", "ms": "Millisekunde|Millisekunden", "mi": "Meile|Meilen",
+        "min": "Minute|Minuten", "std": "Stunde|Stunden", "sek": "Sekunde|Sekunden", "s": "Sekunde|Sekunden", "ms": "Millisekunde|Millisekunden", "mi": "Meile|Meilen",
         "ft": "Fuß|Fuß", "lb": "Pfund|Pfund", "lbs": "Pfund|Pfund", "oz": "Unze|Unzen",
         "m²": "Quadratmeter|Quadratmeter", "km²": "Quadratkilometer|Quadratkilometer", "m³": "Kubikmeter|Kubikmeter",
     },

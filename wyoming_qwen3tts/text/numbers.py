@@ -24,6 +24,8 @@ _LETTER = r"A-Za-z\u00C0-\u024F\u0370-\u03FF\u0400-\u04FF"
 _NOT_AFTER = rf"(?<![{_LETTER}0-9.,_])"
 _NOT_BEFORE_LETTER = rf"(?![{_LETTER}])"
 _CJK = ("chinese", "japanese", "korean")
+# Longer digit strings are read digit by digit (and never converted to int: Python limits that).
+_LONGEST = 15
 # Chinese measure words after which 2 is 两.
 _ZH_MEASURES = frozenset("个只本张位次天件条台辆种名杯瓶块项层周岁米公斤倍")
 # Korean counters read with native numbers (세 시, 두 개); the rest take Sino-Korean ones.
@@ -165,7 +167,7 @@ class _Passes:
         self.steps: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = []
         add = self._add
         add(r"(?<![\d-])(\d{4})-(\d{2})-(\d{2})(?![\d-])", self._iso_date)
-        add(r"(?<![\d.])(\d{1,2})\.(\d{1,2})\.(\d{4})(?![\d.])", self._dotted_date)
+        add(r"(?<![\d.])(\d{1,2})\.(\d{1,2})\.(\d{4})(?!\.?\d)", self._dotted_date)
         add(r"(?<![\d/])(\d{1,2})/(\d{1,2})/(\d{4})(?![\d/])", self._slash_date)
         if lex.language == "english":
             add(rf"\b({months})\.? (\d{{1,2}})(?:st|nd|rd|th)?(?:,? (\d{{4}}))?(?!\d)", self._en_month_day)
@@ -221,21 +223,23 @@ class _Passes:
             + r"|\s?(?P<pct>%|％)"
             + r"|\s?(?P<deg>°\s?[CF]?|℃|℉)(?![A-Za-z])"
             + rf"|\s?(?P<post>{symbols}|{codes}\b)"
-            + rf"|\s?(?P<unit>{unit_alt}){_NOT_BEFORE_LETTER}(?![²³])"
+            + rf"|\s?(?P<unit>{unit_alt}){_NOT_BEFORE_LETTER}(?![²³])(?:\.(?=\s[a-zäöüß]))?"
             + r")?"
         )
 
     # -- replacement functions ----------------------------------------------------------------
     def _iso_date(self, m: re.Match[str]) -> str | None:
-        return _date(self.lex, int(m.group(3)), int(m.group(2)), int(m.group(1)))
+        return _date(self.lex, int(m.group(3)), int(m.group(2)), int(m.group(1)), _word_before(m))
 
     def _dotted_date(self, m: re.Match[str]) -> str | None:
-        return _date(self.lex, int(m.group(1)), int(m.group(2)), int(m.group(3)))
+        return _date(self.lex, int(m.group(1)), int(m.group(2)), int(m.group(3)), _word_before(m))
 
     def _slash_date(self, m: re.Match[str]) -> str | None:
         a, b, y = int(m.group(1)), int(m.group(2)), int(m.group(3))
         # month/day/year in American English, day/month/year everywhere else
-        return _date(self.lex, b, a, y) if self.lex.language == "english" else _date(self.lex, a, b, y)
+        if self.lex.language == "english":
+            return _date(self.lex, b, a, y)
+        return _date(self.lex, a, b, y, _word_before(m))
 
     def _en_month_day(self, m: re.Match[str]) -> str | None:
         month = self.lex.months.index(m.group(1)) + 1
@@ -289,6 +293,10 @@ class _Passes:
         sign = m.group("sign") or ""
         whole = re.sub(r"\D", "", m.group("int"))
         fraction = m.group("frac")
+        if len(whole) > _LONGEST or len(fraction or "") > _LONGEST:
+            # an identifier, not an amount: read digit by digit
+            tail = _join(lex, lex.point, digits(fraction, lex.language)) if fraction else ""
+            return _join(lex, digits(whole, lex.language), tail)
         n, is_fraction = _count(whole, fraction)
         code = _currency(lex, m.group("pre") or m.group("precode") or m.group("post"))
         after = m.string[m.end() :]
@@ -297,7 +305,10 @@ class _Passes:
         scale = m.group("scale") or ""
         if m.group("ord"):
             suffix = m.group("ord")
-            return _ordinal_suffix(lex, n, suffix) + scale
+            word = _ordinal_suffix(lex, n, suffix)
+            if lex.language == "spanish" and word.endswith(("primero", "tercero")) and re.match(r" [a-zñáéíóú]", after):
+                word = word[:-1]  # "el primer premio"
+            return word + scale
         if m.group("pct"):
             number = _number(lex, sign, whole, fraction)
             if lex.language == "chinese":
@@ -337,6 +348,11 @@ class _Passes:
         for pattern, fn in self.steps:
             text = pattern.sub(fn, text)
         return text
+
+
+def _word_before(m: re.Match[str]) -> str:
+    words = m.string[max(0, m.start() - 12) : m.start()].split()
+    return words[-1] if words else ""
 
 
 def _unit_pattern(unit: str) -> str:

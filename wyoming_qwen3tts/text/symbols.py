@@ -14,14 +14,19 @@ import unicodedata
 from .lexicon import LEXICONS
 
 # "https://www.home-assistant.io/docs/x" -> host "home-assistant.io"; trailing punctuation stays text.
-_URL = re.compile(r"\b(?:https?://|www\.)(?:www\.)?([A-Za-z0-9.-]+[A-Za-z0-9])(?::\d+)?(?:[/?#][^\s<>()\"']*[^\s<>()\"'.,;:!?])?/?")
+_NOT_AFTER_ASCII = r"(?<![A-Za-z0-9._%+-])"  # not \b: CJK text puts letters right before a link
+_URL = re.compile(
+    rf"{_NOT_AFTER_ASCII}(?:https?://|www\.)(?:www\.)?([A-Za-z0-9.-]+[A-Za-z0-9])(?::\d+)?"
+    r"(?:[/?#][A-Za-z0-9\-._~%!$&*+,;=:@/?#\[\]]*[A-Za-z0-9\-_~%$&*+=@/#\]])?/?"
+)
 _TLDS = "com|org|net|io|dev|ai|app|de|fr|es|it|pt|ru|uk|ch|at|nl|eu|jp|cn|kr|br|info|gov|edu"
-_BARE_DOMAIN = re.compile(rf"\b((?:[A-Za-z0-9-]+\.)+(?:{_TLDS}))\b(?![.-]?\w)")
-_EMAIL = re.compile(r"\b([A-Za-z0-9._%+-]+)@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})\b")
+_BARE_DOMAIN = re.compile(rf"{_NOT_AFTER_ASCII}((?:[A-Za-z0-9-]+\.)+(?:{_TLDS}))(?![.-]?[A-Za-z0-9])")
+_EMAIL = re.compile(rf"{_NOT_AFTER_ASCII}([A-Za-z0-9._%+-]+)@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{{2,}})(?![A-Za-z0-9])")
 # Glue inside emoji sequences: zero-width joiner, variation selectors, combining keycap.
 _EMOJI_GLUE = frozenset("\u200d\ufe0e\ufe0f\u20e3")
 # Markdown and ASCII-art leftovers that no one says.
-_DECORATION = re.compile(r"[*_`~^|\\#]+|(?<!\S)[-=+]{2,}(?!\S)")
+_DECORATION = re.compile(r"[*`~^|\\#]+|(?<!\S)[-=+]{2,}(?!\S)")
+_SPACE_BEFORE_STOP = re.compile(r"\s+(?=[.,。，、])")
 _ARROWS = re.compile(r"\s*(?:[\u2190-\u21ff\u27f0-\u27ff\u2900-\u297f]|->|=>|<-)\s*")
 _BULLETS = re.compile(r"\s*[•·▪◦‣]\s*")
 _AMPERSAND = re.compile(r"\s*&\s*")
@@ -51,7 +56,8 @@ def drop_symbols(text: str, language: str) -> str:
     if not text.isascii():
         text = _BULLETS.sub(", ", text)
         text = "".join(ch for ch in text if not _is_pictograph(ch))
-    text = _DECORATION.sub(" ", text)
+    text = _DECORATION.sub("", text.replace("_", " "))
+    text = _SPACE_BEFORE_STOP.sub("", text)
     return _SPACES.sub(" ", text).strip(" ,")
 
 
