@@ -23,6 +23,7 @@ from .words import cardinal, decimal, digits, korean_native, ordinal, year
 _LETTER = r"A-Za-z\u00C0-\u024F\u0370-\u03FF\u0400-\u04FF"
 _NOT_AFTER = rf"(?<![{_LETTER}0-9.,_])"
 _NOT_BEFORE_LETTER = rf"(?![{_LETTER}])"
+_STARTS_WITH_LETTER = re.compile(rf"[{_LETTER}]")
 _CJK = ("chinese", "japanese", "korean")
 # Longer digit strings are read digit by digit (and never converted to int: Python limits that).
 _LONGEST = 15
@@ -199,8 +200,11 @@ class _Passes:
         add(self._amount_pattern(), self._amount)
 
     def _add(self, pattern: str, fn: Callable[[re.Match[str]], str | None]) -> None:
-        compiled = re.compile(pattern)
-        self.steps.append((compiled, lambda m: (fn(m) or m.group(0))))
+        def replace(m: re.Match[str]) -> str:
+            text = fn(m)
+            return m.group(0) if text is None else text  # None: not what it looked like, left as written
+
+        self.steps.append((re.compile(pattern), replace))
 
     def _amount_pattern(self) -> str:
         lex = self.lex
@@ -322,7 +326,7 @@ class _Passes:
             return _join(lex, _number(lex, sign, whole, fraction) + scale, lex.form(forms, n, is_fraction))
         text = self._plain(sign, whole, fraction, after) + scale
         # "4K", "3D": the letters stay, as a word of their own
-        return text + " " if re.match(rf"[{_LETTER}]", after) else text
+        return text + " " if _STARTS_WITH_LETTER.match(after) else text
 
     def _plain(self, sign: str, whole: str, fraction: str | None, after: str) -> str:
         lex = self.lex
@@ -377,7 +381,7 @@ def _money(lex: Lexicon, sign: str, whole: str, fraction: str | None, code: str,
     n = int(whole)
     if scale:
         # "$5 million": the currency word follows the scale word and is plural.
-        return _join(lex, _number(lex, sign, whole, fraction) + scale, lex.form(unit, 2))
+        return _join(lex, _number(lex, sign, whole, fraction) + scale, lex.form(unit, 5))
     cents = int(fraction) if fraction and len(fraction) == 2 else None
     if sub is not None and cents is not None:
         main = _join(lex, _number(lex, sign, whole, None), lex.form(unit, n))
