@@ -110,8 +110,9 @@ class LoopDetector:
 
     (a) Code 0 periodic: the last W frames satisfy c0[t] == c0[t - P] for some period P <= 8,
         W = max(4 P, 2.5 s).  In speech code 0 changes nearly every frame; if a frame matched the
-        frame P before it even as often as 1 in 5 (far more than speech does), W - P = 28 matches
-        in a row would come by chance once in 10^19 sentences.  An exact loop is what a stuck
+        frame P before it even as often as 1 in 5 (far more than speech does), W - P >= 24 matches
+        in a row (0.2^24 = 2e-17 at one frame, for one period) would come by chance less than once
+        in 10^12 sentences of 2,048 frames, counting all 8 periods.  An exact loop is what a stuck
         model does: a held tone or the same silence code, frame after frame.
     (b) Near silence: `silence_seconds` of frames whose RMS is below `silence_dbfs`.  Speech
         frames sit around -30..-15 dBFS and the pause between two sentences lasts well under a
