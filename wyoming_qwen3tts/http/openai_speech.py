@@ -239,7 +239,7 @@ class SpeechApi:
             body = SpeechBody.model_validate(payload)
         except ValidationError as err:
             first = err.errors()[0]
-            param = ".".join(str(part) for part in first["loc"]) or None
+            param = str(first["loc"][0]) if first["loc"] else None  # ("voice", "str"): a union's member
             raise ApiError(400, f"{param or 'body'}: {first['msg']}", param=param, code="invalid-request") from None
         fmt = FORMATS.get(body.response_format)
         if fmt is None:
