@@ -380,6 +380,14 @@ async def test_api_key() -> None:
             error = await error_of(response)
             assert (error["type"], error["code"]) == ("authentication_error", "invalid_api_key")
             assert (await api.http.get(f"{api.url}{path}", headers=good)).status in (200, 404), path
+        # Raw request lines, not normalised by a client: no spelling of a path reaches a route unkeyed.
+        host, port = api.url.removeprefix("http://").split(":")
+        for path in ("/static/../v1/models", "/static/%2e%2e/v1/models", "//v1/models", "/./v1/models", "/static/..%2fv1/models"):
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            answer = await asyncio.wait_for(reader.read(), 5)
+            writer.close()
+            assert answer.split(b" ", 2)[1] in (b"401", b"404") and b'"object": "list"' not in answer, path
         for wrong in ("Bearer s3cre", "Bearer s3cret2", "Basic s3cret", "s3cret", "Bearer"):
             assert (await api.speak(input="Hi.", headers={"Authorization": wrong})).status == 401, wrong
         assert api.engine.requests == []
