@@ -8,8 +8,8 @@ STREAMINFO counts 0 samples ("unknown", as the formats allow and as OpenAI strea
 pages are cut every 80 ms so Opus bytes leave after each frame group.
 
 `speed` other than 1 runs FFmpeg's atempo filter (a WSOLA time stretch: tempo changes, pitch does
-not); atempo takes 0.5..100 per stage, so 0.25 is two 0.5 stages.  It holds back about one frame
-group before its first output.
+not); atempo takes 0.5..100 per stage, so 0.25 is two 0.5 stages.  It holds back the first frame
+group or two (at 0.25) before its first output: the stretch needs audio ahead.
 """
 
 from __future__ import annotations
