@@ -310,7 +310,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gate", default=",".join(GATED_ARCHS), help="archs where scratch and spills fail the gate")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--quiet", action="store_true", help="no resource tables, only problems")
+    ap.add_argument("--kernel-dir", type=Path, help="another kernel tree (src/, include/) built the same way")
     args = ap.parse_args(argv)
+    kernel_dir = native.KERNEL_DIR
+    try:
+        native.KERNEL_DIR = args.kernel_dir or kernel_dir
+        return _run(args)
+    finally:
+        native.KERNEL_DIR = kernel_dir
+
+
+def _run(args: argparse.Namespace) -> int:
     hipcc = _command(args.hipcc)
     objdump = None if args.objdump == "none" else _command(args.objdump)
     missing = [c[0] for c in (hipcc, objdump) if c and shutil.which(c[0]) is None]
