@@ -65,6 +65,6 @@ echo "sid chroot: apt-get install hipcc"
     tail -n 20 "$LOG" >&2
     fail "apt-get install hipcc in the chroot failed (full log: $LOG)"
 }
-chroot "$DIR" dpkg-query -W -f='${Package} ${Version}; ' hipcc clang-21 rocm-device-libs-21 >"$READY"
+chroot "$DIR" dpkg-query -W -f='${Package} ${Version}  ' hipcc clang-21 rocm-device-libs-21 >"$READY"
 rm -f "$PARTIAL" "$LOG"
 echo "sid chroot: ready at $DIR ($(cat "$READY"))"
