@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from wyoming_qwen3tts import native  # noqa: E402  (the repository root goes on sys.path first)
+from wyoming_qwen3tts import native  # after the sys.path line above
 
 ALL_ARCHS = ("gfx1201", "gfx1200", "gfx1100", "gfx1151", "gfx942", "gfx90a")
 GATED_ARCHS = ("gfx1201", "gfx1100", "gfx942")
@@ -53,7 +53,7 @@ GEMV_VEC_COUNT = 2 * 3 * (3 * 2 + 1)  # dtypes x modes x (PRE choices x one or t
 _REMARK = re.compile(
     r"^(?P<file>[^\s:][^:\n]*):\d+:\d+: remark: (?P<key>[^:\n]+?): (?P<value>\S+) "
     r"\[-Rpass-analysis=kernel-resource-usage\]$",
-    re.M,
+    re.MULTILINE,
 )
 _KEYS = {  # remark key -> KernelUsage field (clang 15 says "SGPRs", clang 21 "TotalSGPRs")
     "VGPRs": "vgprs",
@@ -145,7 +145,7 @@ def code_objects(lib: bytes) -> list[tuple[str, bytes]]:
     return out
 
 
-_SYMBOL = re.compile(r"^[0-9a-f]+ <(?P<name>[^>]+)>:$", re.M)
+_SYMBOL = re.compile(r"^[0-9a-f]+ <(?P<name>[^>]+)>:$", re.MULTILINE)
 
 
 def split_disassembly(text: str) -> dict[str, list[str]]:
@@ -234,18 +234,20 @@ def build_arch(hipcc: list[str], objdump: list[str] | None, arch: str, work: Pat
     out.parent.mkdir(parents=True)
     t0 = time.monotonic()
     env = dict(os.environ, HIP_PLATFORM="amd")
-    proc = subprocess.run(build_command(hipcc, arch, out), capture_output=True, text=True, env=env, cwd=out.parent)
+    cmd = build_command(hipcc, arch, out)
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, cwd=out.parent)
     res = ArchResult(arch, 0.0, proc.returncode, proc.stdout + proc.stderr)
     res.usage = parse_resource_remarks(res.log)
     funcs = None
     if proc.returncode == 0 and objdump is not None:
-        funcs = {}
         paths = []
         for i, (_target, image) in enumerate(code_objects(out.read_bytes())):
             p = out.parent / f"co{i}.elf"
             p.write_bytes(image)
             paths.append(str(p))
-        dis = subprocess.run(objdump + ["-d", *paths], capture_output=True, text=True, env=env, cwd=out.parent)
+        dis = subprocess.run(
+            [*objdump, "-d", *paths], check=False, capture_output=True, text=True, env=env, cwd=out.parent
+        )
         if dis.returncode != 0:
             res.problems.append(f"{arch}: {' '.join(objdump)} failed: {dis.stderr[-2000:]}")
         funcs = split_disassembly(dis.stdout)
@@ -264,7 +266,8 @@ def short_names(names: list[str]) -> dict[str, str]:
     cxxfilt = shutil.which("c++filt")
     demangled = todo
     if todo and cxxfilt:
-        out = subprocess.run([cxxfilt], input="\n".join(todo), capture_output=True, text=True).stdout.splitlines()
+        proc = subprocess.run([cxxfilt], input="\n".join(todo), check=False, capture_output=True, text=True)
+        out = proc.stdout.splitlines()
         if len(out) == len(todo):
             demangled = out
     for raw, d in zip(todo, demangled):
@@ -283,7 +286,10 @@ def short_names(names: list[str]) -> dict[str, str]:
 
 def table(res: ArchResult) -> str:
     names = short_names([k.name for k in res.usage])
-    head = f"{'kernel':58} {'VGPR':>4} {'AGPR':>4} {'SGPR':>4} {'LDS B':>6} {'scr B':>5} {'spill s/v':>9} {'waves/SIMD':>10}"
+    head = (
+        f"{'kernel':58} {'VGPR':>4} {'AGPR':>4} {'SGPR':>4} {'LDS B':>6} {'scr B':>5} {'spill s/v':>9} "
+        f"{'waves/SIMD':>10}"
+    )
     rows = [f"== {res.arch} ({res.seconds:.0f} s): {len(res.usage)} functions", head]
     for k in sorted(res.usage, key=lambda u: (u.source, names[u.name])):
         name = names[k.name] + (" *" if k.source in EXEMPT_SOURCES else "")
@@ -292,6 +298,10 @@ def table(res: ArchResult) -> str:
             f"{f'{k.sgpr_spills}/{k.vgpr_spills}':>9} {k.occupancy:>10}"
         )
     return "\n".join(rows)
+
+
+def _archs(text: str) -> list[str]:
+    return [a for a in re.split(r"[,;\s]+", text) if a]
 
 
 def _command(text: str) -> list[str]:
@@ -304,7 +314,7 @@ def _command(text: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--hipcc", default=os.environ.get("HIPCC", "hipcc"), help="hipcc command (may be a wrapper with arguments)")
+    ap.add_argument("--hipcc", default=os.environ.get("HIPCC", "hipcc"), help="hipcc (a command line)")
     ap.add_argument("--objdump", default="llvm-objdump", help="llvm-objdump command; 'none' skips the ISA check")
     ap.add_argument("--arch", default=",".join(ALL_ARCHS))
     ap.add_argument("--gate", default=",".join(GATED_ARCHS), help="archs where scratch and spills fail the gate")
@@ -327,8 +337,8 @@ def _run(args: argparse.Namespace) -> int:
     if missing:
         print(f"AMD gate: not found: {', '.join(missing)} (see --hipcc / --objdump)", file=sys.stderr)
         return 2
-    archs = native._split_archs(args.arch)
-    gated = set(native._split_archs(args.gate))
+    archs = _archs(args.arch)
+    gated = set(_archs(args.gate))
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="q3t-amd-gate-") as tmp, ThreadPoolExecutor(max(1, args.jobs)) as pool:
         futures = [pool.submit(build_arch, hipcc, objdump, a, Path(tmp), a in gated) for a in archs]

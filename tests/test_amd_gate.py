@@ -88,7 +88,8 @@ def test_parses_clang21_remarks() -> None:
 
 def test_parses_clang15_remarks() -> None:
     (k,) = amd_gate.parse_resource_remarks(CLANG15)
-    assert (k.name, k.sgprs, k.vgprs, k.agprs, k.scratch, k.vgpr_spills) == ("_Z16k_register_spillPKfPf", 14, 16, 4, 136, 33)
+    assert k.name == "_Z16k_register_spillPKfPf"
+    assert (k.sgprs, k.vgprs, k.agprs, k.scratch, k.vgpr_spills) == (14, 16, 4, 136, 33)
     assert k.problems() == ["136 B scratch per lane", "spills 0 SGPRs, 33 VGPRs"]
 
 
@@ -115,7 +116,8 @@ def test_warnings_and_failed_builds_fail_every_arch() -> None:
     assert len(res.problems) == 1 and "deprecated" in res.problems[0]
     failed = _result("api.cu:30:5: error: use of undeclared identifier 'x'\n", rc=1)
     amd_gate.check_arch(failed, gated=False, funcs=None)
-    assert len(failed.problems) == 1 and "build failed (exit 1)" in failed.problems[0] and "undeclared" in failed.problems[0]
+    (problem,) = failed.problems
+    assert "build failed (exit 1)" in problem and "undeclared" in problem
     silent = _result("")  # no remarks: the build did not run what the gate reads
     amd_gate.check_arch(silent, gated=True, funcs=None)
     assert any("no kernel-resource-usage remarks" in p for p in silent.problems)
@@ -158,7 +160,8 @@ def _gemv_functions(wide: str) -> dict[str, list[str]]:
     funcs = {}
     for w in "tf":
         for mode in range(3):
-            funcs[f"_ZN12_GLOBAL__N_16k_gemvI{w}Li{mode}ELb1EEEvPKT_iiPKfS5_fS5_Pf"] = [f"{wide} v[0:3], v[4:5], off"] * 8
+            v1 = f"_ZN12_GLOBAL__N_16k_gemvI{w}Li{mode}ELb1EEEvPKT_iiPKfS5_fS5_Pf"
+            funcs[v1] = [f"{wide} v[0:3], v[4:5], off"] * 8
             for kind in ("7k_gemv2", "9k_gemv2x2"):
                 for pre in (2, 4, 8):
                     name = f"_ZN12_GLOBAL__N_1{kind}I{w}Li{mode}ELb1ELi{pre}EEEvPKT_iiiPKfS5_fS5_Pf"
