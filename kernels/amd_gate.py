@@ -320,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gate", default=",".join(GATED_ARCHS), help="archs where scratch and spills fail the gate")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--quiet", action="store_true", help="no resource tables, only problems")
+    ap.add_argument("--isa-report", action="store_true", help="16-byte load counts of every vectorised GEMV")
     ap.add_argument("--kernel-dir", type=Path, help="another kernel tree (src/, include/) built the same way")
     args = ap.parse_args(argv)
     kernel_dir = native.KERNEL_DIR
@@ -347,7 +348,11 @@ def _run(args: argparse.Namespace) -> int:
     for r in results:
         if not args.quiet:
             print(table(r))
-            print("\n".join(r.isa_report))
+            if args.isa_report:
+                print("\n".join(r.isa_report))
+            elif r.isa_report:
+                counts = sorted({int(line.split(": ")[1].split()[0]) for line in r.isa_report})
+                print(f"ISA: {len(r.isa_report)} vectorised GEMVs, {counts[0]}-{counts[-1]} {wide_load(r.arch)} each")
             print()
     if any(k.source in EXEMPT_SOURCES for r in results for k in r.usage):
         print(f"* exempt from the scratch/spill rule: {', '.join(sorted(EXEMPT_SOURCES))}")
