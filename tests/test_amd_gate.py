@@ -99,7 +99,8 @@ def _result(log: str, rc: int = 0) -> object:
     return res
 
 
-def test_gated_arch_fails_on_scratch_but_not_on_exempt_sources() -> None:
+def test_gated_arch_fails_on_scratch_but_not_on_exempt_sources(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(amd_gate, "EXEMPT_SOURCES", {"code_predictor.cu"})
     res = _result(CLANG21)
     amd_gate.check_arch(res, gated=True, funcs=None)
     assert len(res.problems) == 1 and "k_gemv2" in res.problems[0] and "144 B scratch" in res.problems[0]
