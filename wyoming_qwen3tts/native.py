@@ -16,7 +16,6 @@ import ctypes
 import hashlib
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ABI_VERSION = 5  # must equal Q3T_ABI_VERSION in kernels/include/q3t.h
+ABI_VERSION = 6  # must equal Q3T_ABI_VERSION in kernels/include/q3t.h
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels"
 DEFAULT_HIP_ARCHS = ("gfx1201",)
@@ -54,14 +53,6 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
     "q3t_rmsnorm": (_c_int, [_p, _p, _p, _c_int, _c_float, _p]),
     "q3t_gemv": (_c_int, [_c_int, _p, _c_int, _c_int, _p, _p, _c_float, _p, _p, _c_int, _p]),
     "q3t_gemv_batch": (_c_int, [_c_int, _p, _c_int, _c_int, _p, _c_int, _p, _c_float, _p, _p, _c_int, _p]),
-    "q3t_qk_norm_rope_append": (
-        _c_int,
-        [_c_int, _p, _p, _p, _c_float, _p, _p, _p, _c_int, _c_int, _c_int, _c_int, _c_int, _p, _p, _p, _p],
-    ),
-    "q3t_attention": (
-        _c_int,
-        [_c_int, _p, _p, _p, _p, _c_int, _c_int, _c_int, _c_int, _c_int, _c_float, _c_int, _p, _p, _p],
-    ),
     "q3t_rope_attention": (
         _c_int,
         [_c_int, _p, _p, _p, _c_float, _p, _p, _p, _c_int, _c_int, _c_int, _c_int, _c_int, _c_float, _p, _p, _p, _p],
@@ -84,14 +75,6 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
         [
             _p, _c_int, _p, _c_float, _c_int, _c_int, _c_int, _c_int, _c_int, _c_float, _c_int, _c_float,
             _p, _c_int, _p, _p, _c_int, _p, _c_int, _c_int, _p, _p,
-        ],
-    ),
-    "q3t_code_predictor": (
-        _c_int,
-        [
-            _c_int, _p, _c_int, _c_int, _c_int, _c_int, _c_int, _c_int, _c_int, _c_int, _c_int, _c_int, _c_int,
-            _c_float, _c_float, _p, _p, _p, _p, _p, _p, _p, _p, _p, _c_int, _c_float, _c_int, _c_float, _p, _p,
-            _p, _p, _p, _p, _p, _p, _p,
         ],
     ),
     "q3t_store_row": (_c_int, [_p, _c_int, _p, _p, _c_int, _p]),
@@ -210,9 +193,6 @@ def compile_command(tc: Toolchain, out: Path, *, werror: bool = False) -> list[s
         cmd += [f"--offload-arch={a}" for a in tc.archs]
         if werror:
             cmd += ["-Wall", "-Wextra", "-Werror"]
-    # Q3T_CFLAGS: extra compiler flags for experiments (e.g. -DQ3T_LAST_BLOCK_MERGE=0, see
-    # kernels/device/bench_env.py); part of the cache key like every other flag.
-    cmd += shlex.split(os.environ.get("Q3T_CFLAGS", ""))
     return cmd + ["-shared", "-o", str(out)] + srcs
 
 
