@@ -27,7 +27,10 @@ from typing import Any
 
 ABI_VERSION = 6  # must equal Q3T_ABI_VERSION in kernels/include/q3t.h
 
-KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels"
+# The kernel sources: inside the package when installed from a wheel or non-editable (setup.py puts
+# them there), else the checkout's kernels/ (editable installs, the Docker images, tests).
+_PACKAGED = Path(__file__).resolve().parent / "_kernels"
+KERNEL_DIR = _PACKAGED if (_PACKAGED / "src").is_dir() else Path(__file__).resolve().parent.parent / "kernels"
 DEFAULT_HIP_ARCHS = ("gfx1201",)
 DEFAULT_CUDA_ARCHS = ("sm_90",)
 
@@ -199,13 +202,15 @@ def compile_command(tc: Toolchain, out: Path, *, werror: bool = False) -> list[s
 def cache_key(tc: Toolchain) -> str:
     """Hash of the sources, headers, toolchain kind, archs, flags and ABI version.
 
-    The compiler's path and version are left out on purpose: a runtime image that ships a
-    prebuilt library but no compiler must still find it (see `cached_library`)."""
+    The compiler's path and version and the sources' location are left out on purpose: a runtime
+    image that ships a prebuilt library but no compiler must still find it (see `cached_library`),
+    and a checkout and an installed wheel of the same sources share one library."""
     h = hashlib.sha256()
     for f in [*sources(), *_headers()]:
         h.update(f.name.encode())
         h.update(f.read_bytes())
     flags = compile_command(Toolchain(tc.kind, tc.kind, "", tc.archs), Path("x"))[1 : -len(sources())]
+    flags = [f.replace(str(KERNEL_DIR), "kernels") for f in flags]  # where the sources sit is no part of it
     h.update(repr((tc.kind, tc.archs, ABI_VERSION, flags)).encode())
     return h.hexdigest()[:20]
 
