@@ -87,13 +87,7 @@ class KernelBackend:
             s.grow(max(need, 2 * s.capacity))
         with torch.inference_mode():
             self.prefills.prefill(prompt.embeds, s.cache)
-            m = min(prompt.trailing.shape[0], s.capacity)
-            s.trailing[:m].copy_(prompt.trailing[:m].float())
-            s.trailing[m:].copy_(prompt.pad.float().expand(s.capacity - m, -1))
-            s.pad.copy_(prompt.pad.float())
-            s.state.copy_(torch.tensor([prompt.length, 0], dtype=torch.int32))
-            s.seen.zero_()
-            s.codes.zero_()
+            s.load_prompt(prompt)
 
     def warm_up(self, max_positions: int = WARM_PREFILL_POSITIONS) -> int:
         """Capture the prefill graphs of the common prompt lengths now; returns how many. Writes the

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ...model.config import Qwen3TTSConfig, TransformerConfig
 from ...model.layers import rope_tables
+from ...model.prompt import Prompt
 from ...model.talker import KVCache
 from ...request import SamplingParams
 from .ops import ADD, SWIGLU, Ops
@@ -92,6 +93,16 @@ class FrameState:
         self.history = torch.zeros(capacity, NUM_GROUPS, dtype=torch.int32, device=self.device)  # every frame's codes
         # Trailing text rows, padded with PAD to `capacity` rows so the graph needs no per-prompt length.
         self.trailing = torch.zeros(capacity, tc.hidden_size, dtype=torch.float32, device=self.device)
+
+    def load_prompt(self, prompt: Prompt) -> None:
+        """Counters, trailing text and the penalty set for a new prompt (its prefill fills the cache and hn)."""
+        m = min(prompt.trailing.shape[0], self.capacity)
+        self.trailing[:m].copy_(prompt.trailing[:m].float())
+        self.trailing[m:].copy_(prompt.pad.float().expand(self.capacity - m, -1))
+        self.pad.copy_(prompt.pad.float())
+        self.state.copy_(torch.tensor([prompt.length, 0], dtype=torch.int32))
+        self.seen.zero_()
+        self.codes.zero_()
 
     def mutable(self) -> tuple[Tensor, ...]:
         """What a frame advances (an eager warm-up frame before a capture saves and restores these)."""
