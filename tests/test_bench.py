@@ -130,6 +130,17 @@ def test_merge_combines_runs_and_recomputes_ratios(tmp_path: Path) -> None:
     assert "`cmd 1`" in md and "`cmd 2`" in md and (out / "results.png").exists()
 
 
+def test_the_server_never_imports_the_benchmark() -> None:
+    """The bench (matplotlib, peer patches) is developer tooling: nothing the server loads pulls it in."""
+    import subprocess
+    import sys
+
+    code = ("import sys, wyoming_qwen3tts.__main__, wyoming_qwen3tts.engine, wyoming_qwen3tts.backends.kernels.backend; "
+            "print(sorted(m for m in sys.modules if m.startswith('wyoming_qwen3tts.bench')))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_commit_stamp_prefers_q3t_commit(monkeypatch):
     monkeypatch.setenv("Q3T_COMMIT", "235b731-device")
     assert cli._git_commit() == "235b731-device"

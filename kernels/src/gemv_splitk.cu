@@ -328,8 +328,8 @@ int launch2(const void* w, int n_rows, int k, const float* x, const float* norm_
     const size_t smem1 = (size_t)k * sizeof(float);
     // Waves: of the splits that leave every warp at least one chunk, the one whose grid takes the
     // fewest waves at its kernel's real occupancy, and among those the largest grid. A partial
-    // second wave costs a whole block's latency again (its blocks load their weights only
-    // when the first wave's leave): 768 blocks at 3 per SM, 2 waves, became 384 in one.
+    // second wave costs a whole block's latency again (its blocks load their weights only when the
+    // first wave's leave): the 0.6B gate/up in 384 blocks (one wave) rather than 768 (two at 3 per SM).
     int best = splits, best_waves = 0, best_grid = 0;
     for (int sp = splits; sp <= nwarps && (sp == splits || chunks >= sp); sp *= 2) {
         const int grid = cdiv(n_out, nwarps / sp);

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..request import SAMPLE_RATE
 from .common import SAMPLES_PER_FRAME, WorkerArgs, median, summary, sync
 
 
@@ -70,7 +71,7 @@ def run_ref(w: WorkerArgs) -> dict[str, Any]:
         # max_new_tokens = M returns M - 1 frames: the last sampled code 0 is never completed.
         wavs, sr = tts.generate_custom_voice(w.text, speaker=speaker, language=language, max_new_tokens=frames + 1)
         total = time.perf_counter() - a
-        if sr != 24000 or wavs[0].size != frames * SAMPLES_PER_FRAME:
+        if sr != SAMPLE_RATE or wavs[0].size != frames * SAMPLES_PER_FRAME:
             raise RuntimeError(f"reference returned {wavs[0].size} samples at {sr} Hz, expected {frames} frames")
         return total
 
@@ -140,7 +141,7 @@ def run_fq(w: WorkerArgs) -> dict[str, Any]:
         a = time.perf_counter()
         wavs, sr = fq.generate_custom_voice(w.text, speaker=speaker, language=language, max_new_tokens=frames)
         total = time.perf_counter() - a
-        if sr != 24000 or wavs[0].size != frames * SAMPLES_PER_FRAME:
+        if sr != SAMPLE_RATE or wavs[0].size != frames * SAMPLES_PER_FRAME:
             raise RuntimeError(f"faster-qwen3-tts returned {wavs[0].size} samples at {sr} Hz, expected {frames} frames")
         return total
 

@@ -27,7 +27,9 @@ from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeVoice
 
-FRAME_BYTES = 1920 * 2
+from ..request import CHANNELS, SAMPLE_RATE, SAMPLE_WIDTH, SAMPLES_PER_FRAME
+
+FRAME_BYTES = SAMPLES_PER_FRAME * SAMPLE_WIDTH
 TEXTS = [
     "The kitchen lights are now off.",
     "It is twenty one degrees in the living room. Do you want me to open the blinds?",
@@ -92,7 +94,7 @@ async def one_request(host: str, port: int, text: str, voice: str, streaming: bo
             types.append(event.type)
             if AudioChunk.is_type(event.type):
                 chunk = AudioChunk.from_event(event)
-                if (chunk.rate, chunk.width, chunk.channels) != (24000, 2, 1):
+                if (chunk.rate, chunk.width, chunk.channels) != (SAMPLE_RATE, SAMPLE_WIDTH, CHANNELS):
                     raise RuntimeError(f"bad audio format {chunk.rate}/{chunk.width}/{chunk.channels}")
                 size += len(chunk.audio)
                 if first is None:
