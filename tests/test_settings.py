@@ -141,3 +141,16 @@ def test_version_and_help() -> None:
                  "--no-streaming", "--debug", "--log-format", "--first-chunk-frames", "--chunk-frames",
                  "--max-frames", "--max-text-chars", "--seed", "--greedy", "--temperature"]:
         assert flag in help_text, flag
+
+
+def test_handler_config_takes_the_settings_of_its_names() -> None:
+    from dataclasses import fields
+
+    from wyoming_qwen3tts.handler import HandlerConfig
+
+    settings = load_settings(["--max-text-chars", "77", "--seed", "4", "--idle-timeout", "9", "--write-timeout", "8",
+                              "--max-sentence-chars", "50", "--max-event-bytes", "5000"])  # fmt: skip
+    config = HandlerConfig(**settings.values_for(HandlerConfig))
+    assert {f.name: getattr(config, f.name) for f in fields(HandlerConfig)} == dict(
+        max_text_chars=77, max_sentence_chars=50, seed=4, max_event_bytes=5000, idle_timeout=9.0, write_timeout=8.0
+    )

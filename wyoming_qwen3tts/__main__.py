@@ -58,14 +58,7 @@ async def main(settings: Settings) -> int:
         default_voice=settings.voice,
         max_connections=settings.max_connections,
     )
-    config = HandlerConfig(
-        max_text_chars=settings.max_text_chars,
-        max_sentence_chars=settings.max_sentence_chars,
-        seed=settings.seed,
-        max_event_bytes=settings.max_event_bytes,
-        idle_timeout=settings.idle_timeout,
-        write_timeout=settings.write_timeout,
-    )
+    config = HandlerConfig(**settings.values_for(HandlerConfig))
     server = AsyncServer.from_uri(settings.uri)
 
     if settings.zeroconf is not None:

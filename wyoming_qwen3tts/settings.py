@@ -101,14 +101,17 @@ class Settings(BaseSettings):
             return (init_settings, env_settings)
         return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
 
+    def values_for(self, options: type) -> dict[str, Any]:
+        """These settings' values for the fields of an options dataclass that bear their names."""
+        names = {f.name for f in fields(options)} & set(type(self).model_fields)
+        return {name: getattr(self, name) for name in names}
+
     def sampling(self) -> SamplingOverrides:
         """The sampling settings given, over the model's generation_config.json."""
-        return SamplingOverrides(**{f.name: getattr(self, f.name) for f in fields(SamplingOverrides)})
+        return SamplingOverrides(**self.values_for(SamplingOverrides))
 
     def engine_options(self) -> EngineOptions:
-        """What the engine takes of these settings (same names)."""
-        names = {f.name for f in fields(EngineOptions)} & set(type(self).model_fields)
-        return EngineOptions(**{name: getattr(self, name) for name in names}, sampling=self.sampling())
+        return EngineOptions(**self.values_for(EngineOptions), sampling=self.sampling())
 
 
 _SAMPLING = {f.name for f in fields(SamplingOverrides)} - {"greedy"}
