@@ -82,5 +82,4 @@ def run_ours(w: WorkerArgs) -> dict[str, Any]:
         dtype=engine.info.dtype,
         notes=f"decode sessions sized for {w.context} frames; TTFA chunk {engine.first_chunk_frames} frames",
     )
-    del engine
     return out
