@@ -43,7 +43,7 @@ ALL_ARCHS = ("gfx1201", "gfx1200", "gfx1100", "gfx1151", "gfx942", "gfx90a")
 GATED_ARCHS = ("gfx1201", "gfx1100", "gfx942")
 # Kernels of these sources may use scratch: the opt-in persistent CodePredictor (Q3T_CP=fused) is not
 # part of the default decode loop.
-EXEMPT_SOURCES = {"code_predictor.cu"}
+EXEMPT_SOURCES: set[str] = set()
 
 # A vectorised GEMV kernel: v1 k_gemv<W, MODE, true> (8 up-front 16-byte loads per lane) and
 # v2 k_gemv2 / k_gemv2x2 <W, MODE, true, PRE> (PRE up front); W t = bf16 (uint16_t), f = float.

@@ -1,14 +1,12 @@
 #!/usr/bin/env bash
 # One device run: build (-Werror), op + backend tests, sanitizers on a short decode,
 # optional full-size parity (Q3T_FULL=1) and the per-frame benchmark. Logs go to $OUT.
-# GEMV v2 (kernels/src/gemv_v2.cu, chosen by Q3T_GEMV=v2): steps tests_v2 (the whole GPU test
-# file with v2 as the variant, PDL on), sass (16-byte loads issued before the grid-dependency
-# wait, in the SASS of this machine's nvcc) and bench_gemv (v1 vs v2 per shape and per frame);
-# STEPS=build,tests_pdl,tests_v2,sass,bench_gemv is the GEMV check (see kernels/README.md).
-# bench_cp: per-frame time with the persistent CodePredictor kernel vs one launch per op.
+# sass: the GEMVs' 16-byte weight loads issued before the grid-dependency wait, in the SASS of this
+# machine's nvcc. bench_gemv: every GEMV shape alone (kernels/device/bench_gemv.py).
 # profile: where one frame's time goes, kernel by kernel (kernels/device/profile_frame.py).
-# bench_env: ms per frame under kernel-library settings side by side (kernels/device/bench_env.py).
-# launch_floor: µs per kernel of an empty dependent chain in one graph (kernels/device/launch_floor.cu).
+# bench_options: ms per frame under kernel backend options or libraries side by side
+# (kernels/device/bench_options.py). launch_floor: µs per kernel of an empty dependent chain in one
+# graph (kernels/device/launch_floor.cu).
 set -uo pipefail
 OUT=${OUT:-/tmp/q3t-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 Q3T_REQUIRE=1 Q3T_CACHE_DIR=${Q3T_CACHE_DIR:-/tmp/q3t-cache}
@@ -25,9 +23,6 @@ fi
 if has tests_pdl; then
   Q3T_PDL=1 timeout 400 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernels_gpu.py -k "not full" -rs 2>&1 | tee "$OUT/pytest_pdl.log" | tail -30
 fi
-if has tests_v2; then
-  Q3T_GEMV=v2 Q3T_PDL=1 timeout 400 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernels_gpu.py -k "not full" -rs 2>&1 | tee "$OUT/pytest_v2.log" | tail -30
-fi
 if has sass; then
   Q3T_REQUIRE_SASS=1 timeout 200 python3 -m pytest -q -s -p no:cacheprovider tests/test_native_build.py -k sass 2>&1 | tee "$OUT/sass.log" | tail -8
 fi
@@ -41,11 +36,11 @@ if has full; then
   Q3T_FULL=1 timeout 400 python3 -m pytest -q -x -s -p no:cacheprovider tests/test_kernels_gpu.py -k full 2>&1 | tee "$OUT/full.log" | tail -15
 fi
 if has bench_gemv; then
-  timeout 300 python3 kernels/device/bench_gemv.py ${GEMV_BENCH:-shapes 0.6b 1.7b} 2>&1 | tee "$OUT/bench_gemv.log"
+  timeout 300 python3 kernels/device/bench_gemv.py 2>&1 | tee "$OUT/bench_gemv.log"
 fi
 if has profile; then
-  # Per-kernel busy time and the gaps between kernels inside one replayed frame (default path, then
-  # the persistent CodePredictor), for deciding what to fuse next.
+  # Per-kernel busy time and the gaps between kernels inside one replayed frame, for deciding what
+  # to fuse next.
   timeout 240 python3 kernels/device/profile_frame.py ${BENCH_SIZES:-0.6b 1.7b} --out "$OUT/profile" 2>&1 | grep -v Warn
   # Without PDL each kernel's trace duration is its own work (with PDL it includes the wait).
   Q3T_PDL=0 timeout 240 python3 kernels/device/profile_frame.py ${BENCH_SIZES:-0.6b 1.7b} --out "$OUT/profile_nopdl" 2>&1 | grep -v Warn
@@ -53,12 +48,9 @@ fi
 if has launch_floor; then
   nvcc -O3 -arch=sm_90 -o /tmp/q3t-lf kernels/device/launch_floor.cu && /tmp/q3t-lf | tee "$OUT/launch_floor.md"
 fi
-if has bench_env; then
-  # BENCH_ENV: the settings to compare, e.g. "Q3T_GEMV=v1 Q3T_GEMV=v2" (kernels/device/bench_env.py).
-  timeout 400 python3 kernels/device/bench_env.py ${BENCH_ENV:--} --sizes ${BENCH_SIZES_CSV:-0.6b,1.7b} 2>&1 | grep -v Warn | tee "$OUT/bench_env.log"
-fi
-if has bench_cp; then
-  timeout 300 python3 kernels/device/bench_cp.py ${BENCH_SIZES:-0.6b 1.7b} 2>&1 | tee "$OUT/bench_cp.log"
+if has bench_options; then
+  # BENCH_OPTIONS: the settings to compare, e.g. "- attn_splits=16" (kernels/device/bench_options.py).
+  timeout 400 python3 kernels/device/bench_options.py ${BENCH_OPTIONS:--} --sizes ${BENCH_SIZES_CSV:-0.6b,1.7b} 2>&1 | grep -v Warn | tee "$OUT/bench_options.log"
 fi
 if has bench; then
   timeout 400 python3 kernels/device/bench.py ${BENCH_SIZES:-0.6b 1.7b} 2>&1 | tee "$OUT/bench.log"

@@ -1,4 +1,4 @@
-"""wyoming_qwen3tts.bench on the CPU with a tiny checkpoint: the real worker path of our torch backend, the outputs
+"""The benchmark (wyoming_qwen3tts.bench) on the CPU with a tiny checkpoint: the real worker path of our torch backend, the outputs
 (JSON, markdown, PNG), "cannot run: reason" rows, and the §8 byte counts behind the roofline."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from wyoming_qwen3tts import bench
+from wyoming_qwen3tts.bench import cli, report, roofline
 from wyoming_qwen3tts.tools.random_checkpoint import model_config_dict
 
 
 def test_frame_bytes_match_the_model_doc() -> None:
     # qwen3-tts-model.md §8.2: Talker step and one CodePredictor pass, bf16, batch 1.
-    big = bench.frame_bytes(model_config_dict("1.7b"))
-    small = bench.frame_bytes(model_config_dict("0.6b"))
+    big = roofline.frame_bytes(model_config_dict("1.7b"))
+    small = roofline.frame_bytes(model_config_dict("0.6b"))
     assert big["talker"] == 2_831_403_008 and small["talker"] == 887_226_368
     assert big["cp_pass"] == 165_702_144 and small["cp_pass"] == 161_505_792
     assert big["cp_passes"] == 15
@@ -28,10 +28,10 @@ def test_frame_bytes_match_the_model_doc() -> None:
 
 
 def test_no_eos_wrapper_keeps_the_torch_session_going(tiny_checkpoint: Path) -> None:
-    from wyoming_qwen3tts.engine import Engine
+    from wyoming_qwen3tts.engine import Engine, EngineOptions
     from wyoming_qwen3tts.request import SamplingParams, SynthesisRequest
 
-    engine = Engine.from_pretrained(str(tiny_checkpoint), device="cpu", backend="torch", local_files_only=True)
+    engine = Engine.from_pretrained(str(tiny_checkpoint), EngineOptions(device="cpu", backend="torch", local_files_only=True))
     prompt = engine.prepare(SynthesisRequest(text="Hello there.", speaker="vivian", language="english"))
     eos = engine.config.talker.codec_eos_token_id
     # Make EOS the certain greedy choice: without the wrapper the session ends once min-new-tokens allows it.
@@ -55,12 +55,12 @@ def test_markdown_ratios_and_missing_values() -> None:
          "e2e_rtf": 1.5, "ttfa_ms": 5000.0, "peak_alloc_gib": None, "peak_reserved_gib": None},
         {"size": "1.7b", "engine": "fq", "ok": False, "reason": "no wheel"},
     ]  # fmt: skip
-    bench.add_ratios(rows)
+    report.add_ratios(rows)
     assert rows[0]["x_ref"]["decode"] == pytest.approx(40.0)
     assert rows[0]["x_ref"]["e2e"] == pytest.approx(30.0)
     assert rows[0]["x_ref"]["ttfa"] == pytest.approx(250.0)
     assert rows[0]["x_fq"] == {"decode": None, "e2e": None, "ttfa": None}
-    md = bench.markdown({"meta": {"gpu": "G", "torch": "t", "commit": "c", "date": "d"}, "rows": rows})
+    md = report.markdown({"meta": {"gpu": "G", "torch": "t", "commit": "c", "date": "d"}, "rows": rows})
     assert "| 1.7b | ours (kernels) | 10 | 300.0 | 40.0 | – |" in md
     assert "cannot run: no wheel" in md
 
@@ -68,7 +68,7 @@ def test_markdown_ratios_and_missing_values() -> None:
 def test_bench_cli_runs_torch_and_reports_peers_that_cannot_run(tiny_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     frames, sentence = 4, 3
-    code = bench.main([
+    code = cli.main([
         "--model", str(tiny_checkpoint), "--device", "cpu", "--backends", "torch,kernels,fq",
         "--frames", str(frames), "--sentence-frames", str(sentence), "--runs", "2", "--warmup", "1",
         "--context", "16", "--fq-path", str(tmp_path / "no-such-site"), "--worker-timeout", "240",
@@ -117,7 +117,7 @@ def test_merge_combines_runs_and_recomputes_ratios(tmp_path: Path) -> None:
          "ttfa_ms": 30.0, "prompt_positions": 30},
     ])  # fmt: skip
     out = tmp_path / "merged"
-    assert bench.main(["--merge", str(peers), str(ours), "--out", str(out)]) == 0
+    assert cli.main(["--merge", str(peers), str(ours), "--out", str(out)]) == 0
     merged = json.loads((out / "results.json").read_text())
     assert [(r["engine"], r["run"]) for r in merged["rows"]] == [("kernels", 2), ("fq", 1)]
     k = merged["rows"][0]
@@ -130,10 +130,19 @@ def test_merge_combines_runs_and_recomputes_ratios(tmp_path: Path) -> None:
     assert "`cmd 1`" in md and "`cmd 2`" in md and (out / "results.png").exists()
 
 
-def test_commit_stamp_prefers_q3t_commit(monkeypatch):
-    from wyoming_qwen3tts import bench
+def test_the_server_never_imports_the_benchmark() -> None:
+    """The bench (matplotlib, peer patches) is developer tooling: nothing the server loads pulls it in."""
+    import subprocess
+    import sys
 
+    code = ("import sys, wyoming_qwen3tts.__main__, wyoming_qwen3tts.engine, wyoming_qwen3tts.backends.kernels.backend; "
+            "print(sorted(m for m in sys.modules if m.startswith('wyoming_qwen3tts.bench')))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_commit_stamp_prefers_q3t_commit(monkeypatch):
     monkeypatch.setenv("Q3T_COMMIT", "235b731-device")
-    assert bench._git_commit() == "235b731-device"
+    assert cli._git_commit() == "235b731-device"
     monkeypatch.delenv("Q3T_COMMIT")
-    assert bench._git_commit() not in ("", "235b731-device")
+    assert cli._git_commit() not in ("", "235b731-device")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from wyoming_qwen3tts.engine import Engine, SamplingParams, SynthesisRequest, pcm16
+from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, SynthesisRequest, pcm16
 from wyoming_qwen3tts.errors import (
     EmptyTextError,
     ModelLoadError,
@@ -22,11 +22,13 @@ from wyoming_qwen3tts.errors import (
 from wyoming_qwen3tts.model.config import ModelConfigError
 
 
+CPU32 = EngineOptions(device="cpu", dtype="float32")
+
+
 @pytest.fixture(scope="module")
 def engine(tiny_checkpoint) -> Engine:
-    return Engine.from_pretrained(
-        str(tiny_checkpoint), device="cpu", dtype="float32", first_chunk_frames=2, chunk_frames=5, max_text_chars=200
-    )
+    options = EngineOptions(device="cpu", dtype="float32", first_chunk_frames=2, chunk_frames=5, max_text_chars=200)
+    return Engine.from_pretrained(str(tiny_checkpoint), options)
 
 
 def _request(**kw) -> SynthesisRequest:
@@ -126,7 +128,7 @@ def test_missing_files_named(tiny_checkpoint, tmp_path):
     (broken / "model.safetensors").unlink()
     (broken / "speech_tokenizer" / "config.json").unlink()
     with pytest.raises(ModelLoadError) as info:
-        Engine.from_pretrained(str(broken), device="cpu", dtype="float32")
+        Engine.from_pretrained(str(broken), CPU32)
     assert "model.safetensors" in str(info.value) and "speech_tokenizer/config.json" in str(info.value)
 
 
@@ -138,14 +140,14 @@ def test_wrong_model_type(tiny_checkpoint, tmp_path, model_type):
     cfg["tts_model_type"] = model_type
     (other / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ModelConfigError, match="not a CustomVoice model"):
-        Engine.from_pretrained(str(other), device="cpu", dtype="float32")
+        Engine.from_pretrained(str(other), CPU32)
 
 
 def test_kernels_backend_refused_on_cpu(tiny_checkpoint):
     from wyoming_qwen3tts.errors import Qwen3TTSError
 
     with pytest.raises(Qwen3TTSError, match="needs a GPU"):
-        Engine.from_pretrained(str(tiny_checkpoint), device="cpu", dtype="float32", backend="kernels")
+        Engine.from_pretrained(str(tiny_checkpoint), EngineOptions(device="cpu", dtype="float32", backend="kernels"))
 
 
 def test_warm_up_runs_a_short_synthesis(engine, caplog):
@@ -184,3 +186,31 @@ def test_exclusive_backend_runs_one_request_at_a_time(engine, monkeypatch):
     first.close()  # an abandoned generator releases the backend
     t.join(timeout=30)
     assert not t.is_alive()
+
+
+def test_sampling_comes_from_the_checkpoint_then_the_options(tiny_checkpoint, tmp_path):
+    """One rule for server, `say` and bench: the checkpoint's generation_config.json, then the
+    options' overrides; a request without sampling settings takes the engine's."""
+    from dataclasses import replace
+
+    from wyoming_qwen3tts.request import SamplingOverrides
+
+    other = tmp_path / "gen"
+    shutil.copytree(tiny_checkpoint, other)
+    gen = json.loads((other / "generation_config.json").read_text())
+    gen.update(temperature=0.5, top_k=7, subtalker_top_p=0.8)
+    (other / "generation_config.json").write_text(json.dumps(gen))
+    plain = Engine.from_pretrained(str(other), CPU32)
+    assert (plain.default_sampling.temperature, plain.default_sampling.top_k) == (0.5, 7)
+    assert plain.default_sampling.subtalker_top_p == 0.8 and plain.default_sampling.do_sample
+    overridden = Engine.from_pretrained(str(other), replace(CPU32, sampling=SamplingOverrides(top_k=3, greedy=True)))
+    assert overridden.default_sampling == replace(plain.default_sampling, top_k=3, do_sample=False,
+                                                  subtalker_do_sample=False)  # fmt: skip
+    request = SynthesisRequest(text="Sampling rule.", speaker="ryan", seed=5, max_frames=6)
+    assert request.sampling is None
+    _, implicit = plain.synthesize_all(request)
+    _, explicit = plain.synthesize_all(replace(request, sampling=plain.default_sampling))
+    assert np.array_equal(implicit, explicit)
+    _, greedy = overridden.synthesize_all(request)
+    _, greedy_explicit = overridden.synthesize_all(replace(request, sampling=replace(SamplingParams.greedy(), top_k=3)))
+    assert np.array_equal(greedy, greedy_explicit)

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from wyoming_qwen3tts.engine import Engine, SamplingParams, SynthesisRequest
+from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, SynthesisRequest
 from wyoming_qwen3tts.errors import SynthesisCancelled
 
 pytestmark = pytest.mark.gpu
@@ -18,8 +18,8 @@ TEXT = "The engine on the GPU speaks this sentence for the test, and then anothe
 
 
 def _engine(path, backend: str, dtype: str = "float32") -> Engine:
-    engine = Engine.from_pretrained(str(path), device="cuda", dtype=dtype, backend=backend, first_chunk_frames=2,
-                                    chunk_frames=8)
+    options = EngineOptions(device="cuda", dtype=dtype, backend=backend, first_chunk_frames=2, chunk_frames=8)  # type: ignore[arg-type]
+    engine = Engine.from_pretrained(str(path), options)
     if backend == "kernels" and engine.info.backend != "kernels":
         pytest.fail(f"kernel backend did not load: {engine.info.backend_reason}")
     return engine

@@ -15,9 +15,11 @@ import torch
 qwen_tts = pytest.importorskip("qwen_tts", reason="the reference oracle qwen-tts is part of the test extra")
 
 from wyoming_qwen3tts.backends.torch_backend import TorchBackend  # noqa: E402
-from wyoming_qwen3tts.engine import Engine  # noqa: E402
+from wyoming_qwen3tts.engine import Engine, EngineOptions  # noqa: E402
 from wyoming_qwen3tts.model.prompt import build_prompt, chat_instruct, chat_text  # noqa: E402
 from wyoming_qwen3tts.request import SamplingParams  # noqa: E402
+
+CPU_TORCH32 = EngineOptions(device="cpu", dtype="float32", backend="torch")
 
 LONG_EN = (
     "The quick brown fox jumps over the lazy dog near the river bank, while seven children watch "
@@ -48,14 +50,14 @@ def _load_reference(path):
 @pytest.fixture(scope="module")
 def pair(tiny_checkpoint):
     ref, processor = _load_reference(tiny_checkpoint)
-    ours = Engine.from_pretrained(str(tiny_checkpoint), device="cpu", dtype="float32", backend="torch")
+    ours = Engine.from_pretrained(str(tiny_checkpoint), CPU_TORCH32)
     return ref, processor, ours
 
 
 @pytest.fixture(scope="module")
 def pair_06b(tiny_checkpoint_06b):
     ref, processor = _load_reference(tiny_checkpoint_06b)
-    ours = Engine.from_pretrained(str(tiny_checkpoint_06b), device="cpu", dtype="float32", backend="torch")
+    ours = Engine.from_pretrained(str(tiny_checkpoint_06b), CPU_TORCH32)
     return ref, processor, ours
 
 

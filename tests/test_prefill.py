@@ -7,8 +7,8 @@ sums over bucket keys instead of L, the extra ones masked to exact zeros); BLAS 
 and summation order by shape, so the last bits may differ. Hence allclose at rtol 1e-5 / atol 4e-6
 (measured worst case on the development machine: 84 % of rtol 1e-5 / atol 1e-6; other CPUs block differently).
 
-The captured-graph path that uses this scheme (kernel backend, Q3T_GRAPH_PREFILL=1) is tested on a
-GPU in tests/test_prefill_gpu.py; its bucket policy is checked here.
+The captured-graph path that uses this scheme (backends/kernels/prefill.py) is tested on a GPU in
+tests/test_prefill_gpu.py; its bucket policy and bookkeeping are checked here.
 """
 
 from __future__ import annotations
@@ -20,16 +20,18 @@ import numpy as np
 import pytest
 import torch
 
-from wyoming_qwen3tts.backends.kernel_backend import GRAPH_PREFILL_ENV, PREFILL_BUCKETS, KernelBackend, prefill_bucket
+from wyoming_qwen3tts.backends.kernels.options import KernelOptions
+from wyoming_qwen3tts.backends.kernels.prefill import PrefillGraphs
 from wyoming_qwen3tts.backends.torch_backend import TorchBackend
-from wyoming_qwen3tts.engine import Engine, SamplingParams, SynthesisRequest
+from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, SynthesisRequest
+from wyoming_qwen3tts.model.talker import PREFILL_BUCKETS, prefill_bucket
 
 RTOL, ATOL = 1e-5, 4e-6
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_checkpoint) -> Engine:
-    return Engine.from_pretrained(str(tiny_checkpoint), device="cpu", dtype="float32", backend="torch")
+    return Engine.from_pretrained(str(tiny_checkpoint), EngineOptions(device="cpu", dtype="float32", backend="torch"))
 
 
 def _round_up(n: int, step: int = 16) -> int:
@@ -136,17 +138,14 @@ def test_prefill_bucket_policy():
         assert b is not None and n <= b and b - n < (16 if n <= 128 else 32)
 
 
-def _cpu_graph_backend(engine: Engine, capacity: int = 128) -> KernelBackend:
-    """The kernel backend's prefill bookkeeping without a GPU: only the attributes _graph_prefill
-    uses, and a 'capture' that returns the body it would capture, run eagerly on replay."""
-    b = object.__new__(KernelBackend)
-    b.model, b.device, b.tc, b.capacity = engine.model, torch.device("cpu"), engine.model.cfg.talker, capacity
-    b.cache = engine.model.new_talker_cache(capacity)
-    b.hn = torch.zeros(b.tc.hidden_size)
-    b._init_graph_prefill()
-    b.captured = []
-    b._capture_prefill = lambda bucket: b.captured.append(bucket) or SimpleNamespace(replay=b._prefill_run(bucket))
-    return b
+def _cpu_graphs(engine: Engine) -> PrefillGraphs:
+    """The prefill graphs' bookkeeping without a GPU: a 'capture' that records its bucket and returns
+    the body it would capture, run eagerly on replay."""
+    hidden = engine.model.cfg.talker.hidden_size
+    graphs = PrefillGraphs(engine.model.talker.model, torch.zeros(hidden), torch.float32)
+    graphs.captured = []  # type: ignore[attr-defined]
+    graphs.capture = lambda bucket, run: graphs.captured.append(bucket) or SimpleNamespace(replay=run)  # type: ignore[method-assign]
+    return graphs
 
 
 def test_graph_prefill_bookkeeping_on_cpu(engine):
@@ -154,70 +153,80 @@ def test_graph_prefill_bookkeeping_on_cpu(engine):
     row, one graph per bucket, re-capture after the cache is replaced), with the capture faked:
     the same hn and cache entries as the eager prefill. The capture itself is GPU-only
     (tests/test_prefill_gpu.py)."""
-    b = _cpu_graph_backend(engine)
+    g = _cpu_graphs(engine)
+    cache = engine.model.new_talker_cache(128)
     stack = engine.model.talker.model
-    order = [(13, 16), (5, 16), (16, 16), (20, 32), (13, 16)]  # replays in the first bucket, another, back
-    for i, (n, bucket) in enumerate(order):
+    for i, (n, bucket) in enumerate([(13, 16), (5, 16), (16, 16), (20, 32), (13, 16)]):  # a bucket, another, back
         x = _inputs(engine, n, seed=100 + i)
         plain = engine.model.new_talker_cache(128)
-        b.cache.data.fill_(float("nan"))
+        cache.data.fill_(float("nan"))
         with torch.inference_mode():
             want = stack(x, plain)[-1]
-            b._graph_prefill(x, bucket)
-        assert b.cache.length == n
-        torch.testing.assert_close(b.hn, want, rtol=RTOL, atol=ATOL)
-        torch.testing.assert_close(b.cache.data[:, :, :n], plain.data[:, :, :n], rtol=RTOL, atol=ATOL)
-        assert torch.isnan(b.cache.data[:, :, bucket:]).all()  # nothing past the bucket written
-    assert b.captured == [16, 32] and set(b._prefill_graphs) == {16, 32}
-    b.cache = engine.model.new_talker_cache(128)  # what _alloc does when a request needs more room
+            g.prefill(x, cache)
+        assert cache.length == n
+        torch.testing.assert_close(g.hn, want, rtol=RTOL, atol=ATOL)
+        torch.testing.assert_close(cache.data[:, :, :n], plain.data[:, :, :n], rtol=RTOL, atol=ATOL)
+        assert torch.isnan(cache.data[:, :, bucket:]).all()  # nothing past the bucket written
+    assert g.captured == [16, 32] and set(g.graphs) == {16, 32}
+    grown = engine.model.new_talker_cache(128)  # what the backend does when a request needs more room
     with torch.inference_mode():
-        b._graph_prefill(_inputs(engine, 9, seed=7), 16)
-    assert b.captured == [16, 32, 16] and set(b._prefill_graphs) == {16} and b._pg_cache is b.cache
+        g.prefill(_inputs(engine, 9, seed=7), grown)
+    assert g.captured == [16, 32, 16] and set(g.graphs) == {16}
 
 
-def test_graph_prefill_is_the_default_and_can_be_turned_off(monkeypatch, engine):
-    monkeypatch.delenv(GRAPH_PREFILL_ENV, raising=False)
-    assert _cpu_graph_backend(engine).graph_prefill is True
-    monkeypatch.setenv(GRAPH_PREFILL_ENV, "1")
-    assert _cpu_graph_backend(engine).graph_prefill is True
-    monkeypatch.setenv(GRAPH_PREFILL_ENV, "0")
-    assert _cpu_graph_backend(engine).graph_prefill is False
+def test_graph_prefill_is_the_default_and_can_be_turned_off():
+    assert KernelOptions().graph_prefill is True
+    assert KernelOptions.from_env({}).graph_prefill is True
+    assert KernelOptions.from_env({"Q3T_GRAPH_PREFILL": "1"}).graph_prefill is True
+    assert KernelOptions.from_env({"Q3T_GRAPH_PREFILL": "0"}).graph_prefill is False
 
 
-def test_warm_up_captures_each_bucket_once_on_cpu(monkeypatch, engine):
-    monkeypatch.delenv(GRAPH_PREFILL_ENV, raising=False)
-    b = _cpu_graph_backend(engine)
-    assert b.warm_up(max_positions=48) == 3
-    assert b.captured == [16, 32, 48]
-    assert b.warm_up(max_positions=48) == 0 and b.captured == [16, 32, 48]
-    assert b.warm_up(max_positions=80) == 2 and b.captured == [16, 32, 48, 64, 80]
-    monkeypatch.setenv(GRAPH_PREFILL_ENV, "0")
-    off = _cpu_graph_backend(engine)
-    assert off.warm_up() == 0 and off.captured == []
+def test_kernel_options_from_the_environment():
+    assert KernelOptions.from_env({}) == KernelOptions(pdl=True, attn_splits=32, graph_prefill=True)
+    assert KernelOptions.from_env({"Q3T_PDL": "0", "Q3T_ATTN_SPLITS": "8"}) == KernelOptions(pdl=False, attn_splits=8)
+    with pytest.raises(ValueError, match="1..1024"):
+        KernelOptions.from_env({"Q3T_ATTN_SPLITS": "0"})
 
 
-def test_a_failed_capture_falls_back_to_the_eager_prefill(monkeypatch, engine, caplog):
+def test_warm_up_captures_each_bucket_once_on_cpu(engine):
+    g = _cpu_graphs(engine)
+    cache = engine.model.new_talker_cache(128)
+    with torch.inference_mode():
+        assert g.warm_up(cache, max_positions=48) == 3
+        assert g.captured == [16, 32, 48]
+        assert g.warm_up(cache, max_positions=48) == 0 and g.captured == [16, 32, 48]
+        assert g.warm_up(cache, max_positions=80) == 2 and g.captured == [16, 32, 48, 64, 80]
+        off = _cpu_graphs(engine)
+        off.enabled = False
+        assert off.warm_up(cache) == 0 and off.captured == []
+
+
+def test_a_failed_capture_falls_back_to_the_eager_prefill(engine, caplog):
     """A runtime that cannot capture the prefill (some ROCm/driver versions): one warning, then every
     prefill runs eagerly (as with Q3T_GRAPH_PREFILL=0); an out-of-memory error still propagates."""
-    monkeypatch.delenv(GRAPH_PREFILL_ENV, raising=False)
-    b = _cpu_graph_backend(engine)
+    g = _cpu_graphs(engine)
+    cache = engine.model.new_talker_cache(128)
 
-    def broken(bucket: int):  # noqa: ANN202
+    def broken(bucket: int, run):  # noqa: ANN001, ANN202
         raise RuntimeError("operation not permitted when stream is capturing")
 
-    b._capture_prefill = broken
+    g.capture = broken
+    x = _inputs(engine, 9, seed=3)
     with caplog.at_level("WARNING"), torch.inference_mode():
-        assert b._graph_prefill(_inputs(engine, 9, seed=3), 16) is False
-    assert b.graph_prefill is False and not b._prefill_graphs
+        g.prefill(x, cache)
+        want = engine.model.talker.model(x, engine.model.new_talker_cache(128))[-1]
+    assert not g.enabled and not g.graphs
     assert "prefilling eagerly" in caplog.text
-    assert b.warm_up() == 0
+    assert cache.length == 9
+    torch.testing.assert_close(g.hn, want, rtol=RTOL, atol=ATOL)  # the eager prefill ran instead
+    assert g.warm_up(cache) == 0
 
-    oom = _cpu_graph_backend(engine)
+    oom = _cpu_graphs(engine)
 
-    def out_of_memory(bucket: int):  # noqa: ANN202
+    def out_of_memory(bucket: int, run):  # noqa: ANN001, ANN202
         raise torch.cuda.OutOfMemoryError("CUDA out of memory")
 
-    oom._capture_prefill = out_of_memory
+    oom.capture = out_of_memory
     with pytest.raises(torch.cuda.OutOfMemoryError), torch.inference_mode():
-        oom._graph_prefill(_inputs(engine, 9, seed=3), 16)
-    assert oom.graph_prefill is True
+        oom.prefill(x, cache)
+    assert oom.enabled

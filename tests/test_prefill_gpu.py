@@ -1,4 +1,4 @@
-"""The kernel backend's captured prefill (the default; Q3T_GRAPH_PREFILL=0 turns it off) on a GPU, tiny checkpoint.
+"""The kernel backend's captured prefill (backends/kernels/prefill.py; on by default) on a GPU, tiny checkpoint.
 
 - float32 greedy codes equal the torch backend's for 100 frames, for prompts of several lengths:
   two different lengths in one bucket (the second replays the first one's graph), one in another
@@ -23,13 +23,10 @@ import numpy as np
 import pytest
 import torch
 
-from wyoming_qwen3tts.backends.kernel_backend import (
-    GRAPH_PREFILL_ENV,
-    PREFILL_BUCKETS,
-    WARM_PREFILL_POSITIONS,
-    prefill_bucket,
-)
-from wyoming_qwen3tts.engine import Engine, SamplingParams, SynthesisRequest
+from wyoming_qwen3tts.backends.kernels.options import KernelOptions
+from wyoming_qwen3tts.backends.kernels.prefill import WARM_PREFILL_POSITIONS
+from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, SynthesisRequest
+from wyoming_qwen3tts.model.talker import PREFILL_BUCKETS, prefill_bucket
 
 pytestmark = pytest.mark.gpu
 
@@ -45,14 +42,13 @@ def _request(text: str, sampling: SamplingParams = GREEDY, **kw) -> SynthesisReq
 
 
 def _engine(path, backend: str, dtype: str = "float32", graph: bool = True) -> Engine:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(GRAPH_PREFILL_ENV, "1" if graph else "0")
-        engine = Engine.from_pretrained(str(path), device="cuda", dtype=dtype, backend=backend, first_chunk_frames=2,
-                                        chunk_frames=8)  # fmt: skip
+    options = EngineOptions(device="cuda", dtype=dtype, backend=backend, first_chunk_frames=2, chunk_frames=8,  # type: ignore[arg-type]
+                            kernels=KernelOptions(graph_prefill=graph))  # fmt: skip
+    engine = Engine.from_pretrained(str(path), options)
     if backend == "kernels":
         if engine.info.backend != "kernels":
             pytest.fail(f"kernel backend did not load: {engine.info.backend_reason}")
-        assert engine.backend.graph_prefill is graph
+        assert engine.backend.prefills.enabled is graph
     return engine
 
 
@@ -88,14 +84,14 @@ def _codes(engine: Engine, text: str, frames: int = FRAMES, max_frames: int | No
 def test_graph_prefill_codes_match_torch(kern, ref):
     backend = kern.backend
     captures: list[int] = []
-    capture = backend._capture_prefill
+    capture = backend.prefills.capture
 
-    def counting(bucket: int):  # type: ignore[no-untyped-def]
+    def counting(bucket: int, run):  # type: ignore[no-untyped-def]
         captures.append(bucket)
-        return capture(bucket)
+        return capture(bucket, run)
 
-    backend._capture_prefill = counting
-    backend._prefill_graphs.clear()  # whatever tests ran before: count this test's captures
+    backend.prefills.capture = counting
+    backend.prefills.graphs.clear()  # whatever tests ran before: count this test's captures
     try:
         a, b, c = _texts_by_bucket(kern)
         lengths = {t: kern.prepare(_request(t)).length for t in (a, b, c)}
@@ -111,27 +107,29 @@ def test_graph_prefill_codes_match_torch(kern, ref):
         assert captures == [buckets[a], buckets[c]]
         np.testing.assert_array_equal(_codes(kern, a), first[a])  # replay after another bucket's graph
         assert captures == [buckets[a], buckets[c]]
-        assert set(backend._prefill_graphs) == {buckets[a], buckets[c]}
+        assert set(backend.prefills.graphs) == {buckets[a], buckets[c]}
     finally:
-        del backend._capture_prefill
+        del backend.prefills.capture
 
 
 def test_graph_prefill_long_prompt_runs_eagerly(kern, ref):
     long_text = " ".join(WORDS * 20) + "."  # ~3,600 characters (the limit is 5,000), > 512 positions
     assert kern.prepare(_request(long_text)).length > PREFILL_BUCKETS[-1]
-    before = set(kern.backend._prefill_graphs)
+    before = set(kern.backend.prefills.graphs)
     np.testing.assert_array_equal(_codes(kern, long_text, 20), _codes(ref, long_text, 20))
-    assert set(kern.backend._prefill_graphs) == before
+    assert set(kern.backend.prefills.graphs) == before
 
 
 def test_graph_prefill_recaptures_after_cache_growth(tiny_checkpoint, ref):
     engine = _engine(tiny_checkpoint, "kernels")
     backend = engine.backend
     _codes(engine, TEXT, 4)
-    old_cache = backend.cache
-    assert backend._pg_cache is old_cache and len(backend._prefill_graphs) == 1
-    grown = _codes(engine, TEXT, 20, max_frames=backend.capacity + 10)  # _alloc: a new, larger cache
-    assert backend.cache is not old_cache and backend._pg_cache is backend.cache
+    old_cache, old_graphs = backend.state.cache, dict(backend.prefills.graphs)
+    assert len(old_graphs) == 1
+    grown = _codes(engine, TEXT, 20, max_frames=backend.capacity + 10)  # grow: a new, larger cache
+    assert backend.state.cache is not old_cache
+    (bucket, graph), = backend.prefills.graphs.items()
+    assert bucket in old_graphs and graph is not old_graphs[bucket]  # captured again for the new cache
     np.testing.assert_array_equal(grown, _codes(ref, TEXT, 20))
 
 
@@ -142,14 +140,14 @@ def test_graph_prefill_matches_eager_prefill(kern):
     n = prompt.length
     out = {}
     for graph in (False, True):
-        backend.graph_prefill = graph
+        backend.prefills.enabled = graph
         try:
-            backend.cache.data.fill_(float("nan"))
-            backend._prefill(prompt, FRAMES)
+            backend.state.cache.data.fill_(float("nan"))
+            backend.prefill(prompt, FRAMES)
             torch.cuda.synchronize()
-            out[graph] = (backend.hn.clone(), backend.cache.data[:, :, :n].clone(), backend.cache.length)
+            out[graph] = (backend.state.hn.clone(), backend.state.cache.data[:, :, :n].clone(), backend.state.cache.length)
         finally:
-            backend.graph_prefill = True
+            backend.prefills.enabled = True
     (h0, c0, n0), (h1, c1, n1) = out[False], out[True]
     assert n0 == n1 == n
     torch.testing.assert_close(h1, h0, rtol=1e-5, atol=1e-5)
@@ -160,7 +158,7 @@ def test_graph_prefill_bf16_reproducible(tiny_checkpoint):
     engine = _engine(tiny_checkpoint, "kernels", dtype="bfloat16")
     request = _request(TEXT, replace(SamplingParams(), suppress_eos=True), max_frames=40, seed=11)
     first = engine.synthesize_all(request)  # captures the bucket's graph
-    assert len(engine.backend._prefill_graphs) == 1
+    assert len(engine.backend.prefills.graphs) == 1
     for _ in range(2):  # replays
         again = engine.synthesize_all(request)
         assert np.array_equal(again[1], first[1]) and again[0] == first[0]
@@ -185,11 +183,11 @@ def test_graph_prefill_timing(tiny_checkpoint, dtype, capsys):
     prompt = engine.prepare(_request(TEXT))
     times: dict[bool, list[float]] = {False: [], True: []}
     for graph in (False, True):
-        backend.graph_prefill = graph
+        backend.prefills.enabled = graph
         for i in range(23):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            backend._prefill(prompt, FRAMES)
+            backend.prefill(prompt, FRAMES)
             torch.cuda.synchronize()
             if i >= 3:  # the first ones load kernels / capture
                 times[graph].append((time.perf_counter() - t0) * 1e3)
@@ -205,12 +203,12 @@ def test_graph_prefill_timing(tiny_checkpoint, dtype, capsys):
 def test_warm_up_captures_the_common_buckets(tiny_checkpoint, ref):
     engine = _engine(tiny_checkpoint, "kernels")
     backend = engine.backend
-    assert not backend._prefill_graphs
+    assert not backend.prefills.graphs
     engine.warm_up()
     want = {b for b in PREFILL_BUCKETS if b <= min(WARM_PREFILL_POSITIONS, backend.capacity)}
-    assert set(backend._prefill_graphs) == want
-    captured = dict(backend._prefill_graphs)
+    assert set(backend.prefills.graphs) == want
+    captured = dict(backend.prefills.graphs)
     got = _codes(engine, TEXT)  # its bucket was captured at warm-up: replayed, not captured again
-    assert set(backend._prefill_graphs) == want
-    assert all(backend._prefill_graphs[b] is g for b, g in captured.items())
+    assert set(backend.prefills.graphs) == want
+    assert all(backend.prefills.graphs[b] is g for b, g in captured.items())
     assert np.array_equal(got, _codes(ref, TEXT))

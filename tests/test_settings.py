@@ -6,11 +6,14 @@ import re
 import subprocess
 import sys
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from wyoming_qwen3tts import __version__
+from wyoming_qwen3tts.options import EngineOptions
+from wyoming_qwen3tts.request import SamplingParams
 from wyoming_qwen3tts.settings import Settings, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,14 +65,37 @@ def test_cli_flags() -> None:
         ["--zeroconf", "--no-streaming", "--seed", "3", "--greedy", "--backend", "torch", "--data-dir", "/tmp/d"]
     )
     assert settings.zeroconf == "qwen3-tts" and not settings.streaming
-    assert settings.seed == 3 and settings.sampling().do_sample is False
+    assert settings.seed == 3 and settings.sampling().greedy is True
     assert settings.backend == "torch" and settings.data_dir == Path("/tmp/d")
     assert load_settings(["--zeroconf", "kitchen"]).zeroconf == "kitchen"
 
 
-def test_sampling_params_from_settings() -> None:
-    sampling = load_settings(["--temperature", "0.3", "--subtalker-top-k", "9"]).sampling()
-    assert sampling.do_sample and sampling.temperature == 0.3 and sampling.subtalker_top_k == 9
+def test_sampling_settings_override_the_checkpoints() -> None:
+    """Unset sampling settings keep the checkpoint's generation_config.json values; set ones replace
+    them; --greedy turns both draws into argmax."""
+    checkpoint = SamplingParams.from_generation_config(
+        {"do_sample": True, "temperature": 0.7, "top_k": 30, "repetition_penalty": 1.1, "subtalker_dosample": True,
+         "subtalker_top_k": 20}
+    )  # fmt: skip
+    assert (checkpoint.temperature, checkpoint.top_k, checkpoint.subtalker_top_k) == (0.7, 30, 20)
+    assert checkpoint.top_p == SamplingParams().top_p  # absent from the file: the release's value
+    assert load_settings([]).sampling().apply(checkpoint) == checkpoint
+    sampling = load_settings(["--temperature", "0.3", "--subtalker-top-k", "9"]).sampling().apply(checkpoint)
+    assert sampling == replace(checkpoint, temperature=0.3, subtalker_top_k=9)
+    greedy = load_settings(["--greedy", "--top-k", "5"]).sampling().apply(checkpoint)
+    assert not greedy.do_sample and not greedy.subtalker_do_sample and greedy.top_k == 5
+
+
+def test_engine_options_carry_the_engine_settings() -> None:
+    settings = load_settings(["--device", "cpu", "--backend", "torch", "--max-text-chars", "300", "--chunk-frames", "4",
+                              "--max-frames", "99", "--first-chunk-frames", "3", "--temperature", "0.5"])  # fmt: skip
+    options = settings.engine_options()
+    assert (options.device, options.backend, options.max_text_chars) == ("cpu", "torch", 300)
+    assert (options.first_chunk_frames, options.chunk_frames, options.max_frames) == (3, 4, 99)
+    assert options.sampling == settings.sampling() and options.sampling.temperature == 0.5
+    # Every default is the engine's own: one home each.
+    defaults = Settings().engine_options()
+    assert defaults == EngineOptions()
 
 
 @pytest.mark.parametrize(
@@ -115,3 +141,16 @@ def test_version_and_help() -> None:
                  "--no-streaming", "--debug", "--log-format", "--first-chunk-frames", "--chunk-frames",
                  "--max-frames", "--max-text-chars", "--seed", "--greedy", "--temperature"]:
         assert flag in help_text, flag
+
+
+def test_handler_config_takes_the_settings_of_its_names() -> None:
+    from dataclasses import fields
+
+    from wyoming_qwen3tts.handler import HandlerConfig
+
+    settings = load_settings(["--max-text-chars", "77", "--seed", "4", "--idle-timeout", "9", "--write-timeout", "8",
+                              "--max-sentence-chars", "50", "--max-event-bytes", "5000"])  # fmt: skip
+    config = HandlerConfig(**settings.values_for(HandlerConfig))
+    assert {f.name: getattr(config, f.name) for f in fields(HandlerConfig)} == dict(
+        max_text_chars=77, max_sentence_chars=50, seed=4, max_event_bytes=5000, idle_timeout=9.0, write_timeout=8.0
+    )

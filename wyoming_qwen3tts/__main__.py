@@ -42,16 +42,7 @@ def load_engine(settings: Settings) -> "Engine":
     # must already be answering describe by then (Home Assistant gives setup one second).
     from .engine import Engine
 
-    engine = Engine.from_pretrained(
-        settings.model,
-        data_dir=settings.data_dir,
-        device=settings.device,
-        dtype=settings.dtype,
-        backend=settings.backend,
-        first_chunk_frames=settings.first_chunk_frames,
-        chunk_frames=settings.chunk_frames,
-        max_frames=settings.max_frames,
-    )
+    engine = Engine.from_pretrained(settings.model, settings.engine_options())
     _LOGGER.info("Model loaded: %d speakers", len(engine.speakers))
     # Before "Ready": the first real request must not pay for graph capture or lazy init.
     warm_up = getattr(engine, "warm_up", None)  # test engines may have none
@@ -68,15 +59,7 @@ async def main(settings: Settings) -> int:
         default_voice=settings.voice,
         max_connections=settings.max_connections,
     )
-    config = HandlerConfig(
-        max_text_chars=settings.max_text_chars,
-        max_sentence_chars=settings.max_sentence_chars,
-        seed=settings.seed,
-        sampling=settings.sampling(),
-        max_event_bytes=settings.max_event_bytes,
-        idle_timeout=settings.idle_timeout,
-        write_timeout=settings.write_timeout,
-    )
+    config = HandlerConfig(**settings.values_for(HandlerConfig))
     server = AsyncServer.from_uri(settings.uri)
 
     if settings.zeroconf is not None:

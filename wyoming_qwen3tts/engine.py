@@ -1,6 +1,7 @@
 """Requests in, PCM chunks out: text -> prompt -> decode loop -> codec, one frame group at a time.
 
-`Engine.from_pretrained` loads a checkpoint (local dir or HF repo id) once; `Engine.synthesize`
+`Engine.from_pretrained` loads a checkpoint (local dir or HF repo id) once, as its EngineOptions
+(options.py) say; `Engine.synthesize`
 is a blocking generator meant to run off the event loop. It yields an AudioChunk as soon as
 each frame group is decoded: a small first group for low latency, larger groups after. Work
 is done under a lock one frame group at a time, so requests from several threads interleave
@@ -15,18 +16,19 @@ import time
 from collections.abc import Iterator
 from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 import torch
 
+from .backends.kernels.options import KernelOptions
 from .errors import EmptyTextError, Qwen3TTSError, SynthesisCancelled, TextTooLongError
 from .model.checkpoint import Checkpoint, load_checkpoint, resolve_dtype
 from .model.codec import CodecDecoder
 from .model.prompt import Prompt, build_prompt, chat_instruct, chat_text, resolve_language, resolve_speaker
 from .model.talker import Qwen3TTSModel
 from .model.tokenizer import TextTokenizer
+from .options import EngineOptions
 from .sentences import clean_client_text
 from .request import (
     CHANNELS,
@@ -43,6 +45,7 @@ _LOGGER = logging.getLogger(__name__)
 __all__ = [
     "AudioChunk",
     "Engine",
+    "EngineOptions",
     "SamplingParams",
     "SynthesisRequest",
     "SAMPLE_RATE",
@@ -137,27 +140,21 @@ class Engine:
         codec: CodecDecoder,
         tokenizer: TextTokenizer,
         backend: DecodeBackend,
-        *,
-        first_chunk_frames: int = 2,
-        chunk_frames: int = 12,
-        max_frames: int = 2048,
-        max_text_chars: int = 5000,
-        default_sampling: SamplingParams | None = None,
+        options: EngineOptions = EngineOptions(),
         info: EngineInfo | None = None,
     ) -> None:
-        if first_chunk_frames < 1 or chunk_frames < 1 or max_frames < 1:
-            raise ValueError("frame counts must be >= 1")
         self.checkpoint = checkpoint
         self.config = checkpoint.config
         self.model = model
         self.codec = codec
         self.tokenizer = tokenizer
         self.backend = backend
-        self.first_chunk_frames = first_chunk_frames
-        self.chunk_frames = chunk_frames
-        self.max_frames = max_frames
-        self.max_text_chars = max_text_chars
-        self.default_sampling = default_sampling or sampling_from_generation_config(checkpoint.generation_config)
+        self.first_chunk_frames = options.first_chunk_frames
+        self.chunk_frames = options.chunk_frames
+        self.max_frames = options.max_frames
+        self.max_text_chars = options.max_text_chars
+        # One rule for every caller: the checkpoint's generation_config.json, then the options' overrides.
+        self.default_sampling = options.sampling.apply(SamplingParams.from_generation_config(checkpoint.generation_config))
         self.info = info or EngineInfo(str(checkpoint.path), str(model.device), str(model.dtype), backend.name, "")
         self._lock = threading.Lock()
         self._session_lock = threading.Lock()
@@ -184,27 +181,15 @@ class Engine:
 
     # -- loading --------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(
-        cls,
-        model: str,
-        *,
-        data_dir: Path | None = None,
-        device: str = "auto",
-        dtype: str = "auto",
-        backend: str = "auto",
-        first_chunk_frames: int = 2,
-        chunk_frames: int = 12,
-        max_frames: int = 2048,
-        max_text_chars: int = 5000,
-        local_files_only: bool = False,
-    ) -> "Engine":
+    def from_pretrained(cls, model: str, options: EngineOptions = EngineOptions()) -> "Engine":
         """Resolve/download, load and prepare the model. Blocking; may take minutes on first start."""
         started = time.monotonic()
-        dev = pick_device(device)
-        torch_dtype = pick_dtype(dtype, dev)
+        dev = pick_device(options.device)
+        torch_dtype = pick_dtype(options.dtype, dev)
         # Loaded to host memory first (zero-copy file mappings where the dtype matches); the model
         # moves what it needs to the device tensor by tensor, which keeps the GPU peak low.
-        ckpt = load_checkpoint(model, data_dir, dtype=torch_dtype, device="cpu", local_files_only=local_files_only)
+        ckpt = load_checkpoint(model, options.data_dir, dtype=torch_dtype, device="cpu",
+                               local_files_only=options.local_files_only)  # fmt: skip
         tokenizer = TextTokenizer.from_dir(ckpt.path)
         talker = Qwen3TTSModel.from_tensors(ckpt.config, ckpt.tensors, dtype=torch_dtype, device=dev)
         codec = CodecDecoder.from_tensors(ckpt.codec_config, ckpt.codec_tensors, dtype=torch_dtype, device=dev)
@@ -212,18 +197,14 @@ class Engine:
         # so that originals which were copied (e.g. the float32 codec) are freed.
         ckpt.tensors.clear()
         ckpt.codec_tensors.clear()
-        chosen, reason = make_backend(backend, talker, ckpt)
+        chosen, reason = make_backend(options.backend, talker, options.kernels)
         device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
         info = EngineInfo(model, f"{dev} ({device_name})", str(torch_dtype).removeprefix("torch."), chosen.name, reason)
         _LOGGER.info(
             "Model %s loaded in %.1fs: device=%s dtype=%s backend=%s%s",
             model, time.monotonic() - started, info.device, info.dtype, info.backend, f" ({reason})" if reason else "",
         )
-        return cls(
-            ckpt, talker, codec, tokenizer, chosen,
-            first_chunk_frames=first_chunk_frames, chunk_frames=chunk_frames,
-            max_frames=max_frames, max_text_chars=max_text_chars, info=info,
-        )
+        return cls(ckpt, talker, codec, tokenizer, chosen, options, info)
 
     # -- synthesis ------------------------------------------------------------------------
     def validate(self, request: SynthesisRequest) -> str:
@@ -258,7 +239,7 @@ class Engine:
         seed = request.seed if request.seed is not None else int.from_bytes(np.random.bytes(4), "little")
         first = request.first_chunk_frames or self.first_chunk_frames
         later = request.chunk_frames or self.chunk_frames
-        sampling = request.sampling
+        sampling = request.sampling or self.default_sampling
         # Backends whose sessions share device buffers (the captured kernel graph) run one whole
         # request at a time; the torch backend interleaves requests at frame-group boundaries.
         exclusive = self._session_lock if not getattr(self.backend, "concurrent_sessions", True) else None
@@ -335,27 +316,10 @@ def next_group_size(previous: int, largest: int) -> int:
     return min(largest, max(previous * 2, 1))
 
 
-def sampling_from_generation_config(gen: dict) -> SamplingParams:
-    d = SamplingParams()
-    return SamplingParams(
-        do_sample=bool(gen.get("do_sample", d.do_sample)),
-        temperature=float(gen.get("temperature", d.temperature)),
-        top_k=int(gen.get("top_k", d.top_k)),
-        top_p=float(gen.get("top_p", d.top_p)),
-        repetition_penalty=float(gen.get("repetition_penalty", d.repetition_penalty)),
-        subtalker_do_sample=bool(gen.get("subtalker_dosample", d.subtalker_do_sample)),
-        subtalker_temperature=float(gen.get("subtalker_temperature", d.subtalker_temperature)),
-        subtalker_top_k=int(gen.get("subtalker_top_k", d.subtalker_top_k)),
-        subtalker_top_p=float(gen.get("subtalker_top_p", d.subtalker_top_p)),
-    )
-
-
-def make_backend(name: str, model: Qwen3TTSModel, ckpt: Checkpoint) -> tuple[DecodeBackend, str]:
+def make_backend(name: str, model: Qwen3TTSModel, kernels: KernelOptions | None = None) -> tuple[DecodeBackend, str]:
     """The decode backend asked for; 'auto' takes the fused kernels where they load, else torch."""
     from .backends.torch_backend import TorchBackend
 
-    if name not in ("auto", "kernels", "torch"):
-        raise ValueError(f"unknown backend {name!r}: use auto, kernels or torch")
     if name == "torch":
         return TorchBackend(model), "asked for"
     if model.device.type != "cuda":
@@ -363,9 +327,9 @@ def make_backend(name: str, model: Qwen3TTSModel, ckpt: Checkpoint) -> tuple[Dec
             raise Qwen3TTSError("backend 'kernels' needs a GPU; this engine runs on the CPU")
         return TorchBackend(model), "no GPU: fused kernels need CUDA or ROCm"
     try:
-        from .backends.kernel_backend import KernelBackend
+        from .backends.kernels.backend import KernelBackend
 
-        chosen = KernelBackend(model)
+        chosen = KernelBackend(model, kernels)
         lib = chosen.lib
         # Which kernel build runs: the cached library (its name carries the source hash and archs).
         return chosen, f"kernels {lib.path.name}, warp {lib.warp_size}, {lib.sm_count} compute units"

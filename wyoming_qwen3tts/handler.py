@@ -27,7 +27,7 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from wyoming.audio import AudioChunk as WyomingAudioChunk
 from wyoming.audio import AudioStart, AudioStop
@@ -38,7 +38,8 @@ from wyoming.ping import Ping, Pong
 from wyoming.server import AsyncEventHandler
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped, SynthesizeVoice
 
-from .request import CHANNELS, SAMPLE_RATE, SAMPLE_WIDTH, SamplingParams, SynthesisRequest
+from .options import EngineOptions
+from .request import CHANNELS, SAMPLE_RATE, SAMPLE_WIDTH, SynthesisRequest
 from .errors import (
     EventTooLargeError,
     IdleTimeoutError,
@@ -62,10 +63,9 @@ class _ClientGone(Exception):
 class HandlerConfig:
     """The per-request settings every handler shares."""
 
-    max_text_chars: int = 5000
+    max_text_chars: int = EngineOptions.max_text_chars
     max_sentence_chars: int = 400
     seed: int | None = None
-    sampling: SamplingParams = field(default_factory=SamplingParams)
     max_event_bytes: int = 1_048_576
     idle_timeout: float = 120.0
     write_timeout: float = 60.0
@@ -352,7 +352,6 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
                     language=exchange.voice.language,
                     instruct=exchange.voice.instruct,
                     seed=self.config.seed,
-                    sampling=self.config.sampling,
                 )
                 _LOGGER.debug("Speaking %r with %s", sentence, exchange.voice)
                 piece_start = time.monotonic()

@@ -16,7 +16,6 @@ import ctypes
 import hashlib
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -26,9 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ABI_VERSION = 5  # must equal Q3T_ABI_VERSION in kernels/include/q3t.h
+ABI_VERSION = 6  # must equal Q3T_ABI_VERSION in kernels/include/q3t.h
 
-KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels"
+# The kernel sources: inside the package when installed from a wheel or non-editable (setup.py puts
+# them there), else the checkout's kernels/ (editable installs, the Docker images, tests).
+_PACKAGED = Path(__file__).resolve().parent / "_kernels"
+KERNEL_DIR = _PACKAGED if (_PACKAGED / "src").is_dir() else Path(__file__).resolve().parent.parent / "kernels"
 DEFAULT_HIP_ARCHS = ("gfx1201",)
 DEFAULT_CUDA_ARCHS = ("sm_90",)
 
@@ -54,14 +56,6 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
     "q3t_rmsnorm": (_c_int, [_p, _p, _p, _c_int, _c_float, _p]),
     "q3t_gemv": (_c_int, [_c_int, _p, _c_int, _c_int, _p, _p, _c_float, _p, _p, _c_int, _p]),
     "q3t_gemv_batch": (_c_int, [_c_int, _p, _c_int, _c_int, _p, _c_int, _p, _c_float, _p, _p, _c_int, _p]),
-    "q3t_qk_norm_rope_append": (
-        _c_int,
-        [_c_int, _p, _p, _p, _c_float, _p, _p, _p, _c_int, _c_int, _c_int, _c_int, _c_int, _p, _p, _p, _p],
-    ),
-    "q3t_attention": (
-        _c_int,
-        [_c_int, _p, _p, _p, _p, _c_int, _c_int, _c_int, _c_int, _c_int, _c_float, _c_int, _p, _p, _p],
-    ),
     "q3t_rope_attention": (
         _c_int,
         [_c_int, _p, _p, _p, _c_float, _p, _p, _p, _c_int, _c_int, _c_int, _c_int, _c_int, _c_float, _p, _p, _p, _p],
@@ -84,14 +78,6 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
         [
             _p, _c_int, _p, _c_float, _c_int, _c_int, _c_int, _c_int, _c_int, _c_float, _c_int, _c_float,
             _p, _c_int, _p, _p, _c_int, _p, _c_int, _c_int, _p, _p,
-        ],
-    ),
-    "q3t_code_predictor": (
-        _c_int,
-        [
-            _c_int, _p, _c_int, _c_int, _c_int, _c_int, _c_int, _c_int, _c_int, _c_int, _c_int, _c_int, _c_int,
-            _c_float, _c_float, _p, _p, _p, _p, _p, _p, _p, _p, _p, _c_int, _c_float, _c_int, _c_float, _p, _p,
-            _p, _p, _p, _p, _p, _p, _p,
         ],
     ),
     "q3t_store_row": (_c_int, [_p, _c_int, _p, _p, _c_int, _p]),
@@ -210,22 +196,21 @@ def compile_command(tc: Toolchain, out: Path, *, werror: bool = False) -> list[s
         cmd += [f"--offload-arch={a}" for a in tc.archs]
         if werror:
             cmd += ["-Wall", "-Wextra", "-Werror"]
-    # Q3T_CFLAGS: extra compiler flags for experiments (e.g. -DQ3T_LAST_BLOCK_MERGE=0, see
-    # kernels/device/bench_env.py); part of the cache key like every other flag.
-    cmd += shlex.split(os.environ.get("Q3T_CFLAGS", ""))
     return cmd + ["-shared", "-o", str(out)] + srcs
 
 
 def cache_key(tc: Toolchain) -> str:
     """Hash of the sources, headers, toolchain kind, archs, flags and ABI version.
 
-    The compiler's path and version are left out on purpose: a runtime image that ships a
-    prebuilt library but no compiler must still find it (see `cached_library`)."""
+    The compiler's path and version and the sources' location are left out on purpose: a runtime
+    image that ships a prebuilt library but no compiler must still find it (see `cached_library`),
+    and a checkout and an installed wheel of the same sources share one library."""
     h = hashlib.sha256()
     for f in [*sources(), *_headers()]:
         h.update(f.name.encode())
         h.update(f.read_bytes())
     flags = compile_command(Toolchain(tc.kind, tc.kind, "", tc.archs), Path("x"))[1 : -len(sources())]
+    flags = [f.replace(str(KERNEL_DIR), "kernels") for f in flags]  # where the sources sit is no part of it
     h.update(repr((tc.kind, tc.archs, ABI_VERSION, flags)).encode())
     return h.hexdigest()[:20]
 

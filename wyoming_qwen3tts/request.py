@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import numpy as np
 
@@ -14,7 +16,8 @@ SAMPLES_PER_FRAME = 1920  # 80 ms at 24 kHz
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Logits processing and sampling, with the defaults of the release's generation_config.json."""
+    """Logits processing and sampling. The defaults are the release's generation_config.json values;
+    a checkpoint's own file (from_generation_config) is the rule, these fill what it leaves out."""
 
     do_sample: bool = True
     temperature: float = 0.9
@@ -32,6 +35,43 @@ class SamplingParams:
     def greedy(cls) -> "SamplingParams":
         return cls(do_sample=False, subtalker_do_sample=False)
 
+    @classmethod
+    def from_generation_config(cls, gen: Mapping[str, Any]) -> "SamplingParams":
+        """The sampling a checkpoint's generation_config.json asks for."""
+        d = cls()
+        return cls(
+            do_sample=bool(gen.get("do_sample", d.do_sample)),
+            temperature=float(gen.get("temperature", d.temperature)),
+            top_k=int(gen.get("top_k", d.top_k)),
+            top_p=float(gen.get("top_p", d.top_p)),
+            repetition_penalty=float(gen.get("repetition_penalty", d.repetition_penalty)),
+            subtalker_do_sample=bool(gen.get("subtalker_dosample", d.subtalker_do_sample)),
+            subtalker_temperature=float(gen.get("subtalker_temperature", d.subtalker_temperature)),
+            subtalker_top_k=int(gen.get("subtalker_top_k", d.subtalker_top_k)),
+            subtalker_top_p=float(gen.get("subtalker_top_p", d.subtalker_top_p)),
+        )
+
+
+@dataclass(frozen=True)
+class SamplingOverrides:
+    """Sampling settings that replace the checkpoint's (None: keep the checkpoint's value)."""
+
+    greedy: bool = False  # argmax for code 0 and the CodePredictor
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float | None = None
+    subtalker_temperature: float | None = None
+    subtalker_top_k: int | None = None
+    subtalker_top_p: float | None = None
+
+    def apply(self, base: SamplingParams) -> SamplingParams:
+        changes = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "greedy"}
+        changes = {name: value for name, value in changes.items() if value is not None}
+        if self.greedy:
+            changes.update(do_sample=False, subtalker_do_sample=False)
+        return replace(base, **changes)
+
 
 @dataclass(frozen=True)
 class SynthesisRequest:
@@ -40,7 +80,7 @@ class SynthesisRequest:
     language: str = "auto"
     instruct: str | None = None
     seed: int | None = None
-    sampling: SamplingParams = field(default_factory=SamplingParams)
+    sampling: SamplingParams | None = None  # None: the engine's (the checkpoint's, with the settings' overrides)
     max_frames: int | None = None  # None: the engine's limit
     non_streaming_text: bool = True  # the reference's non_streaming_mode (text fed all at once)
     first_chunk_frames: int | None = None  # None: the engine's setting

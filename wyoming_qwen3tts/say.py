@@ -11,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .engine import Engine, SamplingParams, SynthesisRequest
+from .engine import Engine, SynthesisRequest
 from .errors import Qwen3TTSError
-from .model.checkpoint import DEFAULT_MODEL
+from .options import DEFAULT_MODEL, EngineOptions
+from .request import SamplingOverrides
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,12 +26,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True, help="output .wav (24 kHz, 16-bit mono)")
     p.add_argument("--language", default="auto", help="auto, english, chinese, ... (default auto)")
     p.add_argument("--instruct", default=None, help="speaking style (1.7B only)")
-    p.add_argument("--greedy", action="store_true", help="argmax decoding instead of sampling")
+    p.add_argument("--greedy", action="store_true", help="argmax decoding instead of the model's sampling")
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    p.add_argument("--backend", default="auto", choices=["auto", "kernels", "torch"])
-    p.add_argument("--max-frames", type=int, default=2048, help="upper bound on 80 ms frames")
+    p.add_argument("--device", default=EngineOptions.device, help="auto, cpu, cuda, cuda:N")
+    p.add_argument("--dtype", default=EngineOptions.dtype, choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--backend", default=EngineOptions.backend, choices=["auto", "kernels", "torch"])
+    p.add_argument("--max-frames", type=int, default=EngineOptions.max_frames, help="upper bound on 80 ms frames")
     p.add_argument("--streaming-text", action="store_true", help="feed text dual-track (the reference's non_streaming_mode=False)")
     p.add_argument("--codes-out", type=Path, default=None, help="also write the codes [frames, 16] as .npy")
     p.add_argument("--debug", action="store_true")
@@ -49,17 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO, format="%(levelname)s %(message)s")
     try:
-        engine = Engine.from_pretrained(
-            args.model, data_dir=args.data_dir, device=args.device, dtype=args.dtype, backend=args.backend,
-            max_frames=args.max_frames,
-        )
+        options = EngineOptions(data_dir=args.data_dir, device=args.device, dtype=args.dtype, backend=args.backend,
+                                max_frames=args.max_frames, sampling=SamplingOverrides(greedy=args.greedy))  # fmt: skip
+        engine = Engine.from_pretrained(args.model, options)
         request = SynthesisRequest(
             text=args.text,
             speaker=args.voice,
             language=args.language,
             instruct=args.instruct,
             seed=args.seed,
-            sampling=SamplingParams.greedy() if args.greedy else engine.default_sampling,
             max_frames=args.max_frames,
             non_streaming_text=not args.streaming_text,
         )

@@ -16,6 +16,7 @@ import os
 import types
 import typing
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,7 +29,8 @@ from pydantic_settings import (
 )
 
 from . import __version__
-from .request import SamplingParams
+from .options import DEFAULT_MODEL, Backend, EngineOptions
+from .request import SamplingOverrides
 from .voices import VoicePreset
 
 ENV_PREFIX = "WYOMING_QWEN3TTS_"
@@ -61,31 +63,31 @@ class Settings(BaseSettings):
     write_timeout: float = Field(60.0, gt=0, description="seconds a client may take to accept audio before it is dropped")
     drain_seconds: float = Field(8.0, ge=0, description="on SIGTERM, seconds to finish requests in progress before cancelling them")
     # --- model ---
-    model: str = Field("Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice", description="Hugging Face repo id or local directory")
+    model: str = Field(DEFAULT_MODEL, description="Hugging Face repo id or local directory")
     data_dir: Path | None = Field(None, description="where downloaded models are kept (default: Hugging Face cache)")
-    device: str = Field("auto", description="torch device: auto, cuda, cuda:1, cpu")
-    dtype: str = Field("auto", description="weights dtype: auto, bfloat16, float16, float32")
-    backend: Literal["auto", "kernels", "torch"] = Field("auto", description="decode loop: fused kernels or plain torch")
+    device: str = Field(EngineOptions.device, description="torch device: auto, cuda, cuda:1, cpu")
+    dtype: str = Field(EngineOptions.dtype, description="weights dtype: auto, bfloat16, float16, float32")
+    backend: Backend = Field(EngineOptions.backend, description="decode loop: fused kernels or plain torch")
     # --- streaming audio ---
-    first_chunk_frames: int = Field(2, ge=1, description="frames (80 ms each) in the first audio chunk")
-    chunk_frames: int = Field(12, ge=1, description="largest later audio chunk (groups double from the first up to this)")
-    max_frames: int = Field(2048, ge=1, description="most frames spoken per sentence (12.5 frames = 1 s)")
+    first_chunk_frames: int = Field(EngineOptions.first_chunk_frames, ge=1, description="frames (80 ms each) in the first audio chunk")
+    chunk_frames: int = Field(EngineOptions.chunk_frames, ge=1, description="largest later audio chunk (groups double from the first up to this)")
+    max_frames: int = Field(EngineOptions.max_frames, ge=1, description="most frames spoken per sentence (12.5 frames = 1 s)")
     # --- text ---
-    max_text_chars: int = Field(5000, ge=1, description="longest text accepted per request")
+    max_text_chars: int = Field(EngineOptions.max_text_chars, ge=1, description="longest text accepted per request")
     max_sentence_chars: int = Field(400, ge=20, description="longer sentences are split at a comma or space")
     # --- voices ---
     voice: str = Field("", description="voice used when a request names none (empty: the first speaker)")
     voices: list[VoicePreset] = Field(default_factory=list, description="voice presets ([[voices]] tables)")
-    # --- sampling ---
+    # --- sampling (unset: the model's generation_config.json) ---
     seed: int | None = Field(None, description="random seed for every sentence (none: random)")
     greedy: bool = Field(False, description="greedy decoding instead of sampling")
-    temperature: float = Field(SamplingParams.temperature, gt=0, description="sampling temperature")
-    top_k: int = Field(SamplingParams.top_k, ge=0, description="top-k (0: off)")
-    top_p: float = Field(SamplingParams.top_p, gt=0, le=1, description="nucleus sampling threshold")
-    repetition_penalty: float = Field(SamplingParams.repetition_penalty, gt=0, description="repetition penalty")
-    subtalker_temperature: float = Field(SamplingParams.subtalker_temperature, gt=0, description="code predictor temperature")
-    subtalker_top_k: int = Field(SamplingParams.subtalker_top_k, ge=0, description="code predictor top-k")
-    subtalker_top_p: float = Field(SamplingParams.subtalker_top_p, gt=0, le=1, description="code predictor top-p")
+    temperature: float | None = Field(None, gt=0, description="sampling temperature")
+    top_k: int | None = Field(None, ge=0, description="top-k (0: off)")
+    top_p: float | None = Field(None, gt=0, le=1, description="nucleus sampling threshold")
+    repetition_penalty: float | None = Field(None, gt=0, description="repetition penalty")
+    subtalker_temperature: float | None = Field(None, gt=0, description="code predictor temperature")
+    subtalker_top_k: int | None = Field(None, ge=0, description="code predictor top-k")
+    subtalker_top_p: float | None = Field(None, gt=0, le=1, description="code predictor top-p")
 
     @classmethod
     def settings_customise_sources(
@@ -102,18 +104,20 @@ class Settings(BaseSettings):
             return (init_settings, env_settings)
         return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
 
-    def sampling(self) -> SamplingParams:
-        if self.greedy:
-            return SamplingParams.greedy()
-        return SamplingParams(
-            temperature=self.temperature,
-            top_k=self.top_k,
-            top_p=self.top_p,
-            repetition_penalty=self.repetition_penalty,
-            subtalker_temperature=self.subtalker_temperature,
-            subtalker_top_k=self.subtalker_top_k,
-            subtalker_top_p=self.subtalker_top_p,
-        )
+    def values_for(self, options: type) -> dict[str, Any]:
+        """These settings' values for the fields of an options dataclass that bear their names."""
+        names = {f.name for f in fields(options)} & set(type(self).model_fields)
+        return {name: getattr(self, name) for name in names}
+
+    def sampling(self) -> SamplingOverrides:
+        """The sampling settings given, over the model's generation_config.json."""
+        return SamplingOverrides(**self.values_for(SamplingOverrides))
+
+    def engine_options(self) -> EngineOptions:
+        return EngineOptions(**self.values_for(EngineOptions), sampling=self.sampling())
+
+
+_SAMPLING = {f.name for f in fields(SamplingOverrides)} - {"greedy"}
 
 
 def _scalar_type(annotation: Any) -> Any:
@@ -137,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
         flag = "--" + name.replace("_", "-")
         default = info.get_default(call_default_factory=True)
         # argparse %-formats help strings; the log format default contains %(...)s.
-        help_text = f"{info.description} (default: {default!r})".replace("%", "%%")
+        shown = "the model's generation_config.json" if name in _SAMPLING else repr(default)
+        help_text = f"{info.description} (default: {shown})".replace("%", "%%")
         kind = _scalar_type(info.annotation)
         if name == "voices":
             continue

@@ -1,8 +1,8 @@
 """Where the time of one frame goes: every kernel of the replayed frame graph, with its duration and
 the idle gap before it, from a CUDA trace (torch profiler / CUPTI; graph kernels are traced one by one).
 
-Random full-size bf16 model, default sampling, the default backend settings (override with the usual
-Q3T_* variables). Prints a per-kernel-name table (launches per frame, µs per frame busy, µs per frame
+Random full-size bf16 model, default sampling, the default backend options (Q3T_PDL=0 etc. override
+them, kernels/README.md). Prints a per-kernel-name table (launches per frame, µs per frame busy, µs per frame
 in the gaps before them) and the frame's busy/gap totals; writes the table and the raw per-launch rows
 as JSON. Usage: python kernels/device/profile_frame.py [0.6b 1.7b] [--out DIR]
 """
@@ -69,7 +69,7 @@ def profile(size: str) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from common import random_model, text_ids
 
-    from wyoming_qwen3tts.backends.kernel_backend import KernelBackend
+    from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
     from wyoming_qwen3tts.model.prompt import build_prompt
     from wyoming_qwen3tts.request import SamplingParams
 
@@ -78,7 +78,7 @@ def profile(size: str) -> dict[str, Any]:
     kb = KernelBackend(model)
     sess = kb.start(prompt, SamplingParams(), 0, 1000)
     sess.next_frames(8)  # capture + warm-up
-    graph = kb._graph
+    graph = kb.frame_graph(SamplingParams())
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(FRAMES):
@@ -91,7 +91,7 @@ def profile(size: str) -> dict[str, Any]:
     per_frame = len(kernels) // FRAMES
     window = kernels[SKIP * per_frame : FRAMES * per_frame]
     out = summarize(window, FRAMES - SKIP)
-    out.update(size=size, gpu=torch.cuda.get_device_name(), cp_fused=kb.cp_fused, pdl=kb.pdl)
+    out.update(size=size, gpu=torch.cuda.get_device_name(), pdl=kb.pdl)
     del kb, sess, model
     torch.cuda.empty_cache()
     return out

@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /* Bump on any change of a prototype, of a constant below or of a function's meaning. */
-#define Q3T_ABI_VERSION 5
+#define Q3T_ABI_VERSION 6
 
 #define Q3T_F32 0
 #define Q3T_BF16 1
@@ -57,33 +57,26 @@ Q3T_API int q3t_rmsnorm(const float* x, const float* w, float* y, int n, float e
 /* y (mode) W[N, K] @ xn, xn = norm_w ? RMSNorm(x) * norm_w : x. bias may be NULL. K <= 8192. */
 Q3T_API int q3t_gemv(int dtype, const void* w, int n_rows, int k, const float* x, const float* norm_w, float eps, const float* bias, float* y, int mode, void* stream);
 
-/* q3t_gemv (the v2 kernel, whatever Q3T_GEMV says) for nb = 1 or 2 input vectors at once:
+/* q3t_gemv (its split-K kernel, for any K) for nb = 1 or 2 input vectors at once:
  * x [nb, k] -> y [nb, N] (SwiGLU: [nb, N / 2]), each weight row read once; each vector gets its own
  * RMSNorm and its outputs are those of a one-vector call, bit for bit. nb * k <= 12288. */
 Q3T_API int q3t_gemv_batch(int dtype, const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps, const float* bias, float* y, int mode, void* stream);
 
-/* qkv [(hq + 2 hkv) * d] -> per-head RMSNorm of q and k, rotate-half RoPE at position
- * pos = (*pos_ptr if pos_ptr) + pos_add, q written to q_out [hq * d], k and v appended to the
- * caches at row pos (cache rows are [hkv * d], `dtype`). cos/sin tables are [max_seq, d] f32. */
-Q3T_API int q3t_qk_norm_rope_append(int dtype, const float* qkv, const float* q_norm_w, const float* k_norm_w, float eps, const float* cos_tab, const float* sin_tab, const int* pos_ptr, int pos_add, int hq, int hkv, int d, int max_seq, float* q_out, void* k_cache, void* v_cache, void* stream);
-
-/* Decode attention of one query over cache rows 0..pos (pos as above), GQA hq/hkv, float32
- * softmax. scratch holds hq * splits * (d + 2) floats (unused, may be NULL, when splits == 1:
- * one block per head then writes out directly). out [hq * d]. */
-Q3T_API int q3t_attention(int dtype, const float* q, const void* k_cache, const void* v_cache, const int* pos_ptr, int pos_add, int hq, int hkv, int d, int max_seq, float scale, int splits, float* scratch, float* out, void* stream);
-
-/* q3t_qk_norm_rope_append followed by q3t_attention in one launch (the Talker's long context): the
- * same results, bit for bit. With splits > 1 scratch holds hq * splits * (d + 2) floats and then hq
- * int32 counters that must be 0 before the first call (each call leaves them 0): the last block of
- * each head merges the chunks, so there is no second kernel. Reads the cache rows before pos
- * before it waits for the previous kernel (programmatic dependent launch): they must not be
- * written by that kernel. */
+/* The attention step of one query position, for the Talker's long context: qkv [(hq + 2 hkv) * d]
+ * -> per-head RMSNorm of q and k, rotate-half RoPE at position pos = (*pos_ptr if pos_ptr) + pos_add,
+ * k and v appended to the caches at row pos (cache rows are [hkv * d], `dtype`; cos/sin tables are
+ * [max_seq, d] f32), then GQA attention of q over cache rows 0..pos with a float32 softmax into
+ * out [hq * d]. The context is cut into at most `splits` chunks, one block each per head; with
+ * splits > 1 scratch holds hq * splits * (d + 2) floats and then hq int32 counters that must be 0
+ * before the first call (each call leaves them 0): the last block of each head merges the chunks.
+ * Reads the cache rows before pos before it waits for the previous kernel (programmatic dependent
+ * launch): they must not be written by that kernel. */
 Q3T_API int q3t_rope_attention_split(int dtype, const float* qkv, const float* q_norm_w, const float* k_norm_w, float eps, const float* cos_tab, const float* sin_tab, const int* pos_ptr, int pos_add, int hq, int hkv, int d, int max_seq, float scale, int splits, float* scratch, void* k_cache, void* v_cache, float* out, void* stream);
 
-/* q3t_qk_norm_rope_append followed by q3t_attention (splits 1) in one launch, for short caches
- * (max_seq <= 64, d <= 256, max_seq * d <= 4096: the CodePredictor's 16 positions). Same arguments
- * as the two; no scratch; out [hq * d]. Reads the cache rows before pos before it waits for the
- * previous kernel (programmatic dependent launch): they must not be written by that kernel. */
+/* q3t_rope_attention_split (one chunk) for short caches (max_seq <= 64, d <= 256, max_seq * d <= 4096:
+ * the CodePredictor's 16 positions), one block per q head; no scratch; out [hq * d]. Reads the cache
+ * rows before pos before it waits for the previous kernel (programmatic dependent launch): they must
+ * not be written by that kernel. */
 Q3T_API int q3t_rope_attention(int dtype, const float* qkv, const float* q_norm_w, const float* k_norm_w, float eps, const float* cos_tab, const float* sin_tab, const int* pos_ptr, int pos_add, int hq, int hkv, int d, int max_seq, float scale, void* k_cache, void* v_cache, float* out, void* stream);
 
 /* q3t_rope_attention at positions 0..n-1 of an empty short cache, in one launch (the
@@ -109,23 +102,6 @@ Q3T_API int q3t_embed_sum(int dtype, const void* const* tables, int n_tables, in
  * The id goes to *out_code and, if seen, seen[id] = 1. With row_table (else NULL), row_out [row_h]
  * = row id of row_table [row_rows, row_h] (`row_dtype`) as float32, like q3t_embed_row. */
 Q3T_API int q3t_sample(const float* logits, int v, unsigned char* seen, float penalty, int eos, int min_new_tokens, int suppress_lo, int suppress_hi, int flags, float temperature, int top_k, float top_p, const unsigned long long* seed_ptr, int stream_id, const int* step_ptr, int* out_code, int row_dtype, const void* row_table, int row_rows, int row_h, float* row_out, void* stream);
-
-/* The whole CodePredictor of one frame in one persistent kernel (one block per SM, grid-wide
- * barriers between phases): positions 0..n_codes of n_layers layers and the draws of codes
- * 1..n_codes. Position 0's input is hn (the Talker's final-normed hidden state), position p's is
- * row codes[p-1] of input table p-1; each goes through proj_w/proj_b (small_to_mtp_projection;
- * NULL: identity, then in_hidden == hidden). After position p >= 1: logits[p-1] = lm_head[p-1]
- * RMSNorm(x; norm_w) and codes[p] = the draw of q3t_sample (no penalty, no EOS; flags,
- * temperature, top_k, top_p as there; Philox keyed by (*seed_ptr, *step_ptr, p)), or forced[p]
- * when forced is not NULL (tests). weights is a device array of pointers: per layer qkv (q, k, v
- * rows), o, gate_up (interleaved), down, in_norm, post_norm, q_norm, k_norm (norms float32); then
- * the n_codes lm_heads; then the n_codes input tables (table 0 [in_rows_first, in_hidden], the
- * others [in_rows, in_hidden]). cache is [n_layers, 2, n_codes + 1, hkv, d] (`dtype`); x [hidden],
- * qkv [(hq + 2 hkv) d], attn [hq d], mlp [inter], logits [n_codes, vocab] are float32 work buffers;
- * sync is 2 unsigned ints, zero before the first launch (each launch leaves the count at zero).
- * Shapes: n_codes + 1 <= 64, d <= 256 and even, (n_codes + 1) d <= 4096, vocab <= 4096, hidden, inter, hq d and in_hidden
- * multiples of 8 (bf16) or 4 (f32), weights 16-byte aligned. */
-Q3T_API int q3t_code_predictor(int dtype, const void* const* weights, int n_layers, int n_codes, int hidden, int inter, int hq, int hkv, int d, int vocab, int in_hidden, int in_rows_first, int in_rows, float eps, float scale, const void* proj_w, const float* proj_b, const float* norm_w, const float* cos_tab, const float* sin_tab, void* cache, const float* hn, int* codes, const int* forced, int flags, float temperature, int top_k, float top_p, const unsigned long long* seed_ptr, const int* step_ptr, float* x, float* qkv, float* attn, float* mlp, float* logits, unsigned int* sync, void* stream);
 
 /* dst[row * n + i] = src[i] for i < n, row = *row_ptr, skipped when row is outside [0, max_rows).
  * Appends a frame's codes to the history buffer inside a captured graph. */

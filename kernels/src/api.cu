@@ -3,8 +3,6 @@
 
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 static thread_local char g_err[512] = "";
 static int g_warp = 32;
@@ -13,8 +11,6 @@ static int g_cc_major = 0;  // compute capability major of the device passed to 
 #endif
 static bool g_pdl = false;
 static int g_sms = 0;
-static int g_gemv = 0;       // Q3T_GEMV: 0 auto (default), 1 or 2
-static int g_gemv_fill = 0;  // Q3T_GEMV_FILL: 0 = "waves" (default), else blocks per SM (see common.cuh)
 
 int q3t_fail(const char* fmt, ...) {
     va_list ap;
@@ -35,31 +31,6 @@ int q3t_host_warp() { return g_warp; }
 bool q3t_pdl_enabled() { return g_pdl; }
 
 int q3t_host_sms() { return g_sms; }
-int q3t_gemv_variant() { return g_gemv; }
-int q3t_gemv_fill() { return g_gemv_fill; }
-
-// Q3T_GEMV (unset or "auto", "v1" or "v2") and Q3T_GEMV_FILL (unset or "waves", or 1..64); anything else fails
-// q3t_init, so a benchmark never measures a variant other than the one it names.
-static int read_gemv_env() {
-    const char* v = getenv("Q3T_GEMV");
-    if (!v || !*v || !strcmp(v, "auto"))
-        g_gemv = 0;
-    else if (!strcmp(v, "v1") || !strcmp(v, "1"))
-        g_gemv = 1;
-    else if (!strcmp(v, "v2") || !strcmp(v, "2"))
-        g_gemv = 2;
-    else
-        return q3t_fail("Q3T_GEMV=%s: expected auto, v1 or v2", v);
-    const char* f = getenv("Q3T_GEMV_FILL");
-    g_gemv_fill = 0;
-    if (f && *f && strcmp(f, "waves") != 0) {
-        char* end = nullptr;
-        const long n = strtol(f, &end, 10);
-        if (*end || n < 1 || n > 64) return q3t_fail("Q3T_GEMV_FILL=%s: expected waves or an integer 1..64", f);
-        g_gemv_fill = (int)n;
-    }
-    return 0;
-}
 
 __global__ void k_add_i32(int* p, int n, int delta) {
     q3t_grid_dep_trigger_first();
@@ -80,9 +51,8 @@ Q3T_API int q3t_abi_version(void) { return Q3T_ABI_VERSION; }
 
 Q3T_API const char* q3t_last_error(void) { return g_err; }
 
-// Reads the warp width and SM count of `device` (the launchers size their grids from them)
-// and the GEMV variant (Q3T_GEMV, Q3T_GEMV_FILL; see common.cuh). Call before capturing a
-// graph: it also makes the runtime load this library's kernels. Calling it again re-reads them.
+// Reads the warp width and SM count of `device` (the launchers size their grids from them).
+// Call before capturing a graph: it also makes the runtime load this library's kernels.
 Q3T_API int q3t_init(int device, int* warp_size, int* sm_count) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -91,7 +61,6 @@ Q3T_API int q3t_init(int device, int* warp_size, int* sm_count) {
     cudaDeviceProp prop;
     e = cudaGetDeviceProperties(&prop, device);
     if (e != cudaSuccess) return q3t_fail("cudaGetDeviceProperties: %s", cudaGetErrorString(e));
-    if (read_gemv_env() != 0) return -1;
     g_warp = prop.warpSize;
     g_sms = prop.multiProcessorCount;
 #if defined(Q3T_CUDA)

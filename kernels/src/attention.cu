@@ -1,10 +1,9 @@
-// GQA decode attention of one query position over the static KV cache (flash-decoding):
-// the context is cut into up to `splits` chunks (of at least Q3T_MIN_CHUNK positions), one block
-// per (q head, chunk) keeps an online softmax per warp (one key per warp per step, lanes over head
-// dims), then the chunks are merged
-// (q3t_attention: a second kernel; the Talker's q3t_rope_attention_split: the last block of each
-// head). Softmax statistics and accumulation are float32. Below them, the short-context kernels of
-// the CodePredictor (attention_short.cuh).
+// GQA decode attention of one query position over the static KV cache (flash-decoding), fused with
+// the q/k RMSNorm, RoPE and KV append before it. The Talker's long context (q3t_rope_attention_split):
+// the context is cut into up to `splits` chunks of at least kMinChunk positions, one block per
+// (q head, chunk) keeps an online softmax per warp (one key per warp per step, lanes over head dims),
+// and the last block of each head to finish merges the chunks. Softmax statistics and accumulation are
+// float32. Below it, the short-context kernels of the CodePredictor (attention_short.cuh).
 #include "common.cuh"
 #include "attention_short.cuh"  // round_to, and the short-context kernel below
 
@@ -12,17 +11,15 @@ namespace {
 constexpr int kThreads = 256;  // 8 warps: a 16-key CodePredictor context takes two steps per warp
 constexpr int kMaxD = 256;
 
-#ifndef Q3T_MIN_CHUNK  // 0: chunks of context / splits positions, however short (the rule before; A/B runs)
-#define Q3T_MIN_CHUNK 16
-#endif
+constexpr int kMinChunk = 16;
 
 // Positions per chunk for a context of len positions cut into at most `splits` chunks: len / splits
-// rounded up, but at least Q3T_MIN_CHUNK, so a short context takes fewer (fuller) chunks. Each block
+// rounded up, but at least kMinChunk, so a short context takes fewer (fuller) chunks. Each block
 // of a split pass has a fixed cost; on the H200 about 16 positions per chunk was best both at ~130
 // positions of context (8 chunks over 16: 1.7B -0.045 ms per frame) and at ~530 (32 over 16: 0.6B
 // -0.05 ms), so the pass launches up to `splits` blocks per head and those past the context return.
 __device__ __forceinline__ int chunk_len(int len, int splits) {
-    return max((len + splits - 1) / splits, Q3T_MIN_CHUNK);
+    return max((len + splits - 1) / splits, kMinChunk);
 }
 
 // One key of the online softmax (per warp): its score sc and its value row (value(i), dimension i)
@@ -97,48 +94,6 @@ __device__ __forceinline__ void partial_out(float m, float l, const float (&acc)
 }
 
 
-template <typename C>
-__global__ void __launch_bounds__(kThreads) k_attn_partial(const float* __restrict__ q, const C* __restrict__ kc,
-                                                           const C* __restrict__ vc, const int* __restrict__ pos_ptr,
-                                                           int pos_add, int hq, int hkv, int d, int max_seq,
-                                                           float scale, int splits, float* __restrict__ scratch,
-                                                           float* __restrict__ direct) {
-    q3t_grid_dep_trigger_first();
-    constexpr int kPer = kMaxD / Q3T_WARP;  // head dims per lane, upper bound
-    __shared__ float sm_m[kThreads / 32], sm_l[kThreads / 32];
-    __shared__ float sm_acc[kThreads / 32][kMaxD];
-    const int h = blockIdx.x, split = blockIdx.y;
-    const int kvh = h / (hq / hkv);
-    const int lane = threadIdx.x % Q3T_WARP, warp = threadIdx.x / Q3T_WARP, nwarps = blockDim.x / Q3T_WARP;
-    int pos = read_pos(pos_ptr, pos_add);
-    pos = pos < 0 ? 0 : (pos >= max_seq ? max_seq - 1 : pos);
-    const int len = pos + 1;
-    const int chunk = chunk_len(len, splits);
-    const int begin = split * chunk, end = min(len, begin + chunk);  // past the context: an empty partial
-
-    float qr[kPer], acc[kPer];
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-        const int i = lane + j * Q3T_WARP;
-        qr[j] = i < d ? q[(size_t)h * d + i] : 0.f;
-        acc[j] = 0.f;
-    }
-    float m = -INFINITY, l = 0.f;
-    for (int t = begin + warp; t < end; t += nwarps) {
-        const C* krow = kc + ((size_t)t * hkv + kvh) * d;
-        const C* vrow = vc + ((size_t)t * hkv + kvh) * d;
-        float s = 0.f;
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) {
-            const int i = lane + j * Q3T_WARP;
-            if (i < d) s += qr[j] * Elem<C>::load(krow, i);
-        }
-        s = warp_sum(s) * scale;
-        online_softmax_step(s, [&](int i) { return Elem<C>::load(vrow, i); }, d, m, l, acc);
-    }
-    partial_out(m, l, acc, h, split, d, splits, sm_m, sm_l, sm_acc, scratch, direct);
-}
-
 // Head h's first n chunks' (max, sum, accumulator) from scratch (laid out for `splits` chunks per
 // head) into its normalised output, block-wide. Read at L2: in the split pass's last block the
 // partials come from other blocks of the same kernel.
@@ -161,16 +116,6 @@ __device__ void merge_head(const float* scratch, int h, int d, int splits, int n
     }
 }
 
-__global__ void __launch_bounds__(kThreads) k_attn_merge(const float* __restrict__ scratch, int d, int splits,
-                                                         float* __restrict__ out) {
-    q3t_grid_dep_trigger_first();
-    merge_head(scratch, blockIdx.x, d, splits, splits, out);  // chunks past the context: empty partials
-}
-
-#ifndef Q3T_LAST_BLOCK_MERGE  // 0: the split pass is followed by k_attn_merge (A/B runs)
-#define Q3T_LAST_BLOCK_MERGE 1
-#endif
-
 // After a block of the split pass has written its chunk's partial: the last of head h's blocks to
 // finish (counted in counters[h], which it resets for the next launch) merges the head, so no
 // second kernel runs. The fences order each block's partial before its count, and the count before
@@ -189,12 +134,11 @@ __device__ __forceinline__ void merge_if_last(const float* scratch, int* counter
     if (threadIdx.x == 0) counters[h] = 0;
 }
 
-// q3t_qk_norm_rope_append + k_attn_partial in one kernel (the Talker's long context): before the
-// PDL wait each block copies the earlier positions' K/V rows of its chunk (up to hist_rows of them)
-// into shared memory and loads the head's constants; after it, it norms and rotates its head's q
-// (and, in the chunk that holds pos, the group's k and v, which the first q head of the group
-// appends to the cache) and runs the online softmax of k_attn_partial over the chunk. The same
-// float32 operations in the same order as the two kernels: the same bits.
+// The Talker's attention step: before the PDL wait each block copies the earlier positions' K/V
+// rows of its chunk (up to hist_rows of them) into shared memory and loads the head's constants;
+// after it, it norms and rotates its head's q (and, in the chunk that holds pos, the group's k and
+// v, which the first q head of the group appends to the cache) and runs the online softmax over
+// the chunk.
 template <typename C>
 __global__ void __launch_bounds__(kThreads) k_rope_attn_partial(
     const float* __restrict__ qkv, const float* __restrict__ qn, const float* __restrict__ kn, float eps,
@@ -215,18 +159,15 @@ __global__ void __launch_bounds__(kThreads) k_rope_attn_partial(
     const int len = pos + 1;
     const int chunk = chunk_len(len, splits);
     const int n_chunks = (len + chunk - 1) / chunk;
-    // Past the context: nothing to do (the last-block merge counts the n_chunks that run; the merge
-    // kernel of the A/B build reads every chunk's partial, so there they write an empty one).
-    if (Q3T_LAST_BLOCK_MERGE && split >= n_chunks) return;
-    // One chunk: the block writes the result itself.
-    float* direct = (Q3T_LAST_BLOCK_MERGE ? n_chunks == 1 : splits == 1) ? out : nullptr;
+    if (split >= n_chunks) return;  // past the context (the last-block merge counts the n_chunks that run)
+    float* direct = n_chunks == 1 ? out : nullptr;  // one chunk: the block writes the result itself
     const int begin = split * chunk, end = min(len, begin + chunk);
     const bool has_pos = begin <= pos && pos < end;
     // Earlier positions of the chunk: written by earlier frames' kernels, not by the one before.
     C* kh = reinterpret_cast<C*>(hist4);
     C* vh = kh + (size_t)hist_rows * d;
     const int n_pre = max(0, min(min(end, pos) - begin, hist_rows));
-    copy_kv_rows<C>(kc, vc, begin, n_pre, kvh, hkv, d, kh, vh, (Q3T_HIST_VEC & 2) != 0);
+    copy_kv_rows<C>(kc, vc, begin, n_pre, kvh, hkv, d, kh, vh);
     const ShortConsts k = short_head_consts(qn, kn, cos_tab, sin_tab, pos, d);
     q3t_grid_dep_trigger_first();
 
@@ -263,37 +204,11 @@ __global__ void __launch_bounds__(kThreads) k_rope_attn_partial(
         online_softmax_step(sc, [&](int i) { return t == pos ? vs[i] : Elem<C>::load(vrow, i); }, d, m, l, acc);
     }
     partial_out(m, l, acc, h, split, d, splits, sm_m, sm_l, sm_acc, scratch, direct);
-    if (Q3T_LAST_BLOCK_MERGE && !direct)
+    if (!direct)
         merge_if_last(scratch, reinterpret_cast<int*>(scratch + (size_t)hq * splits * (d + 2)), h, d, splits, n_chunks,
                       out);
 }
 }  // namespace
-
-extern "C" Q3T_API int q3t_attention(int dtype, const float* q, const void* k_cache, const void* v_cache,
-                                     const int* pos_ptr, int pos_add, int hq, int hkv, int d, int max_seq, float scale,
-                                     int splits, float* scratch, float* out, void* stream) {
-    if (!q || !k_cache || !v_cache || !out || (splits > 1 && !scratch)) return q3t_fail("q3t_attention: null pointer");
-    if (hq <= 0 || hkv <= 0 || hq % hkv || d <= 0 || d > kMaxD || splits <= 0 || splits > 1024 || max_seq <= 0)
-        return q3t_fail("q3t_attention: bad shape hq=%d hkv=%d d=%d splits=%d", hq, hkv, d, splits);
-    cudaStream_t s = Q3T_STREAM(stream);
-    const dim3 grid(hq, splits);
-    if (dtype == Q3T_F32)
-        q3t_launch(k_attn_partial<float>, grid, kThreads, 0, s, q, static_cast<const float*>(k_cache),
-                                                        static_cast<const float*>(v_cache), pos_ptr, pos_add, hq, hkv,
-                                                        d, max_seq, scale, splits, scratch,
-                                                        splits == 1 ? out : nullptr);
-    else if (dtype == Q3T_BF16)
-        q3t_launch(k_attn_partial<uint16_t>, grid, kThreads, 0, s, q, static_cast<const uint16_t*>(k_cache),
-                                                           static_cast<const uint16_t*>(v_cache), pos_ptr, pos_add, hq,
-                                                           hkv, d, max_seq, scale, splits, scratch,
-                                                        splits == 1 ? out : nullptr);
-    else
-        return q3t_fail("q3t_attention: unknown dtype %d", dtype);
-    if (q3t_check_launch("q3t_attention (partial)")) return -1;
-    if (splits == 1) return 0;
-    q3t_launch(k_attn_merge, hq, kThreads, 0, s, scratch, d, splits, out);
-    return q3t_check_launch("q3t_attention (merge)");
-}
 
 extern "C" Q3T_API int q3t_rope_attention_split(int dtype, const float* qkv, const float* q_norm_w,
                                                 const float* k_norm_w, float eps, const float* cos_tab,
@@ -322,16 +237,12 @@ extern "C" Q3T_API int q3t_rope_attention_split(int dtype, const float* qkv, con
                    static_cast<uint16_t*>(k_cache), static_cast<uint16_t*>(v_cache), scratch, out);
     else
         return q3t_fail("q3t_rope_attention_split: unknown dtype %d", dtype);
-    if (q3t_check_launch("q3t_rope_attention_split (partial)")) return -1;
-    if (splits == 1 || Q3T_LAST_BLOCK_MERGE) return 0;  // merged in the pass (merge_if_last)
-    q3t_launch(k_attn_merge, hq, kThreads, 0, s, scratch, d, splits, out);
-    return q3t_check_launch("q3t_rope_attention_split (merge)");
+    return q3t_check_launch("q3t_rope_attention_split");
 }
 
 // ---------------------------------------------------------------------------------------------
 // Short contexts (the CodePredictor's 16 positions): q/k RMSNorm + RoPE + KV append + attention
-// in one kernel, one block per q head (attention_short.cuh), instead of q3t_qk_norm_rope_append
-// followed by q3t_attention: one launch less per CodePredictor layer and position.
+// in one kernel, one block per q head (attention_short.cuh).
 
 namespace {
 constexpr int kShortThreads = 256;

@@ -1,7 +1,7 @@
 // q/k RMSNorm + rotate-half RoPE at `pos`, K/V append and attention over cache positions 0..pos
 // for one q head per block: the short-context decode attention of the CodePredictor (16
-// positions), shared by q3t_rope_attention (attention.cu) and the persistent CodePredictor
-// (code_predictor.cu).
+// positions) of q3t_rope_attention and q3t_rope_attention_first (attention.cu); norm_rope_head and
+// copy_kv_rows also serve the Talker's split attention.
 // Split in two so the one-launch kernel can do the first part before it waits for its
 // predecessor (programmatic dependent launch): short_history copies the earlier positions' K/V
 // rows (written by kernels that finished long ago) and short_head_consts the head's constants
@@ -31,20 +31,16 @@ __device__ __forceinline__ float round_to<uint16_t>(float v) {
     return bf16_to_f32(f32_to_bf16(v));
 }
 
-#ifndef Q3T_HIST_VEC  // bit 0: the short kernels copy in 16-byte units, bit 1: the Talker's split pass (A/B runs)
-#define Q3T_HIST_VEC 3
-#endif
-
 // Rows first..first+n-1 of KV head kvh of both caches into kdst and vdst (n d elements each, row by
 // row), block-wide. Read at L2 (other blocks and kernels wrote them). In 16-byte units, each thread's
 // loads all issued before its stores, so a history of up to 16 bf16 rows of 128 is one round trip
 // (element by element it was one per 256 elements). Needs a barrier before use.
 template <typename C>
 __device__ __forceinline__ void copy_kv_rows(const C* kc, const C* vc, int first, int n, int kvh, int hkv, int d,
-                                             C* kdst, C* vdst, bool allow_vec = true) {
+                                             C* kdst, C* vdst) {
     constexpr int V = 16 / sizeof(C);
     constexpr int kBatch = 4;  // loads in flight per thread per round
-    const bool vec = allow_vec && d % V == 0 && reinterpret_cast<uintptr_t>(kc) % 16 == 0 &&
+    const bool vec = d % V == 0 && reinterpret_cast<uintptr_t>(kc) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(vc) % 16 == 0 && reinterpret_cast<uintptr_t>(kdst) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(vdst) % 16 == 0;
     if (!vec) {
@@ -82,7 +78,7 @@ __device__ __forceinline__ void copy_kv_rows(const C* kc, const C* vc, int first
 // Rows 0..pos-1 of KV head kvh into hist (K rows, then V rows: pos * d elements each).
 template <typename C>
 __device__ __forceinline__ void short_history(const C* kc, const C* vc, int pos, int kvh, int hkv, int d, C* hist) {
-    copy_kv_rows<C>(kc, vc, 0, pos, kvh, hkv, d, hist, hist + (size_t)pos * d, (Q3T_HIST_VEC & 1) != 0);
+    copy_kv_rows<C>(kc, vc, 0, pos, kvh, hkv, d, hist, hist + (size_t)pos * d);
 }
 
 // What thread tid (< d) needs of the weights and tables: the q and k norm weights and the RoPE
@@ -203,19 +199,4 @@ __device__ void short_head(const float* qkv, ShortConsts k, float eps, int pos, 
     short_attend(
         qs, pos, d, scale, [&](int t, int i) { return t == pos ? ks[i] : Elem<C>::load(kh + (size_t)t * d, i); },
         [&](int t, int i) { return t == pos ? vs[i] : Elem<C>::load(vh + (size_t)t * d, i); }, sc, out + (size_t)h * d);
-    __syncthreads();  // sm, red and hist are reused by the block's next head
-}
-
-// Every q head, blocks looping over heads when there are fewer (the persistent CodePredictor,
-// after a grid barrier). hist: 2 max_seq d cache elements of shared memory.
-template <typename C>
-__device__ void rope_attention_heads(const float* qkv, const float* __restrict__ qn, const float* __restrict__ kn,
-                                     float eps, const float* __restrict__ cos_tab, const float* __restrict__ sin_tab,
-                                     int pos, int hq, int hkv, int d, float scale, C* kc, C* vc, float* out, float* sm,
-                                     C* hist, float* red) {
-    const ShortConsts k = short_head_consts(qn, kn, cos_tab, sin_tab, pos, d);
-    for (int h = blockIdx.x; h < hq; h += gridDim.x) {
-        short_history<C>(kc, vc, pos, h / (hq / hkv), hkv, d, hist);
-        short_head<C>(qkv, k, eps, pos, h, hq, hkv, d, scale, kc, vc, hist, out, sm, red);
-    }
 }

@@ -16,22 +16,16 @@ int q3t_host_warp();
 bool q3t_pdl_enabled();
 // SM / CU count of the device passed to q3t_init (0 before it).
 int q3t_host_sms();
-// GEMV variant, read from the environment at q3t_init: Q3T_GEMV=auto (default: v2 for K <= 4096,
-// else v1), v1 (gemv.cu) or v2 (gemv_v2.cu); Q3T_GEMV_FILL: how v2 sizes its grid, "waves" (default,
-// q3t_gemv_fill() 0: the largest grid among those that take the fewest waves at the occupancy each
-// kernel really gets) or N (1..64: grow the grid until it has N blocks per SM, the rule before).
-// q3t_gemv_variant() is 0 (auto), 1 or 2.
-int q3t_gemv_variant();
-int q3t_gemv_fill();
-int q3t_gemv_v2(int dtype, const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps,
-                const float* bias, float* y, int mode, cudaStream_t s);
+// The split-K GEMV (gemv_splitk.cu) for nb = 1 or 2 input vectors, arguments already checked.
+int q3t_gemv_splitk(int dtype, const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w,
+                    float eps, const float* bias, float* y, int mode, cudaStream_t s);
 
 // Programmatic dependent launch (CUDA, sm_90+): with it on, the next kernel in the stream (or
 // graph) is launched while this one runs, and its blocks wait at griddepcontrol.wait until this
 // grid has finished and its writes are visible; so every kernel waits before reading anything a
 // predecessor wrote. When the successor may launch is up to each kernel
 // (griddepcontrol.launch_dependents); two orders, one rule:
-// - q3t_grid_dep (the GEMVs, the persistent CodePredictor): wait, then let the successor launch.
+// - q3t_grid_dep (the GEMVs): wait, then let the successor launch.
 //   Whatever starts after such a kernel K finds K's predecessor finished.
 // - q3t_grid_dep_trigger_first (every other kernel): let the successor launch, then wait, so a
 //   GEMV behind an attention kernel or a draw is resident and loading its weights early.
@@ -47,19 +41,10 @@ __device__ __forceinline__ void q3t_grid_dep() {
 #endif
 }
 
-// Q3T_TRIGGER_FIRST=0 gives every kernel q3t_grid_dep's order (for A/B runs).
-#ifndef Q3T_TRIGGER_FIRST
-#define Q3T_TRIGGER_FIRST 1
-#endif
 __device__ __forceinline__ void q3t_grid_dep_trigger_first() {
 #if defined(Q3T_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-#if Q3T_TRIGGER_FIRST
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     asm volatile("griddepcontrol.wait;" ::: "memory");
-#else
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
 #endif
 }
 
@@ -94,7 +79,7 @@ __device__ __forceinline__ float bf16_lo(uint32_t u) { return __uint_as_float(u 
 __device__ __forceinline__ float bf16_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
 
 // One 16-byte load of weights W (float: 4, bf16: 8) dotted with 4 or 8 floats of x; shared by the
-// GEMV variants.
+// two GEMV kernels.
 template <typename W> struct WeightVec16;
 template <> struct WeightVec16<float> {
     static constexpr int N = 4;  // weights per 16-byte load
@@ -179,10 +164,11 @@ __device__ __forceinline__ float block_max(float v, float* red) {
     return t;
 }
 
-// Loads of activations that other blocks of the same kernel wrote (the persistent CodePredictor):
-// read at L2, the point of coherence, past a possibly stale L1; grid_barrier's fences order the
-// writes before them. On HIP, __threadfence (agent-scope acquire/release) invalidates the vector L1,
-// so a plain load is enough.
+// Loads of activations other blocks or kernels wrote (K/V rows, q/k/v, logits, and the split
+// attention's partials, which the last block of a head merges): read at L2, the point of coherence,
+// past a possibly stale L1; the writers' __threadfence orders the partials before their count. On
+// HIP, __threadfence (agent-scope acquire/release) invalidates the vector L1, so a plain load is
+// enough.
 template <typename T>
 __device__ __forceinline__ T q3t_ld_act(const T* p) {
 #if defined(Q3T_CUDA)
@@ -190,11 +176,6 @@ __device__ __forceinline__ T q3t_ld_act(const T* p) {
 #else
     return *p;
 #endif
-}
-template <typename T> __device__ __forceinline__ float q3t_ld_act_f(const T* p, int i);
-template <> __device__ __forceinline__ float q3t_ld_act_f<float>(const float* p, int i) { return q3t_ld_act(p + i); }
-template <> __device__ __forceinline__ float q3t_ld_act_f<uint16_t>(const uint16_t* p, int i) {
-    return bf16_to_f32(q3t_ld_act(p + i));
 }
 
 // The GEMVs' input vector into shared memory: xs[i] = x[i] * g[i] (g may be NULL: x[i]), block-wide;

@@ -1,7 +1,13 @@
 // Matrix-vector products for batch-1 decode, optionally fused with the RMSNorm that precedes
-// them, a bias, a residual add or the SwiGLU gate.
+// them, a bias, a residual add or the SwiGLU gate: the q3t_gemv / q3t_gemv_batch entry points and
+// the kernel for long rows.
 //
-// Layout: one warp per output (two weight rows for SwiGLU), 256-thread blocks. The input
+// q3t_gemv takes the split-K kernel (gemv_splitk.cu) for K <= 4096 and the warp-per-row kernel
+// below for longer rows: on the H200 the split-K kernel is 10-32 % faster on every K <= 3072 shape
+// of the decode loop and slower on the one longer one, the 1.7B Talker's down_proj (K = 6144:
+// 15.9 vs 12.8 us; docs/performance.md, GEMV table).
+//
+// The row kernel: one warp per output (two weight rows for SwiGLU), 256-thread blocks. The input
 // vector is normalised once per block into shared memory; each lane then streams its share of
 // the weight row in 16-byte loads (8 bf16 or 4 f32), the first eight issued before the kernel
 // even waits for its input (see k_gemv), then four at a time. Accumulation is float32 in a
@@ -46,7 +52,7 @@ __global__ void __launch_bounds__(kThreads) k_gemv(const W* __restrict__ w, int 
 
     float y_old = 0.f;
     // Behind a branch on an argument that always holds, so ptxas keeps the loads above the wait
-    // (as in gemv_v2.cu; tests/test_native_build.py checks the SASS).
+    // (as in gemv_splitk.cu; tests/test_native_build.py checks the SASS).
     if (k > 0) {
         q3t_grid_dep();
         // Residual add: the warp's residual value goes out with x's loads below (one round trip).
@@ -133,12 +139,7 @@ extern "C" Q3T_API int q3t_gemv(int dtype, const void* w, int n_rows, int k, con
     if (mode == Q3T_GEMV_SWIGLU && (n_rows % 2)) return q3t_fail("q3t_gemv: SwiGLU needs an even row count, got %d", n_rows);
     if (mode != Q3T_GEMV_STORE && bias) return q3t_fail("q3t_gemv: bias is only supported with Q3T_GEMV_STORE");
     cudaStream_t s = Q3T_STREAM(stream);
-    // auto: v2 (gemv_v2.cu) except for long rows, where v1 measured faster on the H200 (1.7B Talker
-    // down_proj, K = 6144: 12.8 vs 15.9 us; every K <= 3072 shape of the decode loop 10-32 % faster in v2;
-    // docs/performance.md, GEMV table).
-    const int variant = q3t_gemv_variant();
-    if (variant == 2 || (variant == 0 && k <= 4096))
-        return q3t_gemv_v2(dtype, w, n_rows, k, x, 1, norm_w, eps, bias, y, mode, s);
+    if (k <= 4096) return q3t_gemv_splitk(dtype, w, n_rows, k, x, 1, norm_w, eps, bias, y, mode, s);
 #define Q3T_GEMV_CASE(T)                                                                  \
     switch (mode) {                                                                       \
         case Q3T_GEMV_STORE: return launch<T, Q3T_GEMV_STORE>(w, n_rows, k, x, norm_w, eps, bias, y, s); \
@@ -162,5 +163,5 @@ extern "C" Q3T_API int q3t_gemv_batch(int dtype, const void* w, int n_rows, int 
     if (mode == Q3T_GEMV_SWIGLU && (n_rows % 2))
         return q3t_fail("q3t_gemv_batch: SwiGLU needs an even row count, got %d", n_rows);
     if (mode != Q3T_GEMV_STORE && bias) return q3t_fail("q3t_gemv_batch: bias is only supported with Q3T_GEMV_STORE");
-    return q3t_gemv_v2(dtype, w, n_rows, k, x, nb, norm_w, eps, bias, y, mode, Q3T_STREAM(stream));
+    return q3t_gemv_splitk(dtype, w, n_rows, k, x, nb, norm_w, eps, bias, y, mode, Q3T_STREAM(stream));
 }

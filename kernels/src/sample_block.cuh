@@ -1,6 +1,5 @@
-// Logits processing and one draw, as device code for one block: q3t_sample's kernel
-// (sampling.cu) and the persistent CodePredictor (code_predictor.cu) both run it, so a code drawn
-// by either is the same. Order as the reference (transformers' processors): repetition penalty ->
+// Logits processing and one draw, as device code for one block (q3t_sample's kernel, sampling.cu).
+// Order as the reference (transformers' processors): repetition penalty ->
 // min-new-tokens EOS mask -> suppressed ids -> (sampling) temperature -> top-k -> top-p -> draw.
 // Greedy picks the lowest index among equal maxima, as torch.argmax does. Draws come from
 // Philox4x32-10 keyed by the seed and counted by (frame, code group), so a seeded run is
@@ -68,9 +67,7 @@ __device__ T block_exclusive_scan(T v, T* sm, T* total) {
 }
 
 // The whole of q3t_sample for one block of THREADS threads (every thread must call it; every thread
-// gets the drawn id back). L and cand are shared-memory scratch of v floats and v ints. logits may
-// have been written by other blocks of the same kernel (the persistent CodePredictor), so they are
-// read through q3t_ld_act.
+// gets the drawn id back). L and cand are shared-memory scratch of v floats and v ints.
 //
 // Barriers are what a one-block draw waits on (16 draws per frame on the critical path), so the
 // sampled path has few: the logits' maximum is reduced in the first pass, the top-k select's

@@ -1,6 +1,5 @@
 // q3t_sample: logits processing and one draw in a single 1024-thread block, so the sampled id
-// never leaves the device inside a frame. The device code is sample_block.cuh (shared with the
-// persistent CodePredictor).
+// never leaves the device inside a frame. The device code is sample_block.cuh.
 #include "sample_block.cuh"
 
 namespace {

@@ -18,11 +18,10 @@ import torch
 from safetensors import safe_open
 
 from ..errors import ModelLoadError
+from ..options import DEFAULT_MODEL
 from .config import CodecDecoderConfig, ModelConfigError, Qwen3TTSConfig
 
 _LOG = logging.getLogger(__name__)
-
-DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"
 
 # Only what the engine (and the reference, for parity runs) reads. README/.gitattributes and ModelScope stubs are
 # skipped; speech_tokenizer/model.safetensors is needed whole because encoder and decoder share one file.

@@ -16,6 +16,8 @@ cast; attention softmax runs in float32.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -65,9 +67,8 @@ class Attention(nn.Module):
         self.n_heads = cfg.num_attention_heads
         self.n_kv = cfg.num_key_value_heads
         self.head_dim = cfg.head_dim
-        self.q_proj = nn.Linear(cfg.hidden_size, self.n_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=False)
+        # q, k and v projections as one matrix (rows q, then k, then v): fused at load (fused_tensors).
+        self.qkv_proj = nn.Linear(cfg.hidden_size, (self.n_heads + 2 * self.n_kv) * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=False)
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
@@ -75,9 +76,10 @@ class Attention(nn.Module):
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: Tensor, start: int) -> Tensor:
         """x [T, hidden] at positions start..start+T-1; cache [2, max_seq, kv_heads, head_dim] of this layer."""
         t = x.shape[0]
-        q = self.q_norm(self.q_proj(x).view(t, self.n_heads, self.head_dim))
-        k = self.k_norm(self.k_proj(x).view(t, self.n_kv, self.head_dim))
-        v = self.v_proj(x).view(t, self.n_kv, self.head_dim)
+        q, k, v = self.qkv_proj(x).split([self.n_heads * self.head_dim, *[self.n_kv * self.head_dim] * 2], dim=-1)
+        q = self.q_norm(q.view(t, self.n_heads, self.head_dim))
+        k = self.k_norm(k.view(t, self.n_kv, self.head_dim))
+        v = v.view(t, self.n_kv, self.head_dim)
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
         end = start + t
@@ -102,12 +104,14 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        # gate and up projections as one matrix, rows interleaved (gate_0, up_0, gate_1, ...), so the
+        # fused kernels compute SwiGLU in one pass over it: fused at load (fused_tensors).
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate_up = self.gate_up_proj(x).unflatten(-1, (-1, 2))
+        return self.down_proj(F.silu(gate_up[..., 0]) * gate_up[..., 1])
 
 
 class Block(nn.Module):
@@ -144,9 +148,12 @@ class Transformer(nn.Module):
         cache.length = start + t
         return self.norm(x)
 
-    def prefill_bucketed(self, x: Tensor, cache: KVCache, bucket: int) -> Tensor:
+    def prefill_bucketed(self, x: Tensor, cache: KVCache, bucket: int, last: Tensor | None = None) -> Tensor:
         """forward() over x [L, H] right-padded with zero rows to `bucket` positions; returns the
         final-normed hidden state of the last real position [1, H] and leaves cache.length at start + L.
+        With `last` (int64 [1] on the device) it returns row last[0] instead: a captured graph of this
+        call, x its static [bucket, H] input zero past the prompt, then serves every prompt length in
+        the bucket (the caller sets cache.length after each replay).
 
         Why it equals forward(x) (up to rounding): attention is causal, so positions < L never see
         the pads; the pads' K/V land in cache positions start+L .. start+bucket-1, past `length`,
@@ -154,7 +161,7 @@ class Transformer(nn.Module):
         pad rows finite (RMSNorm of 0 is 0), so they add exact zeros, not NaNs, to masked sums.
         Not bitwise equal: the matmuls run with M = bucket instead of L, and BLAS may block and
         sum differently. The fixed shape is what lets a captured CUDA graph serve every prompt
-        length up to `bucket` (backends/kernel_backend.py).
+        length up to `bucket` (backends/kernels/prefill.py).
         """
         n = x.shape[0]
         if not 0 < n <= bucket:
@@ -164,7 +171,20 @@ class Transformer(nn.Module):
         padded[:n] = x
         h = self.forward(padded, cache)  # raises if start + bucket > cache.max_seq
         cache.length = start + n
-        return h[n - 1 : n]
+        return h[n - 1 : n] if last is None else h.index_select(0, last)
+
+
+# Prompt lengths are padded up to one of these for prefill_bucketed (8 + 12 = 20 buckets at most).
+PREFILL_BUCKETS = tuple(range(16, 129, 16)) + tuple(range(160, 513, 32))
+
+
+def prefill_bucket(length: int, capacity: int) -> int | None:
+    """The bucket a prompt of `length` positions is padded to, or None (past the largest bucket or
+    the cache's capacity): prefill it as it is."""
+    for bucket in PREFILL_BUCKETS:
+        if bucket >= length:
+            return bucket if bucket <= capacity else None
+    return None
 
 
 class TextProjection(nn.Module):
@@ -241,8 +261,10 @@ class Qwen3TTSModel(nn.Module):
             model = cls(cfg)
         expected = set(model.state_dict().keys())
         given = {k: v for k, v in tensors.items() if k.startswith("talker.")}
-        missing = sorted(expected - set(given))
-        unexpected = sorted(set(given) - expected)
+        fusions = _fusions(given)
+        names = set(given) - {part for parts in fusions.values() for part in parts} | set(fusions)
+        missing = sorted(expected - names)
+        unexpected = sorted(names - expected)
         if missing or unexpected:
             raise ValueError(
                 "checkpoint weights do not match the config: "
@@ -254,7 +276,8 @@ class Qwen3TTSModel(nn.Module):
         host_table = torch.device(device).type != "cpu"
         text_key = "talker.model.text_embedding.weight"
         state = {
-            k: v.to(device="cpu" if (host_table and k == text_key) else device, dtype=dtype) for k, v in given.items()
+            k: v.to(device="cpu" if (host_table and k == text_key) else device, dtype=dtype)
+            for k, v in fused_tensors(given, fusions)
         }
         model.load_state_dict(state, assign=True)
         return model.eval()
@@ -273,6 +296,43 @@ class Qwen3TTSModel(nn.Module):
 
     def new_predictor_cache(self) -> KVCache:
         return KVCache(self.cfg.code_predictor, self.cfg.code_predictor.num_code_groups, self.dtype, self.device)
+
+
+def _interleave_rows(ws: list[Tensor]) -> Tensor:
+    return torch.stack(ws, 1).flatten(0, 1)
+
+
+# Per block: fused weight -> the checkpoint's weights it is made of, and how.
+_FUSED = {
+    "self_attn.qkv_proj.weight": (("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+                                  torch.cat),
+    "mlp.gate_up_proj.weight": (("mlp.gate_proj.weight", "mlp.up_proj.weight"), _interleave_rows),
+}  # fmt: skip
+
+
+def _fusions(tensors: dict[str, Tensor]) -> dict[str, list[str]]:
+    """Fused weight name -> checkpoint names, for every block whose parts are all in `tensors`."""
+    out = {}
+    for name in tensors:
+        for fused, (parts, _) in _FUSED.items():
+            if name.endswith("." + parts[0]):
+                prefix = name[: -len(parts[0])]
+                names = [prefix + p for p in parts]
+                if all(n in tensors for n in names):
+                    out[prefix + fused] = names
+    return out
+
+
+def fused_tensors(tensors: dict[str, Tensor], fusions: dict[str, list[str]]) -> Iterator[tuple[str, Tensor]]:
+    """The checkpoint's tensors with each block's q/k/v concatenated and gate/up interleaved row by
+    row, one fused weight at a time (so the caller can move each to the device before the next)."""
+    parts = {n for names in fusions.values() for n in names}
+    for name, t in tensors.items():
+        if name not in parts:
+            yield name, t
+    for fused, names in fusions.items():
+        combine = next(how for suffix, (_, how) in _FUSED.items() if fused.endswith(suffix))
+        yield fused, combine([tensors[n] for n in names])
 
 
 def param_bytes(model: nn.Module) -> int:

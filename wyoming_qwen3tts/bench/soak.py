@@ -1,6 +1,6 @@
 """Bounded load/soak test against a running server.
 
-    python -m wyoming_qwen3tts.tools.soak --uri tcp://127.0.0.1:10200 --clients 8 --seconds 60 \\
+    python -m wyoming_qwen3tts.bench.soak --uri tcp://127.0.0.1:10200 --clients 8 --seconds 60 \\
         [--streaming] [--server-pid PID] [--voice ryan] [--json]
 
 N clients each send requests back to back for S seconds (one connection per request, as Home
@@ -27,7 +27,9 @@ from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeVoice
 
-FRAME_BYTES = 1920 * 2
+from ..request import CHANNELS, SAMPLE_RATE, SAMPLE_WIDTH, SAMPLES_PER_FRAME
+
+FRAME_BYTES = SAMPLES_PER_FRAME * SAMPLE_WIDTH
 TEXTS = [
     "The kitchen lights are now off.",
     "It is twenty one degrees in the living room. Do you want me to open the blinds?",
@@ -92,7 +94,7 @@ async def one_request(host: str, port: int, text: str, voice: str, streaming: bo
             types.append(event.type)
             if AudioChunk.is_type(event.type):
                 chunk = AudioChunk.from_event(event)
-                if (chunk.rate, chunk.width, chunk.channels) != (24000, 2, 1):
+                if (chunk.rate, chunk.width, chunk.channels) != (SAMPLE_RATE, SAMPLE_WIDTH, CHANNELS):
                     raise RuntimeError(f"bad audio format {chunk.rate}/{chunk.width}/{chunk.channels}")
                 size += len(chunk.audio)
                 if first is None:
@@ -162,7 +164,7 @@ async def soak(args: argparse.Namespace) -> dict:  # type: ignore[type-arg]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m wyoming_qwen3tts.tools.soak", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m wyoming_qwen3tts.bench.soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--uri", required=True, help="tcp://HOST:PORT of the server")
     parser.add_argument("--clients", type=int, default=4, help="concurrent clients (default 4)")
     parser.add_argument("--seconds", type=float, default=30, help="how long to send requests (default 30)")

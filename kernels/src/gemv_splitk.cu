@@ -1,9 +1,7 @@
-// GEMV variant 2: the same function as gemv.cu (RMSNorm-fused matrix-vector product with
-// store (+bias), residual add or interleaved SwiGLU), laid out to keep every SM busy on the
-// decode loop's small matrices. Chosen by Q3T_GEMV=v2 at q3t_init (api.cu); gemv.cu's kernel
-// (v1) stays the default and q3t_gemv dispatches here only when asked.
+// The split-K GEMV: the same function as gemv.cu's row kernel (RMSNorm-fused matrix-vector
+// product with store (+bias), residual add or interleaved SwiGLU), laid out to keep every SM busy
+// on the decode loop's small matrices; q3t_gemv takes it for K <= 4096, q3t_gemv_batch always.
 //
-// What differs from v1:
 // - In-block split-K: a block of 256 threads handles per_block = warps / splits outputs
 //   (row units: one row, or a gate/up row pair for SwiGLU); the `splits` warps of one unit
 //   take interleaved 16-byte-per-lane chunks of its row (chunk j of the row goes to warp
@@ -13,22 +11,20 @@
 //   The host picks `splits` (a power of two up to the warps per block): at least enough that no
 //   lane has more than kMaxPre 16-byte loads per unit, and, of the larger ones that leave every
 //   warp a chunk, the one whose grid takes the fewest waves at the occupancy its kernel really
-//   gets (queried from the runtime), the largest grid among those (Q3T_GEMV_FILL=N: the rule
-//   before, doubling while the grid has fewer than N blocks per SM). E.g. (H200, 132 SMs, bf16):
-//   CodePredictor o_proj 1024x2048 and down_proj 1024x3072 go from 128 blocks (v1) to 512 (4 per
-//   SM, one wave), the lm_heads 2048x1024 from 256 to 512, the gate/up 6144x1024 SwiGLU to 384
-//   blocks of 8 loads per lane (3 per SM, one wave; fill 3 made it 768 blocks, two waves).
+//   gets (queried from the runtime), the largest grid among those. E.g. (H200, 132 SMs, bf16):
+//   CodePredictor o_proj 1024x2048 and down_proj 1024x3072 go from 128 blocks (one warp per row)
+//   to 512 (4 per SM, one wave), the lm_heads 2048x1024 from 256 to 512, the gate/up 6144x1024
+//   SwiGLU to 384 blocks of 8 loads per lane (3 per SM, one wave, where 768 blocks would take two).
 // - All of a lane's weight loads (up to kMaxPre = 8, i.e. 128 bytes per lane) go out before
 //   the kernel waits for its predecessor (programmatic dependent launch), and really do in the
-//   SASS (see the wait below; v1 does the same for its first 8), for every real shape
-//   of both model sizes; a v1-style loop (4 per row per round) only serves larger rows. The
-//   kernel is instantiated for 2, 4 or 8 up-front loads, so short rows do not pay registers
-//   (occupancy) for the longest.
+//   SASS (see the wait below), for every real shape of both model sizes; a loop of 4 per row per
+//   round only serves larger rows. The kernel is instantiated for 2, 4 or 8 up-front loads, so
+//   short rows do not pay registers (occupancy) for the longest.
 // - The RMSNorm scale is applied after the dot product: shared memory holds x * norm_w (x and
 //   norm_w loaded in one pass), sum(x^2) is reduced per warp, and every output is multiplied by
 //   rsqrt(mean(x^2) + eps) at the end. One barrier before the dot products instead of three and
-//   one dependent global round trip instead of two; the result differs from v1 only by float32
-//   rounding (rs * sum(w * (g * x)) vs sum(w * (g * (x * rs)))).
+//   one dependent global round trip instead of two; the result differs from the row kernel only by
+//   float32 rounding (rs * sum(w * (g * x)) vs sum(w * (g * (x * rs)))).
 #include "common.cuh"
 
 #include <mutex>
@@ -253,17 +249,13 @@ __device__ __forceinline__ void gemv2(const W* __restrict__ w, int n_out, int k,
 // (bf16; 3 for float32, whose residual-add kernels would spill at 64 registers; with 8 up-front
 // loads 3 for bf16 (80 registers, as the one-vector kernel) and 2 for float32): the one-vector
 // kernels of the CodePredictor's shapes fit 4 blocks per SM too, so a grid of 512 blocks runs in
-// one wave, where 3 per SM ran it in two (the first version: 1.8x the time of one vector, measured
-// per kernel on the H200).
+// one wave, where 3 per SM would take two (1.8x the time of one vector per kernel on the H200).
 // The one-vector kernel with 8 up-front loads asks for 3 blocks per SM (bf16: 80 registers, no
 // spills; ptxas' own choice was 88-92, 2 per SM), so the grids the wave rule picks for it (the
 // 0.6B gate/up: 384 blocks) run in one wave on the H200's 132 SMs.
-#ifndef Q3T_GEMV_PRE8_BLOCKS
-#define Q3T_GEMV_PRE8_BLOCKS 3
-#endif
 template <typename W, int PRE>
 constexpr int x1_min_blocks() {
-    return PRE == kMaxPre && sizeof(W) == 2 ? Q3T_GEMV_PRE8_BLOCKS : 0;  // 0: no minimum, ptxas chooses
+    return PRE == kMaxPre && sizeof(W) == 2 ? 3 : 0;  // 0: no minimum, ptxas chooses
 }
 template <typename W, int MODE, bool VEC, int PRE>
 __global__ void Q3T_LAUNCH_BOUNDS(kThreads, (x1_min_blocks<W, PRE>()))
@@ -271,12 +263,9 @@ __global__ void Q3T_LAUNCH_BOUNDS(kThreads, (x1_min_blocks<W, PRE>()))
             const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, float* __restrict__ y) {
     gemv2<W, MODE, VEC, PRE, 1>(w, n_out, k, splits, x, norm_w, eps, bias, y);
 }
-#ifndef Q3T_GEMV_X2_PRE8_BLOCKS
-#define Q3T_GEMV_X2_PRE8_BLOCKS 3
-#endif
 template <typename W, int PRE>
 constexpr int x2_min_blocks() {
-    return PRE == kMaxPre ? (sizeof(W) == 2 ? Q3T_GEMV_X2_PRE8_BLOCKS : 2) : (sizeof(W) == 2 ? 4 : 3);
+    return PRE == kMaxPre ? (sizeof(W) == 2 ? 3 : 2) : (sizeof(W) == 2 ? 4 : 3);
 }
 template <typename W, int MODE, bool VEC, int PRE>
 __global__ void Q3T_LAUNCH_BOUNDS(kThreads, (x2_min_blocks<W, PRE>()))
@@ -338,42 +327,36 @@ int launch2(const void* w, int n_rows, int k, const float* x, const float* norm_
     int splits = 1;
     while (splits < nwarps && NR * cdiv(chunks, splits) > kMaxPre) splits *= 2;
     const size_t smem1 = (size_t)k * sizeof(float);
-    if (q3t_gemv_fill() > 0) {
-        // Q3T_GEMV_FILL=N: more splits (more, smaller blocks) until the grid has N blocks per SM.
-        const int target = q3t_gemv_fill() * sms;
-        while (splits < nwarps && chunks >= 2 * splits && cdiv(n_out, nwarps / splits) < target) splits *= 2;
-    } else {
-        // Waves: of the splits that leave every warp at least one chunk, the one whose grid takes the
-        // fewest waves at its kernel's real occupancy, and among those the largest grid. A partial
-        // second wave costs a whole block's latency again (its blocks load their weights only
-        // when the first wave's leave): 768 blocks at 3 per SM, 2 waves, became 384 in one.
-        int best = splits, best_waves = 0, best_grid = 0;
-        for (int sp = splits; sp <= nwarps && (sp == splits || chunks >= sp); sp *= 2) {
-            const int grid = cdiv(n_out, nwarps / sp);
-            const auto kernel = pick_kernel<W, MODE, 1>(vec, NR * cdiv(chunks, sp));
-            const int slots = blocks_per_sm(reinterpret_cast<const void*>(kernel), smem1) * (sms > 0 ? sms : 1);
-            const int waves = cdiv(grid, slots);
-            if (best_waves == 0 || waves < best_waves || (waves == best_waves && grid > best_grid)) {
-                best = sp;
-                best_waves = waves;
-                best_grid = grid;
-            }
+    // Waves: of the splits that leave every warp at least one chunk, the one whose grid takes the
+    // fewest waves at its kernel's real occupancy, and among those the largest grid. A partial
+    // second wave costs a whole block's latency again (its blocks load their weights only when the
+    // first wave's leave): the 0.6B gate/up in 384 blocks (one wave) rather than 768 (two at 3 per SM).
+    int best = splits, best_waves = 0, best_grid = 0;
+    for (int sp = splits; sp <= nwarps && (sp == splits || chunks >= sp); sp *= 2) {
+        const int grid = cdiv(n_out, nwarps / sp);
+        const auto kernel = pick_kernel<W, MODE, 1>(vec, NR * cdiv(chunks, sp));
+        const int slots = blocks_per_sm(reinterpret_cast<const void*>(kernel), smem1) * (sms > 0 ? sms : 1);
+        const int waves = cdiv(grid, slots);
+        if (best_waves == 0 || waves < best_waves || (waves == best_waves && grid > best_grid)) {
+            best = sp;
+            best_waves = waves;
+            best_grid = grid;
         }
-        splits = best;
     }
+    splits = best;
     const dim3 grid(cdiv(n_out, nwarps / splits));
     const size_t smem = (size_t)NB * k * sizeof(float);
     const auto kernel = pick_kernel<W, MODE, NB>(vec, NR * cdiv(chunks, splits));
     q3t_launch(kernel, grid, kThreads, smem, s, static_cast<const W*>(w), n_out, k, splits, x, norm_w, eps, bias, y);
-    return q3t_check_launch(NB == 1 ? "q3t_gemv (v2)" : "q3t_gemv_batch");
+    return q3t_check_launch(NB == 1 ? "q3t_gemv" : "q3t_gemv_batch");
 }
 
 }  // namespace
 
-// Called by q3t_gemv (gemv.cu) after it has checked the arguments, when Q3T_GEMV=v2, and by
+// Called by q3t_gemv (gemv.cu) for K <= 4096 after it has checked the arguments, and by
 // q3t_gemv_batch (nb 1 or 2).
-int q3t_gemv_v2(int dtype, const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps,
-                const float* bias, float* y, int mode, cudaStream_t s) {
+int q3t_gemv_splitk(int dtype, const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w,
+                    float eps, const float* bias, float* y, int mode, cudaStream_t s) {
 #define Q3T_GEMV2_CASE(T, NB)                                                                                 \
     switch (mode) {                                                                                           \
         case Q3T_GEMV_STORE: return launch2<T, Q3T_GEMV_STORE, NB>(w, n_rows, k, x, norm_w, eps, bias, y, s);   \

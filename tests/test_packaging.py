@@ -1,0 +1,57 @@
+"""A built wheel, installed non-editable into a fresh virtual environment, carries the kernel sources
+(setup.py copies kernels/src and kernels/include into the package as wyoming_qwen3tts/_kernels), so
+native.py finds and can build them there, with the same cache key as the checkout's."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from wyoming_qwen3tts import native
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE = """
+import json
+from wyoming_qwen3tts import native
+tc = native.Toolchain("nvcc", "nvcc", "", ("sm_90",))
+print(json.dumps({"dir": str(native.KERNEL_DIR), "sources": [p.name for p in native.sources()],
+                  "headers": [p.name for p in native._headers()], "key": native.cache_key(tc)}))
+"""
+
+
+@pytest.mark.slow
+def test_wheel_installed_non_editable_finds_the_kernel_sources(tmp_path: Path) -> None:
+    # Build from a copy, so the checkout gets no build/ or egg-info of the test's making.
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
+    shutil.copytree(ROOT / "wyoming_qwen3tts", src / "wyoming_qwen3tts", ignore=shutil.ignore_patterns("__pycache__"))
+    for part in ("src", "include"):
+        shutil.copytree(ROOT / "kernels" / part, src / "kernels" / part)
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
+                    str(src)], check=True, cwd=tmp_path)  # fmt: skip
+    (wheel,) = wheels.glob("wyoming_qwen3tts-*.whl")
+
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True,
+                   cwd=tmp_path)  # fmt: skip
+    out = subprocess.run([str(python), "-c", PROBE], check=True, capture_output=True, text=True, cwd=tmp_path)
+    found = json.loads(out.stdout)
+
+    site = Path(found["dir"]).parent
+    assert Path(found["dir"]) == site / "_kernels" and site.name == "wyoming_qwen3tts"
+    assert str(env_dir) in found["dir"]  # the installed copy, not the checkout
+    assert found["sources"] == [p.name for p in native.sources()] and "gemv.cu" in found["sources"]
+    assert found["headers"] == [p.name for p in native._headers()] and "q3t.h" in found["headers"]
+    # Same sources, same key: a library built from the checkout is the installed package's too.
+    assert found["key"] == native.cache_key(native.Toolchain("nvcc", "nvcc", "", ("sm_90",)))

@@ -1,0 +1,6 @@
+"""The decode loop on our fused kernels (kernels/, through native.py), replayed as a graph.
+
+options.py: what stays configurable; weights.py: the model's tensors as the kernels read them;
+ops.py: typed wrappers over the C ABI; frame.py: one frame as a list of launches; prefill.py: the
+prompt prefill as captured graphs; session.py and backend.py: the decode backend.
+"""

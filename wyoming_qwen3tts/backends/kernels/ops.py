@@ -1,0 +1,137 @@
+"""Typed wrappers over the q3t C ABI: one method per entry point, taking tensors and named arguments.
+
+Shapes, dtypes and pointers are read off the tensors, so a call site names only what it decides
+(mode, eps, positions, sampling settings). The launches are asynchronous on `stream` (a CUDA/HIP
+stream handle; None: torch's current stream), never synchronise and never allocate, so they can be
+captured into a graph; a failed launch raises native.NativeError with the runtime's message.
+What each entry point computes is documented once, in kernels/include/q3t.h.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from ... import native
+
+STORE, ADD, SWIGLU = native.GEMV_STORE, native.GEMV_ADD, native.GEMV_SWIGLU
+
+
+def dtype_code(dtype: torch.dtype) -> int:
+    """q3t's code for a weight / KV-cache dtype."""
+    if dtype == torch.float32:
+        return native.F32
+    if dtype == torch.bfloat16:
+        return native.BF16
+    raise native.NativeUnavailable(f"the kernels take float32 or bfloat16, not {dtype}")
+
+
+def _ptr(t: Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def _stream(stream: int | None) -> int:
+    return torch.cuda.current_stream().cuda_stream if stream is None else stream
+
+
+class Ops:
+    """The q3t entry points of one loaded library."""
+
+    def __init__(self, lib: native.Native) -> None:
+        self.lib = lib
+
+    def set_pdl(self, enable: bool) -> None:
+        """Programmatic dependent launch for launches (and captures) from now on; raises
+        native.NativeError where the device has none (HIP, or CUDA before sm_90)."""
+        self.lib.call("q3t_set_pdl", int(enable))
+
+    def rmsnorm(self, x: Tensor, weight: Tensor, out: Tensor, *, eps: float, stream: int | None = None) -> None:
+        self.lib.call("q3t_rmsnorm", x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.numel(), eps, _stream(stream))
+
+    def gemv(self, w: Tensor, x: Tensor, y: Tensor, *, mode: int = STORE, norm_w: Tensor | None = None,
+             eps: float = 0.0, bias: Tensor | None = None, stream: int | None = None) -> None:  # fmt: skip
+        """y (mode) w [N, K] @ x [K], x RMS-normed with norm_w first when given."""
+        n, k = w.shape
+        self.lib.call("q3t_gemv", dtype_code(w.dtype), w.data_ptr(), n, k, x.data_ptr(), _ptr(norm_w), eps, _ptr(bias),
+                      y.data_ptr(), mode, _stream(stream))  # fmt: skip
+
+    def gemv_batch(self, w: Tensor, x: Tensor, y: Tensor, *, mode: int = STORE, norm_w: Tensor | None = None,
+                   eps: float = 0.0, bias: Tensor | None = None, stream: int | None = None) -> None:  # fmt: skip
+        """gemv for each row of x [nb, K] into the rows of y, each weight row read once."""
+        n, k = w.shape
+        self.lib.call("q3t_gemv_batch", dtype_code(w.dtype), w.data_ptr(), n, k, x.data_ptr(), x.shape[0],
+                      _ptr(norm_w), eps, _ptr(bias), y.data_ptr(), mode, _stream(stream))  # fmt: skip
+
+    def rope_attention_split(self, qkv: Tensor, q_norm: Tensor, k_norm: Tensor, cos: Tensor, sin: Tensor,
+                             k_cache: Tensor, v_cache: Tensor, out: Tensor, *, eps: float, scale: float, splits: int,
+                             scratch: Tensor | None, pos: Tensor | None = None, pos_add: int = 0,
+                             stream: int | None = None) -> None:  # fmt: skip
+        """The Talker's attention step at position (pos[0] if pos else 0) + pos_add; caches
+        [max_seq, kv_heads, head_dim], scratch as q3t.h says (None with one split)."""
+        max_seq, hkv, d = k_cache.shape
+        self.lib.call("q3t_rope_attention_split", dtype_code(k_cache.dtype), qkv.data_ptr(), q_norm.data_ptr(),
+                      k_norm.data_ptr(), eps, cos.data_ptr(), sin.data_ptr(), _ptr(pos), pos_add,
+                      out.numel() // d, hkv, d, max_seq, scale, splits, _ptr(scratch), k_cache.data_ptr(),
+                      v_cache.data_ptr(), out.data_ptr(), _stream(stream))  # fmt: skip
+
+    def rope_attention(self, qkv: Tensor, q_norm: Tensor, k_norm: Tensor, cos: Tensor, sin: Tensor, k_cache: Tensor,
+                       v_cache: Tensor, out: Tensor, *, eps: float, scale: float, pos: Tensor | None = None,
+                       pos_add: int = 0, stream: int | None = None) -> None:  # fmt: skip
+        """The same step for a short cache (the CodePredictor's), in one block per head."""
+        max_seq, hkv, d = k_cache.shape
+        self.lib.call("q3t_rope_attention", dtype_code(k_cache.dtype), qkv.data_ptr(), q_norm.data_ptr(),
+                      k_norm.data_ptr(), eps, cos.data_ptr(), sin.data_ptr(), _ptr(pos), pos_add, out.numel() // d,
+                      hkv, d, max_seq, scale, k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(),
+                      _stream(stream))  # fmt: skip
+
+    def rope_attention_first(self, qkv: Tensor, q_norm: Tensor, k_norm: Tensor, cos: Tensor, sin: Tensor,
+                             k_cache: Tensor, v_cache: Tensor, out: Tensor, *, eps: float, scale: float,
+                             stream: int | None = None) -> None:  # fmt: skip
+        """rope_attention at positions 0..n-1 of an empty short cache: qkv [n, ...] -> out [n, hq * d]."""
+        max_seq, hkv, d = k_cache.shape
+        n = qkv.shape[0]
+        self.lib.call("q3t_rope_attention_first", dtype_code(k_cache.dtype), qkv.data_ptr(), q_norm.data_ptr(),
+                      k_norm.data_ptr(), eps, cos.data_ptr(), sin.data_ptr(), n, out.numel() // (n * d), hkv, d,
+                      max_seq, scale, k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(),
+                      _stream(stream))  # fmt: skip
+
+    def embed_row(self, table: Tensor, token: Tensor, out: Tensor, *, stream: int | None = None) -> None:
+        """out = table [rows, h] row token[0], as float32."""
+        rows, h = table.shape
+        self.lib.call("q3t_embed_row", dtype_code(table.dtype), table.data_ptr(), rows, h, token.data_ptr(),
+                      out.data_ptr(), _stream(stream))  # fmt: skip
+
+    def embed_sum(self, tables: Sequence[Tensor], table_ptrs: Tensor, codes: Tensor, trailing: Tensor, pad: Tensor,
+                  step: Tensor, out: Tensor, *, stream: int | None = None) -> None:  # fmt: skip
+        """out = sum_j tables[j][codes[j]] + (trailing[step] if step < len(trailing) else pad);
+        table_ptrs: the tables' data pointers as an int64 device array (kept alive by the caller)."""
+        if table_ptrs.numel() != len(tables):
+            raise ValueError(f"{len(tables)} tables but {table_ptrs.numel()} pointers")
+        rows_first, h = tables[0].shape
+        rows = tables[1].shape[0] if len(tables) > 1 else rows_first
+        self.lib.call("q3t_embed_sum", dtype_code(tables[0].dtype), table_ptrs.data_ptr(), len(tables), rows_first, rows,
+                      h, codes.data_ptr(), trailing.data_ptr(), trailing.shape[0], pad.data_ptr(), step.data_ptr(),
+                      out.data_ptr(), _stream(stream))  # fmt: skip
+
+    def sample(self, logits: Tensor, out_code: Tensor, *, seen: Tensor | None = None, penalty: float = 1.0,
+               eos: int = -1, min_new_tokens: int = 0, suppress: tuple[int, int] = (0, 0), do_sample: bool = False,
+               temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: Tensor | None = None,
+               stream_id: int = 0, step: Tensor | None = None, row_table: Tensor | None = None,
+               row_out: Tensor | None = None, stream: int | None = None) -> None:  # fmt: skip
+        """Logits processing and one draw into out_code[0]; with row_table, row_out = its drawn row."""
+        row_dtype, rows, h = (0, 0, 0) if row_table is None else (dtype_code(row_table.dtype), *row_table.shape)
+        self.lib.call("q3t_sample", logits.data_ptr(), logits.numel(), _ptr(seen), penalty, eos, min_new_tokens,
+                      suppress[0], suppress[1], native.SAMPLE_DO_SAMPLE if do_sample else 0, temperature, top_k, top_p,
+                      _ptr(seed), stream_id, _ptr(step), out_code.data_ptr(), row_dtype, _ptr(row_table), rows, h,
+                      _ptr(row_out), _stream(stream))  # fmt: skip
+
+    def store_row(self, src: Tensor, dst: Tensor, row: Tensor, *, stream: int | None = None) -> None:
+        """dst [max_rows, n][row[0]] = src [n], skipped when row[0] is outside dst."""
+        self.lib.call("q3t_store_row", src.data_ptr(), src.numel(), dst.data_ptr(), row.data_ptr(), dst.shape[0],
+                      _stream(stream))  # fmt: skip
+
+    def add_i32(self, counters: Tensor, delta: int, *, stream: int | None = None) -> None:
+        """counters += delta on the device (int32)."""
+        self.lib.call("q3t_add_i32", counters.data_ptr(), counters.numel(), delta, _stream(stream))

@@ -1,0 +1,35 @@
+"""What stays configurable in the kernel backend, and the one place it is read from the environment."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class KernelOptions:
+    """Kernel backend options (kernels/README.md documents them and their environment variables)."""
+
+    # Programmatic dependent launch: each kernel launches and loads its weights while the one before
+    # it runs (CUDA sm_90+; ~10 % per frame on the H200). Where the device has none it is left off.
+    pdl: bool = True
+    # The most chunks the Talker attention cuts the context into per head (a chunk holds at least 16
+    # positions, so a short context uses fewer).
+    attn_splits: int = 32
+    # The prompt prefill replayed as one captured graph per bucket length instead of ~1,700 launches
+    # issued from Python.
+    graph_prefill: bool = True
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.attn_splits <= 1024:
+            raise ValueError(f"attention splits must be 1..1024, got {self.attn_splits}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> KernelOptions:
+        """Q3T_PDL=0, Q3T_ATTN_SPLITS=N and Q3T_GRAPH_PREFILL=0 override the defaults."""
+        return cls(
+            pdl=env.get("Q3T_PDL", "1") != "0",
+            attn_splits=int(env.get("Q3T_ATTN_SPLITS", cls.attn_splits)),
+            graph_prefill=env.get("Q3T_GRAPH_PREFILL", "1") != "0",
+        )

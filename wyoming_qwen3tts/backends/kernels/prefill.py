@@ -1,0 +1,127 @@
+"""The prompt prefill for the kernel backend: the torch Talker over the prompt into the KV cache the
+kernels then read, replayed as one captured CUDA/HIP graph per bucket length (Transformer.
+prefill_bucketed's bucketing) instead of ~1,700 small launches issued from Python.
+
+A graph writes cache positions 0..bucket-1 (the pads' K/V past the prompt are overwritten by the
+decode steps before the attention kernel reads them) and `hn`, the final-normed hidden state of the
+prompt's last position, gathered through a device index so one graph serves every length in its
+bucket. Longer prompts, buckets past the cache, and runtimes that cannot capture run eagerly.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from ...model.talker import PREFILL_BUCKETS, KVCache, Transformer, prefill_bucket
+
+_LOGGER = logging.getLogger(__name__)
+
+# Buckets captured at start-up (warm_up): prompts of up to this many positions (a one-sentence request
+# is ~30, a 600-character paragraph ~160) never wait for a capture.
+WARM_PREFILL_POSITIONS = 256
+
+
+class PrefillGraphs:
+    """Prefills `talker` into a cache and `hn`, through captured graphs where it can."""
+
+    def __init__(self, talker: Transformer, hn: Tensor, dtype: torch.dtype, *, enabled: bool = True) -> None:
+        self.talker = talker
+        self.hn = hn  # float32 [H], read by the decode graph
+        self.enabled = enabled
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}  # bucket -> graph
+        self._cache: KVCache | None = None  # the cache the graphs write (they are re-captured for a new one)
+        self._x = torch.zeros(PREFILL_BUCKETS[-1], hn.shape[0], dtype=dtype, device=hn.device)  # static input
+        self._last = torch.zeros(1, dtype=torch.int64, device=hn.device)  # prompt length - 1
+        self._pool: tuple[int, int] | None = None  # one memory pool for all prefill graphs
+        self._stream: torch.cuda.Stream | None = None  # their warm-up and capture stream
+
+    def prefill(self, embeds: Tensor, cache: KVCache) -> None:
+        """cache <- the prompt's K/V (cache.length = its length), hn <- its last hidden state."""
+        bucket = prefill_bucket(embeds.shape[0], cache.max_seq) if self.enabled else None
+        if bucket is None or not self._replay(embeds, cache, bucket):
+            cache.reset()
+            self.hn.copy_(self.talker(embeds.to(self._x.dtype), cache)[-1])
+
+    def warm_up(self, cache: KVCache, max_positions: int = WARM_PREFILL_POSITIONS) -> int:
+        """Capture the graphs of every bucket up to `max_positions` now (a capture costs tens of
+        milliseconds, paid here instead of by the first request of each length). Writes the cache
+        and hn. Returns how many graphs were captured."""
+        if not self.enabled:
+            return 0
+        before = len(self.graphs)
+        for bucket in PREFILL_BUCKETS:
+            if bucket > min(max_positions, cache.max_seq):
+                break
+            if self._cache is not cache or bucket not in self.graphs:
+                if not self._replay(self._x.new_zeros(bucket, self._x.shape[1]), cache, bucket):
+                    return 0  # capture does not work here: prefills run eagerly (logged)
+        return len(self.graphs) - before
+
+    def _replay(self, embeds: Tensor, cache: KVCache, bucket: int) -> bool:
+        """The graph of `bucket` (captured the first time) over the prompt; False, after one warning,
+        when the capture fails (every prefill then runs eagerly)."""
+        n = embeds.shape[0]
+        if self._cache is not cache:  # first use, or the backend grew its cache
+            self.graphs.clear()
+            self._cache = cache
+            self._pool = None  # the old graphs' pool goes with them
+        x = self._x[:bucket]
+        x[:n].copy_(embeds)
+        x[n:].zero_()
+        self._last.fill_(n - 1)
+        graph = self.graphs.get(bucket)
+        if graph is None:
+            try:
+                graph = self.capture(bucket, self._body(cache, bucket))
+            except torch.cuda.OutOfMemoryError:
+                raise  # the server's out-of-memory handling takes it from here
+            except RuntimeError as err:
+                # A runtime that cannot capture these torch ops (a ROCm or driver version, say).
+                _LOGGER.warning("Captured prefill failed (%s); prefilling eagerly from now on", err)
+                self.enabled = False
+                self.graphs.clear()
+                return False
+            self.graphs[bucket] = graph
+        graph.replay()
+        cache.length = n
+        return True
+
+    def _body(self, cache: KVCache, bucket: int) -> Callable[[], None]:
+        """What the graph of `bucket` holds: the Talker over the static input from position 0, then
+        hn = the final-normed row at the device index (prompt length - 1)."""
+        x, last, hn, talker = self._x[:bucket], self._last, self.hn, self.talker
+
+        def run() -> None:
+            cache.reset()
+            hn.copy_(talker.prefill_bucketed(x, cache, bucket, last)[0])  # copy_ casts to float32
+
+        return run
+
+    def capture(self, bucket: int, run: Callable[[], None]) -> torch.cuda.CUDAGraph:
+        """`run` (the body of `bucket`'s graph) captured, after one warm-up run that writes what the
+        replay will."""
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(device=self.hn.device)
+        side = self._stream
+        # Warm-up on the side stream (cuBLAS handle and its per-stream workspace, lazily loaded
+        # kernels), as the CUDA-graph docs ask: torch.cuda.graph itself only syncs and empties the
+        # allocator cache. Capturing on that same stream reuses the workspace made here (outside the
+        # graphs' pool); one stream for all buckets makes one workspace, not one per bucket. Every
+        # graph shares one pool: they keep no live tensors in it (outputs go to the cache and hn) and
+        # replay one at a time on one stream, so the pool holds one bucket's activations, not 20.
+        current = torch.cuda.current_stream(self.hn.device)
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            run()
+        current.wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool, stream=side):
+            run()
+        current.wait_stream(side)
+        return graph

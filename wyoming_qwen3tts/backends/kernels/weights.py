@@ -1,0 +1,109 @@
+"""The model's weights as the kernels read them, gathered once when the backend is built.
+
+The matrices are the model's own tensors (the model already holds q/k/v fused and gate/up
+interleaved, model/talker.py), so nothing large is copied; small vectors (norm weights, the
+projection bias) get float32 copies, and on the 1.7B the CodePredictor's input tables are projected
+once through small_to_mtp_projection (float32, +130 MB), so a drawn code's row goes straight into
+the CodePredictor stream instead of through a projection GEMV per position and frame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ...model.config import TransformerConfig
+from ...model.talker import Qwen3TTSModel
+
+
+def _f32(t: Tensor) -> Tensor:
+    return t.detach().to(torch.float32).contiguous()
+
+
+def _mat(t: Tensor) -> Tensor:
+    return t.detach().contiguous()  # the model's own tensor (already contiguous)
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    qkv: Tensor  # rows q, k, v
+    o: Tensor
+    gate_up: Tensor  # rows interleaved: gate_0, up_0, gate_1, up_1, ...
+    down: Tensor
+    in_norm: Tensor  # float32 from here on
+    post_norm: Tensor
+    q_norm: Tensor
+    k_norm: Tensor
+
+
+@dataclass(frozen=True)
+class StackWeights:
+    """One transformer stack (Talker or CodePredictor)."""
+
+    cfg: TransformerConfig
+    layers: tuple[LayerWeights, ...]
+
+    @classmethod
+    def from_layers(cls, cfg: TransformerConfig, layers: torch.nn.ModuleList) -> StackWeights:
+        return cls(cfg, tuple(
+            LayerWeights(
+                qkv=_mat(blk.self_attn.qkv_proj.weight),
+                o=_mat(blk.self_attn.o_proj.weight),
+                gate_up=_mat(blk.mlp.gate_up_proj.weight),
+                down=_mat(blk.mlp.down_proj.weight),
+                in_norm=_f32(blk.input_layernorm.weight),
+                post_norm=_f32(blk.post_attention_layernorm.weight),
+                q_norm=_f32(blk.self_attn.q_norm.weight),
+                k_norm=_f32(blk.self_attn.k_norm.weight),
+            )
+            for blk in layers
+        ))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ModelWeights:
+    talker: StackWeights
+    code_predictor: StackWeights
+    final_norm: Tensor  # float32
+    cp_norm: Tensor  # float32
+    codec_head: Tensor
+    lm_heads: tuple[Tensor, ...]  # one per code 1..15
+    # The 16 tables summed into the next Talker input (codec embedding, then the CodePredictor's 15),
+    # and their data pointers as the device array q3t_embed_sum reads.
+    embeddings: tuple[Tensor, ...]
+    embedding_ptrs: Tensor
+    # CodePredictor position j's input row comes from cp_inputs[j - 1] (j = 1..15): the embedding
+    # tables at the CodePredictor's width (projected, float32, where the widths differ).
+    cp_inputs: tuple[Tensor, ...]
+    proj_w: Tensor | None  # small_to_mtp_projection (None: the widths are equal), for the Talker's hn
+    proj_b: Tensor | None  # float32
+
+    @classmethod
+    def from_model(cls, model: Qwen3TTSModel) -> ModelWeights:
+        talker = model.talker
+        cp = talker.code_predictor
+        with torch.no_grad():
+            embeddings = (_mat(talker.model.codec_embedding.weight), *(_mat(e.weight) for e in cp.model.codec_embedding))
+            proj = cp.small_to_mtp_projection
+            proj_w = _mat(proj.weight) if isinstance(proj, torch.nn.Linear) else None
+            proj_b = _f32(proj.bias) if isinstance(proj, torch.nn.Linear) else None
+            if proj_w is None:
+                cp_inputs = embeddings[:-1]
+            else:
+                w32 = proj_w.float()
+                cp_inputs = tuple(torch.addmm(proj_b, t.float(), w32.t()).contiguous() for t in embeddings[:-1])
+        return cls(
+            talker=StackWeights.from_layers(model.cfg.talker, talker.model.layers),
+            code_predictor=StackWeights.from_layers(model.cfg.code_predictor, cp.model.layers),
+            final_norm=_f32(talker.model.norm.weight),
+            cp_norm=_f32(cp.model.norm.weight),
+            codec_head=_mat(talker.codec_head.weight),
+            lm_heads=tuple(_mat(h.weight) for h in cp.lm_head),
+            embeddings=embeddings,
+            embedding_ptrs=torch.tensor([t.data_ptr() for t in embeddings], dtype=torch.int64, device=model.device),
+            cp_inputs=cp_inputs,
+            proj_w=proj_w,
+            proj_b=proj_b,
+        )

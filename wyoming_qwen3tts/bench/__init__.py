@@ -1,0 +1,6 @@
+"""Developer tooling, never imported by the server: the side-by-side speed benchmark
+(`python -m wyoming_qwen3tts.bench`, cli.py) and the load test against a running server (soak.py).
+
+cli.py drives one worker subprocess per (size, engine); ours.py and peers.py are the workers;
+roofline.py holds the byte counts and bandwidth floor; report.py the tables, chart and merging.
+"""

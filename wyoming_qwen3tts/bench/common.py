@@ -1,0 +1,81 @@
+"""What every part of the benchmark shares: engines, labels, the worker's arguments, timing helpers."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..request import SAMPLES_PER_FRAME
+
+FRAME_RATE = 12.5  # codec frames per second of audio
+OURS = ("kernels", "torch")
+PEERS = ("ref", "fq")
+ENGINES = (*OURS, *PEERS)
+LABELS = {
+    "kernels": "ours (kernels)",
+    "torch": "ours (torch)",
+    "ref": "qwen-tts 0.1.1 (reference)",
+    "fq": "faster-qwen3-tts 0.5.4",
+}
+
+__all__ = ["ENGINES", "FRAME_RATE", "LABELS", "OURS", "PEERS", "SAMPLES_PER_FRAME", "WorkerArgs", "median", "summary",
+           "sync"]  # fmt: skip
+
+
+def median(xs: Sequence[float]) -> float | None:
+    return float(statistics.median(xs)) if xs else None
+
+
+def sync() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def memory() -> dict[str, float | None]:
+    import torch
+
+    if not torch.cuda.is_available():
+        return {"peak_alloc_gib": None, "peak_reserved_gib": None}
+    gib = 1024**3
+    return {
+        "peak_alloc_gib": torch.cuda.max_memory_allocated() / gib,
+        "peak_reserved_gib": torch.cuda.max_memory_reserved() / gib,
+    }
+
+
+def gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
+@dataclass
+class WorkerArgs:
+    engine: str
+    model: str
+    device: str
+    frames: int
+    sentence_frames: int
+    runs: int
+    warmup: int
+    context: int
+    text: str
+    speaker: str
+    language: str
+    seed: int
+
+
+def summary(decode_s: list[float], e2e_s: list[float], ttfa_s: list[float], frames: int) -> dict[str, Any]:
+    d, e, t = median(decode_s), median(e2e_s), median(ttfa_s)
+    audio = frames / FRAME_RATE
+    return {
+        "decode_fps": frames / d if d else None,
+        "decode_rtf": d / audio if d else None,
+        "e2e_rtf": e / audio if e else None,
+        "ttfa_ms": t * 1e3 if t is not None else None,
+        "raw": {"decode_s": decode_s, "e2e_s": e2e_s, "ttfa_s": ttfa_s},
+    }

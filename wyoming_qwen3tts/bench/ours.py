@@ -1,0 +1,85 @@
+"""The worker for our backends: the engine's public calls, timed (decode, end to end, first audio)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from .common import SAMPLES_PER_FRAME, WorkerArgs, summary, sync
+
+
+def run_ours(w: WorkerArgs) -> dict[str, Any]:
+    from ..engine import Engine, EngineOptions
+    from ..request import SynthesisRequest
+
+    t0 = time.perf_counter()
+    options = EngineOptions(device=w.device, backend=w.engine, max_frames=max(w.context, w.frames),  # type: ignore[arg-type]
+                            local_files_only=True)  # fmt: skip
+    engine = Engine.from_pretrained(w.model, options)
+    if engine.backend.name != w.engine:
+        raise RuntimeError(f"engine chose backend {engine.backend.name!r}: {engine.info.backend_reason}")
+    load_s = time.perf_counter() - t0
+    # The checkpoint's sampling, with a fixed length: code-0 EOS is never sampled (random weights end at random).
+    sampling = replace(engine.default_sampling, suppress_eos=True)
+
+    def request(frames: int, seed: int) -> SynthesisRequest:
+        return SynthesisRequest(text=w.text, speaker=w.speaker, language=w.language, seed=seed, max_frames=frames,
+                                sampling=sampling)  # fmt: skip
+
+    prompt = engine.prepare(request(w.frames, w.seed))
+
+    def decode_once(seed: int) -> tuple[float, float]:
+        sync()
+        a = time.perf_counter()
+        session = engine.backend.start(prompt, sampling, seed, w.context)
+        sync()
+        b = time.perf_counter()
+        codes = session.next_frames(w.frames)  # returns host codes: synchronised
+        c = time.perf_counter()
+        if len(codes) != w.frames:
+            raise RuntimeError(f"decoded {len(codes)} frames, asked for {w.frames}: EOS was not suppressed")
+        return b - a, c - b
+
+    def synth_once(frames: int, seed: int, first_only: bool = False) -> tuple[float, float, int]:
+        a = time.perf_counter()
+        first = None
+        n = 0
+        stream = engine.synthesize(request(frames, seed))
+        for chunk in stream:
+            if first is None:
+                first = time.perf_counter() - a
+                if first_only:
+                    stream.close()
+                    return first, first, chunk.num_frames
+            n += chunk.num_frames
+            if len(chunk.pcm) != chunk.num_frames * SAMPLES_PER_FRAME * 2:
+                raise RuntimeError("chunk PCM length does not match its frames")
+        total = time.perf_counter() - a
+        if n != frames:
+            raise RuntimeError(f"synthesized {n} frames, asked for {frames}: EOS was not suppressed")
+        return first or total, total, n
+
+    for i in range(w.warmup):
+        decode_once(w.seed + 1000 + i)
+        synth_once(w.frames, w.seed + 2000 + i)
+        synth_once(w.sentence_frames, w.seed + 3000 + i, first_only=True)
+    prefill_s, decode_s, e2e_s, ttfa_s = [], [], [], []
+    for i in range(w.runs):
+        p, d = decode_once(w.seed + i)
+        prefill_s.append(p)
+        decode_s.append(d)
+    for i in range(w.runs):
+        e2e_s.append(synth_once(w.frames, w.seed + 100 + i)[1])
+    for i in range(w.runs):
+        ttfa_s.append(synth_once(w.sentence_frames, w.seed + 200 + i, first_only=True)[0])
+    out = summary(decode_s, e2e_s, ttfa_s, w.frames)
+    out["raw"]["prefill_s"] = prefill_s
+    out.update(
+        load_s=load_s,
+        prompt_positions=prompt.length,
+        first_chunk_frames=engine.first_chunk_frames,
+        dtype=engine.info.dtype,
+        notes=f"decode sessions sized for {w.context} frames; TTFA chunk {engine.first_chunk_frames} frames",
+    )
+    return out

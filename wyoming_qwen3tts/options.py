@@ -1,0 +1,40 @@
+"""How an Engine loads and runs a model: one home for each option's default.
+
+The server builds EngineOptions from its Settings (Settings.engine_options), `say` from its flags,
+the bench and the tests directly. Imports no torch: the server reads the defaults before it loads
+anything heavy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from .backends.kernels.options import KernelOptions
+from .request import SamplingOverrides
+
+DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"
+
+Backend = Literal["auto", "kernels", "torch"]
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    data_dir: Path | None = None  # where downloaded models are kept (None: the Hugging Face cache)
+    local_files_only: bool = False  # never download
+    device: str = "auto"  # torch device: auto, cuda, cuda:1, cpu
+    dtype: str = "auto"  # weights dtype: auto (bfloat16 on a GPU, float32 on the CPU), bfloat16, float16, float32
+    backend: Backend = "auto"  # decode loop: fused kernels where they load, else torch
+    first_chunk_frames: int = 2  # frames (80 ms each) in the first audio chunk
+    chunk_frames: int = 12  # largest later chunk (groups double from the first up to this)
+    max_frames: int = 2048  # most frames per request (12.5 frames = 1 s)
+    max_text_chars: int = 5000  # longest text accepted per request
+    sampling: SamplingOverrides = field(default_factory=SamplingOverrides)  # over generation_config.json
+    kernels: KernelOptions | None = None  # None: KernelOptions.from_env()
+
+    def __post_init__(self) -> None:
+        if min(self.first_chunk_frames, self.chunk_frames, self.max_frames, self.max_text_chars) < 1:
+            raise ValueError("frame counts and max_text_chars must be >= 1")
+        if self.backend not in ("auto", "kernels", "torch"):
+            raise ValueError(f"unknown backend {self.backend!r}: use auto, kernels or torch")
