@@ -64,6 +64,11 @@ from .wire import read_event, short
 
 _LOGGER = logging.getLogger(__name__)
 
+# JSON (an event's header line and data block) is parsed on the event loop, where 1 MiB of it can
+# take 50 ms: an event's JSON is held to what the longest text needs, escaped (at most 12 bytes a
+# character, as a surrogate pair), plus room for the rest.
+JSON_BYTES_BASE = 65536
+JSON_BYTES_PER_CHAR = 12
 # Longer texts (or stream chunks) are cleaned and split on a thread, so the event loop stays free
 # for other clients while the splitter works.
 OFFLOAD_CHARS = 1000
@@ -225,7 +230,8 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
 
     async def _next_event(self) -> Event | None:
         """The next event; a client silent for idle_timeout while nothing is spoken is closed."""
-        read = asyncio.ensure_future(read_event(self.reader, self.config.max_event_bytes))
+        max_json = JSON_BYTES_BASE + JSON_BYTES_PER_CHAR * self.config.max_text_chars
+        read = asyncio.ensure_future(read_event(self.reader, self.config.max_event_bytes, max_json))
         try:
             while True:
                 if self._speaking():

@@ -4,7 +4,7 @@ The same wire format as wyoming.event.async_read_event (a JSON header line, then
 bytes of JSON data, then payload_length bytes of payload), but the library would allocate
 whatever data_length or payload_length a header claims and returns None for malformed input,
 which looks like a clean disconnect.  Here the header line is read in pieces of at most the
-stream's buffer limit and refused past `max_bytes`, both lengths are checked against `max_bytes`
+stream's buffer limit and refused past the limit, both lengths are checked against the limits
 before anything is read, and anything malformed raises ProtocolError.
 """
 
@@ -18,9 +18,14 @@ from wyoming.event import Event
 from .errors import EventTooLargeError, ProtocolError
 
 
-async def read_event(reader: asyncio.StreamReader, max_bytes: int) -> Event | None:
-    """One Wyoming event, or None at a clean end of the connection."""
-    line = await _read_line(reader, max_bytes)
+async def read_event(reader: asyncio.StreamReader, max_bytes: int, max_json_bytes: int | None = None) -> Event | None:
+    """One Wyoming event, or None at a clean end of the connection.
+
+    `max_bytes` bounds the whole event; `max_json_bytes` (default: the same) bounds its JSON, the
+    header line and the data block, which is parsed where this runs (the event loop).
+    """
+    max_json_bytes = max_bytes if max_json_bytes is None else min(max_json_bytes, max_bytes)
+    line = await _read_line(reader, max_json_bytes)
     if line is None:
         return None
     try:
@@ -39,6 +44,11 @@ async def read_event(reader: asyncio.StreamReader, max_bytes: int) -> Event | No
     total = len(line) + data_length + payload_length
     if total > max_bytes:
         raise EventTooLargeError(f"Event {header['type']!r} of {total} bytes is over the limit of {max_bytes} bytes")
+    if len(line) + data_length > max_json_bytes:
+        raise EventTooLargeError(
+            f"Event {header['type']!r} has {len(line) + data_length} bytes of JSON (header and data), "
+            f"over the limit of {max_json_bytes} bytes"
+        )
     if data_length:
         raw = await _read_exactly(reader, data_length, "data")
         try:
