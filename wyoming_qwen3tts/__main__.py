@@ -187,8 +187,9 @@ def run() -> None:
     # for the engine's worker thread, which may be busy with what it cannot abandon (a model
     # download, a long prefill).  Every connection is closed by now; only the logs need flushing.
     logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(ValueError, OSError):  # stdio:// may have closed stdout
+            stream.flush()
     os._exit(code)
 
 
