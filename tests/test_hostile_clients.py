@@ -17,16 +17,24 @@ import contextlib
 import functools
 import random
 import signal
-import socket
 import string
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from reliability_support import (
+    Raw,
+    Server,
+    check_answer,
+    encode,
+    start,
+    stats,
+    synthesize,
+    wait_quiet,
+)
 from wyoming.event import Event
 
-from reliability_support import HOST, Raw, Server, check_answer, encode, start, stats, synthesize, wait_quiet
 from wyoming_qwen3tts.engine import clean_text
 
 pytestmark = pytest.mark.timeout(300)
@@ -131,7 +139,7 @@ async def flooder_end(client: Raw, timeout: float) -> float | None:
     """When (time.monotonic) the server dropped a flooder, or None if it still holds it."""
     try:
         await asyncio.wait_for(asyncio.shield(client.flooding), timeout)  # type: ignore[attr-defined]
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return None
     return time.monotonic()
 

@@ -42,7 +42,14 @@ from wyoming.event import Event, async_write_event
 from wyoming.info import Describe
 from wyoming.ping import Ping, Pong
 from wyoming.server import AsyncEventHandler
-from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped, SynthesizeVoice
+from wyoming.tts import (
+    Synthesize,
+    SynthesizeChunk,
+    SynthesizeStart,
+    SynthesizeStop,
+    SynthesizeStopped,
+    SynthesizeVoice,
+)
 
 from .errors import (
     EmptyTextError,
@@ -56,7 +63,13 @@ from .errors import (
     UnknownLanguageError,
     UnknownSpeakerError,
 )
-from .request import CHANNELS, SAMPLE_RATE, SAMPLE_WIDTH, SamplingParams, SynthesisRequest
+from .request import (
+    CHANNELS,
+    SAMPLE_RATE,
+    SAMPLE_WIDTH,
+    SamplingParams,
+    SynthesisRequest,
+)
 from .sentences import SentenceSplitter, clean_client_text, split_sentences
 from .server import TtsService
 from .voices import VoiceChoice
@@ -79,10 +92,15 @@ ABORT_WRITE_SECONDS = 0.25
 # After a protocol error the client's input is read and dropped this long (and at most
 # max_event_bytes), so it reads the error rather than a connection reset.
 LINGER_SECONDS = 1.0
-# Errors that are the client's doing (logged as warnings) and the ordinary ends (info); the rest
-# are the server's failures (errors).
 _CLIENT_ERRORS = (ProtocolError, TextTooLongError, UnknownSpeakerError, UnknownLanguageError, TooManyRequestsError, ServerBusyError)
 _ORDINARY_ENDS = (IdleTimeoutError, ShuttingDownError)
+
+
+def _log_level(err: Qwen3TTSError) -> int:
+    """Bad input and limits are warnings, idle clients and shutdown info, the server's failures errors."""
+    if isinstance(err, _ORDINARY_ENDS):
+        return logging.INFO
+    return logging.WARNING if isinstance(err, _CLIENT_ERRORS) else logging.ERROR
 
 
 class _ClientGone(Exception):
@@ -187,7 +205,6 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
     # -- the connection ---------------------------------------------------------------------
     async def run(self) -> None:
         """Read events (bounded, see wire.read_event) until the client leaves or an error ends it."""
-        self._is_running = True
         self._reading = asyncio.current_task()
         refused = self.service.admit(self)
         try:
@@ -458,8 +475,7 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
             return
         self._closed = True
         if not logged:
-            level = logging.INFO if isinstance(err, _ORDINARY_ENDS) else logging.WARNING if isinstance(err, _CLIENT_ERRORS) else logging.ERROR
-            self.log.log(level, "Ending the connection with error %s: %s", err.code, err)
+            self.log.log(_log_level(err), "Ending the connection with error %s: %s", err.code, err)
         self._cancel_all()
         with contextlib.suppress(_ClientGone):
             await self._write(Error(text=str(err), code=err.code).event(), min(self.config.write_timeout, ERROR_WRITE_SECONDS))
