@@ -386,7 +386,7 @@ async def pipelining_load(port: int) -> list[Raw]:
 
 
 async def flooders_load(port: int) -> list[Raw]:
-    """Three write-only flooders, once the server has stopped reading them."""
+    """Three write-only flooders, once their writes are stuck."""
     flooders = [await write_only_flooder(port) for _ in range(3)]
     await until_blocked(flooders)
     return flooders
@@ -439,8 +439,8 @@ async def test_sigterm_exits_in_time_under_pathological_texts(tmp_path: Path, ti
 
 
 async def test_client_going_away_is_not_an_error(fake: Server) -> None:
-    """50 describe then a reset, twenty times: logged as a client gone (info), never as an
-    error, never answered synthesis-failed; the server goes on."""
+    """50 describe then a reset, twenty times: never logged as an error (a client leaving is
+    logged at debug), never answered synthesis-failed; the server goes on."""
     before = fake.log_text()
     for _ in range(20):
         await describe_then_reset(fake.port)
