@@ -94,7 +94,7 @@ BAD_REQUEST = {
     "data-block-not-json": header({"type": "synthesize", "data_length": 5}) + b"hello",
     "data-block-not-object": header({"type": "synthesize", "data_length": 7}) + b'"hello"',
     "not-utf8": b'{"type": "synthesize\xff\xfe"}\n',
-    "deeply-nested": b'{"type": "x", "data": ' + b"[" * 200_000 + b"]" * 200_000 + b"}\n",
+    "deeply-nested": b'{"type": "x", "data": ' + b"[" * 50_000 + b"]" * 50_000 + b"}\n",
     "binary-garbage": bytes(range(256)) * 64,
 }
 
@@ -173,13 +173,29 @@ async def test_large_event_within_limit_is_read(fake: Server) -> None:
     connection goes on: the limit is on size, not on what the library writes."""
     client = await Raw.connect(fake.port)
     try:
-        data = json.dumps({"blob": "x" * 400_000}).encode()
-        await client.send(header({"type": "x-big", "data_length": len(data), "payload_length": 500_000}) + data + b"\0" * 500_000)
+        data = json.dumps({"blob": "x" * 100_000}).encode()
+        await client.send(header({"type": "x-big", "data_length": len(data), "payload_length": 800_000}) + data + b"\0" * 800_000)
         await client.event(Event(type="describe"))
         event = await client.read(10)
         assert event is not None and event.type == "info"
     finally:
         await client.close()
+
+
+async def test_json_over_its_limit_is_refused(fake: Server) -> None:
+    """JSON is parsed on the event loop: a data block bigger than the longest text needs (here
+    65536 + 12 x 5000 bytes), though under max_event_bytes, is refused before it is read."""
+    data = json.dumps({"a": [{}] * 50_000}).encode()  # 200 kB of JSON that is slow to parse
+    error = the_error(await outcome(fake.port, header({"type": "x-junk", "data_length": len(data)}) + data))
+    assert error["code"] == "event-too-large" and "bytes of JSON" in error["text"] and "125536" in error["text"], error
+    # The longest text, every character escaped as a surrogate pair, still fits.
+    client = await Raw.connect(fake.port)
+    try:
+        await client.event(Event(type="synthesize", data={"text": "😀" * 4999 + "."}))
+        assert check_answer(await client.read_until("audio-stop"), streaming=False) == 0
+    finally:
+        await client.close()
+    await still_serves(fake)
 
 
 # -- events: unknown ignored, out of order refused ------------------------------------------------------
@@ -396,7 +412,7 @@ async def test_client_that_stops_reading_is_dropped(fake: Server) -> None:
     await asyncio.sleep(1)
     assert await synthesize(fake.port, "Others go on.") == 3
     deadline = time.monotonic() + 30
-    while "accepted no audio" not in fake.log_text():
+    while "took no data" not in fake.log_text():
         assert time.monotonic() < deadline, fake.log_text()[-2000:]
         await asyncio.sleep(0.2)
     stuck.close()

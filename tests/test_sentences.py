@@ -84,3 +84,36 @@ def test_long_sentence_split_at_clause_then_space() -> None:
 def test_markdown_and_empty_pieces_dropped() -> None:
     assert split_sentences("**Bold** claim. ... \n\n * \n") == ["Bold claim."]
     assert split_sentences("   ") == []
+
+
+PATHOLOGICAL = {
+    # The word before the period is 4,000 long: looking it up from the start of the buffer
+    # was quadratic (0.7 s for this text on the event loop).
+    "long-word-then-period": "a" * 3999 + "-. " + "b" * 990,
+    "long-word-no-space": "a" * 4000 + "-." + "b" * 990,
+    "only-periods": "." * 5000,
+    "abbreviations": "Dr. " * 1250,
+    "one-letter-sentences": "x. " * 1666,
+}
+
+
+@pytest.mark.parametrize("name", list(PATHOLOGICAL))
+def test_pathological_texts_split_in_linear_time(name: str) -> None:
+    """Whole and one character at a time, the same sentences, each within max_chars, fast.
+
+    The time bound is a guard against quadratic work (hundreds of times the linear cost), not a
+    performance figure."""
+    import time
+
+    text = PATHOLOGICAL[name]
+    t0 = time.perf_counter()
+    whole = split_sentences(text)
+    elapsed = time.perf_counter() - t0
+    splitter = SentenceSplitter()
+    t0 = time.perf_counter()
+    streamed = [s for ch in text for s in splitter.feed(ch)] + splitter.finish()
+    elapsed_streamed = time.perf_counter() - t0
+    assert streamed == whole
+    assert all(len(s) <= 400 for s in whole)
+    assert [c for c in "".join(whole) if c.isalnum()] == [c for c in text if c.isalnum()]  # no word lost
+    assert elapsed < 0.1 and elapsed_streamed < 0.5, (elapsed, elapsed_streamed)

@@ -5,8 +5,10 @@ meanwhile (Home Assistant gives setup one second, a download can take minutes). 
 cannot be loaded the server logs why and exits with status 1.
 
 SIGTERM (and Ctrl-C) drain: the listening socket closes at once, requests in progress are
-finished (up to drain_seconds, then cancelled with an error event), idle connections are closed,
-and the process exits 0.  A second signal cancels what is left at once.
+finished (up to drain_seconds; then every connection is cancelled with an error event and
+dropped, all at once, within a fraction of a second), idle connections are closed, and the
+process exits 0 without waiting for the engine's worker thread.  A second signal cancels what
+is left at once.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ if TYPE_CHECKING:
     from .http.app import HttpServer
 
 _LOGGER = logging.getLogger("wyoming_qwen3tts")
-_worker_busy = False  # set when main() returns with a job still on the engine's worker thread
 
 
 def load_engine(settings: Settings) -> "Engine":
@@ -104,7 +105,8 @@ async def main(settings: Settings) -> int:
         await asyncio.wait({drain, again}, return_when=asyncio.FIRST_COMPLETED)
         if not drain.done():
             _LOGGER.warning("Second signal: cancelling the requests still running")
-            await service.drain(0)
+            drain.cancel()
+            await service.abort_all()
         again.cancel()
         _LOGGER.info("Stopped")
         return 0 if service.load_error is None else 1
@@ -167,9 +169,7 @@ async def _serve_stdio(server: AsyncStdioServer, service: TtsService, handler_fa
 
 
 def _note_worker(service: TtsService) -> None:
-    global _worker_busy
-    _worker_busy = service.jobs_running > 0
-    if _worker_busy:
+    if service.jobs_running:
         _LOGGER.info("Not waiting for the engine's worker thread (%d job(s) left)", service.jobs_running)
 
 
@@ -180,15 +180,15 @@ def run() -> None:
     code = 130
     with contextlib.suppress(KeyboardInterrupt):
         code = asyncio.run(main(settings))
-    if _worker_busy:
-        # The model load (or a cancelled synthesis) is still on the worker thread, which the
-        # interpreter would wait for at exit; a download can take minutes.
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
-
+    # Exit without the interpreter's teardown: with torch loaded it takes most of a second (and
+    # Docker kills 10 s after SIGTERM, most of which drain_seconds may use), and it would wait
+    # for the engine's worker thread, which may be busy with what it cannot abandon (a model
+    # download, a long prefill).  Every connection is closed by now; only the logs need flushing.
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(ValueError, OSError):  # stdio:// may have closed stdout
+            stream.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -69,3 +69,9 @@ class ShuttingDownError(Qwen3TTSError):
     """The server got SIGTERM: it finishes requests in progress but takes no new ones."""
 
     code = "shutting-down"
+
+
+class TooManyRequestsError(Qwen3TTSError):
+    """More requests pipelined on one connection than max_pending_requests."""
+
+    code = "too-many-requests"

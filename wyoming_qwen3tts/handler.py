@@ -1,62 +1,114 @@
-"""The Wyoming event handler: describe, one-shot and streamed synthesis, audio out.
+"""The Wyoming event handler: one client connection, from its events to its answers.
 
-One handler per connection.  handle_event only does protocol bookkeeping and returns at once;
-each request ("exchange") is spoken by its own task that takes sentences in order, hands them to
-the shared TtsService (which runs the engine on its worker thread) and writes audio events as
-frame groups are decoded.  So the connection keeps reading while audio is produced: a disconnect
-is seen at once and cancels the work, and describe is answered during a synthesis.
+The reading loop (run) only does protocol bookkeeping and returns to reading at once: describe
+and ping are answered, each synthesis request ("exchange") is queued.  One worker task per
+connection speaks the queued exchanges in order: it takes sentences, hands them to the shared
+TtsService (which runs the engine on its worker thread) and writes audio events as frame groups
+are decoded.  So the connection keeps reading while audio is produced: a disconnect is seen at
+once and cancels the work, and describe is answered during a synthesis.
 
 Every exchange is answered with exactly one audio-start and one audio-stop (plus
 synthesize-stopped for a stream), whatever the number of sentences: Home Assistant builds its
 WAV header from the first audio-start, and wyoming-bench's one-shot mode stops reading at the
-first audio-stop.  Home Assistant ignores error events and has no timeout, so an error is sent,
-logged and followed by closing the connection.
+first audio-stop.  A sentence with nothing to say is skipped, and a request with nothing to say
+gets that empty answer.  Home Assistant ignores error events and has no timeout, so an error is
+sent, logged and followed by closing the connection.
 
-Client input is never trusted (docs/reliability.md): events are read by our own bounded reader
-(not the wyoming library's, which would allocate whatever data_length or payload_length a header
-claims), every malformed or out-of-order event ends the connection with an error event, text is
-cleaned of control characters and unpaired surrogates, and idle, stuck or surplus connections are
-closed.  No client field is ever used as a file path: voices are looked up by name in memory.
+Client input is never trusted, and no client can hold the server (docs/reliability.md): events
+are read by the bounded reader of wire.py, every malformed or out-of-order event ends the
+connection with an error event, text is cleaned of control characters and unpaired surrogates
+and split in linear time (off the event loop when it is long), one connection has at most
+max_pending_requests exchanges, every write (describe answers too) drops a client that does not
+take it within write_timeout, and closing a connection cancels all of its work at once.  No
+client field is ever used as a file path: voices are looked up by name in memory.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-import json
 import logging
 import threading
 import time
+from collections.abc import MutableMapping
 from dataclasses import dataclass
+from typing import Any
 
 from wyoming.audio import AudioChunk as WyomingAudioChunk
 from wyoming.audio import AudioStart, AudioStop
 from wyoming.error import Error
-from wyoming.event import Event
+from wyoming.event import Event, async_write_event
 from wyoming.info import Describe
 from wyoming.ping import Ping, Pong
 from wyoming.server import AsyncEventHandler
-from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped, SynthesizeVoice
+from wyoming.tts import (
+    Synthesize,
+    SynthesizeChunk,
+    SynthesizeStart,
+    SynthesizeStop,
+    SynthesizeStopped,
+    SynthesizeVoice,
+)
 
 from .options import EngineOptions
-from .request import CHANNELS, SAMPLE_RATE, SAMPLE_WIDTH, SynthesisRequest
 from .errors import (
-    EventTooLargeError,
+    EmptyTextError,
     IdleTimeoutError,
     ProtocolError,
     Qwen3TTSError,
+    ServerBusyError,
     ShuttingDownError,
     TextTooLongError,
+    TooManyRequestsError,
+    UnknownLanguageError,
+    UnknownSpeakerError,
+)
+from .request import (
+    CHANNELS,
+    SAMPLE_RATE,
+    SAMPLE_WIDTH,
+    SynthesisRequest,
 )
 from .sentences import SentenceSplitter, clean_client_text, split_sentences
 from .server import TtsService
 from .voices import VoiceChoice
+from .wire import read_event, short
 
 _LOGGER = logging.getLogger(__name__)
 
+# JSON (an event's header line and data block) is parsed on the event loop, where 1 MiB of it can
+# take 50 ms: an event's JSON is held to what the longest text needs, escaped (at most 12 bytes a
+# character, as a surrogate pair), plus room for the rest.
+JSON_BYTES_BASE = 65536
+JSON_BYTES_PER_CHAR = 12
+# Longer texts (or stream chunks) are cleaned and split on a thread, so the event loop stays free
+# for other clients while the splitter works.
+OFFLOAD_CHARS = 1000
+# How long the error event that ends a connection may take to reach the client.
+ERROR_WRITE_SECONDS = 2.0
+# On shutdown after drain_seconds: how long the last error event may take, all connections at once.
+ABORT_WRITE_SECONDS = 0.25
+# After a protocol error the client's input is read and dropped this long (and at most
+# max_event_bytes), so it reads the error rather than a connection reset.
+LINGER_SECONDS = 1.0
+_CLIENT_ERRORS = (ProtocolError, TextTooLongError, UnknownSpeakerError, UnknownLanguageError, TooManyRequestsError, ServerBusyError)
+_ORDINARY_ENDS = (IdleTimeoutError, ShuttingDownError)
+
+
+def _log_level(err: Qwen3TTSError) -> int:
+    """Bad input and limits are warnings, idle clients and shutdown info, the server's failures errors."""
+    if isinstance(err, _ORDINARY_ENDS):
+        return logging.INFO
+    return logging.WARNING if isinstance(err, _CLIENT_ERRORS) else logging.ERROR
+
 
 class _ClientGone(Exception):
-    """Writing to the client failed: it closed the connection."""
+    """The client cannot be written to: it closed the connection, or stopped reading (stuck)."""
+
+    def __init__(self, reason: str, *, stuck: bool = False) -> None:
+        super().__init__(reason)
+        self.stuck = stuck
 
 
 @dataclass(frozen=True)
@@ -69,103 +121,28 @@ class HandlerConfig:
     max_event_bytes: int = 1_048_576
     idle_timeout: float = 120.0
     write_timeout: float = 60.0
+    max_pending_requests: int = 8
 
 
-# -- bounded event reading ------------------------------------------------------------------
+class _ConnectionLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """Log lines of one connection, each starting with the client's address."""
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        return f"{self.extra['peer']}: {msg}", kwargs  # type: ignore[index]
 
 
-async def read_event(reader: asyncio.StreamReader, max_bytes: int) -> Event | None:
-    """One Wyoming event, or None at a clean end of the connection.
-
-    The same wire format as wyoming.event.async_read_event, but nothing is allocated on the
-    client's word: the header line is read in pieces of at most the stream's buffer limit and
-    refused past `max_bytes`, and data_length/payload_length are checked against `max_bytes`
-    before anything is read.  Anything malformed raises ProtocolError (the library returns None,
-    which looks like a clean disconnect).
-    """
-    line = await _read_line(reader, max_bytes)
-    if line is None:
-        return None
-    try:
-        header = json.loads(line)
-    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
-        raise ProtocolError(f"Event header is not JSON: {_short(err)}") from None
-    if not isinstance(header, dict) or not isinstance(header.get("type"), str):
-        raise ProtocolError("Event header must be a JSON object with a string 'type'")
-    data = header.get("data")
-    if data is None:
-        data = {}
-    elif not isinstance(data, dict):
-        raise ProtocolError("Event 'data' must be a JSON object")
-    data_length = _length(header, "data_length")
-    payload_length = _length(header, "payload_length")
-    total = len(line) + data_length + payload_length
-    if total > max_bytes:
-        raise EventTooLargeError(f"Event {header['type']!r} of {total} bytes is over the limit of {max_bytes} bytes")
-    if data_length:
-        raw = await _read_exactly(reader, data_length, "data")
-        try:
-            extra = json.loads(raw)
-        except (ValueError, RecursionError) as err:
-            raise ProtocolError(f"Event data is not JSON: {_short(err)}") from None
-        if not isinstance(extra, dict):
-            raise ProtocolError("Event data must be a JSON object")
-        data = {**data, **extra}
-    payload = await _read_exactly(reader, payload_length, "payload") if payload_length else None
-    return Event(type=header["type"], data=data, payload=payload)
-
-
-async def _read_line(reader: asyncio.StreamReader, max_bytes: int) -> bytes | None:
-    pieces: list[bytes] = []
-    size = 0
-    while True:
-        try:
-            piece = await reader.readuntil(b"\n")
-        except asyncio.IncompleteReadError as err:
-            if not err.partial and not pieces:
-                return None
-            raise ProtocolError("Connection closed inside an event header") from None
-        except asyncio.LimitOverrunError as err:
-            # The line is longer than the stream's buffer: take what is buffered and go on.
-            if size + err.consumed > max_bytes:
-                raise EventTooLargeError(f"Event header line longer than the limit of {max_bytes} bytes") from None
-            piece = await reader.readexactly(err.consumed)
-            pieces.append(piece)
-            size += len(piece)
-            continue
-        size += len(piece)
-        if size > max_bytes:
-            raise EventTooLargeError(f"Event header line longer than the limit of {max_bytes} bytes")
-        pieces.append(piece)
-        return b"".join(pieces)
-
-
-async def _read_exactly(reader: asyncio.StreamReader, n: int, what: str) -> bytes:
-    try:
-        return await reader.readexactly(n)
-    except asyncio.IncompleteReadError as err:
-        raise ProtocolError(f"Connection closed after {len(err.partial)} of {n} {what} bytes") from None
-
-
-def _length(header: dict[str, object], key: str) -> int:
-    value = header.get(key)
-    if value is None:
-        return 0
-    if type(value) is not int or value < 0:
-        raise ProtocolError(f"Event {key!r} must be a non-negative integer, not {_short(value)}")
-    return value
-
-
-def _short(value: object, limit: int = 80) -> str:
-    text = repr(value) if not isinstance(value, BaseException) else str(value)
-    return text if len(text) <= limit else text[:limit] + "..."
+def _peer_name(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return str(peer) if peer else "local client"
 
 
 def _text_of(event: Event) -> str:
     text = event.data.get("text")
     if not isinstance(text, str):
-        raise ProtocolError(f"{event.type} needs a string 'text', not {_short(text)}")
-    return clean_client_text(text)
+        raise ProtocolError(f"{event.type} needs a string 'text', not {short(text)}")
+    return text
 
 
 def _voice_of(event: Event) -> SynthesizeVoice | None:
@@ -174,11 +151,19 @@ def _voice_of(event: Event) -> SynthesizeVoice | None:
     if voice is None or voice == {}:
         return None
     if not isinstance(voice, dict):
-        raise ProtocolError(f"{event.type}: 'voice' must be an object, not {_short(voice)}")
+        raise ProtocolError(f"{event.type}: 'voice' must be an object, not {short(voice)}")
     for key in ("name", "language", "speaker"):
         if voice.get(key) is not None and not isinstance(voice[key], str):
-            raise ProtocolError(f"{event.type}: voice {key!r} must be a string, not {_short(voice[key])}")
+            raise ProtocolError(f"{event.type}: voice {key!r} must be a string, not {short(voice[key])}")
     return SynthesizeVoice.from_dict(voice)
+
+
+def _clean_and_split(text: str, max_sentence_chars: int) -> list[str]:
+    return split_sentences(clean_client_text(text), max_sentence_chars)
+
+
+def _clean_and_feed(splitter: SentenceSplitter, text: str) -> list[str]:
+    return splitter.feed(clean_client_text(text))
 
 
 class _Exchange:
@@ -187,12 +172,11 @@ class _Exchange:
     def __init__(self, voice: VoiceChoice, streaming: bool, max_sentence_chars: int) -> None:
         self.voice = voice
         self.streaming = streaming
-        self.pieces: asyncio.Queue[str | None] = asyncio.Queue()
+        self.pieces: asyncio.Queue[str | None] = asyncio.Queue()  # sentences; None ends the text
         self.cancel = threading.Event()
         self.splitter = SentenceSplitter(max_sentence_chars)
         self.chars = 0
         self.started_at = time.monotonic()
-        self.task: asyncio.Task[None] | None = None
 
 
 class Qwen3TTSEventHandler(AsyncEventHandler):
@@ -208,46 +192,62 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
         super().__init__(reader, writer)
         self.service = service
         self.config = config
-        self._stream: _Exchange | None = None  # the text stream between synthesize-start and -stop
-        self._exchanges: list[_Exchange] = []  # not yet finished, in order
+        self.log = _ConnectionLog(_LOGGER, {"peer": _peer_name(writer)})
+        self._pending: collections.deque[_Exchange] = collections.deque()  # accepted, unfinished, in order
+        self._stream: _Exchange | None = None  # the pending exchange whose text is still arriving
+        self._worker: asyncio.Task[None] | None = None  # speaks _pending; ends when it is empty
+        self._reading: asyncio.Task[None] | None = None  # run()
         self._closed = False
         self._draining = False
         self._quiet_since = time.monotonic()  # last event, or end of the last answer
 
+    # -- the connection ---------------------------------------------------------------------
     async def run(self) -> None:
-        """Read events (bounded, see read_event) until the client leaves or an error ends it."""
-        self._is_running = True
+        """Read events (bounded, see wire.read_event) until the client leaves or an error ends it."""
+        self._reading = asyncio.current_task()
         refused = self.service.admit(self)
         try:
             if refused is not None:
-                _LOGGER.warning("Refusing a connection: %s", refused)
-                await self._fail(refused, linger=True)
-                return
-            while self._is_running and not self._closed:
-                try:
-                    event = await self._next_event()
-                except Qwen3TTSError as err:
-                    await self._fail(err, linger=True)
-                    break
-                except (ConnectionError, OSError) as err:
-                    _LOGGER.debug("Connection error while reading: %s", err)
-                    break
-                if event is None:
-                    break
-                if not await self.handle_event(event):
-                    break
+                await self._end(refused, linger=True)
+            else:
+                await self._read_events()
+            self._cancel_all()
+            await self._close_within(self.config.write_timeout)
+        except Exception:  # a bug: log it here, not as an unretrieved task exception
+            self.log.exception("Connection failed")
         finally:
-            await self.disconnect()
-            self.writer.close()
-            self.service.release(self)
+            self._cancel_all()
+            self.writer.transport.abort()  # no-op once closed; drops what a vanished client left unread
+            if refused is None:
+                self.service.release(self)
+
+    async def _read_events(self) -> None:
+        while not self._closed:
+            try:
+                event = await self._next_event()
+            except Qwen3TTSError as err:
+                await self._end(err, linger=True)
+                return
+            except (ConnectionError, OSError) as err:
+                self.log.debug("Connection lost while reading: %s", err)
+                break
+            if event is None or self._closed:
+                break
+            if not await self.handle_event(event):
+                return
+            # Other connections run between this client's events, however many it has sent.
+            await asyncio.sleep(0)
+        if self._pending and not self._closed:
+            self.log.info("Client disconnected; cancelling %d request(s)", len(self._pending))
 
     def _speaking(self) -> bool:
         """Whether a request of this client is being answered (not just an open text stream)."""
-        return any(e is not self._stream for e in self._exchanges)
+        return any(e is not self._stream for e in self._pending)
 
     async def _next_event(self) -> Event | None:
         """The next event; a client silent for idle_timeout while nothing is spoken is closed."""
-        read = asyncio.ensure_future(read_event(self.reader, self.config.max_event_bytes))
+        max_json = JSON_BYTES_BASE + JSON_BYTES_PER_CHAR * self.config.max_text_chars
+        read = asyncio.ensure_future(read_event(self.reader, self.config.max_event_bytes, max_json))
         try:
             while True:
                 if self._speaking():
@@ -270,30 +270,37 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
     async def handle_event(self, event: Event) -> bool:
         try:
             return await self._dispatch(event)
+        except _ClientGone as err:
+            self._drop(err)
         except Qwen3TTSError as err:
-            await self._fail(err, linger=True)
+            await self._end(err, linger=True)
         except (KeyError, TypeError, ValueError, AttributeError) as err:  # malformed data
-            await self._fail(ProtocolError(f"Malformed {event.type} event: {_short(err)}"), linger=True)
+            await self._end(ProtocolError(f"Malformed {event.type} event: {short(err)}"), linger=True)
         except Exception as err:  # a bug must still end the exchange for the client
-            _LOGGER.exception("Failed to handle %s", event.type)
-            await self._fail(Qwen3TTSError(f"Internal error handling {event.type}: {_short(err)}"), linger=True)
+            self.log.exception("Failed to handle %s", event.type)
+            await self._end(Qwen3TTSError(f"Internal error handling {event.type}: {short(err)}"), linger=True, logged=True)
         return False
 
     async def _dispatch(self, event: Event) -> bool:
         if Describe.is_type(event.type):
-            await self.write_event(self.service.info().event())
+            await self.write_event(self.service.info_event()[1])
         elif Ping.is_type(event.type):
             await self.write_event(Pong(text=Ping.from_event(event).text).event())
         elif Synthesize.is_type(event.type):
             if self._stream is not None:
                 # Home Assistant repeats the whole text inside a stream for old servers.
-                _LOGGER.debug("Ignoring back-compatible synthesize inside a text stream")
+                self.log.debug("Ignoring back-compatible synthesize inside a text stream")
                 return True
             text = _text_of(event)
             self._check_length(len(text))
             exchange = self._begin(self.service.catalog.resolve(_voice_of(event)), streaming=False)
             exchange.chars = len(text)
-            for sentence in split_sentences(text, self.config.max_sentence_chars):
+            if len(text) <= OFFLOAD_CHARS:
+                sentences = _clean_and_split(text, self.config.max_sentence_chars)
+            else:
+                loop = asyncio.get_running_loop()
+                sentences = await loop.run_in_executor(None, _clean_and_split, text, self.config.max_sentence_chars)
+            for sentence in sentences:
                 exchange.pieces.put_nowait(sentence)
             exchange.pieces.put_nowait(None)
         elif SynthesizeStart.is_type(event.type):
@@ -301,45 +308,68 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
                 raise ProtocolError("synthesize-start while a text stream is already open")
             self._stream = self._begin(self.service.catalog.resolve(_voice_of(event)), streaming=True)
         elif SynthesizeChunk.is_type(event.type):
-            if self._stream is None:
+            stream = self._stream
+            if stream is None:
                 raise ProtocolError("synthesize-chunk without synthesize-start")
             text = _text_of(event)
-            self._stream.chars += len(text)
-            self._check_length(self._stream.chars)
-            for sentence in self._stream.splitter.feed(text):
-                self._stream.pieces.put_nowait(sentence)
+            stream.chars += len(text)
+            self._check_length(stream.chars)
+            if len(text) <= OFFLOAD_CHARS:
+                sentences = _clean_and_feed(stream.splitter, text)
+            else:
+                loop = asyncio.get_running_loop()
+                sentences = await loop.run_in_executor(None, _clean_and_feed, stream.splitter, text)
+            for sentence in sentences:
+                stream.pieces.put_nowait(sentence)
         elif SynthesizeStop.is_type(event.type):
-            if self._stream is None:
+            stream = self._stream
+            if stream is None:
                 raise ProtocolError("synthesize-stop without synthesize-start")
-            for sentence in self._stream.splitter.finish():
-                self._stream.pieces.put_nowait(sentence)
-            self._stream.pieces.put_nowait(None)
+            for sentence in stream.splitter.finish():  # at most max_sentence_chars are left
+                stream.pieces.put_nowait(sentence)
+            stream.pieces.put_nowait(None)
             self._stream = None
-            self._close_if_drained()
         else:
             # Unknown events (select-program, ...) are ignored, as the protocol asks.
-            _LOGGER.debug("Ignoring event %s", event.type)
+            self.log.debug("Ignoring event %s", event.type)
         return True
 
     def _check_length(self, chars: int) -> None:
         if chars > self.config.max_text_chars:
             raise TextTooLongError(f"Text has {chars} characters, more than the limit of {self.config.max_text_chars}")
 
+    # -- speaking: one worker per connection, exchanges in order ------------------------------
     def _begin(self, voice: VoiceChoice, streaming: bool) -> _Exchange:
         if self._draining:
             raise ShuttingDownError("The server is shutting down and takes no new requests")
+        if len(self._pending) >= self.config.max_pending_requests:
+            raise TooManyRequestsError(
+                f"More than {self.config.max_pending_requests} requests waiting on one connection"
+            )
         exchange = _Exchange(voice, streaming, self.config.max_sentence_chars)
-        previous = self._exchanges[-1].task if self._exchanges else None
-        self._exchanges.append(exchange)
-        exchange.task = asyncio.create_task(self._speak(exchange, previous), name="qwen3tts exchange")
-        self.service.track(exchange.task)
+        self._pending.append(exchange)
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(self._speak_pending(), name="qwen3tts speaker")
+            self._worker.add_done_callback(self._worker_done)
+            self.service.track(self._worker)
         return exchange
 
-    async def _speak(self, exchange: _Exchange, previous: asyncio.Task[None] | None) -> None:
-        if previous is not None:
-            # Requests pipelined on one connection are answered in order.
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await previous
+    async def _speak_pending(self) -> None:
+        while self._pending and not self._closed:
+            exchange = self._pending[0]
+            try:
+                await self._speak(exchange)
+            finally:
+                if self._pending and self._pending[0] is exchange:
+                    self._pending.popleft()
+                self._quiet_since = time.monotonic()
+        self._close_if_drained()
+
+    def _worker_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and (err := task.exception()) is not None:  # _speak catches all: a bug
+            self.log.error("Speaking failed", exc_info=err)
+
+    async def _speak(self, exchange: _Exchange) -> None:
         started = False
         audio_bytes = 0
         first_audio: float | None = None
@@ -353,44 +383,43 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
                     instruct=exchange.voice.instruct,
                     seed=self.config.seed,
                 )
-                _LOGGER.debug("Speaking %r with %s", sentence, exchange.voice)
+                self.log.debug("Speaking %r with %s", sentence, exchange.voice)
                 piece_start = time.monotonic()
-                async with contextlib.aclosing(self.service.synthesize(request, exchange.cancel)) as chunks:
-                    async for chunk in chunks:
-                        if not started:
-                            await self._send(AudioStart(rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS).event())
-                            started = True
-                            first_audio = time.monotonic()
-                        await self._send(
-                            WyomingAudioChunk(
-                                rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS, audio=chunk.pcm
-                            ).event()
-                        )
-                        audio_bytes += len(chunk.pcm)
+                try:
+                    async with contextlib.aclosing(self.service.synthesize(request, exchange.cancel)) as chunks:
+                        async for chunk in chunks:
+                            if not started:
+                                await self.write_event(AudioStart(rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS).event())
+                                started = True
+                                first_audio = time.monotonic()
+                            await self.write_event(
+                                WyomingAudioChunk(
+                                    rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS, audio=chunk.pcm
+                                ).event()
+                            )
+                            audio_bytes += len(chunk.pcm)
+                except EmptyTextError:
+                    # Nothing left once the engine cleaned it (e.g. only prompt markers): the
+                    # sentence is skipped, the rest of the request is spoken.
+                    self.log.debug("Skipped a sentence with nothing to say: %s", short(sentence))
                 busy += time.monotonic() - piece_start
             if not started:  # nothing to say: still a well-formed, empty answer
-                await self._send(AudioStart(rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS).event())
-            await self._send(AudioStop().event())
+                await self.write_event(AudioStart(rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS).event())
+            await self.write_event(AudioStop().event())
             if exchange.streaming:
-                await self._send(SynthesizeStopped().event())
-        except Qwen3TTSError as err:
-            await self._fail(err)
-            return
+                await self.write_event(SynthesizeStopped().event())
         except _ClientGone as err:
-            exchange.cancel.set()
-            _LOGGER.info("Client gone during synthesis with %s: %s", exchange.voice.voice, err)
+            self._drop(err)
+            return
+        except Qwen3TTSError as err:
+            await self._end(err)
             return
         except Exception as err:  # an engine bug must still end the exchange for the client
-            _LOGGER.exception("Synthesis failed")
-            await self._fail(Qwen3TTSError(f"Synthesis failed: {err}"))
+            self.log.exception("Synthesis failed")
+            await self._end(Qwen3TTSError(f"Synthesis failed: {err}"), logged=True)
             return
-        finally:
-            with contextlib.suppress(ValueError):
-                self._exchanges.remove(exchange)
-            self._quiet_since = time.monotonic()
-            self._close_if_drained()
         seconds = audio_bytes / (SAMPLE_RATE * SAMPLE_WIDTH * CHANNELS)
-        _LOGGER.info(
+        self.log.info(
             "Spoke voice=%s chars=%d audio=%.2fs first_audio=%s rtf=%s%s",
             exchange.voice.voice,
             exchange.chars,
@@ -400,38 +429,61 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
             " (stream)" if exchange.streaming else "",
         )
 
-    async def _send(self, event: Event) -> None:
+    # -- writing, and ending the connection ---------------------------------------------------
+    async def write_event(self, event: Event) -> None:
+        """Send an event; a client that does not take it within write_timeout is dropped.
+
+        Every answer goes through here (describe too), so a client that writes and never reads
+        holds up only itself, and only for write_timeout.
+        """
         if self._closed:
-            raise _ClientGone("connection closed")
+            raise _ClientGone("the connection is closed")
+        await self._write(event, self.config.write_timeout)
+
+    async def _write(self, event: Event, timeout: float) -> None:
+        if self.writer.transport.is_closing():
+            raise _ClientGone("the connection is closed")
         try:
-            await asyncio.wait_for(self.write_event(event), self.config.write_timeout)
-        except asyncio.TimeoutError:
-            # A client that stopped reading: its socket buffers are full.
+            async with asyncio.timeout(timeout):
+                await async_write_event(event, self.writer)
+        except TimeoutError:
             self.writer.transport.abort()
-            raise _ClientGone(f"client accepted no audio for {self.config.write_timeout:g} s") from None
-        except (ConnectionError, RuntimeError) as err:  # RuntimeError: the transport is closed
+            raise _ClientGone(f"the client took no data for {timeout:g} s", stuck=True) from None
+        except (ConnectionError, RuntimeError, OSError) as err:  # RuntimeError: the transport is closed
             raise _ClientGone(str(err) or type(err).__name__) from err
 
-    async def _fail(self, err: Qwen3TTSError, linger: bool = False) -> None:
+    def _drop(self, reason: _ClientGone) -> None:
+        """The client is gone or stuck: cancel its work and close, without a word."""
+        if self._closed:
+            return
+        level = logging.INFO if reason.stuck or self._pending else logging.DEBUG  # leaving is no news
+        self.log.log(level, "Dropping the connection (%d request(s) cancelled): %s", len(self._pending), reason)
+        self._closed = True
+        self._cancel_all()
+        self.writer.transport.abort()  # also ends the reading loop
+
+    async def _end(self, err: Qwen3TTSError, *, linger: bool = False, logged: bool = False) -> None:
         """Send an error event, log it and close the connection (clients ignore errors).
 
         With `linger` (only from the reading loop, which owns the reader) the connection is
         half-closed and what the client still sends is read and dropped for a moment (at most
-        max_event_bytes, one second), so it reads the error instead of a connection reset.
+        max_event_bytes, LINGER_SECONDS), so it reads the error instead of a connection reset.
         """
         if self._closed:
             return
         self._closed = True
-        _LOGGER.warning("Ending connection with error %s: %s", err.code, err)
+        if not logged:
+            self.log.log(_log_level(err), "Ending the connection with error %s: %s", err.code, err)
         self._cancel_all()
-        with contextlib.suppress(ConnectionError, RuntimeError, OSError, asyncio.TimeoutError):
-            await asyncio.wait_for(self.write_event(Error(text=str(err), code=err.code).event()), 5)
-        if linger:
-            with contextlib.suppress(ConnectionError, RuntimeError, OSError, asyncio.TimeoutError):
+        with contextlib.suppress(_ClientGone):
+            await self._write(Error(text=str(err), code=err.code).event(), min(self.config.write_timeout, ERROR_WRITE_SECONDS))
+        if linger and not self.writer.transport.is_closing():
+            with contextlib.suppress(ConnectionError, RuntimeError, OSError):  # TimeoutError is an OSError
                 if self.writer.can_write_eof():
                     self.writer.write_eof()
-                await asyncio.wait_for(self._discard_input(self.config.max_event_bytes), 1.0)
-        self.writer.close()
+                async with asyncio.timeout(LINGER_SECONDS):
+                    await self._discard_input(self.config.max_event_bytes)
+        self.writer.close()  # stops reading; what was written still goes out (see _close_within)
         self.reader.feed_eof()  # ends run() even while it waits for the next event
 
     async def _discard_input(self, limit: int) -> None:
@@ -439,33 +491,57 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
         while dropped <= limit and (data := await self.reader.read(65536)):
             dropped += len(data)
 
-    # -- draining on SIGTERM (TtsService.drain) ---------------------------------------------
+    async def _close_within(self, seconds: float) -> None:
+        """Close once everything written has reached the client; drop it after `seconds`."""
+        self.writer.close()
+        try:
+            async with asyncio.timeout(seconds):
+                await self.writer.wait_closed()
+        except OSError:  # a reset, or the timeout (TimeoutError is an OSError)
+            self.writer.transport.abort()
+
+    def _cancel_all(self) -> None:
+        """Stop all of this connection's work at once: each exchange's engine job, and the worker."""
+        for exchange in self._pending:
+            exchange.cancel.set()
+        self._pending.clear()
+        self._stream = None
+        worker = self._worker
+        if worker is not None and worker is not asyncio.current_task():
+            worker.cancel()
+
+    # -- draining and aborting on SIGTERM (TtsService.drain) --------------------------------
     def begin_drain(self) -> None:
         """Finish what this connection asked for, take nothing new, then close."""
         self._draining = True
         self._close_if_drained()
 
     def _close_if_drained(self) -> None:
-        if self._draining and not self._closed and not self._exchanges and self._stream is None:
+        if self._draining and not self._closed and not self._pending:
             self._closed = True
             self.writer.close()
             self.reader.feed_eof()
 
     async def abort(self, err: Qwen3TTSError) -> None:
-        """Cancel this connection's requests with an error (draining took too long)."""
-        await self._fail(err)
-
-    def _cancel_all(self) -> None:
-        current = asyncio.current_task()
-        for exchange in list(self._exchanges):
-            exchange.cancel.set()
-            if exchange.task is not None and exchange.task is not current:
-                exchange.task.cancel()
-        self._stream = None
+        """Cancel this connection's work, send `err` and drop the connection, all within
+        ABORT_WRITE_SECONDS (TtsService aborts every connection at once)."""
+        try:
+            async with asyncio.timeout(ABORT_WRITE_SECONDS):
+                if not self._closed:
+                    self._closed = True
+                    if self._pending:
+                        self.log.info("Cancelling %d request(s): %s", len(self._pending), err)
+                    self._cancel_all()
+                    if not self.writer.transport.is_closing():
+                        await async_write_event(Error(text=str(err), code=err.code).event(), self.writer)
+                self.writer.close()
+                await self.writer.wait_closed()
+        except (OSError, RuntimeError):  # the timeout (an OSError), a reset, a closed transport
+            pass
+        self.writer.transport.abort()  # no-op once closed
+        if self._reading is not None and self._reading is not asyncio.current_task():
+            self._reading.cancel()
 
     async def disconnect(self) -> None:
-        """The client closed the connection: stop its work within one frame group."""
-        pending = [e for e in self._exchanges if e.task is not None and not e.task.done()]
-        if pending:
-            _LOGGER.info("Client disconnected; cancelling %d request(s)", len(pending))
+        """The library's hook when a connection ends: stop its work within one frame group."""
         self._cancel_all()

@@ -26,8 +26,13 @@ ABBREVIATIONS = frozenset(
 # C0/C1 control characters (but tab, newline, carriage return), unpaired UTF-16 surrogates (JSON
 # allows "\ud800"; they cannot be encoded as UTF-8) and non-characters.
 _UNSPEAKABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
-_WORD_BEFORE = re.compile(r"([\w.]+)$")
 _SPACES = re.compile(r"\s+")
+_NON_SPACE = re.compile(r"\S")
+_CANDIDATE = re.compile("[\n" + re.escape("".join(sorted(TERMINATORS))) + "]")
+_RUN = re.compile("[" + re.escape("".join(sorted(TERMINATORS | CLOSERS))) + "]+")
+# Longest word before a dot that can make it no sentence end: an abbreviation ("approx") or a
+# list number ("12345678.").
+_LONGEST_WORD = max(8, *map(len, ABBREVIATIONS))
 
 
 def clean_client_text(text: str) -> str:
@@ -36,11 +41,17 @@ def clean_client_text(text: str) -> str:
 
 
 class SentenceSplitter:
-    """feed() fragments, get complete sentences back; finish() returns what is left."""
+    """feed() fragments, get complete sentences back; finish() returns what is left.
+
+    Linear in the text however it is chunked: between calls the buffer holds at most one
+    unfinished sentence (max_chars characters), scanning resumes where the last feed stopped,
+    and no decision looks further back than a short word.
+    """
 
     def __init__(self, max_chars: int = 400) -> None:
         self.max_chars = max_chars
-        self._buffer = ""
+        self._buffer = ""  # text not yet emitted
+        self._scanned = 0  # the buffer up to here holds no sentence end (for the sentence at its start)
 
     def feed(self, text: str) -> list[str]:
         self._buffer += text
@@ -48,83 +59,100 @@ class SentenceSplitter:
 
     def finish(self) -> list[str]:
         sentences = self._drain(final=True)
-        rest, self._buffer = self._buffer, ""
+        rest, self._buffer, self._scanned = self._buffer, "", 0
         return sentences + _tidy([rest])
 
     def _drain(self, final: bool) -> list[str]:
+        buf = self._buffer
         out: list[str] = []
-        while True:
+        start = 0
+        scanned = self._scanned
+        while (first := _NON_SPACE.search(buf, start)) is not None:
             # Leading whitespace would count against max_chars without being spoken.
-            self._buffer = self._buffer.lstrip()
-            end = self._boundary(final)
+            start = first.start()
+            scanned = max(scanned, start)
+            end, scanned = self._boundary(buf, start, scanned, final)
             if end is None:
                 break
-            out.append(self._buffer[:end])
-            self._buffer = self._buffer[end:]
+            out.append(buf[start:end])
+            start = scanned = end
+        else:
+            start = len(buf)
+        self._buffer = buf[start:]
+        self._scanned = max(scanned - start, 0)
         return _tidy(out)
 
-    def _boundary(self, final: bool) -> int | None:
-        """End index of the first complete sentence in the buffer, or None."""
-        end = _sentence_end(self._buffer, final)
-        limit = self.max_chars
-        if (end is None and len(self._buffer) > limit) or (end is not None and end > limit):
-            return _soft_break(self._buffer, limit)
-        return end
+    def _boundary(self, buf: str, start: int, scanned: int, final: bool) -> tuple[int | None, int]:
+        """(end of the sentence starting at `start`, or None; where the next scan resumes)."""
+        limit = start + self.max_chars  # the furthest a sentence may end
+        # A terminator run ending at `limit` is decided by the character after it.
+        stop = min(len(buf), limit + 1)
+        end, resume = _sentence_end(buf, start, scanned, stop, final)
+        if end is not None and end <= limit:
+            return end, end
+        if len(buf) > limit:  # no end within max_chars: cut the sentence short
+            return _soft_break(buf, start, self.max_chars), start
+        return None, resume
 
 
-def _sentence_end(buf: str, final: bool) -> int | None:
-    i = 0
-    while i < len(buf):
-        ch = buf[i]
-        if ch == "\n":
-            return i + 1
-        if ch not in TERMINATORS:
-            i += 1
-            continue
-        j = i
-        while j < len(buf) and (buf[j] in TERMINATORS or buf[j] in CLOSERS):
-            j += 1
-        if j == len(buf):
+def _sentence_end(buf: str, start: int, i: int, stop: int, final: bool) -> tuple[int | None, int]:
+    """The first sentence end in buf[i:stop] (the sentence began at `start`) and where to resume."""
+    while (found := _CANDIDATE.search(buf, i, stop)) is not None:
+        i = found.start()
+        if buf[i] == "\n":
+            return i + 1, i + 1
+        run_match = _RUN.match(buf, i, stop)
+        assert run_match is not None  # buf[i] is a terminator
+        j = run_match.end()
+        if j == stop:
             # The character after the terminator run decides; without it only the end of the
-            # stream does.
-            return j if final else None
+            # stream does.  Rescan the run once more text has come.
+            return (j if final and stop == len(buf) else None), i
         run = buf[i:j]
         if any(c in CJK_TERMINATORS for c in run):
-            return j
-        if buf[j].isspace() and not _is_abbreviation(buf, i, run):
-            return j
+            return j, j
+        if buf[j].isspace() and not _is_abbreviation(buf, start, i, run):
+            return j, j
         i = j
-    return None
+    return None, stop
 
 
-def _is_abbreviation(buf: str, i: int, run: str) -> bool:
+def _is_abbreviation(buf: str, start: int, i: int, run: str) -> bool:
     """Whether the '.' at buf[i] closes an abbreviation, an initial or a list number."""
     if not run.startswith(".") or run.startswith(".."):
         return False
-    match = _WORD_BEFORE.search(buf[:i])
-    if match is None:
+    # The word before the dot ([\w.]+), looked for no further back than the longest word that
+    # can matter: a longer one is none of the three.
+    floor = max(start, i - _LONGEST_WORD - 1)
+    k = i
+    while k > floor and _is_word_char(buf[k - 1]):
+        k -= 1
+    if k == i or (k > start and _is_word_char(buf[k - 1])):
         return False
-    word = match.group(1)
+    word = buf[k:i]
     if word.lower() in ABBREVIATIONS:
         return True
     if len(word) == 1 and word.isalpha() and word.isupper() and word != "I":
         return True  # an initial: "J. R. R. Tolkien" (but "So did I. Then" ends a sentence)
     # "1. First item" at the start of a sentence is a list number, not a sentence.
-    return word.isdigit() and buf[: match.start()].strip() == ""
+    return word.isdigit() and k == start
 
 
-def _soft_break(buf: str, limit: int) -> int:
+def _is_word_char(ch: str) -> bool:
+    return ch.isalnum() or ch in "_."
+
+
+def _soft_break(buf: str, start: int, limit: int) -> int:
     """Where to cut an over-long sentence: the last clause break, else space, within the limit."""
-    window = buf[: limit + 1]
     for candidates in (CLAUSE_BREAKS, None):
-        for k in range(limit - 1, limit // 4, -1):
-            ch = window[k]
+        for k in range(start + limit - 1, start + limit // 4, -1):
+            ch = buf[k]
             if candidates is None:
                 if ch.isspace():
                     return k + 1
-            elif ch in candidates and (window[k + 1].isspace() or ord(ch) > 0x2FFF):
+            elif ch in candidates and (buf[k + 1].isspace() or ord(ch) > 0x2FFF):
                 return k + 1
-    return limit  # no break at all (e.g. unspaced text): cut hard
+    return start + limit  # no break at all (e.g. unspaced text): cut hard
 
 
 def _tidy(pieces: list[str]) -> list[str]:

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from typing import TYPE_CHECKING
 
+from wyoming.event import Event
 from wyoming.info import Info, TtsProgram
 
 from . import __version__
@@ -50,9 +51,11 @@ def _retrieve(future: asyncio.Future) -> None:  # type: ignore[type-arg]
 class Connection(Protocol):
     """What the service needs of a client connection (the handler), for limits and draining."""
 
-    def begin_drain(self) -> None: ...
+    def begin_drain(self) -> None:
+        """Take no new requests; close once those in progress are answered."""
 
-    async def abort(self, err: Qwen3TTSError) -> None: ...
+    async def abort(self, err: Qwen3TTSError) -> None:
+        """Cancel all work, tell the client `err` and drop the connection, in a bounded time."""
 
 
 def release_gpu_memory() -> None:
@@ -84,9 +87,12 @@ class TtsService:
         self._engine: Engine | None = None
         self._load_error: BaseException | None = None
         self.loaded: asyncio.Future[Engine] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()  # exchanges being answered, all connections
+        self._tasks: set[asyncio.Task[None]] = set()  # connections' speaking tasks (one each at most)
         self.max_connections = max_connections
         self.connections: set[Connection] = set()
+        self._no_connections = asyncio.Event()
+        self._no_connections.set()
+        self._info: tuple[VoiceCatalog, Info, Event] | None = None
         self.draining = False  # SIGTERM: no new connections or requests, finish the ones in progress
         self.jobs_running = 0  # worker jobs (load or synthesis) submitted and not finished
         # Until the model is loaded, describe answers with the speakers every released
@@ -137,13 +143,26 @@ class TtsService:
         return self._load_error
 
     def info(self) -> Info:
+        """What describe answers."""
+        return self.info_event()[0]
+
+    def info_event(self) -> tuple[Info, Event]:
+        """describe's answer and its event, built once per voice catalog: describe may come in
+        floods, and building the event is most of the work of answering it."""
+        catalog = self.catalog
+        if self._info is None or self._info[0] is not catalog:
+            info = self._build_info(catalog)
+            self._info = (catalog, info, info.event())
+        return self._info[1], self._info[2]
+
+    def _build_info(self, catalog: VoiceCatalog) -> Info:
         program = TtsProgram(
             name=PROGRAM_NAME,
             description="Qwen3-TTS CustomVoice",
             attribution=ATTRIBUTION,
             installed=True,
             version=__version__,
-            voices=self.catalog.tts_voices(),
+            voices=catalog.tts_voices(),
             supports_synthesize_streaming=self.streaming,
         )
         return Info(tts=[program])
@@ -225,45 +244,51 @@ class TtsService:
         if len(self.connections) >= self.max_connections:
             return ServerBusyError(f"Too many connections: the limit is {self.max_connections}")
         self.connections.add(connection)
+        self._no_connections.clear()
         return None
 
     def release(self, connection: Connection) -> None:
         self.connections.discard(connection)
+        if not self.connections:
+            self._no_connections.set()
 
     async def drain(self, timeout: float) -> bool:
         """Stop taking requests, let those in progress finish (up to `timeout` s), then close.
 
-        Returns True when every request finished in time; the rest are cancelled with an error.
+        Returns True when every connection finished in time; the rest are aborted together,
+        each with an error event, within a fraction of a second.
         """
         self.draining = True
         for connection in list(self.connections):
             connection.begin_drain()
         if self._tasks:
-            _LOGGER.info("Finishing %d request(s) in progress (up to %.0f s)", len(self._tasks), timeout)
+            _LOGGER.info("Finishing %d connection(s) with requests in progress (up to %g s)", len(self._tasks), timeout)
         try:
-            await asyncio.wait_for(self._wait_quiet(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._no_connections.wait()
             return True
-        except asyncio.TimeoutError:
-            _LOGGER.warning("%d request(s) still running after %.0f s: cancelling them", len(self._tasks), timeout)
-            for connection in list(self.connections):
-                await connection.abort(ShuttingDownError("The server is shutting down"))
-            await self.wait_idle()
+        except TimeoutError:
+            _LOGGER.warning("%d connection(s) still open after %g s: cancelling them", len(self.connections), timeout)
+            await self.abort_all()
             return False
 
-    async def _wait_quiet(self) -> None:
-        while self._tasks or self.connections:
-            if self._tasks:
-                await asyncio.wait(set(self._tasks))
-            else:
-                await asyncio.sleep(0.01)  # connections closing after their last request
+    async def abort_all(self) -> None:
+        """Cancel every connection's work and drop it, all at once (see Connection.abort)."""
+        connections = list(self.connections)
+        results = await asyncio.gather(
+            *(c.abort(ShuttingDownError("The server is shutting down")) for c in connections), return_exceptions=True
+        )
+        for connection, result in zip(connections, results):
+            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+                _LOGGER.error("Aborting %s failed", connection, exc_info=result)
 
     def track(self, task: asyncio.Task[None]) -> None:
-        """Remember a handler's exchange task until it ends (see wait_idle)."""
+        """Remember a connection's speaking task until it ends (see wait_idle)."""
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def wait_idle(self) -> None:
-        """Wait for every exchange to finish (stdio://: input ended, the answers are still due)."""
+        """Wait until nothing is being spoken (stdio://: input ended, the answers are still due)."""
         while self._tasks:
             await asyncio.wait(set(self._tasks))
 

@@ -62,6 +62,7 @@ class Settings(BaseSettings):
     idle_timeout: float = Field(120.0, gt=0, description="seconds a client may stay silent while no request of its is being spoken")
     write_timeout: float = Field(60.0, gt=0, description="seconds a client may take to accept audio before it is dropped")
     drain_seconds: float = Field(8.0, ge=0, description="on SIGTERM, seconds to finish requests in progress before cancelling them")
+    max_pending_requests: int = Field(8, ge=1, description="most requests one connection may have queued or in progress; one more ends it with an error")
     # --- model ---
     model: str = Field(DEFAULT_MODEL, description="Hugging Face repo id or local directory")
     data_dir: Path | None = Field(None, description="where downloaded models are kept (default: Hugging Face cache)")
