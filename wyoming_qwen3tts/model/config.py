@@ -12,6 +12,10 @@ class ModelConfigError(ValueError):
     """The checkpoint's configuration cannot be used by this engine."""
 
 
+# tts_model_type -> the name the release uses for it (Qwen/Qwen3-TTS-12Hz-1.7B-<name>).
+MODEL_TYPE_NAMES: dict[str, str] = {"custom_voice": "CustomVoice", "base": "Base", "voice_design": "VoiceDesign"}
+
+
 @dataclass(frozen=True)
 class TransformerConfig:
     """Geometry shared by the Talker and the CodePredictor (Qwen3-style decoder blocks)."""
@@ -50,13 +54,54 @@ class CodePredictorConfig(TransformerConfig):
 
 
 @dataclass(frozen=True)
+class SpeakerEncoderConfig:
+    """config.json -> speaker_encoder_config (Base models): the ECAPA-TDNN that turns a clip into an x-vector.
+
+    The release writes only enc_dim and sample_rate; the rest are the reference's class defaults.
+    """
+
+    enc_dim: int
+    mel_dim: int = 128
+    enc_channels: tuple[int, ...] = (512, 512, 512, 512, 1536)
+    enc_kernel_sizes: tuple[int, ...] = (5, 3, 3, 3, 1)
+    enc_dilations: tuple[int, ...] = (1, 2, 3, 4, 1)
+    enc_attention_channels: int = 128
+    enc_res2net_scale: int = 8
+    enc_se_channels: int = 128
+    sample_rate: int = 24000
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SpeakerEncoderConfig":
+        defaults = cls(enc_dim=1024)  # the reference's default when config.json omits it
+        cfg = cls(
+            enc_dim=int(d.get("enc_dim", defaults.enc_dim)),
+            mel_dim=int(d.get("mel_dim", defaults.mel_dim)),
+            enc_channels=tuple(d.get("enc_channels", defaults.enc_channels)),
+            enc_kernel_sizes=tuple(d.get("enc_kernel_sizes", defaults.enc_kernel_sizes)),
+            enc_dilations=tuple(d.get("enc_dilations", defaults.enc_dilations)),
+            enc_attention_channels=int(d.get("enc_attention_channels", defaults.enc_attention_channels)),
+            enc_res2net_scale=int(d.get("enc_res2net_scale", defaults.enc_res2net_scale)),
+            enc_se_channels=int(d.get("enc_se_channels", defaults.enc_se_channels)),
+            sample_rate=int(d.get("sample_rate", defaults.sample_rate)),
+        )
+        n = len(cfg.enc_channels)
+        if n < 3 or len(cfg.enc_kernel_sizes) != n or len(cfg.enc_dilations) != n:
+            raise ModelConfigError("speaker_encoder_config: enc_channels, enc_kernel_sizes and enc_dilations "
+                                   "need the same length (at least 3)")  # fmt: skip
+        if any(c % cfg.enc_res2net_scale for c in cfg.enc_channels[1:-1]):
+            raise ModelConfigError("speaker_encoder_config: the SE-Res2Net channels must divide by enc_res2net_scale")
+        return cfg
+
+
+@dataclass(frozen=True)
 class Qwen3TTSConfig:
-    """The root config.json of a Qwen3-TTS model checkpoint."""
+    """The root config.json of a Qwen3-TTS model checkpoint (CustomVoice, Base or VoiceDesign)."""
 
     tts_model_type: str
     tts_model_size: str
     talker: TalkerConfig
     code_predictor: CodePredictorConfig
+    speaker_encoder: SpeakerEncoderConfig | None = None  # Base models only
     im_start_token_id: int = 151644
     im_end_token_id: int = 151645
     assistant_token_id: int = 77091
@@ -75,9 +120,16 @@ class Qwen3TTSConfig:
         return ["auto"] + [k for k in self.talker.codec_language_id if "dialect" not in k]
 
     @property
+    def model_type_name(self) -> str:
+        return MODEL_TYPE_NAMES[self.tts_model_type]
+
+    @property
     def supports_instruct(self) -> bool:
-        # The reference wrapper drops instruct on 0.6B CustomVoice.
-        return self.tts_model_size != "0b6"
+        # The reference wrapper drops instruct on 0.6B CustomVoice and has no instruct for voice cloning;
+        # for VoiceDesign the instruct is the voice description.
+        if self.tts_model_type == "custom_voice":
+            return self.tts_model_size != "0b6"
+        return self.tts_model_type == "voice_design"
 
     @property
     def has_mtp_projection(self) -> bool:
@@ -86,11 +138,10 @@ class Qwen3TTSConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Qwen3TTSConfig":
         model_type = d.get("tts_model_type")
-        if model_type != "custom_voice":
+        if model_type not in MODEL_TYPE_NAMES:
             raise ModelConfigError(
-                f"not a CustomVoice model: config.json says tts_model_type={model_type!r}; "
-                "this server needs a Qwen3-TTS-12Hz-*-CustomVoice checkpoint "
-                "(Base and VoiceDesign models are not supported)"
+                f"unknown model type: config.json says tts_model_type={model_type!r}; expected one of "
+                f"{', '.join(map(repr, MODEL_TYPE_NAMES))} (a Qwen3-TTS-12Hz CustomVoice, Base or VoiceDesign checkpoint)"
             )
         if d.get("tokenizer_type", "qwen3_tts_tokenizer_12hz") != "qwen3_tts_tokenizer_12hz":
             raise ModelConfigError(f"unsupported speech tokenizer {d.get('tokenizer_type')!r}; need the 12 Hz codec")
@@ -117,10 +168,19 @@ class Qwen3TTSConfig:
                 **_transformer_fields(cp),
                 num_code_groups=cp.get("num_code_groups", t["num_code_groups"]),
             )
+            speaker_encoder = (
+                SpeakerEncoderConfig.from_dict(d.get("speaker_encoder_config") or {}) if model_type == "base" else None
+            )
         except KeyError as err:
             raise ModelConfigError(f"config.json is missing the field {err.args[0]!r}") from None
-        if not talker.spk_id:
+        if model_type == "custom_voice" and not talker.spk_id:
             raise ModelConfigError("not a CustomVoice model: config.json lists no speakers (talker_config.spk_id)")
+        if speaker_encoder is not None and speaker_encoder.enc_dim != talker.hidden_size:
+            # The x-vector takes the speaker's place in the Talker's input, so it must be as wide.
+            raise ModelConfigError(
+                f"speaker_encoder_config.enc_dim is {speaker_encoder.enc_dim}, "
+                f"the Talker's hidden size is {talker.hidden_size}; they must be equal"
+            )
         if talker.num_code_groups != 16:
             raise ModelConfigError(f"expected 16 code groups, config.json says {talker.num_code_groups}")
         top = {
@@ -139,6 +199,7 @@ class Qwen3TTSConfig:
             tts_model_size=d.get("tts_model_size") or ("1b7" if talker.hidden_size >= 2048 else "0b6"),
             talker=talker,
             code_predictor=code_predictor,
+            speaker_encoder=speaker_encoder,
             raw=d,
             **top,
         )
@@ -234,3 +295,115 @@ class CodecDecoderConfig:
     @classmethod
     def from_file(cls, path: str | Path) -> "CodecDecoderConfig":
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+@dataclass(frozen=True)
+class CodecEncoderConfig:
+    """speech_tokenizer/config.json -> encoder_config (a Mimi encoder) plus the encoder fields of the top level.
+
+    Only what voice cloning needs: audio at 24 kHz -> causal SEANet convs -> a transformer -> a strided conv -> the
+    first `valid_quantizers` codebooks of a split residual quantizer. Defaults are Mimi's where config.json may omit.
+    """
+
+    hidden_size: int
+    num_filters: int
+    upsampling_ratios: tuple[int, ...]  # applied in reverse order by the encoder (4, 5, 6, 8 for the release)
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    codebook_size: int
+    codebook_dim: int
+    vector_quantization_hidden_dimension: int
+    num_quantizers: int
+    num_semantic_quantizers: int
+    valid_quantizers: int  # codebooks kept per frame (top-level encoder_valid_num_quantizers)
+    downsample_stride: int  # the final conv that halves the frame rate (25 -> 12.5 Hz)
+    downsample_kernel: int
+    audio_channels: int = 1
+    kernel_size: int = 7
+    last_kernel_size: int = 3
+    residual_kernel_size: int = 3
+    dilation_growth_rate: int = 2
+    num_residual_layers: int = 1
+    compress: int = 2
+    use_conv_shortcut: bool = False
+    attention_bias: bool = False
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    sample_rate: int = 24000
+
+    @property
+    def samples_per_frame(self) -> int:
+        n = self.downsample_stride
+        for r in self.upsampling_ratios:
+            n *= r
+        return n
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CodecEncoderConfig":
+        try:
+            e = d["encoder_config"]
+            hidden = e.get("hidden_size", 512)
+            heads = e.get("num_attention_heads", 8)
+            ratios = tuple(e.get("upsampling_ratios") or (8, 6, 5, 4))
+            rate = e.get("sampling_rate", 24000)
+            hop = 1
+            for r in ratios:
+                hop *= r
+            # Mimi: the SEANet runs at ceil(rate / hop) frames/s; a stride-2 conv (kernel 2 * ratio) brings it to
+            # frame_rate. The reference always builds that conv from these two rates.
+            seanet_rate = -(-rate // hop)
+            frame_rate = e.get("_frame_rate") or e.get("frame_rate") or rate / (hop * 2)
+            if seanet_rate == frame_rate:
+                raise ModelConfigError("speech_tokenizer encoder_config has no downsampling stage; not the 12 Hz codec")
+            cfg = cls(
+                hidden_size=hidden,
+                num_filters=e.get("num_filters", 64),
+                upsampling_ratios=ratios,
+                num_hidden_layers=e.get("num_hidden_layers", 8),
+                num_attention_heads=heads,
+                num_key_value_heads=e.get("num_key_value_heads", heads),
+                head_dim=e.get("head_dim") or hidden // heads,
+                intermediate_size=e.get("intermediate_size", 2048),
+                codebook_size=e.get("codebook_size", 2048),
+                codebook_dim=e.get("codebook_dim", 256),
+                vector_quantization_hidden_dimension=e.get("vector_quantization_hidden_dimension", 256),
+                num_quantizers=e.get("num_quantizers", 32),
+                num_semantic_quantizers=e.get("num_semantic_quantizers", 1),
+                valid_quantizers=d.get("encoder_valid_num_quantizers", 16),
+                downsample_stride=2,
+                downsample_kernel=2 * int(seanet_rate / frame_rate),
+                audio_channels=e.get("audio_channels", 1),
+                kernel_size=e.get("kernel_size", 7),
+                last_kernel_size=e.get("last_kernel_size", 3),
+                residual_kernel_size=e.get("residual_kernel_size", 3),
+                dilation_growth_rate=e.get("dilation_growth_rate", 2),
+                num_residual_layers=e.get("num_residual_layers", 1),
+                compress=e.get("compress", 2),
+                use_conv_shortcut=bool(e.get("use_conv_shortcut", False)),
+                attention_bias=bool(e.get("attention_bias", False)),
+                norm_eps=e.get("norm_eps", 1e-5),
+                rope_theta=e.get("rope_theta", 10000.0),
+                sample_rate=d.get("input_sample_rate", rate),
+            )
+        except KeyError as err:
+            raise ModelConfigError(f"speech_tokenizer/config.json is missing the field {err.args[0]!r}") from None
+        # What the encoder implementation assumes; the release has all of these.
+        unsupported = {
+            "use_causal_conv": (e.get("use_causal_conv", True), True),
+            "pad_mode": (e.get("pad_mode", "constant"), "constant"),
+            "hidden_act": (e.get("hidden_act", "gelu"), "gelu"),
+            "audio_channels": (cfg.audio_channels, 1),
+            "trim_right_ratio": (e.get("trim_right_ratio", 1.0), 1.0),
+        }
+        for name, (value, wanted) in unsupported.items():
+            if value != wanted:
+                raise ModelConfigError(f"speech_tokenizer encoder_config.{name} is {value!r}; only {wanted!r} is supported")
+        if not cfg.num_semantic_quantizers < cfg.valid_quantizers <= cfg.num_quantizers:
+            raise ModelConfigError(
+                f"speech_tokenizer: encoder_valid_num_quantizers {cfg.valid_quantizers} does not fit "
+                f"{cfg.num_quantizers} quantizers ({cfg.num_semantic_quantizers} semantic)"
+            )
+        return cfg
