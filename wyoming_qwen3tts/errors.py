@@ -69,3 +69,16 @@ class ShuttingDownError(Qwen3TTSError):
     """The server got SIGTERM: it finishes requests in progress but takes no new ones."""
 
     code = "shutting-down"
+
+
+class VoiceError(Qwen3TTSError):
+    """A voice that this model cannot speak (a clone prompt for a CustomVoice model, a preset for a Base model), or a
+    cloned voice that cannot be built (no transcript for in-context cloning)."""
+
+    code = "bad-voice"
+
+
+class ReferenceAudioError(VoiceError):
+    """A reference clip for voice cloning that is not audio, too short, too long or silent."""
+
+    code = "bad-reference-audio"
