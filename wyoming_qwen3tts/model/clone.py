@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -52,22 +53,15 @@ def model_identity(ckpt: Checkpoint) -> str:
     return h.hexdigest()
 
 
+@dataclass
 class VoiceCloner:
     """Builds ClonePrompts for one Base model. Not thread-safe: serialise calls (they run whole networks)."""
 
-    def __init__(
-        self,
-        speaker_encoder: SpeakerEncoder,
-        codec_encoder: CodecEncoder,
-        tokenizer: TextTokenizer,
-        identity: str,
-        cache: ClonePromptCache | None = None,
-    ) -> None:
-        self.speaker_encoder = speaker_encoder
-        self.codec_encoder = codec_encoder
-        self.tokenizer = tokenizer
-        self.identity = identity
-        self.cache = cache
+    speaker_encoder: SpeakerEncoder
+    codec_encoder: CodecEncoder
+    tokenizer: TextTokenizer
+    identity: str  # model_identity() of the checkpoint the encoders come from
+    cache: ClonePromptCache | None = None
 
     @classmethod
     def from_checkpoint(

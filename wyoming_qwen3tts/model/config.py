@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,7 @@ class SpeakerEncoderConfig:
     The release writes only enc_dim and sample_rate; the rest are the reference's class defaults.
     """
 
-    enc_dim: int
+    enc_dim: int = 1024
     mel_dim: int = 128
     enc_channels: tuple[int, ...] = (512, 512, 512, 512, 1536)
     enc_kernel_sizes: tuple[int, ...] = (5, 3, 3, 3, 1)
@@ -72,18 +72,7 @@ class SpeakerEncoderConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "SpeakerEncoderConfig":
-        defaults = cls(enc_dim=1024)  # the reference's default when config.json omits it
-        cfg = cls(
-            enc_dim=int(d.get("enc_dim", defaults.enc_dim)),
-            mel_dim=int(d.get("mel_dim", defaults.mel_dim)),
-            enc_channels=tuple(d.get("enc_channels", defaults.enc_channels)),
-            enc_kernel_sizes=tuple(d.get("enc_kernel_sizes", defaults.enc_kernel_sizes)),
-            enc_dilations=tuple(d.get("enc_dilations", defaults.enc_dilations)),
-            enc_attention_channels=int(d.get("enc_attention_channels", defaults.enc_attention_channels)),
-            enc_res2net_scale=int(d.get("enc_res2net_scale", defaults.enc_res2net_scale)),
-            enc_se_channels=int(d.get("enc_se_channels", defaults.enc_se_channels)),
-            sample_rate=int(d.get("sample_rate", defaults.sample_rate)),
-        )
+        cfg = cls(**_known_fields(cls, d))
         n = len(cfg.enc_channels)
         if n < 3 or len(cfg.enc_kernel_sizes) != n or len(cfg.enc_dilations) != n:
             raise ModelConfigError("speaker_encoder_config: enc_channels, enc_kernel_sizes and enc_dilations "
@@ -302,25 +291,23 @@ class CodecEncoderConfig:
     """speech_tokenizer/config.json -> encoder_config (a Mimi encoder) plus the encoder fields of the top level.
 
     Only what voice cloning needs: audio at 24 kHz -> causal SEANet convs -> a transformer -> a strided conv -> the
-    first `valid_quantizers` codebooks of a split residual quantizer. Defaults are Mimi's where config.json may omit.
+    first `valid_quantizers` codebooks of a split residual quantizer. Fields named as in encoder_config default to
+    Mimi's values, for a config.json that omits them.
     """
 
-    hidden_size: int
-    num_filters: int
-    upsampling_ratios: tuple[int, ...]  # applied in reverse order by the encoder (4, 5, 6, 8 for the release)
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    intermediate_size: int
-    codebook_size: int
-    codebook_dim: int
-    vector_quantization_hidden_dimension: int
-    num_quantizers: int
-    num_semantic_quantizers: int
-    valid_quantizers: int  # codebooks kept per frame (top-level encoder_valid_num_quantizers)
-    downsample_stride: int  # the final conv that halves the frame rate (25 -> 12.5 Hz)
-    downsample_kernel: int
+    hidden_size: int = 512
+    num_filters: int = 64
+    upsampling_ratios: tuple[int, ...] = (8, 6, 5, 4)  # applied in reverse order by the encoder
+    num_hidden_layers: int = 8
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 8
+    head_dim: int = 0  # 0: hidden_size // num_attention_heads
+    intermediate_size: int = 2048
+    codebook_size: int = 2048
+    codebook_dim: int = 256
+    vector_quantization_hidden_dimension: int = 256
+    num_quantizers: int = 32
+    num_semantic_quantizers: int = 1
     audio_channels: int = 1
     kernel_size: int = 7
     last_kernel_size: int = 3
@@ -332,7 +319,12 @@ class CodecEncoderConfig:
     attention_bias: bool = False
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
-    sample_rate: int = 24000
+    sampling_rate: int = 24000
+    # Not in encoder_config: the codebooks kept per frame (top-level encoder_valid_num_quantizers), and the final
+    # conv that halves the frame rate (25 -> 12.5 Hz), whose kernel follows from the two rates.
+    valid_quantizers: int = 16
+    downsample_stride: int = 2
+    downsample_kernel: int = 4
 
     @property
     def samples_per_frame(self) -> int:
@@ -343,53 +335,26 @@ class CodecEncoderConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CodecEncoderConfig":
-        try:
-            e = d["encoder_config"]
-            hidden = e.get("hidden_size", 512)
-            heads = e.get("num_attention_heads", 8)
-            ratios = tuple(e.get("upsampling_ratios") or (8, 6, 5, 4))
-            rate = e.get("sampling_rate", 24000)
-            hop = 1
-            for r in ratios:
-                hop *= r
-            # Mimi: the SEANet runs at ceil(rate / hop) frames/s; a stride-2 conv (kernel 2 * ratio) brings it to
-            # frame_rate. The reference always builds that conv from these two rates.
-            seanet_rate = -(-rate // hop)
-            frame_rate = e.get("_frame_rate") or e.get("frame_rate") or rate / (hop * 2)
-            if seanet_rate == frame_rate:
-                raise ModelConfigError("speech_tokenizer encoder_config has no downsampling stage; not the 12 Hz codec")
-            cfg = cls(
-                hidden_size=hidden,
-                num_filters=e.get("num_filters", 64),
-                upsampling_ratios=ratios,
-                num_hidden_layers=e.get("num_hidden_layers", 8),
-                num_attention_heads=heads,
-                num_key_value_heads=e.get("num_key_value_heads", heads),
-                head_dim=e.get("head_dim") or hidden // heads,
-                intermediate_size=e.get("intermediate_size", 2048),
-                codebook_size=e.get("codebook_size", 2048),
-                codebook_dim=e.get("codebook_dim", 256),
-                vector_quantization_hidden_dimension=e.get("vector_quantization_hidden_dimension", 256),
-                num_quantizers=e.get("num_quantizers", 32),
-                num_semantic_quantizers=e.get("num_semantic_quantizers", 1),
-                valid_quantizers=d.get("encoder_valid_num_quantizers", 16),
-                downsample_stride=2,
-                downsample_kernel=2 * int(seanet_rate / frame_rate),
-                audio_channels=e.get("audio_channels", 1),
-                kernel_size=e.get("kernel_size", 7),
-                last_kernel_size=e.get("last_kernel_size", 3),
-                residual_kernel_size=e.get("residual_kernel_size", 3),
-                dilation_growth_rate=e.get("dilation_growth_rate", 2),
-                num_residual_layers=e.get("num_residual_layers", 1),
-                compress=e.get("compress", 2),
-                use_conv_shortcut=bool(e.get("use_conv_shortcut", False)),
-                attention_bias=bool(e.get("attention_bias", False)),
-                norm_eps=e.get("norm_eps", 1e-5),
-                rope_theta=e.get("rope_theta", 10000.0),
-                sample_rate=d.get("input_sample_rate", rate),
-            )
-        except KeyError as err:
-            raise ModelConfigError(f"speech_tokenizer/config.json is missing the field {err.args[0]!r}") from None
+        e = d.get("encoder_config")
+        if not isinstance(e, dict):
+            raise ModelConfigError("speech_tokenizer/config.json is missing the field 'encoder_config'")
+        derived = {"valid_quantizers", "downsample_stride", "downsample_kernel"}
+        cfg = cls(**{k: v for k, v in _known_fields(cls, e).items() if k not in derived and v is not None})
+        hop = 1
+        for r in cfg.upsampling_ratios:
+            hop *= r
+        # Mimi: the SEANet runs at ceil(rate / hop) frames/s and a stride-2 conv (kernel 2 * ratio) brings that to
+        # frame_rate; the reference always builds that conv from these two rates.
+        seanet_rate = -(-cfg.sampling_rate // hop)
+        frame_rate = e.get("_frame_rate") or e.get("frame_rate") or cfg.sampling_rate / (hop * 2)
+        if seanet_rate == frame_rate:
+            raise ModelConfigError("speech_tokenizer encoder_config has no downsampling stage; not the 12 Hz codec")
+        cfg = replace(
+            cfg,
+            head_dim=cfg.head_dim or cfg.hidden_size // cfg.num_attention_heads,
+            valid_quantizers=d.get("encoder_valid_num_quantizers", 16),
+            downsample_kernel=2 * int(seanet_rate / frame_rate),
+        )
         # What the encoder implementation assumes; the release has all of these.
         unsupported = {
             "use_causal_conv": (e.get("use_causal_conv", True), True),
@@ -407,3 +372,9 @@ class CodecEncoderConfig:
                 f"{cfg.num_quantizers} quantizers ({cfg.num_semantic_quantizers} semantic)"
             )
         return cfg
+
+
+def _known_fields(cls: type, d: dict[str, Any]) -> dict[str, Any]:
+    """The entries of a config.json dict that name fields of the dataclass cls (JSON lists become tuples)."""
+    names = {f.name for f in fields(cls)}
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in names}
