@@ -245,3 +245,10 @@ def test_codec_stream_with_context_continues_the_full_decode(base) -> None:  # n
     assert tail.shape == (10 * 1920,)
     assert float((tail - full[20 * 1920 :]).abs().max()) <= 1e-5
     assert codec.new_stream(context=codes[:0]).frames == 0
+    # A voice's context decoded once and forked per request: every fork continues it the same way, alone.
+    primed = codec.new_stream(context=codes[:20])
+    a, b = primed.fork(), primed.fork()
+    first = a.decode(codes[20:])
+    assert torch.equal(b.decode(codes[20:]), first) and torch.equal(primed.fork().decode(codes[20:]), first)
+    assert float((first - full[20 * 1920 :]).abs().max()) <= 1e-5
+    assert primed.frames == 20 and a.frames == 30

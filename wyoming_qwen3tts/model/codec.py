@@ -54,6 +54,16 @@ class CodecStream:
         """codes_group [n,16] int -> float32 waveform [n*1920] that continues the samples of earlier calls."""
         return self.decoder._run(codes_group, self)
 
+    def fork(self) -> "CodecStream":
+        """An independent stream in this one's state, e.g. after a cloned voice's context: decode the context once,
+        fork it for every request. Cheap: decoding replaces state tensors and never writes into them, so the two
+        streams can share the ones they hold now."""
+        other = CodecStream(self.decoder)
+        other.frames = self.frames
+        other._tails = dict(self._tails)
+        other._kv = list(self._kv)
+        return other
+
     def _left_context(self, layer: object, x: Tensor, keep: int) -> Tensor:
         """Prepend the last `keep` input samples this layer saw (zeros at the start) and remember the new ones."""
         if keep == 0:
