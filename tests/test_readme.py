@@ -45,6 +45,8 @@ NOT_HERE = {
     "script/setup": "run by every script/run and script/test below",
     "script/run": "without --model /tmp/tiny it downloads the 1.7B model from the Hugging Face hub",
     ".venv/bin/python -m wyoming_qwen3tts.say --voice ryan": "downloads the 1.7B model from the Hugging Face hub",
+    "curl http://127.0.0.1:8000/v1/audio/speech": "needs a server with --http and a model; tests/test_http_server.py "
+    "sends the same request to one, with the OpenAI client",
     ".venv/bin/wyoming-bench tts 127.0.0.1:10200": "times a server with the real model (minutes on CPU with the "
     "random checkpoint); tests/test_server.py runs wyoming-bench against the server",
 }

@@ -29,6 +29,7 @@ from .settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from .engine import Engine
+    from .http.app import HttpServer
 
 _LOGGER = logging.getLogger("wyoming_qwen3tts")
 _worker_busy = False  # set when main() returns with a job still on the engine's worker thread
@@ -93,6 +94,7 @@ async def main(settings: Settings) -> int:
         return await _serve_stdio(server, service, handler_factory)
 
     loop = asyncio.get_running_loop()
+    http_server: HttpServer | None = None
     signals = asyncio.Queue[int]()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, signals.put_nowait, signum)
@@ -100,6 +102,7 @@ async def main(settings: Settings) -> int:
         loaded = service.start_loading()
         await server.start(handler_factory)
         _LOGGER.info("Listening on %s (version %s)", settings.uri, __version__)
+        http_server = await _start_http(settings, service)
         signalled = asyncio.ensure_future(signals.get())
         done, _ = await asyncio.wait({loaded, signalled}, return_when=asyncio.FIRST_COMPLETED)
         if loaded in done:
@@ -111,6 +114,8 @@ async def main(settings: Settings) -> int:
             signal.Signals(signalled.result()).name,
         )
         _stop_listening(server)
+        if http_server is not None:
+            await http_server.stop_listening()
         drain = asyncio.ensure_future(service.drain(settings.drain_seconds))
         again = asyncio.ensure_future(signals.get())
         await asyncio.wait({drain, again}, return_when=asyncio.FIRST_COMPLETED)
@@ -124,8 +129,19 @@ async def main(settings: Settings) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
         _stop_listening(server)
+        if http_server is not None:
+            await http_server.close()
         _note_worker(service)
         service.shutdown()
+
+
+async def _start_http(settings: Settings, service: TtsService) -> HttpServer | None:
+    """The HTTP API and web page, when the `http` setting asks for them (aiohttp loads only then)."""
+    if settings.http is None:
+        return None
+    from .http.app import start_http_server
+
+    return await start_http_server(settings, service)
 
 
 def _report_load(service: TtsService) -> bool:

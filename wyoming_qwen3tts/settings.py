@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     streaming: bool = Field(True, description="accept streamed text (synthesize-start/-chunk/-stop)")
     debug: bool = Field(False, description="log at DEBUG level")
     log_format: str = Field(logging.BASIC_FORMAT, description="Python logging format string")
+    # --- HTTP: OpenAI-compatible speech API, web page, metrics (wyoming_qwen3tts/http) ---
+    http: str | None = Field(None, description="also serve the OpenAI speech API, web page and /metrics here: tcp://HOST:PORT (none: off)")
+    api_key: SecretStr | None = Field(None, description="HTTP clients must send 'Authorization: Bearer KEY' (none: no key)")
     # --- limits (docs/reliability.md) ---
     max_connections: int = Field(64, ge=1, description="most client connections at once; more are refused with an error")
     max_event_bytes: int = Field(1_048_576, ge=4096, description="largest event a client may send (header + data + payload)")

@@ -218,12 +218,16 @@ __device__ __forceinline__ float stage_x(const float* __restrict__ x, const floa
                 a[j] = i < k4 ? xv[i] : make_float4(0.f, 0.f, 0.f, 0.f);
                 w[j] = (g && i < k4) ? gv[i] : make_float4(1.f, 1.f, 1.f, 1.f);
             }
-#if defined(Q3T_CUDA)  // clang (hipcc) will not unroll a loop with a break and says so (-Werror)
 #pragma unroll
-#endif
             for (int j = 0; j < 4; ++j) {
                 const int i = i0 + j * blockDim.x;
+#if defined(Q3T_CUDA)
                 if (i >= k4) break;
+#else
+                // clang unrolls no loop that breaks, and a[], w[] indexed at run time live in scratch
+                // memory; the later j only have larger i.
+                if (i >= k4) continue;
+#endif
                 ss += a[j].x * a[j].x + a[j].y * a[j].y + a[j].z * a[j].z + a[j].w * a[j].w;
                 xsv[i] = g ? make_float4(a[j].x * w[j].x, a[j].y * w[j].y, a[j].z * w[j].z, a[j].w * w[j].w) : a[j];
             }

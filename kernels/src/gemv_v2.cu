@@ -72,7 +72,8 @@ __device__ __forceinline__ void stage_x_pair(const float* __restrict__ x, const 
             const int i = i0 + j * blockDim.x;
             a[0][j] = i < k4 ? xv[i] : zero;
             a[1][j] = i < k4 ? xv[k4 + i] : zero;
-            w[j] = (g && i < k4) ? gv[i] : one;
+            w[j] = one;  // not `c ? gv[i] : one`: clang selects between the two addresses, `one` in scratch
+            if (g && i < k4) w[j] = gv[i];
         }
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
@@ -265,7 +266,7 @@ constexpr int x1_min_blocks() {
     return PRE == kMaxPre && sizeof(W) == 2 ? Q3T_GEMV_PRE8_BLOCKS : 0;  // 0: no minimum, ptxas chooses
 }
 template <typename W, int MODE, bool VEC, int PRE>
-__global__ void __launch_bounds__(kThreads, (x1_min_blocks<W, PRE>()))
+__global__ void Q3T_LAUNCH_BOUNDS(kThreads, (x1_min_blocks<W, PRE>()))
     k_gemv2(const W* __restrict__ w, int n_out, int k, int splits, const float* __restrict__ x,
             const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, float* __restrict__ y) {
     gemv2<W, MODE, VEC, PRE, 1>(w, n_out, k, splits, x, norm_w, eps, bias, y);
@@ -278,7 +279,7 @@ constexpr int x2_min_blocks() {
     return PRE == kMaxPre ? (sizeof(W) == 2 ? Q3T_GEMV_X2_PRE8_BLOCKS : 2) : (sizeof(W) == 2 ? 4 : 3);
 }
 template <typename W, int MODE, bool VEC, int PRE>
-__global__ void __launch_bounds__(kThreads, (x2_min_blocks<W, PRE>()))
+__global__ void Q3T_LAUNCH_BOUNDS(kThreads, (x2_min_blocks<W, PRE>()))
     k_gemv2x2(const W* __restrict__ w, int n_out, int k, int splits, const float* __restrict__ x,
               const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, float* __restrict__ y) {
     gemv2<W, MODE, VEC, PRE, 2>(w, n_out, k, splits, x, norm_w, eps, bias, y);

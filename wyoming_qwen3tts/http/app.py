@@ -1,0 +1,241 @@
+"""The HTTP server: its routes, the API key, errors and metrics middleware, and its life in the Wyoming server's event loop.
+
+Built on aiohttp rather than FastAPI on uvicorn because it is made to live inside an event loop
+that someone else runs: AppRunner/TCPSite start, stop listening and close with three awaits and
+install no signal handlers (uvicorn's Server.serve() takes over SIGINT/SIGTERM, which __main__
+owns for the drain), StreamResponse.write waits for the socket (a slow reader holds up only its
+own request), client_max_size refuses oversized bodies while reading them, and it is one
+dependency where the other choice is three (FastAPI, Starlette, uvicorn).
+
+Routes: the web page (/ and /static/), /healthz, /metrics, and the OpenAI-compatible /v1 API
+(openai_speech.py).  With an API key set every route needs `Authorization: Bearer KEY` except
+/healthz and the page's own files, which hold no data (the page asks for the key and sends it
+with its API calls).
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from ..metrics import METRICS, Metrics, model_state
+from ..server import TtsService
+from ..settings import Settings
+from .errors import ApiError
+from .openai_speech import SpeechApi, SpeechConfig
+
+_LOGGER = logging.getLogger(__name__)
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+# The page loads only its own files and plays audio it made itself (blob: URLs).
+_PAGE_POLICY = "default-src 'self'; media-src 'self' blob:; img-src 'self' data:; object-src 'none'; frame-ancestors 'none'; base-uri 'none'"
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    uri: str = "tcp://127.0.0.1:0"
+    api_key: str | None = None
+    keepalive_timeout: float = 120.0  # seconds an idle keep-alive connection stays open
+    speech: SpeechConfig = field(default_factory=SpeechConfig)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> HttpConfig:
+        model = str(settings.model)
+        return cls(
+            uri=settings.http or "",
+            api_key=settings.api_key.get_secret_value() if settings.api_key is not None else None,
+            keepalive_timeout=settings.idle_timeout,
+            speech=SpeechConfig(
+                # A local checkpoint is named by its folder, not by where it lies.
+                model_id=Path(model).name if Path(model).is_dir() else model,
+                max_body_bytes=settings.max_event_bytes,
+                max_text_chars=settings.max_text_chars,
+                max_sentence_chars=settings.max_sentence_chars,
+                body_timeout=settings.idle_timeout,
+                write_timeout=settings.write_timeout,
+                seed=settings.seed,
+                sampling=settings.sampling(),
+            ),
+        )
+
+
+def build_app(service: TtsService, config: HttpConfig, metrics: Metrics = METRICS) -> web.Application:
+    api = SpeechApi(service, config.speech, metrics)
+    public: set[web.AbstractResource] = set()
+    app = web.Application(
+        client_max_size=config.speech.max_body_bytes,
+        middlewares=[_count_requests(metrics), _errors_as_json, _require_key(config.api_key, public)],
+    )
+
+    async def page(request: web.Request) -> web.FileResponse:
+        return web.FileResponse(STATIC_DIR / "index.html")
+
+    async def health(request: web.Request) -> web.Response:
+        status = "shutting-down" if service.draining else model_state(service)
+        return web.json_response({"status": status, "model": config.speech.model_id}, status=200 if status == "ready" else 503)
+
+    async def scrape(request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    public.add(app.router.add_get("/", page).resource)  # type: ignore[arg-type]
+    public.add(app.router.add_static("/static/", STATIC_DIR, follow_symlinks=False))
+    public.add(app.router.add_get("/healthz", health).resource)  # type: ignore[arg-type]
+    app.router.add_get("/metrics", scrape)
+    app.router.add_get("/v1/models", api.list_models)
+    app.router.add_get("/v1/audio/voices", api.list_voices)
+    app.router.add_post("/v1/audio/speech", api.create_speech)
+    app.on_response_prepare.append(_security_headers)
+    return app
+
+
+def _require_key(api_key: str | None, public: set[web.AbstractResource]) -> Callable[[web.Request, _Handler], Awaitable[web.StreamResponse]]:
+    expected = api_key.encode() if api_key else None
+
+    @web.middleware
+    async def require_key(request: web.Request, handler: _Handler) -> web.StreamResponse:
+        # Decided by the matched route, not by the path text, so no spelling of a path slips through.
+        if expected is None or request.match_info.route.resource in public:
+            return await handler(request)
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
+            raise ApiError(
+                401, "Missing or wrong API key: send 'Authorization: Bearer KEY'", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"}
+            )
+        return await handler(request)
+
+    return require_key
+
+
+@web.middleware
+async def _errors_as_json(request: web.Request, handler: _Handler) -> web.StreamResponse:
+    """Every error answer in OpenAI's shape, aiohttp's own (404, 405, 413) included."""
+    try:
+        return await handler(request)
+    except ApiError as err:
+        return err.response()
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        headers = {name: exc.headers[name] for name in ("Allow",) if name in exc.headers}
+        message = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
+        return ApiError(exc.status, message, headers=headers).response()
+    except Exception:
+        _LOGGER.exception("HTTP %s %s failed", request.method, request.path)
+        return ApiError(500, "Internal server error").response()
+
+
+def _count_requests(metrics: Metrics) -> Callable[[web.Request, _Handler], Awaitable[web.StreamResponse]]:
+    @web.middleware
+    async def count_requests(request: web.Request, handler: _Handler) -> web.StreamResponse:
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else "unmatched"
+        method = request.method if request.method in _METHODS else "other"
+        status = "499"  # the client went away before an answer (nginx's code for it)
+        try:
+            response = await handler(request)
+            status = str(response.status)
+            return response
+        except Exception:
+            status = "500"
+            raise
+        finally:
+            metrics.http_requests.labels(route, method, status).inc()
+
+    return count_requests
+
+
+async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    if response.content_type == "text/html":
+        response.headers.setdefault("Content-Security-Policy", _PAGE_POLICY)
+        response.headers.setdefault("Referrer-Policy", "no-referrer")
+
+
+class HttpServer:
+    """The aiohttp runner and its listening site, driven by __main__: start, stop_listening, close."""
+
+    def __init__(self, app: web.Application, config: HttpConfig) -> None:
+        self.config = config
+        # handler_cancellation: a client that disconnects cancels its request at once, which stops
+        # the engine after the frame group it is on.  shutdown_timeout: close() comes after the
+        # service's drain, so only requests that never touch the engine can be left.
+        self._runner = web.AppRunner(
+            app,
+            handle_signals=False,
+            access_log=None,
+            handler_cancellation=True,
+            keepalive_timeout=config.keepalive_timeout,
+            shutdown_timeout=1.0,
+        )
+        self._site: web.BaseSite | None = None
+
+    async def start(self) -> None:
+        await self._runner.setup()
+        parts = urlsplit(self.config.uri)
+        if parts.scheme == "tcp" and parts.port is not None:
+            self._site = web.TCPSite(self._runner, parts.hostname or "0.0.0.0", parts.port)
+        elif parts.scheme == "unix" and (parts.netloc or parts.path):
+            self._site = web.UnixSite(self._runner, parts.netloc + parts.path)
+        else:
+            await self._runner.cleanup()
+            raise ValueError(f"http must be tcp://HOST:PORT or unix://PATH, not {self.config.uri!r}")
+        await self._site.start()
+
+    @property
+    def url(self) -> str:
+        """Where the server listens, as a URL (with the real port when the setting asked for port 0)."""
+        address = self._runner.addresses[0]
+        if isinstance(address, str):
+            return f"unix://{address}"
+        host, port = address[0], address[1]
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    async def stop_listening(self) -> None:
+        """Close the listening socket; requests in progress go on (the service's drain waits for them)."""
+        if self._site is not None:
+            await self._site.stop()
+            self._site = None
+
+    async def close(self) -> None:
+        """Stop listening and close every connection (idle keep-alive ones at once)."""
+        await self.stop_listening()
+        await self._runner.cleanup()
+
+
+async def start_http_server(settings: Settings, service: TtsService) -> HttpServer:
+    """Start the HTTP server that the `http` setting asks for, sharing `service` with the Wyoming server."""
+    config = HttpConfig.from_settings(settings)
+    METRICS.watch(service)
+    server = HttpServer(build_app(service, config), config)
+    await server.start()
+    _LOGGER.info("HTTP API and web page on %s", server.url)
+    if config.api_key is None and not _loopback_only(config.uri):
+        _LOGGER.warning(
+            "HTTP listens beyond this machine (%s) without an API key: anyone who reaches it can use the GPU. "
+            "Set api_key, or listen on 127.0.0.1",
+            config.uri,
+        )
+    return server
+
+
+def _loopback_only(uri: str) -> bool:
+    parts = urlsplit(uri)
+    if parts.scheme == "unix":
+        return True
+    host = parts.hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything

@@ -1,0 +1,427 @@
+"""OpenAI's speech API on the shared TtsService: POST /v1/audio/speech, GET /v1/audio/voices, GET /v1/models.
+
+A speech request is checked whole before anything is spoken (JSON body, voice, text, format) and
+answered with an OpenAI-shaped error if anything is wrong.  Its text goes through the same
+cleaning and sentence splitting as a Wyoming request, and each sentence is submitted to the
+service on its own, so HTTP and Wyoming requests interleave sentence by sentence on the one
+engine.  The response's status and headers wait for the first frame group, so an error before any
+audio (model still loading, out of GPU memory) still gets its status code; after that the body
+streams as frames are decoded: raw audio (stream_format "audio") or Server-Sent Events
+("speech.audio.delta" with base64 audio, then "speech.audio.done").  An error after the first
+bytes ends an SSE stream with an "error" event and cuts an audio stream short (the incomplete
+chunked body tells the client it failed).
+
+Each speech request registers with the service as one connection (server.Connection), so it
+counts against max_connections (429 beyond it) and SIGTERM drains it like a Wyoming exchange.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, ValidationError
+from wyoming.tts import SynthesizeVoice
+
+from ..errors import Qwen3TTSError
+from ..metrics import Metrics, SpeechMeter, model_state
+from ..request import SAMPLE_RATE, SAMPLES_PER_FRAME, AudioChunk, SamplingParams, SynthesisRequest
+from ..sentences import clean_client_text, split_sentences
+from ..server import TtsService
+from ..voices import AUTO, VoiceChoice, language_code, language_name
+from .audio_formats import FORMATS, MAX_SPEED, MIN_SPEED, AudioEncoder, AudioFormat
+from .errors import ApiError
+
+_LOGGER = logging.getLogger(__name__)
+
+STREAM_FORMATS = ("audio", "sse")
+# A style instruction is one or two sentences; the limit keeps every sentence's prompt small.
+MAX_INSTRUCTIONS_CHARS = 1000
+# Voice names are looked up in memory, never used as paths; this only keeps error messages short.
+MAX_VOICE_CHARS = 200
+
+
+@dataclass(frozen=True)
+class SpeechConfig:
+    """The speech API's settings, taken from the server's Settings."""
+
+    model_id: str = "qwen3-tts"
+    max_body_bytes: int = 1_048_576
+    max_text_chars: int = 5000
+    max_sentence_chars: int = 400
+    body_timeout: float = 120.0  # seconds to receive a request body
+    write_timeout: float = 60.0  # seconds a client may take to accept audio
+    seed: int | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+
+class _VoiceId(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    id: str
+
+
+class SpeechBody(BaseModel):
+    """OpenAI's request body, plus `language` (as vLLM-Omni has it).  Unknown fields are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None  # any name: the loaded model answers
+    input: str
+    voice: str | _VoiceId | None = None  # None: the default voice
+    instructions: str | None = None
+    response_format: str = "mp3"
+    speed: float = 1.0
+    stream_format: str = "audio"
+    language: str | None = None
+
+
+@dataclass(frozen=True)
+class SpeechPlan:
+    """A checked request: what to speak, with what, and how to send it."""
+
+    voice: VoiceChoice
+    sentences: list[str]
+    chars: int
+    format: AudioFormat
+    speed: float
+    sse: bool
+
+
+class _ClientGone(Exception):
+    """The client stopped reading (closed the connection or stalled past write_timeout)."""
+
+
+class HttpSpeechStream:
+    """One speech request as the service sees a connection (server.Connection): drained and aborted on SIGTERM."""
+
+    def __init__(self) -> None:
+        self.cancel = threading.Event()  # stops the engine after its current frame group
+        self.task = asyncio.current_task()
+        self.draining = False
+        self.failure: Qwen3TTSError | None = None
+
+    def begin_drain(self) -> None:
+        # The request is finished as usual; the response then closes its keep-alive connection.
+        self.draining = True
+
+    async def abort(self, err: Qwen3TTSError) -> None:
+        self.failure = err
+        self.cancel.set()
+        if self.task is not None and self.task is not asyncio.current_task():
+            self.task.cancel()
+
+
+class _Encoding:
+    """Runs an AudioEncoder, off the event loop for the costly codecs, and frees it only when no call is in flight."""
+
+    def __init__(self, encoder: AudioEncoder) -> None:
+        self._encoder = encoder
+        self._running: asyncio.Future[bytes] | None = None
+
+    async def encode(self, pcm: bytes) -> bytes:
+        return await self._run(self._encoder.encode, pcm)
+
+    async def finish(self) -> bytes:
+        return await self._run(self._encoder.finish)
+
+    async def _run(self, fn: Callable[..., bytes], *args: Any) -> bytes:
+        if not self._encoder.format.heavy:
+            return fn(*args)
+        self._running = asyncio.get_running_loop().run_in_executor(None, fn, *args)
+        # Shielded: a cancelled request must not mark the job done while the thread still encodes.
+        return await asyncio.shield(self._running)
+
+    def close(self) -> None:
+        if self._running is not None and not self._running.done():
+            self._running.add_done_callback(lambda _: self._encoder.close())
+        else:
+            self._encoder.close()
+
+
+class SpeechApi:
+    """The /v1 routes: speech, voices, models."""
+
+    def __init__(self, service: TtsService, config: SpeechConfig, metrics: Metrics) -> None:
+        self.service = service
+        self.config = config
+        self.metrics = metrics
+
+    # -- GET /v1/models, GET /v1/audio/voices -------------------------------------------------
+    async def list_models(self, request: web.Request) -> web.Response:
+        model = {"id": self.config.model_id, "object": "model", "created": 0, "owned_by": "qwen"}
+        return web.json_response({"object": "list", "data": [model]})
+
+    async def list_voices(self, request: web.Request) -> web.Response:
+        """Every voice of the catalog, with what the web page shows of it."""
+        catalog = self.service.catalog
+        voices = []
+        for voice in catalog.tts_voices():
+            entry: dict[str, Any] = {
+                "id": voice.name,
+                "object": "voice",
+                "name": voice.name,
+                "description": voice.description,
+                "languages": voice.languages,
+                "kind": "speaker" if voice.name in catalog.speakers else "preset",
+            }
+            preset = catalog.presets.get(voice.name)
+            if preset is not None:
+                entry.update(speaker=preset.speaker, instruct=preset.instruct)
+            voices.append(entry)
+        return web.json_response(
+            {
+                "object": "list",
+                "data": voices,
+                "default_voice": catalog.default_voice,
+                "languages": [AUTO] + [language_code(lang) for lang in catalog.languages if lang != AUTO],
+                "supports_instructions": catalog.supports_instruct,
+                "response_formats": list(FORMATS),
+                "model_state": model_state(self.service),
+            }
+        )
+
+    # -- POST /v1/audio/speech ------------------------------------------------------------------
+    async def create_speech(self, request: web.Request) -> web.StreamResponse:
+        started = time.monotonic()
+        self._check_ready()
+        plan = self._plan(await self._read_json(request))
+        stream = HttpSpeechStream()
+        refused = self.service.admit(stream)
+        if refused is not None:
+            raise ApiError.from_service(refused)
+        try:
+            assert stream.task is not None
+            self.service.track(stream.task)  # type: ignore[arg-type]
+            meter = self.metrics.speech("http", started_at=started)
+            try:
+                return await self._respond(request, plan, stream, meter)
+            finally:
+                meter.finish("cancelled")  # a no-op when _respond counted its outcome
+        finally:
+            self.service.release(stream)
+
+    def _check_ready(self) -> None:
+        state = model_state(self.service)
+        if state == "loading":
+            raise ApiError(503, "The model is still loading; try again shortly", code="model-loading", headers={"Retry-After": "5"})
+        if state == "failed":
+            raise ApiError(503, f"The model could not be loaded: {self.service.load_error}", code="model-load-failed")
+
+    async def _read_json(self, request: web.Request) -> Any:
+        if request.content_type != "application/json":
+            raise ApiError(415, f"Content-Type must be application/json, not {request.content_type!r}", code="unsupported-media-type")
+        limit = self.config.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise ApiError(413, f"The request body has {request.content_length} bytes, more than the limit of {limit}", code="body-too-large")
+        try:
+            async with asyncio.timeout(self.config.body_timeout):
+                body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise ApiError(413, f"The request body is larger than the limit of {limit} bytes", code="body-too-large") from None
+        except TimeoutError:
+            raise ApiError(408, f"The request body did not arrive within {self.config.body_timeout:g} s", code="body-timeout") from None
+        try:
+            return json.loads(body)
+        except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
+            raise ApiError(400, f"The request body is not valid JSON: {_short(err)}", code="invalid-json") from None
+
+    def _plan(self, payload: Any) -> SpeechPlan:
+        try:
+            body = SpeechBody.model_validate(payload)
+        except ValidationError as err:
+            first = err.errors()[0]
+            param = str(first["loc"][0]) if first["loc"] else None  # ("voice", "str"): a union's member
+            raise ApiError(400, f"{param or 'body'}: {first['msg']}", param=param, code="invalid-request") from None
+        fmt = FORMATS.get(body.response_format)
+        if fmt is None:
+            raise ApiError(
+                400,
+                f"Unsupported response_format {_short(body.response_format)}; this server offers {', '.join(FORMATS)}",
+                param="response_format",
+                code="unsupported-format",
+            )
+        if body.stream_format not in STREAM_FORMATS:
+            raise ApiError(400, f"stream_format must be 'audio' or 'sse', not {_short(body.stream_format)}", param="stream_format", code="invalid-request")
+        if not MIN_SPEED <= body.speed <= MAX_SPEED:
+            raise ApiError(400, f"speed must be between {MIN_SPEED} and {MAX_SPEED}, not {body.speed}", param="speed", code="invalid-request")
+        text = clean_client_text(body.input)
+        if not text.strip():
+            raise ApiError(400, "input is empty", param="input", code="empty-text")
+        if len(text) > self.config.max_text_chars:
+            raise ApiError(
+                400, f"input has {len(text)} characters, more than the limit of {self.config.max_text_chars}", param="input", code="text-too-long"
+            )
+        sentences = split_sentences(text, self.config.max_sentence_chars)
+        if not sentences:
+            raise ApiError(400, "input has nothing to speak (no letters or digits)", param="input", code="empty-text")
+        return SpeechPlan(self._voice(body), sentences, len(text), fmt, body.speed, body.stream_format == "sse")
+
+    def _voice(self, body: SpeechBody) -> VoiceChoice:
+        catalog = self.service.catalog
+        name = body.voice.id if isinstance(body.voice, _VoiceId) else body.voice
+        if name is not None and len(name) > MAX_VOICE_CHARS:
+            raise ApiError(400, f"Unknown voice {_short(name)}", param="voice", code="unknown-voice")
+        try:
+            voice = catalog.resolve(SynthesizeVoice(name=name) if name else None)
+        except Qwen3TTSError as err:
+            raise ApiError.from_service(err, param="voice") from None
+        if body.language:
+            try:
+                voice = VoiceChoice(voice.voice, voice.speaker, language_name(body.language[:MAX_VOICE_CHARS], catalog.languages), voice.instruct)
+            except Qwen3TTSError as err:
+                raise ApiError.from_service(err, param="language") from None
+        instructions = clean_client_text(body.instructions or "").strip()
+        if instructions:
+            if not catalog.supports_instruct:
+                raise ApiError(400, "This model does not follow style instructions (only the 1.7B models do)", param="instructions", code="instructions-unsupported")
+            if len(instructions) > MAX_INSTRUCTIONS_CHARS:
+                raise ApiError(
+                    400, f"instructions have {len(instructions)} characters, more than the limit of {MAX_INSTRUCTIONS_CHARS}", param="instructions", code="text-too-long"
+                )
+            voice = VoiceChoice(voice.voice, voice.speaker, voice.language, instructions)
+        return voice
+
+    async def _chunks(self, plan: SpeechPlan, cancel: threading.Event, meter: SpeechMeter) -> AsyncIterator[AudioChunk]:
+        """The audio of every sentence in order, one sentence at a time on the service."""
+        for sentence in plan.sentences:
+            request = SynthesisRequest(
+                text=sentence,
+                speaker=plan.voice.speaker,
+                language=plan.voice.language,
+                instruct=plan.voice.instruct,
+                seed=self.config.seed,
+                sampling=self.config.sampling,
+            )
+            piece_start = time.monotonic()
+            async with contextlib.aclosing(self.service.synthesize(request, cancel)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+            meter.synthesized(time.monotonic() - piece_start)
+
+    async def _respond(self, request: web.Request, plan: SpeechPlan, stream: HttpSpeechStream, meter: SpeechMeter) -> web.StreamResponse:
+        chunks = self._chunks(plan, stream.cancel, meter)
+        response: web.StreamResponse | None = None
+        encoding: _Encoding | None = None
+        try:
+            first = await anext(chunks, None)  # before the status line: an error here still gets its status
+            response = web.StreamResponse(headers=_stream_headers(plan))
+            if stream.draining:
+                response.force_close()
+            await response.prepare(request)
+            encoding = _Encoding(AudioEncoder(plan.format, plan.speed))
+            try:
+                if first is not None:
+                    await self._send_audio(request, response, plan, encoding, meter, first)
+                async for chunk in chunks:
+                    await self._send_audio(request, response, plan, encoding, meter, chunk)
+                await self._send(request, response, plan, await encoding.finish())
+                if plan.sse:
+                    usage = {"input_tokens": plan.chars, "output_tokens": meter.frames, "total_tokens": plan.chars + meter.frames}
+                    await self._send_event(request, response, {"type": "speech.audio.done", "usage": usage})
+                await response.write_eof()
+            except Qwen3TTSError as err:
+                meter.finish(err.code)
+                _LOGGER.warning("HTTP speech with %s ended with error %s: %s", plan.voice.voice, err.code, err)
+                await self._end_with_error(request, response, plan, ApiError.from_service(err))
+                return response
+            except _ClientGone as err:
+                meter.finish("client-gone")
+                _LOGGER.info("HTTP client gone during synthesis with %s: %s", plan.voice.voice, err)
+                return response
+            meter.finish("ok")
+            _log_spoken(plan, meter)
+            return response
+        except Qwen3TTSError as err:  # from the first frame group
+            meter.finish(err.code)
+            raise ApiError.from_service(err) from None
+        except asyncio.CancelledError:
+            # aiohttp cancels the handler when its client disconnects; abort() when draining took too long.
+            stream.cancel.set()
+            if stream.failure is None:
+                meter.finish("client-gone")
+                raise
+            meter.finish(stream.failure.code)
+            if response is None:
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]  # our own cancel: answer it
+                raise ApiError.from_service(stream.failure) from None
+            with contextlib.suppress(Exception):
+                await self._end_with_error(request, response, plan, ApiError.from_service(stream.failure))
+            raise
+        finally:
+            stream.cancel.set()  # a no-op after a whole answer; stops the engine otherwise
+            await chunks.aclose()
+            if encoding is not None:
+                encoding.close()
+
+    async def _send_audio(
+        self, request: web.Request, response: web.StreamResponse, plan: SpeechPlan, encoding: _Encoding, meter: SpeechMeter, chunk: AudioChunk
+    ) -> None:
+        await self._send(request, response, plan, await encoding.encode(chunk.pcm))
+        meter.audio(chunk.num_frames)
+
+    async def _send(self, request: web.Request, response: web.StreamResponse, plan: SpeechPlan, data: bytes) -> None:
+        if not data:
+            return
+        if plan.sse:
+            await self._send_event(request, response, {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
+        else:
+            await self._write(request, response, data)
+
+    async def _send_event(self, request: web.Request, response: web.StreamResponse, event: dict[str, Any]) -> None:
+        await self._write(request, response, b"data: " + json.dumps(event).encode() + b"\n\n")
+
+    async def _write(self, request: web.Request, response: web.StreamResponse, data: bytes) -> None:
+        try:
+            async with asyncio.timeout(self.config.write_timeout):
+                await response.write(data)
+        except TimeoutError:
+            if request.transport is not None:
+                request.transport.abort()  # a client that stopped reading: its socket buffers are full
+            raise _ClientGone(f"client accepted no audio for {self.config.write_timeout:g} s") from None
+        except (ConnectionError, RuntimeError) as err:  # RuntimeError: the transport is closed
+            raise _ClientGone(str(err) or type(err).__name__) from err
+
+    async def _end_with_error(self, request: web.Request, response: web.StreamResponse, plan: SpeechPlan, err: ApiError) -> None:
+        """After the status line went out: an SSE "error" event, or an audio body cut short."""
+        if plan.sse:
+            with contextlib.suppress(_ClientGone):
+                async with asyncio.timeout(5):
+                    await self._send_event(request, response, {"type": "error", **err.body()})
+                    await response.write_eof()
+                return
+        if request.transport is not None:
+            request.transport.abort()
+
+
+def _stream_headers(plan: SpeechPlan) -> dict[str, str]:
+    headers = {
+        "Cache-Control": "no-store",
+        "X-Accel-Buffering": "no",  # reverse proxies (nginx) must not buffer a stream
+        "X-Sample-Rate": str(SAMPLE_RATE),
+    }
+    headers["Content-Type"] = "text/event-stream" if plan.sse else plan.format.content_type
+    return headers
+
+
+def _log_spoken(plan: SpeechPlan, meter: SpeechMeter) -> None:
+    seconds = meter.frames * SAMPLES_PER_FRAME / SAMPLE_RATE
+    first = f"{meter.first_audio_at - meter.started_at:.3f}s" if meter.first_audio_at is not None else "-"
+    _LOGGER.info(
+        "Spoke voice=%s chars=%d audio=%.2fs first_audio=%s format=%s%s (http)",
+        plan.voice.voice, plan.chars, seconds, first, plan.format.name, " sse" if plan.sse else "",
+    )
+
+
+def _short(value: object, limit: int = 80) -> str:
+    text = repr(value) if not isinstance(value, BaseException) else str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
