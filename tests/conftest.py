@@ -34,3 +34,25 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_checkpoint_06b(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random CustomVoice checkpoint (size "tiny-0.6b": 0b6-like, no projection, no instruct), float32."""
     return write_random_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-0.6b", "tiny-0.6b", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_base_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Base (voice clone) checkpoint, 1b7-like (has small_to_mtp_projection), float32."""
+    return write_random_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-base", "tiny", seed=0, model_type="base")
+
+
+@pytest.fixture(scope="session")
+def tiny_base_checkpoint_06b(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Base checkpoint, 0b6-like (no projection), float32."""
+    return write_random_checkpoint(
+        tmp_path_factory.mktemp("ckpt") / "tiny-0.6b-base", "tiny-0.6b", seed=0, model_type="base"
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_voice_design_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random VoiceDesign checkpoint (1b7-like), float32."""
+    return write_random_checkpoint(
+        tmp_path_factory.mktemp("ckpt") / "tiny-voice-design", "tiny", seed=0, model_type="voice_design"
+    )

@@ -83,6 +83,52 @@ def test_base_or_voice_design_config_is_refused(tiny_checkpoint: Path, tmp_path:
     assert model_type in str(err.value)
 
 
+def test_unknown_model_type_is_named(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    d = _link_copy(tiny_checkpoint, tmp_path / "ckpt")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["tts_model_type"] = "singing"
+    _replace(d / "config.json", json.dumps(cfg))
+    with pytest.raises(ModelLoadError, match="unknown model type.*'singing'"):
+        ck.load_checkpoint(d, model_types=("custom_voice", "base", "voice_design"))
+
+
+@pytest.mark.parametrize("clone_encoders", [True, False])
+def test_base_checkpoint_loads_the_clone_encoders_as_stored(tiny_base_checkpoint: Path, clone_encoders: bool) -> None:
+    with pytest.raises(ModelLoadError, match="not a CustomVoice model.*'base'"):
+        ck.load_checkpoint(tiny_base_checkpoint)  # callers that serve only presets keep refusing Base
+    c = ck.load_checkpoint(tiny_base_checkpoint, dtype="bfloat16", model_types=("base",), clone_encoders=clone_encoders)
+    assert c.config.tts_model_type == "base" and c.config.speaker_encoder is not None
+    assert set(c.tensors) == set(ck.talker_tensor_shapes(c.config))  # the Talker side only, in the asked dtype
+    assert {t.dtype for t in c.tensors.values()} == {torch.bfloat16}
+    if not clone_encoders:
+        assert c.speaker_encoder_tensors == {} and c.codec_encoder_tensors == {} and c.codec_encoder_config is None
+        return
+    assert set(c.speaker_encoder_tensors) == set(ck.speaker_encoder_tensor_shapes(c.config.speaker_encoder))
+    assert c.codec_encoder_config is not None
+    assert set(c.codec_encoder_tensors) == set(ck.codec_encoder_tensor_shapes(c.codec_encoder_config))
+    assert {t.dtype for t in c.speaker_encoder_tensors.values()} == {torch.float32}  # as stored in the file
+    with safe_open(str(tiny_base_checkpoint / "model.safetensors"), framework="pt") as f:
+        assert set(c.tensors) | set(c.speaker_encoder_tensors) == set(f.keys())
+        assert torch.equal(c.speaker_encoder_tensors["speaker_encoder.fc.weight"], f.get_tensor("speaker_encoder.fc.weight"))
+    with safe_open(str(tiny_base_checkpoint / "speech_tokenizer" / "model.safetensors"), framework="pt") as f:
+        assert set(c.codec_tensors) | set(c.codec_encoder_tensors) == set(f.keys())
+
+
+def test_voice_design_checkpoint_loads_without_encoders(tiny_voice_design_checkpoint: Path) -> None:
+    c = ck.load_checkpoint(tiny_voice_design_checkpoint, dtype="float32", model_types=("voice_design",))
+    assert c.config.tts_model_type == "voice_design" and c.config.speakers == [] and c.config.supports_instruct
+    assert c.speaker_encoder_tensors == {} and c.codec_encoder_tensors == {}
+
+
+def test_base_config_needs_an_x_vector_as_wide_as_the_talker(tiny_base_checkpoint: Path, tmp_path: Path) -> None:
+    d = _link_copy(tiny_base_checkpoint, tmp_path / "ckpt")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["speaker_encoder_config"]["enc_dim"] = 32
+    _replace(d / "config.json", json.dumps(cfg))
+    with pytest.raises(ModelLoadError, match="enc_dim is 32, the Talker's hidden size is 64"):
+        ck.load_checkpoint(d, model_types=("base",))
+
+
 @pytest.mark.parametrize(
     ("fixture", "size", "has_projection"),
     [("tiny_checkpoint", "1b7", True), ("tiny_checkpoint_06b", "0b6", False)],

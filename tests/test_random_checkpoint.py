@@ -1,5 +1,6 @@
-"""The random-checkpoint writer: release layout, exact tensor sets (checked against the reference's own modules),
-§8.1 byte totals, seeded determinism, and loadability in the reference oracle."""
+"""The random-checkpoint writer: release layout of all three model types (CustomVoice, Base, VoiceDesign), exact
+tensor sets (checked against the reference's own modules), §8.1 byte totals, seeded determinism, and loadability in
+the reference oracle."""
 
 from __future__ import annotations
 
@@ -16,6 +17,15 @@ from wyoming_qwen3tts.model.config import CodecDecoderConfig, Qwen3TTSConfig
 from wyoming_qwen3tts.tools import random_checkpoint as rc
 
 FIXTURES = ["tiny_checkpoint", "tiny_checkpoint_06b"]
+# (fixture, tts_model_type, tts_model_size) of every tiny checkpoint the tests write.
+ALL_FIXTURES = [
+    ("tiny_checkpoint", "custom_voice", "1b7"),
+    ("tiny_checkpoint_06b", "custom_voice", "0b6"),
+    ("tiny_base_checkpoint", "base", "1b7"),
+    ("tiny_base_checkpoint_06b", "base", "0b6"),
+    ("tiny_voice_design_checkpoint", "voice_design", "1b7"),
+]
+SIZE_TYPES = [(size, t) for t in rc.MODEL_TYPES for size in rc.SIZES_OF_TYPE[t]]
 
 
 def _file_shapes(path: Path) -> dict[str, tuple[int, ...]]:
@@ -30,14 +40,16 @@ def _reference() -> Any:
     return m
 
 
-def _reference_shapes(size: str) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
+def _reference_shapes(
+    size: str, model_type: str = "custom_voice"
+) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
     """State-dict shapes of the reference's model and codec built (on the meta device) from our config dicts."""
     m = _reference()
     from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSConfig as RefConfig
     from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Config
     from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Model
 
-    cfg = RefConfig(**rc.model_config_dict(size))
+    cfg = RefConfig(**rc.model_config_dict(size, model_type))
     ccfg = Qwen3TTSTokenizerV2Config(**rc.codec_config_dict(size))
     cfg._attn_implementation = ccfg._attn_implementation = "eager"
     with torch.device("meta"):
@@ -49,10 +61,11 @@ def _reference_shapes(size: str) -> tuple[dict[str, tuple[int, ...]], dict[str, 
     )
 
 
-@pytest.mark.parametrize("size", rc.SIZES)
-def test_tensor_lists_equal_the_reference_modules(size: str) -> None:
-    ref_model, ref_codec = _reference_shapes(size)
-    ours_model = rc.model_tensor_shapes(rc.model_config_dict(size))
+@pytest.mark.parametrize(("size", "model_type"), SIZE_TYPES)
+def test_tensor_lists_equal_the_reference_modules(size: str, model_type: str) -> None:
+    ref_model, ref_codec = _reference_shapes(size, model_type)
+    ours_model = rc.model_tensor_shapes(rc.model_config_dict(size, model_type))
+    assert any(k.startswith("speaker_encoder.") for k in ours_model) == (model_type == "base")
     ours_codec = rc.codec_tensor_shapes(rc.codec_config_dict(size))
     assert ours_model == ref_model
     assert ours_codec == ref_codec
@@ -70,6 +83,36 @@ def test_full_size_layouts_have_the_section_8_1_totals(size: str, count: int, pa
     # §8.1 rows that are easy to get wrong: text_projection and the per-table CP embedding widths.
     fc = [s for k, s in shapes.items() if k.startswith("talker.text_projection.")]
     assert sum(math.prod(s) for s in fc) * 2 == (16_785_408 if size == "1.7b" else 12_589_056)
+
+
+@pytest.mark.parametrize(
+    ("size", "count", "payload", "encoder_params"),
+    # §1.3/§8.1: Base adds the ECAPA-TDNN speaker encoder, 12.0 M parameters at 1.7B and 8.85 M at 0.6B; the 0.6B
+    # file then holds 1.829 GB, which is what HF lists for Qwen3-TTS-12Hz-0.6B-Base.
+    [("1.7b", 404 + 76, 3_833_352_704 + 2 * 12_001_088, 12_001_088),
+     ("0.6b", 402 + 76, 1_811_577_344 + 2 * 8_854_336, 8_854_336)],
+)  # fmt: skip
+def test_full_size_base_layouts_add_the_speaker_encoder(size: str, count: int, payload: int, encoder_params: int) -> None:
+    shapes = rc.model_tensor_shapes(rc.model_config_dict(size, "base"))
+    assert len(shapes) == count
+    assert rc.tensor_bytes(shapes, torch.bfloat16) == payload
+    assert sum(math.prod(s) for k, s in shapes.items() if k.startswith("speaker_encoder.")) == encoder_params
+    cfg = Qwen3TTSConfig.from_dict(rc.model_config_dict(size, "base"))
+    assert cfg.speaker_encoder is not None and cfg.speaker_encoder.enc_dim == cfg.talker.hidden_size
+    assert cfg.speakers == [] and not cfg.supports_instruct
+    assert "dialect" not in " ".join(cfg.talker.codec_language_id) and len(cfg.languages) == 11
+
+
+def test_voice_design_is_written_at_1_7b_only() -> None:
+    cfg = Qwen3TTSConfig.from_dict(rc.model_config_dict("1.7b", "voice_design"))
+    assert cfg.tts_model_type == "voice_design" and cfg.speaker_encoder is None and cfg.supports_instruct
+    assert rc.model_tensor_shapes(rc.model_config_dict("1.7b", "voice_design")) == rc.model_tensor_shapes(
+        rc.model_config_dict("1.7b")
+    )  # same Talker/CodePredictor shapes as CustomVoice
+    with pytest.raises(ValueError, match="no VoiceDesign model of size '0.6b'"):
+        rc.model_config_dict("0.6b", "voice_design")
+    with pytest.raises(ValueError, match="unknown model type"):
+        rc.model_config_dict("tiny", "custom")
 
 
 def test_full_codec_has_the_release_parameter_counts() -> None:
@@ -126,6 +169,24 @@ def test_written_files_follow_the_release_layout(fixture: str, request: pytest.F
         assert 0.5 <= float(norm.min()) and float(norm.max()) <= 1.5 and float(norm.std()) > 0.1  # not all ones
 
 
+@pytest.mark.parametrize(("fixture", "model_type", "size"), ALL_FIXTURES[2:])
+def test_base_and_voice_design_files_follow_the_release_layout(
+    fixture: str, model_type: str, size: str, request: pytest.FixtureRequest
+) -> None:
+    ckpt: Path = request.getfixturevalue(fixture)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    assert cfg["tts_model_type"] == model_type and cfg["tts_model_size"] == size
+    t = cfg["talker_config"]
+    assert t["spk_id"] == {} and t["spk_is_dialect"] == {}
+    assert set(t["codec_language_id"]) == set(rc.PLAIN_LANGUAGES)
+    assert ("speaker_encoder_config" in cfg) == (model_type == "base")
+    model = _file_shapes(ckpt / "model.safetensors")
+    assert model == rc.model_tensor_shapes(cfg)
+    assert any(k.startswith("speaker_encoder.") for k in model) == (model_type == "base")
+    codec = _file_shapes(ckpt / "speech_tokenizer" / "model.safetensors")
+    assert codec == rc.codec_tensor_shapes(json.loads((ckpt / "speech_tokenizer" / "config.json").read_text()))
+
+
 def test_same_seed_same_bytes_other_seed_other_values(tiny_checkpoint: Path, tmp_path: Path) -> None:
     # Through the CLI, so the command line is exercised too.
     assert rc.main(["--size", "tiny", "--out", str(tmp_path / "again"), "--seed", "0"]) == 0
@@ -158,9 +219,9 @@ def test_streaming_writer_rejects_a_tensor_that_does_not_match_its_header(tmp_pa
     assert not (tmp_path / "x.safetensors").exists()
 
 
-@pytest.mark.parametrize("fixture", FIXTURES)
+@pytest.mark.parametrize(("fixture", "model_type", "size"), ALL_FIXTURES)
 def test_reference_loads_tiny_checkpoint_without_missing_or_unexpected_keys(
-    fixture: str, request: pytest.FixtureRequest
+    fixture: str, model_type: str, size: str, request: pytest.FixtureRequest
 ) -> None:
     ckpt: Path = request.getfixturevalue(fixture)
     m = _reference()
@@ -177,6 +238,8 @@ def test_reference_loads_tiny_checkpoint_without_missing_or_unexpected_keys(
         output_loading_info=True,
     )
     assert info["missing_keys"] == [] and info["unexpected_keys"] == [] and info["mismatched_keys"] == []
+    assert (model.tts_model_type, model.tts_model_size) == (model_type, size)
+    assert (model.speaker_encoder is not None) == (model_type == "base")
     codec, cinfo = Qwen3TTSTokenizerV2Model.from_pretrained(
         str(ckpt / "speech_tokenizer"), dtype=torch.float32, output_loading_info=True
     )
@@ -184,7 +247,10 @@ def test_reference_loads_tiny_checkpoint_without_missing_or_unexpected_keys(
     # The values that arrived are the ones in the file (no silent re-initialisation).
     with safe_open(str(ckpt / "model.safetensors"), framework="pt") as f:
         sd = model.state_dict()
-        for key in ("talker.model.norm.weight", "talker.code_predictor.lm_head.3.weight"):
+        keys = ["talker.model.norm.weight", "talker.code_predictor.lm_head.3.weight"]
+        if model_type == "base":
+            keys += ["speaker_encoder.fc.weight", "speaker_encoder.blocks.2.res2net_block.blocks.1.conv.bias"]
+        for key in keys:
             assert torch.equal(sd[key], f.get_tensor(key)), key
     with safe_open(str(ckpt / "speech_tokenizer" / "model.safetensors"), framework="pt") as f:
         csd = codec.state_dict()

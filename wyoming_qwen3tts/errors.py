@@ -75,3 +75,16 @@ class TooManyRequestsError(Qwen3TTSError):
     """More requests pipelined on one connection than max_pending_requests."""
 
     code = "too-many-requests"
+
+
+class VoiceError(Qwen3TTSError):
+    """A voice that this model cannot speak (a clone prompt for a CustomVoice model, a preset for a Base model), or a
+    cloned voice that cannot be built (no transcript for in-context cloning)."""
+
+    code = "bad-voice"
+
+
+class ReferenceAudioError(VoiceError):
+    """A reference clip for voice cloning that is not audio, too short, too long or silent."""
+
+    code = "bad-reference-audio"

@@ -1,4 +1,5 @@
-"""Checkpoint loading: find or download a Qwen3-TTS CustomVoice checkpoint, check its files, read config and tensors.
+"""Checkpoint loading: find or download a Qwen3-TTS checkpoint (CustomVoice, Base or VoiceDesign), check its files,
+read config and tensors.
 
 The weight names and shapes a checkpoint must hold are derived here from the config values (one place, used both to
 validate a loaded checkpoint and by the random-checkpoint writer), so nothing at run time needs transformers.
@@ -19,7 +20,14 @@ from safetensors import safe_open
 
 from ..errors import ModelLoadError
 from ..options import DEFAULT_MODEL
-from .config import CodecDecoderConfig, ModelConfigError, Qwen3TTSConfig
+from .config import (
+    MODEL_TYPE_NAMES,
+    CodecDecoderConfig,
+    CodecEncoderConfig,
+    ModelConfigError,
+    Qwen3TTSConfig,
+    SpeakerEncoderConfig,
+)
 
 _LOG = logging.getLogger(__name__)
 
@@ -129,6 +137,102 @@ def talker_tensor_shapes(cfg: Qwen3TTSConfig) -> Shapes:
     if cfg.has_mtp_projection:
         out["talker.code_predictor.small_to_mtp_projection.weight"] = (ch, h)
         out["talker.code_predictor.small_to_mtp_projection.bias"] = (ch,)
+    return out
+
+
+def speaker_encoder_tensor_shapes(cfg: SpeakerEncoderConfig) -> Shapes:
+    """Every `speaker_encoder.*` tensor of a Base checkpoint's model.safetensors (ECAPA-TDNN, see speaker_encoder.py)."""
+    out: Shapes = {}
+    p = "speaker_encoder"
+    ch, ks = cfg.enc_channels, cfg.enc_kernel_sizes
+
+    def conv(name: str, cout: int, cin: int, k: int) -> None:
+        out[f"{p}.{name}.weight"] = (cout, cin, k)
+        out[f"{p}.{name}.bias"] = (cout,)
+
+    conv("blocks.0.conv", ch[0], cfg.mel_dim, ks[0])
+    for i in range(1, len(ch) - 1):
+        width = ch[i] // cfg.enc_res2net_scale
+        conv(f"blocks.{i}.tdnn1.conv", ch[i], ch[i - 1], 1)
+        for j in range(cfg.enc_res2net_scale - 1):
+            conv(f"blocks.{i}.res2net_block.blocks.{j}.conv", width, width, ks[i])
+        conv(f"blocks.{i}.tdnn2.conv", ch[i], ch[i], 1)
+        conv(f"blocks.{i}.se_block.conv1", cfg.enc_se_channels, ch[i], 1)
+        conv(f"blocks.{i}.se_block.conv2", ch[i], cfg.enc_se_channels, 1)
+    conv("mfa.conv", ch[-1], ch[-1], ks[-1])
+    conv("asp.tdnn.conv", cfg.enc_attention_channels, 3 * ch[-1], 1)  # frames + their mean and std
+    conv("asp.conv", ch[-1], cfg.enc_attention_channels, 1)
+    conv("fc", cfg.enc_dim, 2 * ch[-1], 1)  # attentive mean and std -> x-vector
+    return out
+
+
+def model_tensor_shapes(cfg: Qwen3TTSConfig) -> Shapes:
+    """Every tensor of the root model.safetensors: the Talker side, plus the speaker encoder of a Base model."""
+    out = talker_tensor_shapes(cfg)
+    if cfg.speaker_encoder is not None:
+        out |= speaker_encoder_tensor_shapes(cfg.speaker_encoder)
+    return out
+
+
+def codec_encoder_tensor_shapes(cfg: CodecEncoderConfig) -> Shapes:
+    """Every `encoder.*` tensor of speech_tokenizer/model.safetensors: a Mimi model without its decoder half.
+
+    SEANet layer indices count the weightless ELUs too, as the module list they come from does.
+    """
+    out: Shapes = {}
+    nf, hidden = cfg.num_filters, cfg.hidden_size
+    p = "encoder.encoder.layers"
+
+    def conv(name: str, cout: int, cin: int, k: int, bias: bool = True) -> None:
+        out[f"{name}.conv.weight"] = (cout, cin, k)
+        if bias:
+            out[f"{name}.conv.bias"] = (cout,)
+
+    conv(f"{p}.0", nf, cfg.audio_channels, cfg.kernel_size)
+    idx, dim = 1, nf
+    for ratio in reversed(cfg.upsampling_ratios):
+        for _ in range(cfg.num_residual_layers):
+            conv(f"{p}.{idx}.block.1", dim // cfg.compress, dim, cfg.residual_kernel_size)
+            conv(f"{p}.{idx}.block.3", dim, dim // cfg.compress, 1)
+            if cfg.use_conv_shortcut:
+                conv(f"{p}.{idx}.shortcut", dim, dim, 1)
+            idx += 1
+        idx += 1  # ELU
+        conv(f"{p}.{idx}", dim * 2, dim, ratio * 2)
+        idx += 1
+        dim *= 2
+    idx += 1  # ELU
+    conv(f"{p}.{idx}", hidden, dim, cfg.last_kernel_size)
+
+    qd, kvd = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+    for i in range(cfg.num_hidden_layers):
+        q = f"encoder.encoder_transformer.layers.{i}"
+        for proj, shape in (("q", (qd, hidden)), ("k", (kvd, hidden)), ("v", (kvd, hidden)), ("o", (hidden, qd))):
+            out[f"{q}.self_attn.{proj}_proj.weight"] = shape
+            if cfg.attention_bias:
+                out[f"{q}.self_attn.{proj}_proj.bias"] = (shape[0],)
+        out[f"{q}.mlp.fc1.weight"] = (cfg.intermediate_size, hidden)
+        out[f"{q}.mlp.fc2.weight"] = (hidden, cfg.intermediate_size)
+        for norm in ("input_layernorm", "post_attention_layernorm"):  # LayerNorm: weight and bias
+            out[f"{q}.{norm}.weight"] = (hidden,)
+            out[f"{q}.{norm}.bias"] = (hidden,)
+        out[f"{q}.self_attn_layer_scale.scale"] = (hidden,)
+        out[f"{q}.mlp_layer_scale.scale"] = (hidden,)
+    conv("encoder.downsample", hidden, hidden, cfg.downsample_kernel, bias=False)
+
+    vq = cfg.vector_quantization_hidden_dimension
+    for part, n in (
+        ("semantic_residual_vector_quantizer", cfg.num_semantic_quantizers),
+        ("acoustic_residual_vector_quantizer", cfg.num_quantizers - cfg.num_semantic_quantizers),
+    ):
+        q = f"encoder.quantizer.{part}"
+        if vq != hidden:
+            out[f"{q}.input_proj.weight"] = (vq, hidden, 1)
+            out[f"{q}.output_proj.weight"] = (hidden, vq, 1)
+        for i in range(n):
+            out[f"{q}.layers.{i}.codebook.initialized"] = (1,)
+            out[f"{q}.layers.{i}.codebook.cluster_usage"] = (cfg.codebook_size,)
+            out[f"{q}.layers.{i}.codebook.embed_sum"] = (cfg.codebook_size, cfg.codebook_dim)
     return out
 
 
@@ -285,7 +389,11 @@ def check_layout(model_dir: Path) -> None:
 
 @dataclass
 class Checkpoint:
-    """A loaded CustomVoice checkpoint: configs plus the tensors our torch modules consume."""
+    """A loaded checkpoint: configs plus the tensors our torch modules consume.
+
+    Base models also carry the two encoders that turn a reference clip into a clone prompt: the speaker encoder's
+    tensors (as stored in model.safetensors) and the codec encoder's (float32, from speech_tokenizer/).
+    """
 
     path: Path
     config: Qwen3TTSConfig
@@ -293,6 +401,9 @@ class Checkpoint:
     generation_config: dict[str, Any]
     tensors: dict[str, torch.Tensor] = field(repr=False)
     codec_tensors: dict[str, torch.Tensor] = field(repr=False)
+    codec_encoder_config: CodecEncoderConfig | None = None
+    speaker_encoder_tensors: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    codec_encoder_tensors: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -334,7 +445,8 @@ def _load_tensors(
             raise ModelLoadError(
                 f"{file} does not fit its config: {len(missing)} {what} tensor(s) missing, e.g. {_first(missing)}"
             )
-        extra = {k for k in present - expected.keys() if k.startswith("talker.") or k.startswith("decoder.")}
+        prefixes = {k.split(".", 1)[0] + "." for k in expected}
+        extra = {k for k in present - expected.keys() if k.startswith(tuple(prefixes))}
         if extra:
             # Harmless for inference (e.g. a fine-tune's leftovers), but worth a note when weights look odd.
             _LOG.warning("%s has %d unused %s tensor(s), e.g. %s", file, len(extra), what, _first(extra))
@@ -356,15 +468,35 @@ def load_checkpoint(
     device: torch.device | str = "cpu",
     *,
     local_files_only: bool = False,
+    model_types: Iterable[str] = ("custom_voice",),
+    clone_encoders: bool = True,
 ) -> Checkpoint:
-    """Resolve, check and load a CustomVoice checkpoint; see Checkpoint for what is returned."""
+    """Resolve, check and load a checkpoint; see Checkpoint for what is returned.
+
+    model_types: the tts_model_types the caller can serve ("custom_voice", "base", "voice_design"); any other is a
+    clear error before a tensor is read. clone_encoders: for a Base model, also load the speaker encoder and the
+    codec encoder (needed to build clone prompts, not to speak from cached ones).
+    """
     torch_dtype = resolve_dtype(dtype)
     dev = torch.device(device)
+    accepted = tuple(model_types)
     path = resolve_model_dir(str(model), data_dir, local_files_only=local_files_only)
     check_layout(path)
+    raw_config = _read_json(path / "config.json")
+    model_type = raw_config.get("tts_model_type")
+    # Refused before the rest of the config is judged: a model of another type is the error to report.
+    if model_type in MODEL_TYPE_NAMES and model_type not in accepted:
+        wanted = " or ".join(MODEL_TYPE_NAMES.get(t, t) for t in accepted)
+        raise CheckpointConfigError(
+            f"{path}: not a {wanted} model: config.json says tts_model_type={model_type!r} "
+            f"(a {MODEL_TYPE_NAMES[model_type]} model), which is not accepted here"
+        )
     try:
-        config = Qwen3TTSConfig.from_dict(_read_json(path / "config.json"))
-        codec_config = CodecDecoderConfig.from_dict(_read_json(path / "speech_tokenizer" / "config.json"))
+        config = Qwen3TTSConfig.from_dict(raw_config)
+        codec_json = _read_json(path / "speech_tokenizer" / "config.json")
+        codec_config = CodecDecoderConfig.from_dict(codec_json)
+        wants_encoders = clone_encoders and config.tts_model_type == "base"
+        codec_encoder_config = CodecEncoderConfig.from_dict(codec_json) if wants_encoders else None
     except ModelConfigError as err:
         raise CheckpointConfigError(f"{path}: {err}") from err
     generation_config = _read_json(path / "generation_config.json")
@@ -377,13 +509,35 @@ def load_checkpoint(
         dev,
         "codec decoder",
     )
+    speaker_encoder_tensors: dict[str, torch.Tensor] = {}
+    codec_encoder_tensors: dict[str, torch.Tensor] = {}
+    if codec_encoder_config is not None and config.speaker_encoder is not None:
+        # As stored: the encoders run once per voice, in float32 (speaker_encoder.py, codec_encoder.py).
+        speaker_encoder_tensors = _load_tensors(
+            path / "model.safetensors",
+            speaker_encoder_tensor_shapes(config.speaker_encoder),
+            None,
+            dev,
+            "speaker encoder",
+        )
+        codec_encoder_tensors = _load_tensors(
+            path / "speech_tokenizer" / "model.safetensors",
+            codec_encoder_tensor_shapes(codec_encoder_config),
+            None,
+            dev,
+            "codec encoder",
+        )
     _LOG.info(
-        "loaded %s (%s, %d talker tensors as %s, %d codec tensors) on %s",
+        "loaded %s (%s %s, %d talker tensors as %s, %d codec tensors%s) on %s",
         path,
+        config.model_type_name,
         config.tts_model_size,
         len(tensors),
         torch_dtype,
         len(codec_tensors),
+        f", {len(speaker_encoder_tensors) + len(codec_encoder_tensors)} clone-encoder tensors"
+        if codec_encoder_tensors
+        else "",
         dev,
     )
     return Checkpoint(
@@ -393,4 +547,7 @@ def load_checkpoint(
         generation_config=generation_config,
         tensors=tensors,
         codec_tensors=codec_tensors,
+        codec_encoder_config=codec_encoder_config,
+        speaker_encoder_tensors=speaker_encoder_tensors,
+        codec_encoder_tensors=codec_encoder_tensors,
     )

@@ -21,55 +21,12 @@ import torch.nn.functional as F
 from ..errors import ModelLoadError
 from .config import CodecDecoderConfig
 from .layers import rms_norm, rope_tables, rotate_half
+from .weights import NamedWeights
 
 Tensor = torch.Tensor
 
-# Weight names in speech_tokenizer/model.safetensors all start with this; encoder.* is ignored.
+# Weight names in speech_tokenizer/model.safetensors all start with this; encoder.* is codec_encoder.py's.
 _PREFIX = "decoder."
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Weight loading
-# --------------------------------------------------------------------------------------------------------------------
-
-
-class _Weights:
-    """Hands out decoder tensors (cast to dtype/device) and remembers which were missing or misshapen.
-
-    Building goes on with an empty placeholder after a miss, so that one error can list every problem at once.
-    """
-
-    def __init__(self, tensors: dict[str, Tensor], dtype: torch.dtype, device: torch.device) -> None:
-        self.tensors = tensors
-        self.dtype = dtype
-        self.device = device
-        self.missing: list[str] = []
-        self.misshapen: list[str] = []
-
-    def __call__(self, name: str, shape: tuple[int, ...] | None = None, *, optional: bool = False) -> Tensor:
-        key = _PREFIX + name
-        t = self.tensors.get(key)
-        if t is None:
-            if not optional:
-                self.missing.append(key)
-            return torch.empty(0, dtype=self.dtype, device=self.device)
-        if shape is not None and tuple(t.shape) != shape:
-            self.misshapen.append(f"{key} is {tuple(t.shape)}, expected {shape}")
-        return t.to(device=self.device, dtype=self.dtype)
-
-    def has(self, name: str) -> bool:
-        return _PREFIX + name in self.tensors
-
-    def check(self) -> None:
-        problems: list[str] = []
-        if self.missing:
-            problems.append(f"{len(self.missing)} missing: " + ", ".join(self.missing))
-        if self.misshapen:
-            problems.append(f"{len(self.misshapen)} with the wrong shape: " + "; ".join(self.misshapen))
-        if problems:
-            raise ModelLoadError(
-                "speech_tokenizer weights do not fit the codec decoder config: " + " | ".join(problems)
-            )
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -96,6 +53,16 @@ class CodecStream:
     def decode(self, codes_group: Tensor) -> Tensor:
         """codes_group [n,16] int -> float32 waveform [n*1920] that continues the samples of earlier calls."""
         return self.decoder._run(codes_group, self)
+
+    def fork(self) -> "CodecStream":
+        """An independent stream in this one's state, e.g. after a cloned voice's context: decode the context once,
+        fork it for every request. Cheap: decoding replaces state tensors and never writes into them, so the two
+        streams can share the ones they hold now."""
+        other = CodecStream(self.decoder)
+        other.frames = self.frames
+        other._tails = dict(self._tails)
+        other._kv = list(self._kv)
+        return other
 
     def _left_context(self, layer: object, x: Tensor, keep: int) -> Tensor:
         """Prepend the last `keep` input samples this layer saw (zeros at the start) and remember the new ones."""
@@ -159,7 +126,7 @@ class _SnakeBeta:
 class _TransformerLayer:
     """Pre-norm block: sliding-window attention (plain RoPE, no q/k norm) and SwiGLU, each scaled by LayerScale."""
 
-    def __init__(self, w: _Weights, i: int, cfg: CodecDecoderConfig) -> None:
+    def __init__(self, w: NamedWeights, i: int, cfg: CodecDecoderConfig) -> None:
         p = f"pre_transformer.layers.{i}."
         hd, h, kvh, d = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.n_heads, self.n_kv_heads, self.head_dim, self.eps = h, kvh, d, cfg.rms_norm_eps
@@ -213,7 +180,7 @@ class _TransformerLayer:
 class _ConvNeXtBlock:
     """Depthwise causal conv k=7 -> LayerNorm -> Linear x4 -> exact GELU -> Linear -> *gamma, plus the input."""
 
-    def __init__(self, w: _Weights, p: str, dim: int) -> None:
+    def __init__(self, w: NamedWeights, p: str, dim: int) -> None:
         self.dwconv = _CausalConv(
             w(p + "dwconv.conv.weight", (dim, 1, 7)), w(p + "dwconv.conv.bias", (dim,)), groups=dim
         )
@@ -233,7 +200,7 @@ class _ConvNeXtBlock:
 class _ResidualUnit:
     """SnakeBeta -> causal conv k=7 (dilated) -> SnakeBeta -> conv k=1, plus the input."""
 
-    def __init__(self, w: _Weights, p: str, dim: int, dilation: int) -> None:
+    def __init__(self, w: NamedWeights, p: str, dim: int, dilation: int) -> None:
         self.act1 = _SnakeBeta(w(p + "act1.alpha", (dim,)), w(p + "act1.beta", (dim,)))
         self.conv1 = _CausalConv(w(p + "conv1.conv.weight", (dim, dim, 7)), w(p + "conv1.conv.bias", (dim,)), dilation)
         self.act2 = _SnakeBeta(w(p + "act2.alpha", (dim,)), w(p + "act2.beta", (dim,)))
@@ -246,7 +213,7 @@ class _ResidualUnit:
 class _DecoderBlock:
     """SnakeBeta -> causal transposed conv (kernel 2r, stride r; halves channels) -> residual units, dilations 1,3,9."""
 
-    def __init__(self, w: _Weights, p: str, in_dim: int, out_dim: int, rate: int) -> None:
+    def __init__(self, w: NamedWeights, p: str, in_dim: int, out_dim: int, rate: int) -> None:
         self.act = _SnakeBeta(w(p + "block.0.alpha", (in_dim,)), w(p + "block.0.beta", (in_dim,)))
         self.up = _CausalConvTranspose(
             w(p + "block.1.conv.weight", (in_dim, out_dim, 2 * rate)), w(p + "block.1.conv.bias", (out_dim,)), rate
@@ -268,7 +235,7 @@ class _DecoderBlock:
 class CodecDecoder:
     """Qwen3-TTS-Tokenizer-12Hz decoder (inference only).  Build with `from_tensors`."""
 
-    def __init__(self, cfg: CodecDecoderConfig, w: _Weights) -> None:
+    def __init__(self, cfg: CodecDecoderConfig, w: NamedWeights) -> None:
         self.cfg = cfg
         self.dtype, self.device = w.dtype, w.device
         self.samples_per_frame = cfg.samples_per_frame
@@ -336,14 +303,22 @@ class CodecDecoder:
             raise ModelLoadError(
                 f"codec decoder_dim {cfg.decoder_dim} cannot be halved {len(cfg.upsample_rates)} times"
             )
-        w = _Weights(tensors, dtype, torch.device(device))
+        w = NamedWeights(
+            tensors, dtype, torch.device(device), prefix=_PREFIX, what="speech_tokenizer (codec decoder)"
+        )
         with torch.inference_mode():
             decoder = cls(cfg, w)
         w.check()
         return decoder
 
-    def new_stream(self) -> CodecStream:
-        return CodecStream(self)
+    def new_stream(self, context: Tensor | None = None) -> CodecStream:
+        """A fresh stream. With `context` codes [T,16] it starts after them: their audio is decoded and dropped, so
+        the next frames sound as the continuation of that audio. In-context cloning decodes its generated codes
+        after the reference clip's codes this way, as the reference does (it decodes both and cuts the clip's part)."""
+        stream = CodecStream(self)
+        if context is not None and context.shape[0] > 0:
+            stream.decode(context)
+        return stream
 
     @torch.inference_mode()
     def decode(self, codes: Tensor) -> Tensor:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 
 class ModelConfigError(ValueError):
     """The checkpoint's configuration cannot be used by this engine."""
+
+
+# tts_model_type -> the name the release uses for it (Qwen/Qwen3-TTS-12Hz-1.7B-<name>).
+MODEL_TYPE_NAMES: dict[str, str] = {"custom_voice": "CustomVoice", "base": "Base", "voice_design": "VoiceDesign"}
 
 
 @dataclass(frozen=True)
@@ -50,13 +54,43 @@ class CodePredictorConfig(TransformerConfig):
 
 
 @dataclass(frozen=True)
+class SpeakerEncoderConfig:
+    """config.json -> speaker_encoder_config (Base models): the ECAPA-TDNN that turns a clip into an x-vector.
+
+    The release writes only enc_dim and sample_rate; the rest are the reference's class defaults.
+    """
+
+    enc_dim: int = 1024
+    mel_dim: int = 128
+    enc_channels: tuple[int, ...] = (512, 512, 512, 512, 1536)
+    enc_kernel_sizes: tuple[int, ...] = (5, 3, 3, 3, 1)
+    enc_dilations: tuple[int, ...] = (1, 2, 3, 4, 1)
+    enc_attention_channels: int = 128
+    enc_res2net_scale: int = 8
+    enc_se_channels: int = 128
+    sample_rate: int = 24000
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SpeakerEncoderConfig":
+        cfg = cls(**_known_fields(cls, d))
+        n = len(cfg.enc_channels)
+        if n < 3 or len(cfg.enc_kernel_sizes) != n or len(cfg.enc_dilations) != n:
+            raise ModelConfigError("speaker_encoder_config: enc_channels, enc_kernel_sizes and enc_dilations "
+                                   "need the same length (at least 3)")  # fmt: skip
+        if any(c % cfg.enc_res2net_scale for c in cfg.enc_channels[1:-1]):
+            raise ModelConfigError("speaker_encoder_config: the SE-Res2Net channels must divide by enc_res2net_scale")
+        return cfg
+
+
+@dataclass(frozen=True)
 class Qwen3TTSConfig:
-    """The root config.json of a Qwen3-TTS model checkpoint."""
+    """The root config.json of a Qwen3-TTS model checkpoint (CustomVoice, Base or VoiceDesign)."""
 
     tts_model_type: str
     tts_model_size: str
     talker: TalkerConfig
     code_predictor: CodePredictorConfig
+    speaker_encoder: SpeakerEncoderConfig | None = None  # Base models only
     im_start_token_id: int = 151644
     im_end_token_id: int = 151645
     assistant_token_id: int = 77091
@@ -75,9 +109,16 @@ class Qwen3TTSConfig:
         return ["auto"] + [k for k in self.talker.codec_language_id if "dialect" not in k]
 
     @property
+    def model_type_name(self) -> str:
+        return MODEL_TYPE_NAMES[self.tts_model_type]
+
+    @property
     def supports_instruct(self) -> bool:
-        # The reference wrapper drops instruct on 0.6B CustomVoice.
-        return self.tts_model_size != "0b6"
+        # The reference wrapper drops instruct on 0.6B CustomVoice and has no instruct for voice cloning;
+        # for VoiceDesign the instruct is the voice description.
+        if self.tts_model_type == "custom_voice":
+            return self.tts_model_size != "0b6"
+        return self.tts_model_type == "voice_design"
 
     @property
     def has_mtp_projection(self) -> bool:
@@ -86,11 +127,10 @@ class Qwen3TTSConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Qwen3TTSConfig":
         model_type = d.get("tts_model_type")
-        if model_type != "custom_voice":
+        if model_type not in MODEL_TYPE_NAMES:
             raise ModelConfigError(
-                f"not a CustomVoice model: config.json says tts_model_type={model_type!r}; "
-                "this server needs a Qwen3-TTS-12Hz-*-CustomVoice checkpoint "
-                "(Base and VoiceDesign models are not supported)"
+                f"unknown model type: config.json says tts_model_type={model_type!r}; expected one of "
+                f"{', '.join(map(repr, MODEL_TYPE_NAMES))} (a Qwen3-TTS-12Hz CustomVoice, Base or VoiceDesign checkpoint)"
             )
         if d.get("tokenizer_type", "qwen3_tts_tokenizer_12hz") != "qwen3_tts_tokenizer_12hz":
             raise ModelConfigError(f"unsupported speech tokenizer {d.get('tokenizer_type')!r}; need the 12 Hz codec")
@@ -117,10 +157,19 @@ class Qwen3TTSConfig:
                 **_transformer_fields(cp),
                 num_code_groups=cp.get("num_code_groups", t["num_code_groups"]),
             )
+            speaker_encoder = (
+                SpeakerEncoderConfig.from_dict(d.get("speaker_encoder_config") or {}) if model_type == "base" else None
+            )
         except KeyError as err:
             raise ModelConfigError(f"config.json is missing the field {err.args[0]!r}") from None
-        if not talker.spk_id:
+        if model_type == "custom_voice" and not talker.spk_id:
             raise ModelConfigError("not a CustomVoice model: config.json lists no speakers (talker_config.spk_id)")
+        if speaker_encoder is not None and speaker_encoder.enc_dim != talker.hidden_size:
+            # The x-vector takes the speaker's place in the Talker's input, so it must be as wide.
+            raise ModelConfigError(
+                f"speaker_encoder_config.enc_dim is {speaker_encoder.enc_dim}, "
+                f"the Talker's hidden size is {talker.hidden_size}; they must be equal"
+            )
         if talker.num_code_groups != 16:
             raise ModelConfigError(f"expected 16 code groups, config.json says {talker.num_code_groups}")
         top = {
@@ -139,6 +188,7 @@ class Qwen3TTSConfig:
             tts_model_size=d.get("tts_model_size") or ("1b7" if talker.hidden_size >= 2048 else "0b6"),
             talker=talker,
             code_predictor=code_predictor,
+            speaker_encoder=speaker_encoder,
             raw=d,
             **top,
         )
@@ -234,3 +284,97 @@ class CodecDecoderConfig:
     @classmethod
     def from_file(cls, path: str | Path) -> "CodecDecoderConfig":
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+@dataclass(frozen=True)
+class CodecEncoderConfig:
+    """speech_tokenizer/config.json -> encoder_config (a Mimi encoder) plus the encoder fields of the top level.
+
+    Only what voice cloning needs: audio at 24 kHz -> causal SEANet convs -> a transformer -> a strided conv -> the
+    first `valid_quantizers` codebooks of a split residual quantizer. Fields named as in encoder_config default to
+    Mimi's values, for a config.json that omits them.
+    """
+
+    hidden_size: int = 512
+    num_filters: int = 64
+    upsampling_ratios: tuple[int, ...] = (8, 6, 5, 4)  # applied in reverse order by the encoder
+    num_hidden_layers: int = 8
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 8
+    head_dim: int = 0  # 0: hidden_size // num_attention_heads
+    intermediate_size: int = 2048
+    codebook_size: int = 2048
+    codebook_dim: int = 256
+    vector_quantization_hidden_dimension: int = 256
+    num_quantizers: int = 32
+    num_semantic_quantizers: int = 1
+    audio_channels: int = 1
+    kernel_size: int = 7
+    last_kernel_size: int = 3
+    residual_kernel_size: int = 3
+    dilation_growth_rate: int = 2
+    num_residual_layers: int = 1
+    compress: int = 2
+    use_conv_shortcut: bool = False
+    attention_bias: bool = False
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    sampling_rate: int = 24000
+    # Not in encoder_config: the codebooks kept per frame (top-level encoder_valid_num_quantizers), and the final
+    # conv that halves the frame rate (25 -> 12.5 Hz), whose kernel follows from the two rates.
+    valid_quantizers: int = 16
+    downsample_stride: int = 2
+    downsample_kernel: int = 4
+
+    @property
+    def samples_per_frame(self) -> int:
+        n = self.downsample_stride
+        for r in self.upsampling_ratios:
+            n *= r
+        return n
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CodecEncoderConfig":
+        e = d.get("encoder_config")
+        if not isinstance(e, dict):
+            raise ModelConfigError("speech_tokenizer/config.json is missing the field 'encoder_config'")
+        derived = {"valid_quantizers", "downsample_stride", "downsample_kernel"}
+        cfg = cls(**{k: v for k, v in _known_fields(cls, e).items() if k not in derived and v is not None})
+        hop = 1
+        for r in cfg.upsampling_ratios:
+            hop *= r
+        # Mimi: the SEANet runs at ceil(rate / hop) frames/s and a stride-2 conv (kernel 2 * ratio) brings that to
+        # frame_rate; the reference always builds that conv from these two rates.
+        seanet_rate = -(-cfg.sampling_rate // hop)
+        frame_rate = e.get("_frame_rate") or e.get("frame_rate") or cfg.sampling_rate / (hop * 2)
+        if seanet_rate == frame_rate:
+            raise ModelConfigError("speech_tokenizer encoder_config has no downsampling stage; not the 12 Hz codec")
+        cfg = replace(
+            cfg,
+            head_dim=cfg.head_dim or cfg.hidden_size // cfg.num_attention_heads,
+            valid_quantizers=d.get("encoder_valid_num_quantizers", 16),
+            downsample_kernel=2 * int(seanet_rate / frame_rate),
+        )
+        # What the encoder implementation assumes; the release has all of these.
+        unsupported = {
+            "use_causal_conv": (e.get("use_causal_conv", True), True),
+            "pad_mode": (e.get("pad_mode", "constant"), "constant"),
+            "hidden_act": (e.get("hidden_act", "gelu"), "gelu"),
+            "audio_channels": (cfg.audio_channels, 1),
+            "trim_right_ratio": (e.get("trim_right_ratio", 1.0), 1.0),
+        }
+        for name, (value, wanted) in unsupported.items():
+            if value != wanted:
+                raise ModelConfigError(f"speech_tokenizer encoder_config.{name} is {value!r}; only {wanted!r} is supported")
+        if not cfg.num_semantic_quantizers < cfg.valid_quantizers <= cfg.num_quantizers:
+            raise ModelConfigError(
+                f"speech_tokenizer: encoder_valid_num_quantizers {cfg.valid_quantizers} does not fit "
+                f"{cfg.num_quantizers} quantizers ({cfg.num_semantic_quantizers} semantic)"
+            )
+        return cfg
+
+
+def _known_fields(cls: type, d: dict[str, Any]) -> dict[str, Any]:
+    """The entries of a config.json dict that name fields of the dataclass cls (JSON lists become tuples)."""
+    names = {f.name for f in fields(cls)}
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in names}

@@ -1,14 +1,21 @@
-"""Text, speaker, language and instruct -> the Talker's prefill vectors and trailing text vectors.
+"""Text, voice, language and instruct -> the Talker's prefill vectors and trailing text vectors.
 
-Layout (CustomVoice), one vector of talker width per position:
-  [instruct: Et(<|im_start|>user\\n{instruct}<|im_end|>\\n)]          (1.7B only)
-  role: Et(<|im_start|>assistant\\n)                                    3 positions
-  control block: text track [PAD.., BOS] + codec track Ec(codec[:-1]), codec = prefill + [speaker] + [pad, bos]
-  then, text fed all at once ("non-streaming", the reference's default):
+One layout serves all three model types; only the voice differs. One vector of talker width per position:
+  [instruct: Et(<|im_start|>user\\n{instruct}<|im_end|>\\n)]       CustomVoice 1.7B (style); VoiceDesign (the voice)
+  role: Et(<|im_start|>assistant\\n)                                 3 positions
+  control block: text track [PAD.., BOS] + codec track Ec(codec[:-1]), codec = prefill + [voice] + [pad, bos];
+      the voice slot holds a preset speaker's row (CustomVoice), a clip's x-vector (Base), or nothing (VoiceDesign)
+  then, text fed all at once ("non-streaming"):
       [Et(text), EOS] + Ec(pad) each, then PAD + Ec(bos); trailing = [PAD]
   or dual-track ("streaming" text feed): Et(t_1) + Ec(bos); trailing = [Et(t_2..t_N), EOS]
-Each decode step adds trailing[k], or PAD once it runs out. Et = text embedding + projection.
-The grouping of projections mirrors the reference so float32 results match bit for bit.
+  or, cloning in context (Base with the clip's codes and transcript), text = [Et(transcript + text), EOS] and
+  codec = [Ec(bos), Σ_g E_g(clip code g) per clip frame]:
+      non-streaming: text + Ec(pad) each, then codec + PAD each; trailing = [PAD]
+      streaming: text and codec added position by position over the codec's length (the shorter one padded
+      with PAD); trailing = the text past the codec's length, or [PAD]
+Each decode step adds trailing[k], or PAD once it runs out. Et = text embedding + projection; E_g = the embedding
+table of code group g (the Talker's for group 0, the CodePredictor's for groups 1..15). The grouping of projections
+and sums mirrors the reference so float32 results match bit for bit.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..errors import EmptyTextError, UnknownLanguageError, UnknownSpeakerError
+from ..errors import EmptyTextError, UnknownLanguageError, UnknownSpeakerError, VoiceError
 from .config import Qwen3TTSConfig
 from .talker import Qwen3TTSModel
 
@@ -32,14 +39,56 @@ class Prompt:
     trailing: Tensor  # [M, H] added to the Talker input of decode steps 0..M-1
     pad: Tensor  # [H] added after the trailing vectors run out
     language_id: int | None  # the codec language id used (None: auto without dialect)
+    # In-context cloning: the clip's codes [T, 16]. The generated speech continues them, so the codec decoder should
+    # decode them first and drop their audio (CodecDecoder.new_stream(context=...)), as the reference does.
+    codec_context: Tensor | None = None
 
     @property
     def length(self) -> int:
         return int(self.embeds.shape[0])
 
 
+@dataclass(frozen=True)
+class ClonePrompt:
+    """A cloned voice, as a Base model's prompt uses it (built once per voice by clone.VoiceCloner, cached on disk).
+
+    x-vector mode: the speaker embedding alone. In-context mode adds the clip's codes and its tokenized transcript,
+    which the Talker then continues: closer to the clip's voice and manner, at the cost of a longer prompt.
+    """
+
+    speaker_embedding: Tensor  # [H] float32: the clip's x-vector, in the voice slot of the control block
+    ref_codes: Tensor | None = None  # [T, 16] int64: the clip's codec codes (in-context mode)
+    ref_text_ids: list[int] | None = None  # chat_ref_text(transcript) tokenized (in-context mode)
+
+    def __post_init__(self) -> None:
+        if (self.ref_codes is None) != (self.ref_text_ids is None):
+            raise ValueError("in-context cloning needs both the clip's codes and its transcript ids")
+        if self.speaker_embedding.ndim != 1:
+            raise ValueError(f"speaker_embedding must be one vector, got shape {tuple(self.speaker_embedding.shape)}")
+        if self.ref_codes is not None and (self.ref_codes.ndim != 2 or self.ref_codes.shape[0] == 0):
+            raise ValueError(f"ref_codes must be [frames, groups], got shape {tuple(self.ref_codes.shape)}")
+
+    @property
+    def in_context(self) -> bool:
+        return self.ref_codes is not None
+
+    @property
+    def mode(self) -> str:
+        return "in_context" if self.in_context else "x_vector"
+
+
+# A voice for build_prompt: a preset speaker's name (CustomVoice), a ClonePrompt (Base), or None (VoiceDesign: the
+# instruct is the voice description).
+Voice = str | ClonePrompt | None
+
+
 def chat_text(text: str) -> str:
     return f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def chat_ref_text(text: str) -> str:
+    """The transcript of a clone's reference clip, as the reference wraps it before tokenizing."""
+    return f"<|im_start|>assistant\n{text}<|im_end|>\n"
 
 
 def chat_instruct(instruct: str) -> str:
@@ -53,30 +102,54 @@ def resolve_speaker(cfg: Qwen3TTSConfig, speaker: str) -> str:
     return key
 
 
-def resolve_language(cfg: Qwen3TTSConfig, language: str | None, speaker: str) -> int | None:
-    """The codec language id for a request, applying the dialect rule; None means no language tag."""
+def resolve_language(cfg: Qwen3TTSConfig, language: str | None, speaker: str | None) -> int | None:
+    """The codec language id for a request, applying the dialect rule of preset speakers; None means no language
+    tag. `speaker` is a resolved preset name, or None for a cloned or designed voice."""
     lang = (language or "auto").strip().lower()
     if lang != "auto" and (lang not in cfg.talker.codec_language_id or "dialect" in lang):
         raise UnknownLanguageError(f"unknown language {language!r}; this model speaks: {', '.join(cfg.languages)}")
     language_id = None if lang == "auto" else cfg.talker.codec_language_id[lang]
     # Dialect speakers (eric, dylan) speak their dialect when the language is chinese or auto.
-    dialect = cfg.talker.spk_is_dialect.get(speaker, False)
+    dialect = cfg.talker.spk_is_dialect.get(speaker, False) if speaker is not None else False
     if lang in ("chinese", "auto") and dialect:
         language_id = cfg.talker.codec_language_id[str(dialect).lower()]
     return language_id
+
+
+def check_voice(cfg: Qwen3TTSConfig, voice: Voice) -> None:
+    """Raise VoiceError unless this model type speaks this kind of voice."""
+    kind = {str: "custom_voice", ClonePrompt: "base", type(None): "voice_design"}.get(type(voice))
+    if kind == cfg.tts_model_type:
+        return
+    what = {
+        "custom_voice": f"a preset speaker ({voice!r})",
+        "base": "a cloned voice",
+        "voice_design": "a designed voice (no speaker)",
+    }.get(kind or "", f"a {type(voice).__name__}")
+    needs = {
+        "custom_voice": "one of its preset speakers",
+        "base": "a cloned voice (a ClonePrompt)",
+        "voice_design": "a voice description as instruct, and no speaker",
+    }[cfg.tts_model_type]
+    raise VoiceError(f"a {cfg.model_type_name} model cannot speak {what}; it needs {needs}")
 
 
 @torch.inference_mode()
 def build_prompt(
     model: Qwen3TTSModel,
     text_ids: list[int],
-    speaker: str,
+    speaker: Voice,
     language: str | None = "auto",
     instruct_ids: list[int] | None = None,
     *,
     non_streaming_text: bool = True,
 ) -> Prompt:
-    """text_ids: the whole ChatML-wrapped text tokenized (chat_text); instruct_ids: chat_instruct tokenized."""
+    """text_ids: the whole ChatML-wrapped text tokenized (chat_text); speaker: the Voice for this model's type;
+    instruct_ids: chat_instruct tokenized (for VoiceDesign, the voice description; may be None for a random voice).
+
+    The reference's own defaults for non_streaming_text differ by API (True for CustomVoice and VoiceDesign, False
+    for voice cloning); callers pick.
+    """
     cfg = model.cfg
     tc = cfg.talker
     talker = model.talker
@@ -88,8 +161,10 @@ def build_prompt(
         raise ValueError("text_ids must be the tokenized chat_text(text)")
     if len(text_ids) == 8:
         raise EmptyTextError("text is empty")
-    speaker = resolve_speaker(cfg, speaker)
-    language_id = resolve_language(cfg, language, speaker)
+    check_voice(cfg, speaker)
+    preset = resolve_speaker(cfg, speaker) if isinstance(speaker, str) else None
+    clone = speaker if isinstance(speaker, ClonePrompt) else None
+    language_id = resolve_language(cfg, language, preset)
 
     def ids(values: list[int]) -> Tensor:
         return torch.tensor(values, dtype=torch.long, device=device)
@@ -99,7 +174,7 @@ def build_prompt(
         if cfg.supports_instruct:
             parts.append(talker.embed_text(ids(instruct_ids)))
         else:
-            _LOGGER.warning("instruct is ignored: the 0.6B CustomVoice model does not support it")
+            _LOGGER.warning("instruct is ignored: the %s %s model does not take one", cfg.tts_model_size, cfg.model_type_name)
 
     special = talker.embed_text(ids([cfg.tts_bos_token_id, cfg.tts_eos_token_id, cfg.tts_pad_token_id]))
     tts_bos, tts_eos, tts_pad = special[0:1], special[1:2], special[2:3]
@@ -108,14 +183,24 @@ def build_prompt(
         prefill = [tc.codec_nothink_id, tc.codec_think_bos_id, tc.codec_think_eos_id]
     else:
         prefill = [tc.codec_think_id, tc.codec_think_bos_id, language_id, tc.codec_think_eos_id]
-    codec = talker.embed_codec(ids(prefill + [tc.spk_id[speaker], tc.codec_pad_id, tc.codec_bos_id]))
+    tail = [tc.codec_pad_id, tc.codec_bos_id]
+    if preset is not None:
+        codec = talker.embed_codec(ids(prefill + [tc.spk_id[preset]] + tail))
+    elif clone is not None:
+        xvector = clone.speaker_embedding.to(device=device, dtype=model.dtype)[None]
+        codec = torch.cat([talker.embed_codec(ids(prefill)), xvector, talker.embed_codec(ids(tail))], dim=0)
+    else:
+        codec = talker.embed_codec(ids(prefill + tail))
 
     parts.append(talker.embed_text(ids(text_ids[:3])))  # role
     control_text = torch.cat([tts_pad.expand(codec.shape[0] - 2, -1), tts_bos], dim=0)
     parts.append(control_text + codec[:-1])
 
     body = text_ids[3:-5]
-    if non_streaming_text:
+    if clone is not None and clone.in_context:
+        icl, trailing = _in_context_part(model, clone, body, tts_pad, tts_eos, non_streaming_text)
+        parts.append(icl)
+    elif non_streaming_text:
         text = torch.cat([talker.embed_text(ids(body)), tts_eos], dim=0)
         parts.append(text + talker.embed_codec(ids([tc.codec_pad_id] * (len(body) + 1))))
         parts.append(tts_pad + talker.embed_codec(ids([tc.codec_bos_id])))
@@ -123,4 +208,40 @@ def build_prompt(
     else:
         parts.append(talker.embed_text(ids(text_ids[3:4])) + codec[-1:])
         trailing = torch.cat([talker.embed_text(ids(text_ids[4:-5])), tts_eos], dim=0)
-    return Prompt(embeds=torch.cat(parts, dim=0), trailing=trailing, pad=tts_pad[0], language_id=language_id)
+    return Prompt(
+        embeds=torch.cat(parts, dim=0),
+        trailing=trailing,
+        pad=tts_pad[0],
+        language_id=language_id,
+        codec_context=clone.ref_codes if clone is not None and clone.in_context else None,
+    )
+
+
+def _in_context_part(
+    model: Qwen3TTSModel, clone: ClonePrompt, body: list[int], tts_pad: Tensor, tts_eos: Tensor, non_streaming: bool
+) -> tuple[Tensor, Tensor]:
+    """The positions after the control block when cloning in context, and the trailing text (see the module doc)."""
+    tc = model.cfg.talker
+    talker = model.talker
+    device = model.device
+    assert clone.ref_codes is not None and clone.ref_text_ids is not None
+    if clone.ref_codes.shape[1] != tc.num_code_groups:
+        raise VoiceError(f"the clone's codes have {clone.ref_codes.shape[1]} groups; this model uses {tc.num_code_groups}")
+    # The reference slices the tokenized chat_ref_text by position: transcript = ids[3:-2].
+    transcript = clone.ref_text_ids[3:-2]
+    text = talker.embed_text(torch.tensor(transcript + body, dtype=torch.long, device=device))
+    text = torch.cat([text, tts_eos], dim=0)
+
+    codes = clone.ref_codes.to(device=device, dtype=torch.long)
+    tables = [talker.model.codec_embedding, *talker.code_predictor.model.codec_embedding]
+    frames = torch.stack([table(codes[:, g]) for g, table in enumerate(tables)], dim=1).sum(1)  # [T, H]
+    codec = torch.cat([talker.embed_codec(torch.tensor([tc.codec_bos_id], device=device)), frames], dim=0)
+
+    n_text, n_codec = text.shape[0], codec.shape[0]
+    if non_streaming:
+        pads = talker.embed_codec(torch.full((n_text,), tc.codec_pad_id, dtype=torch.long, device=device))
+        return torch.cat([text + pads, codec + tts_pad], dim=0), tts_pad
+    if n_text > n_codec:
+        return text[:n_codec] + codec, text[n_codec:]
+    text = torch.cat([text, tts_pad.expand(n_codec - n_text, -1)], dim=0)
+    return text + codec, tts_pad

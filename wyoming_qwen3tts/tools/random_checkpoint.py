@@ -1,8 +1,8 @@
-"""Write a random-weight Qwen3-TTS CustomVoice checkpoint in the real release layout (tiny sizes for tests, full
-sizes for timing on a GPU box).
+"""Write a random-weight Qwen3-TTS checkpoint (CustomVoice, Base or VoiceDesign) in the real release layout (tiny
+sizes for tests, full sizes for timing on a GPU box).
 
     python -m wyoming_qwen3tts.tools.random_checkpoint --size tiny|tiny-0.6b|0.6b|1.7b --out DIR [--seed N]
-        [--dtype bfloat16|float32] [--device cpu|cuda]
+        [--type custom_voice|base|voice_design] [--dtype bfloat16|float32] [--device cpu|cuda]
 
 Weight names and shapes come from our own derivation of the config (model.checkpoint), not from transformers, so the
 writer runs anywhere torch and safetensors do. Tensors are generated and written one at a time straight into the
@@ -24,13 +24,17 @@ from typing import Any
 
 import torch
 
-from ..model.checkpoint import codec_decoder_tensor_shapes, resolve_dtype, talker_tensor_shapes
-from ..model.config import CodecDecoderConfig, Qwen3TTSConfig
+from ..model import checkpoint
+from ..model.checkpoint import resolve_dtype
+from ..model.config import MODEL_TYPE_NAMES, CodecDecoderConfig, CodecEncoderConfig, Qwen3TTSConfig
 
 _LOG = logging.getLogger(__name__)
 
 SIZES: tuple[str, ...] = ("tiny", "tiny-0.6b", "0.6b", "1.7b")
 TINY_SIZES: frozenset[str] = frozenset({"tiny", "tiny-0.6b"})
+MODEL_TYPES: tuple[str, ...] = tuple(MODEL_TYPE_NAMES)  # custom_voice, base, voice_design
+# VoiceDesign is released at 1.7B only.
+SIZES_OF_TYPE: dict[str, tuple[str, ...]] = {"custom_voice": SIZES, "base": SIZES, "voice_design": ("tiny", "1.7b")}
 
 Shapes = dict[str, tuple[int, ...]]
 
@@ -65,6 +69,8 @@ LANGUAGES: dict[str, int] = {
     "beijing_dialect": 2074,
     "sichuan_dialect": 2062,
 }
+# Base and VoiceDesign have no preset speakers, hence no dialect entries either (§2.2).
+PLAIN_LANGUAGES: dict[str, int] = {k: v for k, v in LANGUAGES.items() if "dialect" not in k}
 
 # §2.5, identical in every release.
 GENERATION_CONFIG: dict[str, Any] = {
@@ -110,8 +116,28 @@ def _geometry(size: str) -> dict[str, Any]:
                 cp=dict(hidden=cp_hidden, inter=64, layers=1, heads=2, kv=1, head_dim=16))  # fmt: skip
 
 
-def model_config_dict(size: str) -> dict[str, Any]:
-    """The root config.json of a CustomVoice checkpoint of this size (full sizes: the release values of §2)."""
+def _check_type(size: str, model_type: str) -> None:
+    _geometry(size)  # validates the size
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"unknown model type {model_type!r}; choose one of {', '.join(MODEL_TYPES)}")
+    if size not in SIZES_OF_TYPE[model_type]:
+        raise ValueError(
+            f"no {MODEL_TYPE_NAMES[model_type]} model of size {size!r}; choose one of {', '.join(SIZES_OF_TYPE[model_type])}"
+        )
+
+
+def _speaker_encoder_config(size: str, hidden: int) -> dict[str, Any]:
+    """speaker_encoder_config of a Base model. The release writes only these two fields (the rest are the class
+    defaults); tiny sizes shrink the ECAPA-TDNN but keep 128 mel bins, which the reference's features fix."""
+    out: dict[str, Any] = {"enc_dim": hidden, "sample_rate": 24000}
+    if size in TINY_SIZES:
+        out |= {"enc_channels": [16, 16, 16, 16, 48], "enc_attention_channels": 8, "enc_se_channels": 8}
+    return out
+
+
+def model_config_dict(size: str, model_type: str = "custom_voice") -> dict[str, Any]:
+    """The root config.json of a checkpoint of this size and type (full sizes: the release values of §2)."""
+    _check_type(size, model_type)
     g = _geometry(size)
     cp = g["cp"]
     code_predictor = {
@@ -145,7 +171,7 @@ def model_config_dict(size: str) -> dict[str, Any]:
         "code_predictor_config": code_predictor,
         "codec_bos_id": 2149,
         "codec_eos_token_id": 2150,
-        "codec_language_id": dict(LANGUAGES),
+        "codec_language_id": dict(LANGUAGES if model_type == "custom_voice" else PLAIN_LANGUAGES),
         "codec_nothink_id": 2155,
         "codec_pad_id": 2148,
         "codec_think_bos_id": 2156,
@@ -167,15 +193,15 @@ def model_config_dict(size: str) -> dict[str, Any]:
         "rope_scaling": {"interleaved": True, "mrope_section": list(g["mrope"]), "rope_type": "default"},
         "rope_theta": 1000000,
         "sliding_window": None,
-        "spk_id": dict(SPEAKERS),
-        "spk_is_dialect": dict(SPEAKER_DIALECTS),
+        "spk_id": dict(SPEAKERS) if model_type == "custom_voice" else {},
+        "spk_is_dialect": dict(SPEAKER_DIALECTS) if model_type == "custom_voice" else {},
         "text_hidden_size": g["text_hidden"],
         "text_vocab_size": 151936,
         "use_cache": True,
         "use_sliding_window": False,
         "vocab_size": 3072,
     }
-    return {
+    out: dict[str, Any] = {
         "architectures": ["Qwen3TTSForConditionalGeneration"],
         "model_type": "qwen3_tts",
         "assistant_token_id": 77091,
@@ -187,10 +213,13 @@ def model_config_dict(size: str) -> dict[str, Any]:
         "talker_config": talker,
         "tokenizer_type": "qwen3_tts_tokenizer_12hz",
         "tts_model_size": g["model_size"],
-        "tts_model_type": "custom_voice",
+        "tts_model_type": model_type,
         "dtype": "float32" if size in TINY_SIZES else "bfloat16",
         "transformers_version": TRANSFORMERS_VERSION,
     }
+    if model_type == "base":
+        out["speaker_encoder_config"] = _speaker_encoder_config(size, g["hidden"])
+    return out
 
 
 def _mimi_config(size: str) -> dict[str, Any]:
@@ -305,85 +334,16 @@ CODEC_PREPROCESSOR_CONFIG: dict[str, Any] = {
 # Tensor lists
 
 
-def mimi_encoder_tensor_shapes(enc: dict[str, Any]) -> Shapes:
-    """Every `encoder.*` tensor of speech_tokenizer/model.safetensors: a Mimi model without its decoder half."""
-    out: Shapes = {}
-    nf, ch = enc["num_filters"], enc["audio_channels"]
-    hidden, comp = enc["hidden_size"], enc["compress"]
-    p = "encoder.encoder.layers"
-
-    def conv(name: str, cout: int, cin: int, k: int, bias: bool = True) -> None:
-        out[f"{name}.conv.weight"] = (cout, cin, k)
-        if bias:
-            out[f"{name}.conv.bias"] = (cout,)
-
-    # SEANet encoder: the module list interleaves convs, residual blocks and (weightless) ELUs; indices count them all.
-    conv(f"{p}.0", nf, ch, enc["kernel_size"])
-    idx, scale = 1, 1
-    for ratio in reversed(enc["upsampling_ratios"]):
-        dim = scale * nf
-        for _ in range(enc["num_residual_layers"]):
-            conv(f"{p}.{idx}.block.1", dim // comp, dim, enc["residual_kernel_size"])
-            conv(f"{p}.{idx}.block.3", dim, dim // comp, 1)
-            if enc["use_conv_shortcut"]:
-                conv(f"{p}.{idx}.shortcut", dim, dim, 1)
-            idx += 1
-        idx += 1  # ELU
-        conv(f"{p}.{idx}", dim * 2, dim, ratio * 2)
-        idx += 1
-        scale *= 2
-    idx += 1  # ELU
-    conv(f"{p}.{idx}", hidden, scale * nf, enc["last_kernel_size"])
-
-    hd = enc.get("head_dim") or hidden // enc["num_attention_heads"]
-    qd, kvd = enc["num_attention_heads"] * hd, enc["num_key_value_heads"] * hd
-    for i in range(enc["num_hidden_layers"]):
-        q = f"encoder.encoder_transformer.layers.{i}"
-        for proj, shape in (("q", (qd, hidden)), ("k", (kvd, hidden)), ("v", (kvd, hidden)), ("o", (hidden, qd))):
-            out[f"{q}.self_attn.{proj}_proj.weight"] = shape
-            if enc["attention_bias"]:
-                out[f"{q}.self_attn.{proj}_proj.bias"] = (shape[0],)
-        out[f"{q}.mlp.fc1.weight"] = (enc["intermediate_size"], hidden)
-        out[f"{q}.mlp.fc2.weight"] = (hidden, enc["intermediate_size"])
-        for norm in ("input_layernorm", "post_attention_layernorm"):  # LayerNorm: weight and bias
-            out[f"{q}.{norm}.weight"] = (hidden,)
-            out[f"{q}.{norm}.bias"] = (hidden,)
-        out[f"{q}.self_attn_layer_scale.scale"] = (hidden,)
-        out[f"{q}.mlp_layer_scale.scale"] = (hidden,)
-
-    hop = math.prod(enc["upsampling_ratios"])
-    encodec_rate = math.ceil(enc["sampling_rate"] / hop)
-    frame_rate = enc.get("_frame_rate") or enc.get("frame_rate") or encodec_rate
-    if frame_rate != encodec_rate:
-        out["encoder.downsample.conv.weight"] = (hidden, hidden, 2 * int(encodec_rate / frame_rate))
-
-    vq_dim = enc["vector_quantization_hidden_dimension"]
-    n_sem = enc["num_semantic_quantizers"]
-    for part, n in (
-        ("semantic_residual_vector_quantizer", n_sem),
-        ("acoustic_residual_vector_quantizer", enc["num_quantizers"] - n_sem),
-    ):
-        q = f"encoder.quantizer.{part}"
-        if vq_dim != hidden:
-            out[f"{q}.input_proj.weight"] = (vq_dim, hidden, 1)
-            out[f"{q}.output_proj.weight"] = (hidden, vq_dim, 1)
-        for i in range(n):
-            out[f"{q}.layers.{i}.codebook.initialized"] = (1,)
-            out[f"{q}.layers.{i}.codebook.cluster_usage"] = (enc["codebook_size"],)
-            out[f"{q}.layers.{i}.codebook.embed_sum"] = (enc["codebook_size"], enc["codebook_dim"])
-    return out
-
-
 def model_tensor_shapes(config: dict[str, Any]) -> Shapes:
-    """(name -> shape) of the root model.safetensors for a root config.json dict."""
-    return talker_tensor_shapes(Qwen3TTSConfig.from_dict(config))
+    """(name -> shape) of the root model.safetensors for a root config.json dict (Base: with the speaker encoder)."""
+    return checkpoint.model_tensor_shapes(Qwen3TTSConfig.from_dict(config))
 
 
 def codec_tensor_shapes(codec_config: dict[str, Any]) -> Shapes:
     """(name -> shape) of speech_tokenizer/model.safetensors (Mimi encoder + decoder) for its config.json dict."""
-    return mimi_encoder_tensor_shapes(codec_config["encoder_config"]) | codec_decoder_tensor_shapes(
-        CodecDecoderConfig.from_dict(codec_config)
-    )
+    return checkpoint.codec_encoder_tensor_shapes(
+        CodecEncoderConfig.from_dict(codec_config)
+    ) | checkpoint.codec_decoder_tensor_shapes(CodecDecoderConfig.from_dict(codec_config))
 
 
 def tensor_bytes(shapes: Shapes, dtype: torch.dtype) -> int:
@@ -532,15 +492,16 @@ def write_random_checkpoint(
     seed: int = 0,
     dtype: torch.dtype | str | None = None,
     device: torch.device | str | None = None,
+    model_type: str = "custom_voice",
 ) -> Path:
-    """Write a complete random CustomVoice checkpoint of `size` into out_dir and return out_dir.
+    """Write a complete random checkpoint of `size` and `model_type` into out_dir and return out_dir.
 
     dtype is that of model.safetensors (default bfloat16 for full sizes, float32 for tiny ones); the codec file is
     always float32, as released. device is where random numbers are drawn (default: cuda if available for full
     sizes, else cpu); values depend on it, but are deterministic for a given (size, seed, device).
     """
     tiny = size in TINY_SIZES
-    config = model_config_dict(size)
+    config = model_config_dict(size, model_type)
     codec_config = codec_config_dict(size)
     model_dtype = resolve_dtype(dtype) if dtype is not None else (torch.float32 if tiny else torch.bfloat16)
     if device is None:
@@ -573,9 +534,11 @@ def write_random_checkpoint(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m wyoming_qwen3tts.tools.random_checkpoint",
-        description="Write a random-weight Qwen3-TTS CustomVoice checkpoint in the release layout.",
+        description="Write a random-weight Qwen3-TTS checkpoint in the release layout.",
     )
     parser.add_argument("--size", choices=SIZES, required=True)
+    parser.add_argument("--type", dest="model_type", choices=MODEL_TYPES, default="custom_voice",
+                        help="tts_model_type: custom_voice (default), base (voice clone) or voice_design")  # fmt: skip
     parser.add_argument("--out", type=Path, required=True, help="output directory (created)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", choices=("bfloat16", "float32", "float16"), default=None,
@@ -584,9 +547,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="where to draw random numbers (default: cuda when available for full sizes)")  # fmt: skip
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    out = write_random_checkpoint(args.out, args.size, seed=args.seed, dtype=args.dtype, device=args.device)
+    try:
+        out = write_random_checkpoint(
+            args.out, args.size, seed=args.seed, dtype=args.dtype, device=args.device, model_type=args.model_type
+        )
+    except ValueError as err:
+        parser.error(str(err))
     total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    print(f"wrote {args.size} checkpoint to {out} ({total / 1e6:.1f} MB)")
+    print(f"wrote {args.size} {MODEL_TYPE_NAMES[args.model_type]} checkpoint to {out} ({total / 1e6:.1f} MB)")
     return 0
 
 
