@@ -51,7 +51,7 @@ def _random_voice(hidden: int, frames: int, text_ids: list[int] | None) -> Clone
 
 
 def _kernels_equal_torch(model, prompt, frames: int) -> int:  # noqa: ANN001
-    from wyoming_qwen3tts.backends.kernel_backend import KernelBackend
+    from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
     from wyoming_qwen3tts.backends.torch_backend import TorchBackend
     from wyoming_qwen3tts.request import SamplingParams
 
