@@ -10,6 +10,7 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from wyoming_qwen3tts import native
@@ -65,9 +66,24 @@ def test_constants_match_header() -> None:
         "Q3T_GEMV_ADD": native.GEMV_ADD,
         "Q3T_GEMV_SWIGLU": native.GEMV_SWIGLU,
         "Q3T_SAMPLE_DO_SAMPLE": native.SAMPLE_DO_SAMPLE,
+        "Q3T_BATCH_MAX": native.BATCH_MAX,
     }.items():
         m = re.search(rf"#define\s+{name}\s+(\d+)", text)
         assert m and int(m.group(1)) == value, name
+
+
+def test_sample_params_record_matches_header() -> None:
+    """native.SAMPLE_PARAMS_DTYPE has q3t_sample_params' fields, in order, with their C types (all
+    4 bytes, so the C layout has no padding): the batched draw reads the records the backend writes."""
+    text = (native.KERNEL_DIR / "include" / "q3t.h").read_text()
+    m = re.search(r"typedef struct q3t_sample_params \{(.*?)\} q3t_sample_params;", text, re.S)
+    assert m
+    fields = re.findall(r"^\s*(int|float)\s+(\w+);", m.group(1), re.M)
+    dt = native.SAMPLE_PARAMS_DTYPE
+    assert [name for _, name in fields] == list(dt.names)
+    for ctype, name in fields:
+        assert dt[name] == (np.dtype("<i4") if ctype == "int" else np.dtype("<f4")), name
+    assert dt.itemsize == 4 * len(fields) == 32
 
 
 def _exported(lib: Path) -> set[str]:
