@@ -12,13 +12,13 @@ Run: python3 -m pytest -q -x tests/test_batched_kernels_gpu.py (seconds on an H2
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from test_kernels_gpu import gen, lib, rel, stream  # noqa: F401 - lib is the module's fixture too
 from wyoming_qwen3tts import native
 
 pytestmark = pytest.mark.gpu
@@ -29,35 +29,8 @@ BF16_TOL = 1e-2
 NBS = (1, 2, 3, 5, 8, 16)
 
 
-@pytest.fixture(scope="module")
-def lib() -> native.Native:
-    try:
-        lib = native.load(0)
-    except native.NativeUnavailable as err:
-        if os.environ.get("Q3T_REQUIRE") == "1":
-            raise
-        pytest.skip(str(err))
-    lib.call("q3t_set_pdl", int(os.environ.get("Q3T_PDL", "0") == "1"))
-    return lib
-
-
-def stream() -> int:
-    return torch.cuda.current_stream().cuda_stream
-
-
-def gen(seed: int) -> torch.Generator:
-    g = torch.Generator(device=DEV)
-    g.manual_seed(seed)
-    return g
-
-
 def wdt(dtype: torch.dtype) -> int:
     return native.F32 if dtype == torch.float32 else native.BF16
-
-
-def rel(got: torch.Tensor, ref: torch.Tensor) -> float:
-    got, ref = got.double().cpu(), ref.double().cpu()
-    return float((got - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
 def assert_equal(got: torch.Tensor, want: torch.Tensor, what: str) -> None:

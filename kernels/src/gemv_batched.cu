@@ -2,32 +2,39 @@
 // decode step), each weight row read from memory once for all of them: y[b] (mode) W @ xn[b],
 // with the modes, the fused RMSNorm (one per vector) and the dtypes of q3t_gemv.
 //
-// Layout. A block of 256 threads takes per_block = (warps / splits) * R outputs ("units": a row,
-// or a gate/up row pair for SwiGLU). The `splits` warps of a unit group take interleaved 16-byte
-// chunks of its rows (chunk c to lane c % (splits * warp)), so each warp reads whole 512-byte runs;
-// each warp holds R units, so every x value it reads from shared memory feeds R * (rows per unit)
-// weight rows: shared memory delivers 32 floats per clock per SM against 128 FMAs, so a warp needs
-// about 4 weight rows per x value to keep the FMAs, not the x reads, the limit at nb = 16.
-// K is cut into tiles of d chunks per lane; each tile of x (nb rows, times norm_w) is staged in
-// shared memory (nb * k floats would not fit: 16 x 6144 x 4 = 384 KiB), its weight loads issued
-// before the staging so the two round trips overlap (tile 0's before the PDL wait).
+// Layout. A block of 256 threads takes per_block = (warps / splits) * R units (a row, or a gate/up
+// row pair for SwiGLU). The `splits` warps of a unit group take interleaved 16-byte chunks of its
+// rows (chunk c to lane c % (splits * warp)), so each warp reads whole 512-byte runs. Each warp holds
+// R units, so every x value it reads from shared memory feeds R * (rows per unit) weight rows: shared
+// memory gives an SM 32 floats per clock against 128 FMAs, so about 4 rows per x value keep the FMAs,
+// not the x reads, the limit at nb = 16.
+// x goes through shared memory in tiles of K, as much of it at once as fits (on CUDA the opt-in
+// shared memory holds all of x for k <= ~3,500 at nb = 16, so most shapes stage it once). Every block
+// reads all of x from L2, nb * k * 4 bytes, which is 2 nb / (rows per block) times its weight bytes:
+// hence few splits (rows per block: 8 warps / splits * R * rows per unit, 32 at splits 1) and more
+// splits only where the rows are too few to give every SM a block.
+// Each lane keeps a ring of P chunks of weight loads in flight (P * rows per lane = 8), running
+// ahead across tiles; the first P go out before the kernel waits for its predecessor (PDL).
+// RMSNorm: x is staged as it is (its sum of squares taken on the way, in fixed segments), norm_w
+// multiplies the widened weights (once per weight, for all nb vectors), the RMS scale the sums.
 //
-// Row independence (q3t.h): the order in which one vector's products are summed depends only on
-// (n_rows, k, dtype, mode) and the device's warp width, never on nb, the other vectors or the tile
-// size: each lane adds its chunks in ascending order with WeightVec16::dot, the lanes of a warp meet
-// in warp_sum's butterfly (warp_reduce_scatter below keeps that tree), the split warps in a fixed
-// order; the RMSNorm's sum of squares goes in fixed 4-lane-float4 segments (warp_sum each, then the
-// segments in order). `splits` is chosen without looking at nb (host, below). So a vector's outputs are
-// the same bits at nb = 1 and in any batch. They are not the bits of q3t_gemv, whose split choice
-// depends on the grid it fills; the two agree to float32 rounding (tests/test_batched_kernels_gpu.py).
+// Row independence (q3t.h): the order in which one vector's products are summed is fixed by
+// (n_rows, k, dtype, mode) and the device (SM count, warp width), never by nb, the other vectors or
+// the tile size: each lane adds its chunks in ascending order, weight by weight; the lanes of a warp
+// meet in warp_sum's butterfly (warp_reduce_scatter below keeps that tree), the split warps in a fixed
+// order; the sum of squares goes in fixed segments of a float4 per lane (warp_sum each, then in
+// order). `splits` is chosen for the 16-vector kernel whatever nb is (host, below). So a vector's
+// outputs are the same bits at nb = 1 and in any batch. They are not q3t_gemv's bits (it sums in
+// another order); the two agree to float32 rounding (tests/test_batched_kernels_gpu.py).
 #include "common.cuh"
+
 
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxNB = 16;
-constexpr int kTileBytes = 40 * 1024;  // x tile (dynamic shared memory); with the static arrays < 48 KiB
-constexpr int kMaxLoads = 8;           // 16-byte weight loads per lane per tile
+constexpr int kMaxLoads = 8;             // 16-byte weight loads in flight per lane (ring depth * rows per lane)
+constexpr int kPortableSmem = 40 * 1024;  // dynamic shared memory without opt-in (HIP: always)
 
 template <typename W> using Pack = WeightVec16<W>;
 
@@ -50,15 +57,15 @@ template <> __device__ __forceinline__ void widen4<uint16_t>(const uint4& u, int
 // Weight rows per lane (x reuse) at most, for NB vectors: enough that the FMAs, not the shared-memory
 // reads of x, bound the kernel at large NB, few enough that NB * rows accumulators fit the registers.
 template <int NB> constexpr int max_weight_rows() { return NB >= 4 ? 4 : NB; }
-__host__ __device__ constexpr int max_loads(int accumulators) { return accumulators >= 64 ? kMaxLoads / 2 : kMaxLoads; }
-template <typename W, int NB>
-__host__ __device__ constexpr int max_chunks(int accumulators, int weight_rows) {
-    const int by_loads = max_loads(accumulators) / weight_rows;
-    const int by_tile = kTileBytes / (NB * 32 * WeightVec16<W>::N * (int)sizeof(float));
-    const int d = by_loads < by_tile ? by_loads : by_tile;
-    return d > 1 ? d : 1;
-}
 template <int NB, int NR> constexpr int max_units() { return max_weight_rows<NB>() / NR > 1 ? max_weight_rows<NB>() / NR : 1; }
+// Chunks of weight loads a lane keeps in flight.
+template <int RW> __host__ __device__ constexpr int ring() { return kMaxLoads / RW > 1 ? kMaxLoads / RW : 1; }
+
+// Blocks per SM the kernel asks registers for: two (so one block's x staging overlaps the other's
+// FMAs), one where the NB * R * rows-per-unit accumulators or the NB x values in flight would spill
+// at the 128 registers two blocks leave each thread (ptxas -v, sm_90).
+template <int MODE, int NB, int R>
+constexpr int min_blocks() { return NB >= 16 || NB * R * (MODE == Q3T_GEMV_SWIGLU ? 2 : 1) >= 32 ? 1 : 2; }
 
 // The butterfly of warp_sum over each of M values (M a power of two), as a reduce-scatter: at each
 // of the first log2(M) masks a lane keeps half of its values and sends the other half, so the warp
@@ -102,31 +109,22 @@ __device__ __forceinline__ void warp_reduce_scatter(float (&v)[M], float* out) {
     }
 }
 
-// Blocks per SM the kernel asks registers for: two (so one block's tile staging overlaps the
-// other's FMAs), one where the NB * R * rows-per-unit accumulators or the NB x values in flight
-// would spill at the 128 registers two blocks leave each thread (ptxas -v, sm_90).
-template <int MODE, int NB, int R>
-constexpr int min_blocks() { return NB >= 16 || NB * R * (MODE == Q3T_GEMV_SWIGLU ? 2 : 1) >= 32 ? 1 : 2; }
-
 template <typename W, int MODE, int NB, int R>
-__global__ void __launch_bounds__(kThreads, (min_blocks<MODE, NB, R>())) k_bgemv(const W* __restrict__ w, int n_out, int k, int splits, int d,
-                                                    const float* __restrict__ x, int nb,
-                                                    const float* __restrict__ norm_w, float eps,
-                                                    const float* __restrict__ bias, float* __restrict__ y) {
+__global__ void __launch_bounds__(kThreads, (min_blocks<MODE, NB, R>()))
+    k_bgemv(const W* __restrict__ w, int n_out, int k, int splits, int d, const float* __restrict__ x, int nb,
+            const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, float* __restrict__ y) {
     constexpr int NR = MODE == Q3T_GEMV_SWIGLU ? 2 : 1;  // weight rows per unit
     constexpr int RW = R * NR;                           // weight rows per lane
-    constexpr int M = NB * RW;  // accumulators per lane: acc[b * RW + rr]
-    // Chunks per lane per tile at most: the loads in flight (kMaxLoads, half of it where the
-    // accumulators take 64 registers) and a tile of NB rows at one split within the budget.
-    constexpr int DMAX = max_chunks<W, NB>(M, RW);
+    constexpr int M = NB * RW;                           // accumulators per lane: acc[b * RW + rr]
+    constexpr int P = ring<RW>();
     constexpr int V = Pack<W>::N;
     constexpr int NW = kThreads / Q3T_WARP;
-    constexpr int SB = M >= 64 ? 2 : 4;  // staging items per warp in flight
     constexpr int SEG = 4 * Q3T_WARP;  // floats of one sum-of-squares segment (a float4 per lane)
+    constexpr int kStage = M >= 16 ? 4 : 8;  // float4 loads of x in flight per lane while staging
     constexpr int kOut = (NW * R * NB + kThreads - 1) / kThreads;  // outputs per thread at most
-    extern __shared__ float4 xs4[];                // [NB][T] floats: the tile of x (times norm_w)
-    __shared__ float part[NW][M];                  // each warp's reduced sums
-    __shared__ float segp[kTileBytes / 4 / SEG];   // the tile's segment sums of squares, [NB][nseg]
+    // Dynamic shared memory: x [NB][T], then norm_w [T], then the segment sums of squares [NB][T / SEG].
+    extern __shared__ float4 sm4[];
+    __shared__ float part[NW][M];  // each warp's reduced sums
     __shared__ float scale_s[NB];
     const int tid = threadIdx.x, lane = tid % Q3T_WARP, warp = tid / Q3T_WARP;
     const int per_block = (NW / splits) * R;
@@ -134,8 +132,12 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<MODE, NB, R>())) k_bgemv
     const int lanes = splits * Q3T_WARP;                 // lanes over one row: a lane's chunk stride
     const int first = (warp % splits) * Q3T_WARP + lane;  // this lane's first chunk
     const int nvec = k / V;
-    const int T = d * lanes * V;  // floats per tile
-    const int tiles = (nvec + d * lanes - 1) / (d * lanes);
+    const int cmax = (nvec + lanes - 1) / lanes;  // chunks of the busiest lane
+    const int T = d * lanes * V;                  // floats of x per row and tile
+    const int tiles = (cmax + d - 1) / d;
+    float4* xs4 = sm4;
+    float4* gs4 = sm4 + (size_t)NB * (T / 4);
+    float* segp = reinterpret_cast<float*>(gs4 + T / 4);
 
     const W* rows[RW];
     bool live[RW];
@@ -146,14 +148,14 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<MODE, NB, R>())) k_bgemv
         rows[rr] = w + (size_t)(NR * (live[rr] ? unit : 0) + rr % NR) * k;
     }
 
-    // Weights never change: tile 0's loads go out before waiting for the previous kernel.
-    uint4 wb[DMAX][RW];
+    // Weights never change: the ring's first loads go out before waiting for the previous kernel.
+    uint4 wb[P][RW];
 #pragma unroll
-    for (int j = 0; j < DMAX; ++j) {
-        const int c = first + j * lanes;
+    for (int p = 0; p < P; ++p) {
+        const int c = first + p * lanes;
 #pragma unroll
         for (int rr = 0; rr < RW; ++rr)
-            wb[j][rr] = (j < d && c < nvec && live[rr]) ? reinterpret_cast<const uint4*>(rows[rr])[c] : make_uint4(0, 0, 0, 0);
+            wb[p][rr] = (c < nvec && live[rr]) ? reinterpret_cast<const uint4*>(rows[rr])[c] : make_uint4(0, 0, 0, 0);
     }
     // Behind a branch on an argument (k > 0 always holds), so ptxas keeps the loads above the wait
     // (as in gemv_v2.cu). The residual-add values go out right after it.
@@ -177,31 +179,32 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<MODE, NB, R>())) k_bgemv
     float ss = 0.f;  // thread b < NB: row b's sum of squares so far
     const float4* xv = reinterpret_cast<const float4*>(x);
     const float4* gv = reinterpret_cast<const float4*>(norm_w);
-    const float4 zero4 = make_float4(0.f, 0.f, 0.f, 0.f), one4 = make_float4(1.f, 1.f, 1.f, 1.f);
+    const float4 zero4 = make_float4(0.f, 0.f, 0.f, 0.f);
+    int j = 0;  // the lane's next chunk: c = first + j * lanes
     for (int t = 0; t < tiles; ++t) {
-        if (t > 0) __syncthreads();  // every warp is done with the previous tile of x
-        // Stage x[:, lo:hi) (times norm_w) as (row, segment) items, a warp each, SB per warp in flight.
+        if (t > 0) __syncthreads();  // every warp is done with the previous tile
+        // Stage x[:, lo:lo+n) as (row, segment) items, a warp each, kStage per lane in flight; norm_w's
+        // tile beside it. Rows past nb are zeros.
         const int lo = t * T, n = min(k - lo, T), nseg = (n + SEG - 1) / SEG, items = NB * nseg;
-        for (int i0 = warp; i0 < items; i0 += SB * NW) {
-            float4 a[SB], g[SB];
+        if (gv)
+            for (int f = tid; 4 * f < n; f += kThreads) gs4[f] = gv[lo / 4 + f];
+        for (int i0 = warp; i0 < items; i0 += kStage * NW) {
+            float4 a[kStage];
 #pragma unroll
-            for (int q = 0; q < SB; ++q) {
+            for (int q = 0; q < kStage; ++q) {
                 const int i = i0 + q * NW, b = i / nseg, f = (i % nseg) * Q3T_WARP + lane;  // f: float4 in the tile
-                const bool in = i < items && 4 * f < n;
-                a[q] = (in && b < nb) ? xv[((size_t)b * k + lo) / 4 + f] : zero4;
-                g[q] = (in && gv) ? gv[lo / 4 + f] : one4;
+                a[q] = (i < items && 4 * f < n && b < nb) ? xv[((size_t)b * k + lo) / 4 + f] : zero4;
             }
 #pragma unroll
-            for (int q = 0; q < SB; ++q) {
+            for (int q = 0; q < kStage; ++q) {
                 const int i = i0 + q * NW;
                 if (i < items) {  // the same for the whole warp
                     const int b = i / nseg, sg = i % nseg, f = sg * Q3T_WARP + lane;
                     const float4 v = a[q];
-                    if (4 * f < n)
-                        xs4[(b * T) / 4 + f] = gv ? make_float4(v.x * g[q].x, v.y * g[q].y, v.z * g[q].z, v.w * g[q].w) : v;
+                    if (4 * f < n) xs4[b * (T / 4) + f] = v;
                     if (gv) {
-                        const float p = warp_sum(v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w);
-                        if (lane == 0) segp[b * nseg + sg] = p;
+                        const float sq = warp_sum(v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w);
+                        if (lane == 0) segp[b * nseg + sg] = sq;
                     }
                 }
             }
@@ -210,37 +213,49 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<MODE, NB, R>())) k_bgemv
         if (gv && tid < NB)
             for (int sg = 0; sg < nseg; ++sg) ss += segp[tid * nseg + sg];
 
-        // This tile's chunks, a float4 of x at a time; each slot's weights for the next tile are loaded
-        // as soon as it is used.
+        // The tile's chunks; each ring slot is refilled with the chunk P ahead as soon as it is used.
+        const int jend = min((t + 1) * d, cmax);
+        for (; j < jend; ++j) {
+            const int c = first + j * lanes, slot = j % P;
+            const int at = (c - t * d * lanes) * V / 4;  // the chunk's first float4 in the tile
 #pragma unroll
-        for (int j = 0; j < DMAX; ++j) {
-            const int c = first + (t * d + j) * lanes;
-            if (j < d && c < nvec) {  // j < d: uniform
-                const float4* xc = xs4 + (first + j * lanes) * V / 4;
+            for (int p = 0; p < P; ++p) {
+                if (p == slot) {  // the same for the whole block: one copy of the body per ring slot
+                    if (c < nvec) {
 #pragma unroll
-                for (int q = 0; q < V / 4; ++q) {
-                    float wf[RW][4];
+                        for (int q = 0; q < V / 4; ++q) {
+                            float wf[RW][4];
 #pragma unroll
-                    for (int rr = 0; rr < RW; ++rr) widen4<W>(wb[j][rr], q, wf[rr]);
+                            for (int rr = 0; rr < RW; ++rr) widen4<W>(wb[p][rr], q, wf[rr]);
+                            if (gv) {
+                                const float4 g = gs4[at + q];
 #pragma unroll
-                    for (int b = 0; b < NB; ++b) {
-                        const float4 a = xc[b * (T / 4) + q];
+                                for (int rr = 0; rr < RW; ++rr) {
+                                    wf[rr][0] *= g.x;
+                                    wf[rr][1] *= g.y;
+                                    wf[rr][2] *= g.z;
+                                    wf[rr][3] *= g.w;
+                                }
+                            }
 #pragma unroll
-                        for (int rr = 0; rr < RW; ++rr) {
-                            float& s = acc[b * RW + rr];
-                            s = fmaf(wf[rr][0], a.x, s);
-                            s = fmaf(wf[rr][1], a.y, s);
-                            s = fmaf(wf[rr][2], a.z, s);
-                            s = fmaf(wf[rr][3], a.w, s);
+                            for (int b = 0; b < NB; ++b) {
+                                const float4 a = xs4[b * (T / 4) + at + q];
+#pragma unroll
+                                for (int rr = 0; rr < RW; ++rr) {
+                                    float& s = acc[b * RW + rr];
+                                    s = fmaf(wf[rr][0], a.x, s);
+                                    s = fmaf(wf[rr][1], a.y, s);
+                                    s = fmaf(wf[rr][2], a.z, s);
+                                    s = fmaf(wf[rr][3], a.w, s);
+                                }
+                            }
                         }
                     }
-                }
-            }
-            if (j < d && t + 1 < tiles) {
-                const int cn = c + d * lanes;
+                    const int cn = c + P * lanes;
 #pragma unroll
-                for (int rr = 0; rr < RW; ++rr)
-                    wb[j][rr] = (cn < nvec && live[rr]) ? reinterpret_cast<const uint4*>(rows[rr])[cn] : make_uint4(0, 0, 0, 0);
+                    for (int rr = 0; rr < RW; ++rr)
+                        wb[p][rr] = (cn < nvec && live[rr]) ? reinterpret_cast<const uint4*>(rows[rr])[cn] : make_uint4(0, 0, 0, 0);
+                }
             }
         }
     }
@@ -277,11 +292,66 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<MODE, NB, R>())) k_bgemv
 
 inline int cdiv(int a, int b) { return (a + b - 1) / b; }
 
-// Picks the partition and launches. `splits` fixes every vector's order of summation, so it is
-// chosen from (k, dtype) and the warp width alone: as many split warps per unit (up to a block) as
-// leave every lane a chunk and let a tile of one chunk per lane for 16 vectors fit the budget.
-// R (units per warp) and d (chunks per lane per tile) change no sum's order: R is the most the
-// bucket's registers take, halved while the grid would leave SMs idle; d fills the tile budget.
+// Dynamic shared memory a block may use: by a kernel that runs one block per SM, and by one that runs
+// two. CUDA: the device's opt-in limit (227 KiB on an H100/H200) less what the kernel's static arrays
+// and the runtime reserve per block; HIP: kPortableSmem (LDS is 64 KiB per workgroup).
+struct SmemBudget {
+    int one_block, two_blocks;
+};
+SmemBudget smem_budget() {
+#if defined(Q3T_CUDA)
+    static const SmemBudget budget = [] {
+        int dev = 0, per_block = 0, per_sm = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess) {
+            (void)cudaGetLastError();  // no answer: the portable budget
+            return SmemBudget{kPortableSmem, kPortableSmem};
+        }
+        constexpr int reserve = 4096;  // static arrays (< 2.2 KiB) and the runtime's share of each block
+        const int one = (per_block < per_sm ? per_block : per_sm) - reserve, two = per_sm / 2 - reserve;
+        return SmemBudget{one > kPortableSmem ? one : kPortableSmem, two > kPortableSmem ? two : kPortableSmem};
+    }();
+    return budget;
+#else
+    return SmemBudget{kPortableSmem, kPortableSmem};
+#endif
+}
+
+// Shared-memory bytes of a tile of d chunks per lane: x (NB rows), norm_w and the segment sums.
+size_t tile_bytes(int nb_rows, int d, int lanes, int v, int warp) {
+    const size_t t = (size_t)d * lanes * v;
+    return (nb_rows * t + t + nb_rows * (t / (4 * warp))) * sizeof(float);
+}
+
+template <typename W, int MODE, int NB, int R>
+int launch_r(const W* w, int n_out, int k, int splits, const float* x, int nb, const float* norm_w, float eps,
+             const float* bias, float* y, cudaStream_t s) {
+    constexpr int V = Pack<W>::N;
+    const auto kernel = k_bgemv<W, MODE, NB, R>;
+    const int warp = q3t_host_warp(), nwarps = kThreads / warp;
+    const SmemBudget sb = smem_budget();
+    const int budget = min_blocks<MODE, NB, R>() == 1 ? sb.one_block : sb.two_blocks;
+#if defined(Q3T_CUDA)
+    // Past 48 KiB a kernel must opt in, once.
+    static const cudaError_t opted = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, budget);
+    if (opted != cudaSuccess) return q3t_fail("q3t_batched_gemv: shared memory opt-in: %s", cudaGetErrorString(opted));
+#endif
+    // As many chunks per lane in one tile as the budget holds: the whole of x for most shapes.
+    const int lanes = splits * warp, cmax = cdiv(k / V, lanes);
+    int d = cmax;
+    while (d > 1 && tile_bytes(NB, d, lanes, V, warp) > (size_t)budget) d = d > 8 ? d - d / 8 : d - 1;
+    const dim3 grid(cdiv(n_out, (nwarps / splits) * R));
+    q3t_launch(kernel, grid, kThreads, tile_bytes(NB, d, lanes, V, warp), s, w, n_out, k, splits, d, x, nb, norm_w,
+               eps, bias, y);
+    return q3t_check_launch("q3t_batched_gemv");
+}
+
+// Picks the partition and launches. `splits` fixes every vector's order of summation, so it is chosen
+// for the 16-vector kernel whatever nb is: 1, doubled while that kernel's grid would leave more than
+// a tenth of the SMs without a block (and every lane keeps a chunk, and a tile of one chunk per lane
+// fits). R (units per warp) and the tile change no sum's order: R is the most the bucket's registers
+// take, halved while the grid would leave SMs idle.
 template <typename W, int MODE, int NB>
 int launch_nb(const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps,
               const float* bias, float* y, cudaStream_t s) {
@@ -289,35 +359,21 @@ int launch_nb(const void* w, int n_rows, int k, const float* x, int nb, const fl
     constexpr int V = Pack<W>::N;
     const int n_out = n_rows / NR;
     const int warp = q3t_host_warp(), nwarps = kThreads / warp;
-    const int nvec = k / V;
+    const int sms = q3t_host_sms() > 0 ? q3t_host_sms() : 1;
+    const int fill = sms - sms / 10;
+    const int units16 = max_units<kMaxNB, NR>();
     int splits = 1;
-    while (2 * splits <= nwarps && kMaxNB * 2 * splits * warp * V * (int)sizeof(float) <= kTileBytes &&
-           nvec >= 2 * splits * warp)
+    while (2 * splits <= nwarps && k / V >= 2 * splits * warp && cdiv(n_out, (nwarps / splits) * units16) < fill &&
+           tile_bytes(kMaxNB, 1, 2 * splits * warp, V, warp) <= (size_t)smem_budget().one_block)
         splits *= 2;
     int r = max_units<NB, NR>();
-    const int sms = q3t_host_sms() > 0 ? q3t_host_sms() : 1;
-    while (r > 1 && cdiv(n_out, (nwarps / splits) * r) < sms) r /= 2;
-    const int lanes = splits * warp;
-    const int dmax = max_chunks<W, NB>(NB * r * NR, r * NR);
-    int d = min(dmax, cdiv(nvec, lanes));
-    while (d > 1 && NB * d * lanes * V * (int)sizeof(float) > kTileBytes) --d;
-    const size_t smem = (size_t)NB * d * lanes * V * sizeof(float);
-    const dim3 grid(cdiv(n_out, (nwarps / splits) * r));
+    while (r > 1 && cdiv(n_out, (nwarps / splits) * r) < fill) r /= 2;
     const W* wp = static_cast<const W*>(w);
     if constexpr (max_units<NB, NR>() >= 4)
-        if (r == 4) {
-            q3t_launch(k_bgemv<W, MODE, NB, 4>, grid, kThreads, smem, s, wp, n_out, k, splits, d, x, nb, norm_w, eps,
-                       bias, y);
-            return q3t_check_launch("q3t_batched_gemv");
-        }
+        if (r == 4) return launch_r<W, MODE, NB, 4>(wp, n_out, k, splits, x, nb, norm_w, eps, bias, y, s);
     if constexpr (max_units<NB, NR>() >= 2)
-        if (r == 2) {
-            q3t_launch(k_bgemv<W, MODE, NB, 2>, grid, kThreads, smem, s, wp, n_out, k, splits, d, x, nb, norm_w, eps,
-                       bias, y);
-            return q3t_check_launch("q3t_batched_gemv");
-        }
-    q3t_launch(k_bgemv<W, MODE, NB, 1>, grid, kThreads, smem, s, wp, n_out, k, splits, d, x, nb, norm_w, eps, bias, y);
-    return q3t_check_launch("q3t_batched_gemv");
+        if (r == 2) return launch_r<W, MODE, NB, 2>(wp, n_out, k, splits, x, nb, norm_w, eps, bias, y, s);
+    return launch_r<W, MODE, NB, 1>(wp, n_out, k, splits, x, nb, norm_w, eps, bias, y, s);
 }
 
 template <typename W, int MODE>
