@@ -153,8 +153,8 @@ Q3T_API int q3t_add_i32(int* p, int n, int delta, void* stream);
  * rows (of kv_heads * head_dim elements: layers * 2 * max_seq). CodePredictor caches are per row.
  *
  * Row independence: every kernel below computes each row exactly as it computes it at nb = 1, in an
- * order of float32 operations fixed by the shapes alone (never by nb, the bucket, or the other rows'
- * data), and each draw is keyed by its own stream's (seed, step, code index). So a stream's logits
+ * order of float32 operations fixed by the shapes and the device (never by nb, the bucket, or the other
+ * rows' data), and each draw is keyed by its own stream's (seed, step, code index). So a stream's logits
  * and codes are bit for bit the same whichever streams share its steps and whatever nb is. (The
  * batched GEMV sums in its own fixed order, not q3t_gemv's: the two agree to float32 rounding.)
  */
