@@ -7,6 +7,7 @@
 # bench_options: ms per frame under kernel backend options or libraries side by side
 # (kernels/device/bench_options.py). launch_floor: µs per kernel of an empty dependent chain in one
 # graph (kernels/device/launch_floor.cu).
+# tests_batched, sanitize_batched, bench_batched: the batched-step kernels (issue 16; kernels/README.md).
 set -uo pipefail
 OUT=${OUT:-/tmp/q3t-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 Q3T_REQUIRE=1 Q3T_CACHE_DIR=${Q3T_CACHE_DIR:-/tmp/q3t-cache}
@@ -51,6 +52,23 @@ fi
 if has bench_options; then
   # BENCH_OPTIONS: the settings to compare, e.g. "- attn_splits=16" (kernels/device/bench_options.py).
   timeout 400 python3 kernels/device/bench_options.py ${BENCH_OPTIONS:--} --sizes ${BENCH_SIZES_CSV:-0.6b,1.7b} 2>&1 | grep -v Warn | tee "$OUT/bench_options.log"
+fi
+if has tests_batched; then
+  # The batched-step kernels (tests/test_batched_kernels_gpu.py), PDL off then on.
+  for pdl in 0 1; do
+    Q3T_PDL=$pdl timeout 300 python3 -m pytest -q -x -p no:cacheprovider tests/test_batched_kernels_gpu.py -rs 2>&1 | tee "$OUT/pytest_batched_pdl$pdl.log" | tail -15
+  done
+fi
+if has sanitize_batched; then
+  # memcheck and racecheck over a few small batched-kernel tests (the GEMV's NaN-row case, attention, draws).
+  for tool in ${SANITIZERS:-memcheck racecheck}; do
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m pytest -q -x -p no:cacheprovider \
+      tests/test_batched_kernels_gpu.py -k "never_mix or (split_rows and 4-2-16 and dtype0) or (rows_equal_one_stream and 2-1-16 and 3) or sample_rows or embed_sum or store" > "$OUT/san_batched_$tool.log" 2>&1
+    echo "compute-sanitizer $tool (batched) rc=$?"; tail -4 "$OUT/san_batched_$tool.log"
+  done
+fi
+if has bench_batched; then
+  timeout 300 python3 kernels/device/bench_batched.py 2>&1 | tee "$OUT/bench_batched.log"
 fi
 if has bench; then
   timeout 400 python3 kernels/device/bench.py ${BENCH_SIZES:-0.6b 1.7b} 2>&1 | tee "$OUT/bench.log"

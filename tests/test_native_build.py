@@ -10,6 +10,7 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from wyoming_qwen3tts import native
@@ -65,9 +66,24 @@ def test_constants_match_header() -> None:
         "Q3T_GEMV_ADD": native.GEMV_ADD,
         "Q3T_GEMV_SWIGLU": native.GEMV_SWIGLU,
         "Q3T_SAMPLE_DO_SAMPLE": native.SAMPLE_DO_SAMPLE,
+        "Q3T_BATCH_MAX": native.BATCH_MAX,
     }.items():
         m = re.search(rf"#define\s+{name}\s+(\d+)", text)
         assert m and int(m.group(1)) == value, name
+
+
+def test_sample_params_record_matches_header() -> None:
+    """native.SAMPLE_PARAMS_DTYPE has q3t_sample_params' fields, in order, with their C types (all
+    4 bytes, so the C layout has no padding): the batched draw reads the records the backend writes."""
+    text = (native.KERNEL_DIR / "include" / "q3t.h").read_text()
+    m = re.search(r"typedef struct q3t_sample_params \{(.*?)\} q3t_sample_params;", text, re.S)
+    assert m
+    fields = re.findall(r"^\s*(int|float)\s+(\w+);", m.group(1), re.M)
+    dt = native.SAMPLE_PARAMS_DTYPE
+    assert [name for _, name in fields] == list(dt.names)
+    for ctype, name in fields:
+        assert dt[name] == (np.dtype("<i4") if ctype == "int" else np.dtype("<f4")), name
+    assert dt.itemsize == 4 * len(fields) == 32
 
 
 def _exported(lib: Path) -> set[str]:
@@ -128,7 +144,7 @@ def _sass_functions(lib: Path, tools: tuple[str, str]) -> dict[str, list[str]]:
     out = subprocess.run([cuobjdump, "--dump-sass", str(lib)], capture_output=True, text=True, check=True, env=env).stdout
     funcs: dict[str, list[str]] = {}
     for m in re.finditer(r"Function : (\S+)(.*?)(?=Function : |\Z)", out, re.S):
-        funcs[m.group(1)] = [ln for ln in m.group(2).splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", ln)]
+        funcs[m.group(1)] = [ln for ln in m.group(2).splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", ln)]
     return funcs
 
 
@@ -168,8 +184,21 @@ def test_gemv_sass_loads_weights_before_the_grid_wait(tmp_path: Path, monkeypatc
         assert not any(re.search(r"\b(LDL|STL)\b", ln) for ln in lines), f"{name}: local memory"
     want = 2 * 3 * (3 * 2 + 1)  # dtypes x modes x (PRE choices x one or two input vectors, + v1)
     assert checked == want, f"checked {checked} vectorised GEMV kernels, expected {want}"
+    # The batched GEMV (gemv_batched.cu): its ring of 8 loads per lane goes out before the wait, it
+    # triggers after it, and it has no local memory; 64 kernels (dtypes x modes x nb buckets x rows per warp).
+    batched = [n for n in funcs if "k_bgemv" in n]
+    assert len(batched) == 64, len(batched)
+    for name in batched:
+        lines = funcs[name]
+        wait = next(i for i, ln in enumerate(lines) if re.search(r"\bACQBULK\b", ln))
+        trigger = next(i for i, ln in enumerate(lines) if re.search(r"\bPREEXIT\b", ln))
+        before = sum(i < wait for i, ln in enumerate(lines) if "LDG.E.128" in ln)
+        assert before == 8, f"{name}: {before} LDG.E.128 before ACQBULK, want 8"
+        assert trigger > wait, f"{name}: PREEXIT (launch_dependents) not after ACQBULK"
+        assert not any(re.search(r"\b(LDL|STL)\b", ln) for ln in lines), f"{name}: local memory"
     # Every other kernel of the frame lets its successor launch first (common.cuh).
-    others = [n for n in funcs if re.search(r"k_sample|k_rope_attention|k_rope_attn_partial|k_attn_merge|k_embed_", n)]
+    others = [n for n in funcs
+              if re.search(r"k_sample|k_rope_attention|k_rope_attn_partial|k_attn_merge|k_embed_|k_batched_", n)]  # fmt: skip
     assert len(others) >= 6, others
     for name in others:
         lines = funcs[name]

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ABI_VERSION = 6  # must equal Q3T_ABI_VERSION in kernels/include/q3t.h
 
 # The kernel sources: inside the package when installed from a wheel or non-editable (setup.py puts
@@ -41,6 +43,21 @@ GEMV_STORE = 0
 GEMV_ADD = 1
 GEMV_SWIGLU = 2
 SAMPLE_DO_SAMPLE = 1
+BATCH_MAX = 16  # streams one batched step advances at most
+
+# q3t_sample_params (q3t.h): one slot's sampling settings, as the batched draw reads them from the device.
+SAMPLE_PARAMS_DTYPE = np.dtype(
+    [
+        ("flags", "<i4"),
+        ("temperature", "<f4"),
+        ("top_k", "<i4"),
+        ("top_p", "<f4"),
+        ("penalty", "<f4"),
+        ("eos", "<i4"),
+        ("min_new_tokens", "<i4"),
+        ("reserved", "<i4"),
+    ]
+)
 
 _c_int = ctypes.c_int
 _c_float = ctypes.c_float
@@ -82,6 +99,43 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
     ),
     "q3t_store_row": (_c_int, [_p, _c_int, _p, _p, _c_int, _p]),
     "q3t_add_i32": (_c_int, [_p, _c_int, _c_int, _p]),
+    # The batched decode step (q3t.h, last section).
+    "q3t_batched_gemv": (_c_int, [_c_int, _p, _c_int, _c_int, _p, _c_int, _p, _c_float, _p, _p, _c_int, _p]),
+    "q3t_batched_rope_attention_split": (
+        _c_int,
+        [
+            _c_int, _p, _p, _p, _c_float, _p, _p, _p, _p, _c_int, _c_int, _c_int, _c_int, _c_int, _c_float, _c_int,
+            _p, _p, _p, _c_int, _p, _p,
+        ],
+    ),
+    "q3t_batched_rope_attention": (
+        _c_int,
+        [
+            _c_int, _p, _p, _p, _c_float, _p, _p, _p, _c_int, _c_int, _c_int, _c_int, _c_int, _c_int, _c_float, _p,
+            _p, _c_int, _p, _p,
+        ],
+    ),
+    "q3t_batched_rope_attention_first": (
+        _c_int,
+        [
+            _c_int, _p, _p, _p, _c_float, _p, _p, _c_int, _c_int, _c_int, _c_int, _c_int, _c_int, _c_float, _p, _p,
+            _c_int, _p, _p,
+        ],
+    ),
+    "q3t_batched_sample": (
+        _c_int,
+        [
+            _p, _c_int, _c_int, _p, _p, _p, _p, _p, _c_int, _c_int, _c_int, _p, _c_int, _c_int, _p, _c_int, _c_int,
+            _p, _c_int, _p,
+        ],
+    ),
+    "q3t_batched_embed_sum": (
+        _c_int,
+        [_c_int, _p, _c_int, _c_int, _c_int, _c_int, _p, _c_int, _p, _p, _c_int, _p, _p, _p, _p, _p],
+    ),
+    "q3t_batched_rmsnorm": (_c_int, [_p, _p, _p, _c_int, _c_int, _c_float, _p]),
+    "q3t_batched_store_codes": (_c_int, [_p, _c_int, _c_int, _p, _p, _p, _c_int, _p]),
+    "q3t_batched_advance": (_c_int, [_p, _c_int, _p, _p, _p]),
 }
 
 

@@ -1,4 +1,4 @@
-/* q3t: fused GPU kernels for the Qwen3-TTS decode loop (batch 1).
+/* q3t: fused GPU kernels for the Qwen3-TTS decode loop (one stream, and batched steps of up to 16).
  *
  * One C ABI for both vendors (built by nvcc for CUDA or by hipcc for ROCm from the same
  * sources). Every launcher takes raw device pointers and a stream (cudaStream_t / hipStream_t
@@ -109,6 +109,86 @@ Q3T_API int q3t_store_row(const int* src, int n, int* dst, const int* row_ptr, i
 
 /* p[i] += delta for i < n, on the device (advances positions/step counters inside a captured graph). */
 Q3T_API int q3t_add_i32(int* p, int n, int delta, void* stream);
+
+/* ---------------------------------------------------------------------------------------------
+ * Batched decode step: one step advances up to Q3T_BATCH_MAX streams, every weight matrix read once
+ * for all of them.
+ *
+ * Rows and slots. A step works on nb rows, one per stream. Each stream owns a slot (an index into
+ * the per-slot state: its KV cache, position, frame counter, seed, sampling parameters,
+ * repetition-penalty set, trailing text and code history); `slot` [nb] (device int32) maps row r
+ * to its slot, so one graph captured for a bucket of nb rows serves any set of streams, and
+ * slot[r] < 0 marks a padding row: the kernels leave every slot's state alone for it and its
+ * outputs are unspecified (finite where a later GEMV reads them: q3t_batched_embed_sum writes zeros).
+ * Per-slot state is read from device arrays indexed by slot: pos [slots] (Talker position of the next
+ * input), step [slots] (frame index), seed [slots] (uint64), params [slots] (q3t_sample_params), and
+ * the caches below; activations are [nb, ...] row-major, row r at r * (row length).
+ * Talker KV cache: [slots, layers, 2, max_seq, kv_heads, head_dim] (`dtype`), so one slot's
+ * [layers, 2, max_seq, kv, hd] block is an ordinary single-stream cache (the torch prefill writes it
+ * directly); the attention takes layer l's K and V of slot 0 and the distance between slots in cache
+ * rows (of kv_heads * head_dim elements: layers * 2 * max_seq). CodePredictor caches are per row.
+ *
+ * Row independence: every kernel below computes each row exactly as it computes it at nb = 1, in an
+ * order of float32 operations fixed by the shapes and the device (never by nb, the bucket, or the other
+ * rows' data), and each draw is keyed by its own stream's (seed, step, code index). So a stream's logits
+ * and codes are bit for bit the same whichever streams share its steps and whatever nb is. (The
+ * batched GEMV sums in its own fixed order, not q3t_gemv's: the two agree to float32 rounding.)
+ */
+#define Q3T_BATCH_MAX 16
+
+/* One slot's logits processing and draw (q3t_sample's scalar arguments), 32 bytes. */
+typedef struct q3t_sample_params {
+    int flags;           /* Q3T_SAMPLE_DO_SAMPLE */
+    float temperature;
+    int top_k;           /* <= 0: off */
+    float top_p;         /* >= 1: off */
+    float penalty;       /* repetition penalty over the slot's seen set (1: off; > 0) */
+    int eos;             /* < 0: none */
+    int min_new_tokens;  /* eos masked while the slot's step < this */
+    int reserved;        /* 0 */
+} q3t_sample_params;
+
+/* q3t_gemv for nb (1..Q3T_BATCH_MAX) input vectors: x [nb, k] -> y [nb, N] (SwiGLU: [nb, N / 2]),
+ * each weight row read once; each vector gets its own RMSNorm; ADD adds to its own row of y.
+ * k a multiple of 8 (bf16) or 4 (f32); w, x, norm_w 16-byte aligned. */
+Q3T_API int q3t_batched_gemv(int dtype, const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps, const float* bias, float* y, int mode, void* stream);
+
+/* q3t_rope_attention_split for nb rows: qkv [nb, (hq + 2 hkv) d] -> out [nb, hq d]; row r attends
+ * in slot slot[r]'s cache (k_cache, v_cache: this layer's K and V of slot 0, slots slot_rows cache
+ * rows apart) at position pos[slot[r]]. scratch: nb blocks of hq * splits * (d + 2) floats followed
+ * by hq int32 counters, the counters 0 before the first call (each call leaves them 0). */
+Q3T_API int q3t_batched_rope_attention_split(int dtype, const float* qkv, const float* q_norm_w, const float* k_norm_w, float eps, const float* cos_tab, const float* sin_tab, const int* slot, const int* pos, int nb, int hq, int hkv, int d, int max_seq, float scale, int splits, float* scratch, void* k_cache, void* v_cache, int slot_rows, float* out, void* stream);
+
+/* q3t_rope_attention for nb rows at the same position (*pos_ptr if pos_ptr) + pos_add (the
+ * CodePredictor): qkv [nb, (hq + 2 hkv) d] -> out [nb, hq d]; row r's short cache is row_rows cache
+ * rows past row 0's. */
+Q3T_API int q3t_batched_rope_attention(int dtype, const float* qkv, const float* q_norm_w, const float* k_norm_w, float eps, const float* cos_tab, const float* sin_tab, const int* pos_ptr, int pos_add, int nb, int hq, int hkv, int d, int max_seq, float scale, void* k_cache, void* v_cache, int row_rows, float* out, void* stream);
+
+/* q3t_rope_attention_first for nb rows: qkv [nb, n, (hq + 2 hkv) d] -> out [nb, n, hq d], row r's
+ * positions 0..n-1 in its short cache (row_rows cache rows past row 0's). */
+Q3T_API int q3t_batched_rope_attention_first(int dtype, const float* qkv, const float* q_norm_w, const float* k_norm_w, float eps, const float* cos_tab, const float* sin_tab, int n, int nb, int hq, int hkv, int d, int max_seq, float scale, void* k_cache, void* v_cache, int row_rows, float* out, void* stream);
+
+/* q3t_sample for nb rows, one block each: logits [nb, v] (left unchanged); row r draws with its
+ * slot's params, seed and step (Philox keyed by (seed[s], step[s], stream_id), s = slot[r]), the
+ * repetition penalty over seen + s * v (seen may be NULL: no penalty), ids in [suppress_lo,
+ * suppress_hi) masked except eos. The id goes to out_codes[r * out_stride] and, with seen, seen[s * v
+ * + id] = 1; with row_table (else NULL) row_out + r * row_stride gets that id's row as float32. */
+Q3T_API int q3t_batched_sample(const float* logits, int v, int nb, const int* slot, const q3t_sample_params* params, const unsigned long long* seed, const int* step, unsigned char* seen, int suppress_lo, int suppress_hi, int stream_id, int* out_codes, int out_stride, int row_dtype, const void* row_table, int row_rows, int row_h, float* row_out, int row_stride, void* stream);
+
+/* q3t_embed_sum for nb rows: codes [nb, n_tables] -> out [nb, h]; row r adds its slot's trailing text
+ * row step[s] (trailing [slots, max_trailing, h], the slot's first n_trailing[s] rows valid) or, past
+ * them, its pad row (pad [slots, h]). A padding row gets zeros. */
+Q3T_API int q3t_batched_embed_sum(int dtype, const void* const* tables, int n_tables, int rows_first, int rows, int h, const int* codes, int nb, const int* slot, const float* trailing, int max_trailing, const int* n_trailing, const float* pad, const int* step, float* out, void* stream);
+
+/* q3t_rmsnorm for nb rows: x [nb, n] -> y [nb, n]. */
+Q3T_API int q3t_batched_rmsnorm(const float* x, const float* w, float* y, int n, int nb, float eps, void* stream);
+
+/* history [slots, max_frames, n]: history[s][step[s]] = codes[r] (codes [nb, n]) for each row's slot s,
+ * skipped when step[s] is outside [0, max_frames). */
+Q3T_API int q3t_batched_store_codes(const int* codes, int n, int nb, const int* slot, const int* step, int* history, int max_frames, void* stream);
+
+/* pos[s] += 1 and step[s] += 1 for each row's slot s (either array may be NULL): the end of a step. */
+Q3T_API int q3t_batched_advance(const int* slot, int nb, int* pos, int* step, void* stream);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,13 @@
 
 constexpr int kShortMaxSeq = 64;     // positions one block scores (one float each in shared memory)
 constexpr int kShortMaxElems = 4096;  // max_seq * d: the K/V history rows fit in shared memory
+constexpr int kShortThreads = 256;    // threads of a short-context block (d <= kShortThreads)
+
+// The shapes the short-context kernels take (their K/V history and scores live in shared memory).
+inline bool short_shape_ok(int hq, int hkv, int d, int max_seq) {
+    return hq > 0 && hkv > 0 && hq % hkv == 0 && d > 0 && d <= kShortThreads && d % 2 == 0 && max_seq > 0 &&
+           max_seq <= kShortMaxSeq && max_seq * d <= kShortMaxElems;
+}
 
 // Shared memory of one block: 3 d + kShortMaxSeq floats, then 2 max_seq d cache elements.
 template <typename C>
@@ -199,4 +206,55 @@ __device__ void short_head(const float* qkv, ShortConsts k, float eps, int pos, 
     short_attend(
         qs, pos, d, scale, [&](int t, int i) { return t == pos ? ks[i] : Elem<C>::load(kh + (size_t)t * d, i); },
         [&](int t, int i) { return t == pos ? vs[i] : Elem<C>::load(vh + (size_t)t * d, i); }, sc, out + (size_t)h * d);
+}
+
+// Positions 0..n-1 of an empty short cache at once (the CodePredictor's first two positions, whose
+// projections go through their GEMVs together), as block (h, p) of a kernel: it norms and rotates
+// head h's q at position p and its group's k at positions 0..p from qkv [n, (hq + 2 hkv) d] itself
+// (the cache does not hold them yet: the group's first head appends them in this launch), then
+// attends over them through short_attend, as short_head does: the same bits as q3t_rope_attention at
+// each position in turn. Shared memory: short_first_smem_bytes(d, n) of it dynamic.
+__host__ __device__ constexpr size_t short_first_smem_bytes(int d, int n) {
+    return (size_t)(3 * d + 2 * n * d + kShortMaxSeq) * sizeof(float);
+}
+template <typename C>
+__device__ __forceinline__ void rope_attention_first_block(
+    const float* __restrict__ qkv, const float* __restrict__ qn, const float* __restrict__ kn, float eps,
+    const float* __restrict__ cos_tab, const float* __restrict__ sin_tab, int n, int hq, int hkv, int d, float scale,
+    C* k_cache, C* v_cache, float* __restrict__ out, int h, int p) {
+    extern __shared__ float4 sm4[];  // 3 d (norm_rope_head's q, k, v), n d keys, n d values, kShortMaxSeq scores
+    __shared__ float red[32];
+    float* qs = reinterpret_cast<float*>(sm4);
+    float* ks = qs + d;
+    float* vs = qs + 2 * d;
+    float* keys = qs + 3 * d;
+    float* vals = keys + (size_t)n * d;
+    float* sc = vals + (size_t)n * d;
+    const int group = hq / hkv, kvh = h / group;
+    const int tid = threadIdx.x;
+    const size_t row = (size_t)(hq + 2 * hkv) * d;
+    q3t_grid_dep_trigger_first();
+    // All rows' k and v as they come (one round trip), then each position's norms and RoPE.
+    const float a = tid < d ? qkv[p * row + (size_t)h * d + tid] : 0.f;
+    if (tid < d)
+#pragma unroll 2
+        for (int t = 0; t <= p; ++t) {
+            keys[(size_t)t * d + tid] = qkv[t * row + (size_t)(hq + kvh) * d + tid];
+            vals[(size_t)t * d + tid] = round_to<C>(qkv[t * row + (size_t)(hq + hkv + kvh) * d + tid]);
+        }
+    for (int t = 0; t <= p; ++t) {  // ends with qs = q of position p
+        const ShortConsts c = short_head_consts(qn, kn, cos_tab, sin_tab, t, d);
+        // Each thread reads back only its own elements: no barrier needed before norm_rope_head.
+        const float b = tid < d ? keys[(size_t)t * d + tid] : 0.f, v = tid < d ? vals[(size_t)t * d + tid] : 0.f;
+        norm_rope_head<C>(t == p ? a : 0.f, b, v, c, eps, d, t, kvh, hkv, t == p && h % group == 0, k_cache, v_cache, qs,
+                          ks, vs, red);
+        if (tid < d) {
+            keys[(size_t)t * d + tid] = ks[tid];
+            vals[(size_t)t * d + tid] = vs[tid];
+        }
+    }
+    __syncthreads();
+    short_attend(
+        qs, p, d, scale, [&](int t, int i) { return keys[(size_t)t * d + i]; },
+        [&](int t, int i) { return vals[(size_t)t * d + i]; }, sc, out + (size_t)p * hq * d + (size_t)h * d);
 }

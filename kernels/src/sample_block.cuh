@@ -284,3 +284,14 @@ __device__ int sample_block(const float* __restrict__ logits, int v, unsigned ch
     }
     return pick;
 }
+
+// The drawn code's row of an embedding table (`row_dtype`) as float32 into row_out, block-wide: the
+// next CodePredictor input, written by the draw itself (one launch, and one dependent step of the
+// frame, fewer than q3t_embed_row after it).
+__device__ __forceinline__ void copy_drawn_row(int row_dtype, const void* __restrict__ row_table, int row_rows,
+                                               int row_h, int tok, float* __restrict__ row_out) {
+    if (row_dtype == Q3T_BF16)
+        copy_embedding_row(static_cast<const uint16_t*>(row_table), row_rows, row_h, tok, row_out, threadIdx.x, blockDim.x);
+    else
+        copy_embedding_row(static_cast<const float*>(row_table), row_rows, row_h, tok, row_out, threadIdx.x, blockDim.x);
+}

@@ -22,13 +22,7 @@ __global__ void __launch_bounds__(kThreads) k_sample(const float* __restrict__ l
     __shared__ int cand[kSampleMaxV];
     const int tok = sample_block<kThreads>(logits, v, seen, penalty, eos, min_new, sup_lo, sup_hi, flags, temperature,
                                            top_k, top_p, step, bits, out_code, L, cand);
-    if (!row_table) return;
-    // The drawn code's embedding row (the next CodePredictor input), as q3t_embed_row would: one
-    // launch, and one dependent step of the frame, fewer.
-    if (row_dtype == Q3T_BF16)
-        copy_embedding_row(static_cast<const uint16_t*>(row_table), row_rows, row_h, tok, row_out, threadIdx.x, blockDim.x);
-    else
-        copy_embedding_row(static_cast<const float*>(row_table), row_rows, row_h, tok, row_out, threadIdx.x, blockDim.x);
+    if (row_table) copy_drawn_row(row_dtype, row_table, row_rows, row_h, tok, row_out);
 }
 }  // namespace
 

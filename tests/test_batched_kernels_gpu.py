@@ -1,0 +1,679 @@
+"""The batched-step kernels (q3t.h, last section) on fresh random inputs: each against a torch float64
+reference or the one-stream kernel it batches, and each row bit for bit its own result at nb = 1
+(row independence: a stream's numbers never depend on its batch-mates or on nb). Then a whole
+batched frame loop on a tiny float32 model against the one-stream kernel backend. GPU only.
+
+Bounds: batched GEMV against float64 on the same weights <= 1e-5 relative (float32 accumulation)
+for float32 and bf16 weights, bf16 against float32 weights <= 1e-2, against the one-vector q3t_gemv
+<= 1e-5 (the two sum in different fixed orders; where they happen to agree they are equal). Every
+other batched kernel runs the one-stream kernel's block code per row: equal to it bit for bit.
+Run: python3 -m pytest -q -x tests/test_batched_kernels_gpu.py (seconds on an H200).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from test_kernels_gpu import gen, lib, rel, stream  # noqa: F401 - lib is the module's fixture too
+from wyoming_qwen3tts import native
+
+pytestmark = pytest.mark.gpu
+
+DEV = "cuda"
+F32_TOL = 1e-5
+BF16_TOL = 1e-2
+NBS = (1, 2, 3, 5, 8, 16)
+
+
+def wdt(dtype: torch.dtype) -> int:
+    return native.F32 if dtype == torch.float32 else native.BF16
+
+
+def assert_equal(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """Bit-for-bit equality (NaN == NaN), with the first mismatch and the largest error when not."""
+    g, w = got.detach().cpu(), want.detach().cpu()
+    assert g.shape == w.shape, f"{what}: shape {tuple(g.shape)} vs {tuple(w.shape)}"
+    same = (g == w) | (g.isnan() & w.isnan()) if g.is_floating_point() else g == w
+    if bool(same.all()):
+        return
+    bad = (~same).nonzero()
+    first = tuple(bad[0].tolist())
+    diff = (g.double() - w.double()).abs()
+    raise AssertionError(
+        f"{what}: {bad.shape[0]} of {g.numel()} elements differ; first at {first}: {g[first].item()!r} vs "
+        f"{w[first].item()!r}; max abs diff {diff.max().item():.3e}"
+    )
+
+
+def assert_close(got: torch.Tensor, ref: torch.Tensor, tol: float, what: str) -> None:
+    err = rel(got, ref)
+    if err <= tol:
+        return
+    diff = (got.double().cpu() - ref.double().cpu()).abs()
+    worst = tuple(np.unravel_index(int(diff.argmax()), tuple(diff.shape)))
+    raise AssertionError(
+        f"{what}: relative error {err:.3e} > {tol:.0e}; max abs {diff.max().item():.3e} at {worst} "
+        f"(got {got.cpu()[worst].item():.6g}, ref {ref.cpu()[worst].item():.6g})"
+    )
+
+
+# ------------------------------------------------------------------------------------------ GEMV
+
+# (rows, K): the 1.7B Talker's qkv and down_proj (K = 6144: several K tiles at every nb), a
+# CodePredictor down_proj (few rows: the grid rule halves the rows per warp), the 0.6B codec_head,
+# then small and odd ones (130 rows: a partial block; K = 16 fewer chunks than lanes).
+GEMV_SHAPES = [(4096, 2048), (2048, 6144), (1024, 3072), (3072, 1024), (64, 96), (130, 16)]
+
+
+def _gemv_inputs(n: int, k: int, dtype: torch.dtype, mode: int, seed: int):  # noqa: ANN202
+    g = gen(seed)
+    w32 = torch.randn(n, k, device=DEV, generator=g) * 0.05
+    w = w32.to(dtype)
+    x = torch.randn(16, k, device=DEV, generator=g) * torch.linspace(0.5, 4.0, 16, device=DEV)[:, None]
+    nw = torch.rand(k, device=DEV, generator=g) + 0.5
+    bias = torch.randn(n, device=DEV, generator=g) if mode == native.GEMV_STORE else None
+    n_out = n // 2 if mode == native.GEMV_SWIGLU else n
+    y0 = torch.randn(16, n_out, device=DEV, generator=g)  # ADD's residual; the poison STORE must overwrite
+    return w, w32, x, nw, bias, y0
+
+
+def _gemv_reference(w: torch.Tensor, x: torch.Tensor, nw: torch.Tensor | None, bias: torch.Tensor | None,
+                    y0: torch.Tensor, mode: int, eps: float) -> torch.Tensor:  # fmt: skip
+    xd = x.double()
+    if nw is not None:
+        xd = nw.double() * (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps))
+    r = xd @ w.double().t()
+    if mode == native.GEMV_SWIGLU:
+        return torch.nn.functional.silu(r[:, 0::2]) * r[:, 1::2]
+    if mode == native.GEMV_ADD:
+        return y0.double() + r
+    return r + bias.double() if bias is not None else r
+
+
+def _batched_gemv(lib: native.Native, w: torch.Tensor, x: torch.Tensor, nw: torch.Tensor | None,
+                  bias: torch.Tensor | None, y: torch.Tensor, mode: int, eps: float = 1e-6) -> torch.Tensor:  # fmt: skip
+    lib.call("q3t_batched_gemv", wdt(w.dtype), w.data_ptr(), w.shape[0], w.shape[1], x.data_ptr(), x.shape[0],
+             nw.data_ptr() if nw is not None else None, eps, bias.data_ptr() if bias is not None else None, y.data_ptr(),
+             mode, stream())  # fmt: skip
+    return y
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("mode", [native.GEMV_STORE, native.GEMV_ADD, native.GEMV_SWIGLU])
+@pytest.mark.parametrize("with_norm", [False, True])
+@pytest.mark.parametrize("n,k", GEMV_SHAPES)
+def test_batched_gemv(lib: native.Native, dtype: torch.dtype, mode: int, with_norm: bool, n: int, k: int) -> None:
+    """At nb in 1, 2, 3, 5, 8, 16: every row within 1e-5 of float64 on the same weights (bf16: 1e-2 of
+    float32 weights), each row bit for bit its nb = 1 result, and within 1e-5 of q3t_gemv."""
+    w, w32, x, nw, bias, y0 = _gemv_inputs(n, k, dtype, mode, n * 13 + k + 5 * mode + int(with_norm))
+    norm = nw if with_norm else None
+    alone = torch.stack([_batched_gemv(lib, w, x[r : r + 1], norm, bias, y0[r : r + 1].clone(), mode)[0]
+                         for r in range(16)])  # fmt: skip
+    for nb in NBS:
+        got = _batched_gemv(lib, w, x[:nb].contiguous(), norm, bias, y0[:nb].clone(), mode)
+        assert torch.isfinite(got).all(), f"nb={nb}: not finite"
+        assert_equal(got, alone[:nb], f"nb={nb} rows vs the same rows at nb=1")
+    assert_close(alone, _gemv_reference(w.float(), x, norm, bias, y0, mode, 1e-6), F32_TOL, "vs float64, same weights")
+    if dtype == torch.bfloat16 and n >= 64:  # a norm over many outputs (see test_kernels_gpu.test_gemv_v2)
+        assert_close(alone, _gemv_reference(w32, x, norm, bias, y0, mode, 1e-6), BF16_TOL, "bf16 vs float32 weights")
+    one = y0.clone()
+    for r in range(16):
+        lib.call("q3t_gemv", wdt(dtype), w.data_ptr(), n, k, x[r].data_ptr(), norm.data_ptr() if norm is not None else None,
+                 1e-6, bias.data_ptr() if bias is not None else None, one[r].data_ptr(), mode, stream())  # fmt: skip
+    assert_close(alone, one, F32_TOL, "vs q3t_gemv")
+    print(f"{n}x{k} {dtype} mode {mode} norm {with_norm}: bit-equal to q3t_gemv: {torch.equal(alone, one)}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_batched_gemv_rows_never_mix(lib: native.Native, dtype: torch.dtype) -> None:
+    """A row of NaN (and one of huge values) in the batch changes no other row's bits."""
+    n, k = 1024, 3072
+    for mode in (native.GEMV_STORE, native.GEMV_ADD, native.GEMV_SWIGLU):
+        w, _, x, nw, bias, y0 = _gemv_inputs(n, k, dtype, mode, 99 + mode)
+        want = _batched_gemv(lib, w, x[:16].contiguous(), nw, bias, y0.clone(), mode)
+        bad = x.clone()
+        bad[3] = float("nan")
+        bad[7] = 3e38
+        got = _batched_gemv(lib, w, bad, nw, bias, y0.clone(), mode)
+        keep = [r for r in range(16) if r not in (3, 7)]
+        assert_equal(got[keep], want[keep], f"mode {mode}: rows next to NaN / huge rows")
+        assert got[3].isnan().all()
+
+
+def test_batched_gemv_rejects_bad_arguments(lib: native.Native) -> None:
+    z = torch.zeros(17 * 64 + 4, device=DEV)
+    p = z.data_ptr()
+    for nb in (0, 17):
+        with pytest.raises(native.NativeError, match=f"nb={nb}"):
+            lib.call("q3t_batched_gemv", native.F32, p, 4, 64, p, nb, None, 1e-6, None, p, native.GEMV_STORE, stream())
+    with pytest.raises(native.NativeError, match="multiple of 8"):  # bf16 rows of K = 100 are not 16-byte chunks
+        lib.call("q3t_batched_gemv", native.BF16, p, 4, 100, p, 2, None, 1e-6, None, p, native.GEMV_STORE, stream())
+    with pytest.raises(native.NativeError, match="aligned"):
+        lib.call("q3t_batched_gemv", native.F32, p, 4, 64, p + 4, 2, None, 1e-6, None, p, native.GEMV_STORE, stream())
+    with pytest.raises(native.NativeError, match="even row count"):
+        lib.call("q3t_batched_gemv", native.F32, p, 5, 64, p, 2, None, 1e-6, None, p, native.GEMV_SWIGLU, stream())
+
+
+# ------------------------------------------------------------------------------------------ attention
+
+
+def _rope_tables(max_seq: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    from wyoming_qwen3tts.model.layers import rope_tables
+
+    cos, sin = rope_tables(torch.arange(max_seq, device=DEV), d, 1e6, torch.float32)
+    return cos.contiguous(), sin.contiguous()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("hq,hkv,d", [(16, 8, 128), (4, 2, 16)])
+@pytest.mark.parametrize("splits", [1, 32])
+def test_batched_rope_attention_split_rows_equal_one_stream(lib: native.Native, dtype: torch.dtype, hq: int, hkv: int,
+                                                            d: int, splits: int) -> None:  # fmt: skip
+    """Rows in shuffled slots at different positions (0 .. 1000), one padding row: each row's output
+    and its slot's cache are q3t_rope_attention_split's on that slot alone, bit for bit; the slots no
+    row uses and the other layer are untouched; the merge counters end at 0 (twice in a row)."""
+    slots, layers, layer, max_seq = 6, 2, 1, 1024
+    g = gen(hq * 7 + d + splits)
+    cache0 = torch.randn(slots, layers, 2, max_seq, hkv, d, device=DEV, generator=g).to(dtype)
+    pos = torch.tensor([700, 0, 333, 16, 1000, 5], dtype=torch.int32, device=DEV)
+    slot = torch.tensor([4, 1, -1, 0, 2], dtype=torch.int32, device=DEV)  # row 2 pads
+    nb = slot.numel()
+    row = (hq + 2 * hkv) * d
+    qkv = torch.randn(nb, row, device=DEV, generator=g)
+    qn = torch.rand(d, device=DEV, generator=g) + 0.5
+    kn = torch.rand(d, device=DEV, generator=g) + 0.5
+    cos, sin = _rope_tables(max_seq, d)
+    scale = d**-0.5
+    per_row = hq * splits * (d + 2) + hq
+    scratch = torch.zeros(nb * per_row, device=DEV)
+    for i in range(nb):
+        scratch[i * per_row : i * per_row + hq * splits * (d + 2)] = float("nan")  # partials: always written first
+    cache = cache0.clone()
+    out = torch.full((nb, hq * d), float("nan"), device=DEV)
+    for _ in range(2):
+        cache.copy_(cache0)
+        lib.call("q3t_batched_rope_attention_split", wdt(dtype), qkv.data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6,
+                 cos.data_ptr(), sin.data_ptr(), slot.data_ptr(), pos.data_ptr(), nb, hq, hkv, d, max_seq, scale, splits,
+                 scratch.data_ptr(), cache[0, layer, 0].data_ptr(), cache[0, layer, 1].data_ptr(),
+                 layers * 2 * max_seq, out.data_ptr(), stream())  # fmt: skip
+        counters = torch.stack([scratch[i * per_row + hq * splits * (d + 2) : (i + 1) * per_row] for i in range(nb)])
+        assert not counters.any(), "merge counters not back to 0"
+    want_cache = cache0.clone()
+    for r, s in enumerate(slot.tolist()):
+        if s < 0:
+            continue
+        kc, vc = want_cache[s, layer, 0], want_cache[s, layer, 1]
+        one_scratch = torch.zeros(per_row, device=DEV)
+        want = torch.full((hq * d,), float("nan"), device=DEV)
+        lib.call("q3t_rope_attention_split", wdt(dtype), qkv[r].data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6,
+                 cos.data_ptr(), sin.data_ptr(), pos[s:].data_ptr(), 0, hq, hkv, d, max_seq, scale, splits,
+                 one_scratch.data_ptr(), kc.data_ptr(), vc.data_ptr(), want.data_ptr(), stream())  # fmt: skip
+        assert_equal(out[r], want, f"row {r} (slot {s}, position {pos[s].item()}) output")
+    assert_equal(cache, want_cache, "caches (written rows, untouched slots and layers)")
+    assert not torch.equal(cache, cache0)
+
+
+def _short_inputs(g: torch.Generator, nb: int, n: int, hq: int, hkv: int, d: int, dtype: torch.dtype):  # noqa: ANN202
+    max_seq, layers = 16, 3
+    cache0 = torch.randn(nb, layers, 2, max_seq, hkv, d, device=DEV, generator=g).to(dtype)
+    qkv = torch.randn(nb, n, (hq + 2 * hkv) * d, device=DEV, generator=g)
+    qn = torch.rand(d, device=DEV, generator=g) + 0.5
+    kn = torch.rand(d, device=DEV, generator=g) + 0.5
+    return max_seq, layers, cache0, qkv, qn, kn
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("hq,hkv,d", [(16, 8, 128), (2, 1, 16)])
+@pytest.mark.parametrize("nb", [1, 3, 16])
+def test_batched_rope_attention_rows_equal_one_stream(lib: native.Native, dtype: torch.dtype, hq: int, hkv: int, d: int,
+                                                      nb: int) -> None:  # fmt: skip
+    """The CodePredictor's short attention for nb rows (each its own cache, one shared position) and
+    its first-positions form: every row's output and cache are the one-stream kernels' bit for bit."""
+    g = gen(nb * 31 + d + hq)
+    max_seq, layers, cache0, qkv, qn, kn = _short_inputs(g, nb, 2, hq, hkv, d, dtype)
+    cos, sin = _rope_tables(max_seq, d)
+    scale, layer, row_rows = d**-0.5, 2, layers * 2 * max_seq
+    p = torch.tensor([6], dtype=torch.int32, device=DEV)  # position 6 + 3
+    cache = cache0.clone()
+    out = torch.full((nb, hq * d), float("nan"), device=DEV)
+    qkv0 = qkv[:, 0].contiguous()  # one position per row
+    lib.call("q3t_batched_rope_attention", wdt(dtype), qkv0.data_ptr(), qn.data_ptr(), kn.data_ptr(),
+             1e-6, cos.data_ptr(), sin.data_ptr(), p.data_ptr(), 3, nb, hq, hkv, d, max_seq, scale,
+             cache[0, layer, 0].data_ptr(), cache[0, layer, 1].data_ptr(), row_rows, out.data_ptr(), stream())  # fmt: skip
+    want_cache = cache0.clone()
+    for r in range(nb):
+        want = torch.full((hq * d,), float("nan"), device=DEV)
+        lib.call("q3t_rope_attention", wdt(dtype), qkv0[r].data_ptr(), qn.data_ptr(), kn.data_ptr(),
+                 1e-6, cos.data_ptr(), sin.data_ptr(), p.data_ptr(), 3, hq, hkv, d, max_seq, scale,
+                 want_cache[r, layer, 0].data_ptr(), want_cache[r, layer, 1].data_ptr(), want.data_ptr(),
+                 stream())  # fmt: skip
+        assert_equal(out[r], want, f"row {r} output")
+    assert_equal(cache, want_cache, "caches")
+
+    n = 2
+    cache = cache0.clone()
+    out = torch.full((nb, n, hq * d), float("nan"), device=DEV)
+    lib.call("q3t_batched_rope_attention_first", wdt(dtype), qkv.data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6,
+             cos.data_ptr(), sin.data_ptr(), n, nb, hq, hkv, d, max_seq, scale, cache[0, layer, 0].data_ptr(),
+             cache[0, layer, 1].data_ptr(), row_rows, out.data_ptr(), stream())  # fmt: skip
+    want_cache = cache0.clone()
+    for r in range(nb):
+        want = torch.full((n, hq * d), float("nan"), device=DEV)
+        lib.call("q3t_rope_attention_first", wdt(dtype), qkv[r].data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6,
+                 cos.data_ptr(), sin.data_ptr(), n, hq, hkv, d, max_seq, scale, want_cache[r, layer, 0].data_ptr(),
+                 want_cache[r, layer, 1].data_ptr(), want.data_ptr(), stream())  # fmt: skip
+        assert_equal(out[r], want, f"row {r} first-positions output")
+    assert_equal(cache, want_cache, "caches after the first positions")
+
+
+def test_batched_attention_rejects_bad_shapes(lib: native.Native) -> None:
+    z = torch.zeros(64, device=DEV)
+    p = z.data_ptr()
+    with pytest.raises(native.NativeError, match="nb=17"):
+        lib.call("q3t_batched_rope_attention_split", native.F32, p, p, p, 1e-6, p, p, p, p, 17, 4, 2, 16, 64, 0.25, 1,
+                 None, p, p, 128, p, stream())  # fmt: skip
+    with pytest.raises(native.NativeError, match="slot_rows"):  # slots closer than one cache apart
+        lib.call("q3t_batched_rope_attention_split", native.F32, p, p, p, 1e-6, p, p, p, p, 2, 4, 2, 16, 64, 0.25, 1,
+                 None, p, p, 32, p, stream())  # fmt: skip
+    with pytest.raises(native.NativeError, match="max_seq"):
+        lib.call("q3t_batched_rope_attention", native.F32, p, p, p, 1e-6, p, p, None, 0, 2, 2, 1, 16, 65, 0.25, p, p,
+                 130, p, stream())  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------ sampling
+
+
+def _params(records: list[dict]) -> torch.Tensor:
+    """q3t_sample_params records (native.SAMPLE_PARAMS_DTYPE) on the device, as raw bytes."""
+    arr = np.zeros(len(records), dtype=native.SAMPLE_PARAMS_DTYPE)
+    for i, rec in enumerate(records):
+        for key, value in rec.items():
+            arr[i][key] = value
+    return torch.from_numpy(arr.view(np.uint8).copy()).to(DEV)
+
+
+def test_batched_sample_rows_equal_q3t_sample(lib: native.Native) -> None:
+    """Rows in shuffled slots with a mix of settings (greedy; sampled with temperature, top-k and
+    top-p; repetition penalty over each slot's seen set; EOS masked below min-new-tokens), each slot
+    its own seed and step: each row's code, seen set and embedding row are q3t_sample's with that
+    slot's arguments, bit for bit; a padding row writes nothing."""
+    v, slots, sup = 3072, 5, (2048, 3072)
+    eos = 2150
+    g = gen(7)
+    table = torch.randn(v, 48, device=DEV, generator=g)
+    records = [
+        dict(flags=0, temperature=1.0, top_k=0, top_p=1.0, penalty=1.05, eos=eos, min_new_tokens=2),
+        dict(flags=native.SAMPLE_DO_SAMPLE, temperature=0.9, top_k=50, top_p=1.0, penalty=1.05, eos=eos,
+             min_new_tokens=2),
+        dict(flags=native.SAMPLE_DO_SAMPLE, temperature=1.3, top_k=0, top_p=0.8, penalty=1.0, eos=eos, min_new_tokens=0),
+        dict(flags=native.SAMPLE_DO_SAMPLE, temperature=0.7, top_k=20, top_p=0.9, penalty=1.2, eos=-1, min_new_tokens=0),
+        dict(flags=0, temperature=1.0, top_k=0, top_p=1.0, penalty=1.0, eos=eos, min_new_tokens=9),
+    ]  # fmt: skip
+    params = _params(records)
+    seed = torch.tensor([11, 2**62 + 3, -5, 0, 77], dtype=torch.int64, device=DEV)
+    step = torch.tensor([0, 1, 5, 40, 3], dtype=torch.int32, device=DEV)
+    slot = torch.tensor([3, 0, 4, -1, 2, 1], dtype=torch.int32, device=DEV)
+    nb = slot.numel()
+    for trial in range(6):
+        logits = torch.randn(nb, v, device=DEV, generator=g) * 3
+        logits[:, eos] = 8.0  # EOS on top: masked where the slot's step is below its min-new-tokens
+        seen0 = (torch.rand(slots, v, device=DEV, generator=g) < 0.02).to(torch.uint8)
+        seen = seen0.clone()
+        codes = torch.full((nb, 16), -7, dtype=torch.int32, device=DEV)
+        rows = torch.full((nb, 64), float("nan"), device=DEV)
+        lib.call("q3t_batched_sample", logits.data_ptr(), v, nb, slot.data_ptr(), params.data_ptr(), seed.data_ptr(),
+                 step.data_ptr(), seen.data_ptr(), sup[0], sup[1], 4, codes[:, 3:].data_ptr(), 16, native.F32,
+                 table.data_ptr(), v, 48, rows.data_ptr(), 64, stream())  # fmt: skip
+        want_seen = seen0.clone()
+        for r, s in enumerate(slot.tolist()):
+            if s < 0:
+                assert (codes[r] == -7).all() and rows[r].isnan().all(), "padding row written"
+                continue
+            rec = records[s]
+            out = torch.zeros(1, dtype=torch.int32, device=DEV)
+            row = torch.full((48,), float("nan"), device=DEV)
+            lib.call("q3t_sample", logits[r].data_ptr(), v, want_seen[s].data_ptr(), rec["penalty"], rec["eos"],
+                     rec["min_new_tokens"], sup[0], sup[1], rec["flags"], rec["temperature"], rec["top_k"], rec["top_p"],
+                     seed[s:].data_ptr(), 4, step[s:].data_ptr(), out.data_ptr(), native.F32, table.data_ptr(), v, 48,
+                     row.data_ptr(), stream())  # fmt: skip
+            assert int(codes[r, 3]) == int(out), f"trial {trial} row {r} (slot {s}): {int(codes[r, 3])} vs {int(out)}"
+            assert_equal(rows[r, :48], row, f"row {r} embedding row")
+            assert (codes[r, :3] == -7).all() and (codes[r, 4:] == -7).all(), "wrote outside its code"
+        assert_equal(seen, want_seen, f"trial {trial} seen sets")
+        step += 1
+
+
+def test_batched_sample_seeded_draws_ignore_batch_mates(lib: native.Native) -> None:
+    """A sampled slot draws the same ids alone (nb = 1) as in a batch of 8 with other slots, other
+    logits and other settings; its draws follow its own seed (another seed gives other ids)."""
+    v = 2048
+    g = gen(3)
+    records = [dict(flags=native.SAMPLE_DO_SAMPLE, temperature=1.5, top_k=100, top_p=0.95, penalty=1.0, eos=-1,
+                    min_new_tokens=0)] * 8  # fmt: skip
+    params = _params(records)
+    seed = torch.arange(100, 108, dtype=torch.int64, device=DEV)
+    step = torch.zeros(8, dtype=torch.int32, device=DEV)
+    alone_slot = torch.tensor([5], dtype=torch.int32, device=DEV)
+    batch_slot = torch.tensor([0, 7, 5, 1, 2, 3, 4, 6], dtype=torch.int32, device=DEV)
+    alone, batched = [], []
+    for _ in range(40):
+        logits = torch.randn(8, v, device=DEV, generator=g)
+        out1 = torch.zeros(1, dtype=torch.int32, device=DEV)
+        out8 = torch.zeros(8, dtype=torch.int32, device=DEV)
+        lib.call("q3t_batched_sample", logits[2].data_ptr(), v, 1, alone_slot.data_ptr(), params.data_ptr(),
+                 seed.data_ptr(), step.data_ptr(), None, 0, 0, 0, out1.data_ptr(), 1, 0, None, 0, 0, None, 0,
+                 stream())  # fmt: skip
+        lib.call("q3t_batched_sample", logits.data_ptr(), v, 8, batch_slot.data_ptr(), params.data_ptr(),
+                 seed.data_ptr(), step.data_ptr(), None, 0, 0, 0, out8.data_ptr(), 1, 0, None, 0, 0, None, 0,
+                 stream())  # fmt: skip
+        alone.append(int(out1))
+        batched.append(int(out8[2]))
+        step += 1
+    assert alone == batched
+    assert len(set(alone)) > 10  # really sampled
+    # Another seed, the same logits and steps: other draws.
+    draws = {}
+    for value in (105, 106):
+        seed[5] = value
+        step.zero_()
+        logits = torch.zeros(1, v, device=DEV)  # uniform: the draw is all seed
+        out = []
+        for _ in range(10):
+            out1 = torch.zeros(1, dtype=torch.int32, device=DEV)
+            lib.call("q3t_batched_sample", logits.data_ptr(), v, 1, alone_slot.data_ptr(), params.data_ptr(),
+                     seed.data_ptr(), step.data_ptr(), None, 0, 0, 0, out1.data_ptr(), 1, 0, None, 0, 0, None, 0,
+                     stream())  # fmt: skip
+            out.append(int(out1))
+            step += 1
+        draws[value] = out
+    assert draws[105] != draws[106]
+
+
+# ------------------------------------------------------------------------------------------ embed, norm, state
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_batched_embed_sum_rows_equal_q3t_embed_sum(lib: native.Native, dtype: torch.dtype) -> None:
+    """Each row's 16-code sum plus its slot's trailing row (or pad past the slot's own trailing length)
+    is q3t_embed_sum's bit for bit; a padding row is zeros."""
+    g = gen(5)
+    h, rows0, rows, slots, max_trailing = 96, 3072, 2048, 4, 6
+    tables = [torch.randn(rows0, h, device=DEV, generator=g).to(dtype)]
+    tables += [torch.randn(rows, h, device=DEV, generator=g).to(dtype) for _ in range(15)]
+    ptrs = torch.tensor([t.data_ptr() for t in tables], dtype=torch.int64, device=DEV)
+    trailing = torch.randn(slots, max_trailing, h, device=DEV, generator=g)
+    n_trailing = torch.tensor([6, 0, 3, 9], dtype=torch.int32, device=DEV)  # 9: capped at max_trailing
+    pad = torch.randn(slots, h, device=DEV, generator=g)
+    step = torch.tensor([2, 0, 3, 5], dtype=torch.int32, device=DEV)  # slot 2 is one past its 3 rows
+    slot = torch.tensor([2, -1, 0, 3, 1], dtype=torch.int32, device=DEV)
+    nb = slot.numel()
+    codes = torch.randint(0, rows, (nb, 16), device=DEV, generator=g, dtype=torch.int32)
+    codes[:, 0] = torch.tensor([2150, 5, 3000, 17, 2047], dtype=torch.int32)
+    out = torch.full((nb, h), float("nan"), device=DEV)
+    lib.call("q3t_batched_embed_sum", wdt(dtype), ptrs.data_ptr(), 16, rows0, rows, h, codes.data_ptr(), nb,
+             slot.data_ptr(), trailing.data_ptr(), max_trailing, n_trailing.data_ptr(), pad.data_ptr(), step.data_ptr(),
+             out.data_ptr(), stream())  # fmt: skip
+    for r, s in enumerate(slot.tolist()):
+        if s < 0:
+            assert not out[r].any(), "padding row not zeros"
+            continue
+        want = torch.full((h,), float("nan"), device=DEV)
+        n = min(int(n_trailing[s]), max_trailing)
+        lib.call("q3t_embed_sum", wdt(dtype), ptrs.data_ptr(), 16, rows0, rows, h, codes[r].data_ptr(),
+                 trailing[s].data_ptr(), n, pad[s].data_ptr(), step[s:].data_ptr(), want.data_ptr(), stream())  # fmt: skip
+        assert_equal(out[r], want, f"row {r} (slot {s})")
+    ref = sum(tables[j][codes[2, j].long()].double() for j in range(16)) + trailing[0, 2].double()
+    assert_close(out[2], ref, F32_TOL, "row 2 (slot 0, trailing row 2) vs float64")
+    ref = sum(tables[j][codes[0, j].long()].double() for j in range(16)) + pad[2].double()
+    assert_close(out[0], ref, F32_TOL, "row 0 (slot 2, past its trailing rows: pad) vs float64")
+
+
+def test_batched_rmsnorm_rows_equal_q3t_rmsnorm(lib: native.Native) -> None:
+    g = gen(8)
+    for n, nb in ((64, 1), (2048, 5), (1024, 16)):
+        x = torch.randn(nb, n, device=DEV, generator=g) * torch.linspace(0.1, 10, nb, device=DEV)[:, None]
+        w = torch.rand(n, device=DEV, generator=g) + 0.5
+        y = torch.full_like(x, float("nan"))
+        lib.call("q3t_batched_rmsnorm", x.data_ptr(), w.data_ptr(), y.data_ptr(), n, nb, 1e-6, stream())
+        for r in range(nb):
+            want = torch.full((n,), float("nan"), device=DEV)
+            lib.call("q3t_rmsnorm", x[r].data_ptr(), w.data_ptr(), want.data_ptr(), n, 1e-6, stream())
+            assert_equal(y[r], want, f"n={n} row {r}")
+
+
+def test_batched_store_codes_and_advance(lib: native.Native) -> None:
+    slots, max_frames = 4, 5
+    pos = torch.tensor([10, 20, 30, 40], dtype=torch.int32, device=DEV)
+    step = torch.tensor([0, 3, 4, 5], dtype=torch.int32, device=DEV)  # slot 3 is past its history
+    history = torch.full((slots, max_frames, 16), -1, dtype=torch.int32, device=DEV)
+    slot = torch.tensor([1, -1, 3, 0], dtype=torch.int32, device=DEV)
+    codes = torch.arange(4 * 16, dtype=torch.int32, device=DEV).view(4, 16)
+    lib.call("q3t_batched_store_codes", codes.data_ptr(), 16, 4, slot.data_ptr(), step.data_ptr(), history.data_ptr(),
+             max_frames, stream())  # fmt: skip
+    lib.call("q3t_batched_advance", slot.data_ptr(), 4, pos.data_ptr(), step.data_ptr(), stream())
+    lib.call("q3t_batched_advance", slot.data_ptr(), 4, None, step.data_ptr(), stream())
+    want = torch.full_like(history, -1)
+    want[1, 3] = codes[0]
+    want[0, 0] = codes[3]
+    assert_equal(history, want, "history")
+    assert pos.tolist() == [11, 21, 30, 41]  # slot 2 has no row
+    assert step.tolist() == [2, 5, 4, 7]
+
+
+# ------------------------------------------------------------------------------------------ a batched frame loop
+
+
+class BatchedFrames:
+    """A test harness, not the backend: the frame of kernel_backend.py for up to `nb` streams at once,
+    launched eagerly (no graph) through the batched kernels. The weights and tables come from a
+    KernelBackend of the same model; each stream owns a slot of the Talker cache
+    [slots, layers, 2, max_seq, kv, hd], prefilled by the torch Talker into that slot's block. The
+    CodePredictor runs one position at a time (positions 0 and 1 apart), its cache per row."""
+
+    def __init__(self, kb, nb: int, slots: int, max_seq: int, max_frames: int) -> None:  # noqa: ANN001
+        from wyoming_qwen3tts.backends.kernel_backend import NUM_GROUPS
+
+        self.kb, self.nb, self.max_seq, self.max_frames = kb, nb, max_seq, max_frames
+        tc, cc, dev = kb.tc, kb.cc, kb.device
+        assert kb.proj_w is None or kb.cp_proj_tables is not None, "needs the projected CodePredictor tables"
+        f32, i32 = dict(dtype=torch.float32, device=dev), dict(dtype=torch.int32, device=dev)
+        self.groups = NUM_GROUPS
+        self.cache = torch.zeros(slots, tc.num_hidden_layers, 2, max_seq, tc.num_key_value_heads, tc.head_dim,
+                                 dtype=kb.model.dtype, device=dev)  # fmt: skip
+        self.cp_cache = torch.zeros(nb, cc.num_hidden_layers, 2, NUM_GROUPS, cc.num_key_value_heads, cc.head_dim,
+                                    dtype=kb.model.dtype, device=dev)  # fmt: skip
+        self.pos, self.step = torch.zeros(slots, **i32), torch.zeros(slots, **i32)
+        self.seed = torch.zeros(slots, dtype=torch.int64, device=dev)
+        self.params_code0, self.params_sub = _params([{}] * slots), _params([{}] * slots)
+        self.seen = torch.zeros(slots, tc.vocab_size, dtype=torch.uint8, device=dev)
+        self.trailing = torch.zeros(slots, max_frames, tc.hidden_size, **f32)
+        self.n_trailing = torch.zeros(slots, **i32)
+        self.pad = torch.zeros(slots, tc.hidden_size, **f32)
+        self.history = torch.full((slots, max_frames, NUM_GROUPS), -1, **i32)
+        self.slot = torch.full((nb,), -1, **i32)
+        self.x, self.hn = torch.zeros(nb, tc.hidden_size, **f32), torch.zeros(nb, tc.hidden_size, **f32)
+        self.cx, self.e1 = torch.zeros(nb, cc.hidden_size, **f32), torch.zeros(nb, cc.hidden_size, **f32)
+        self.cur = torch.zeros(nb, NUM_GROUPS, **i32)
+        self.logits, self.cp_logits = torch.zeros(nb, tc.vocab_size, **f32), torch.zeros(nb, cc.vocab_size, **f32)
+        self.work = {id(st): (torch.zeros(nb, (st.cfg.num_attention_heads + 2 * st.cfg.num_key_value_heads)
+                                          * st.cfg.head_dim, **f32),
+                              torch.zeros(nb, st.cfg.num_attention_heads * st.cfg.head_dim, **f32),
+                              torch.zeros(nb, st.cfg.intermediate_size, **f32))
+                     for st in (kb.talk, kb.cp)}  # fmt: skip
+        hq = tc.num_attention_heads
+        self.scratch = torch.zeros(nb * (hq * kb.attn_splits * (tc.head_dim + 2) + hq), **f32)
+
+    def admit(self, row: int, slot: int, prompt, sampling, seed: int) -> None:  # noqa: ANN001
+        """Prefill `prompt` into `slot` (torch Talker, between steps) and give it row `row`."""
+        from wyoming_qwen3tts.backends.kernel_backend import MIN_NEW_TOKENS, NO_EOS
+        from wyoming_qwen3tts.model.talker import KVCache
+
+        kb, tc = self.kb, self.kb.tc
+        with torch.inference_mode():
+            view = KVCache(tc, 1, kb.model.dtype, kb.device)
+            view.data, view.max_seq = self.cache[slot], self.max_seq
+            h = kb.model.talker.model(prompt.embeds.to(kb.model.dtype), view)[-1]
+            self.hn[row].copy_(h.float())
+        m = min(prompt.trailing.shape[0], self.max_frames)
+        self.trailing[slot, :m].copy_(prompt.trailing[:m].float())
+        self.n_trailing[slot] = m
+        self.pad[slot].copy_(prompt.pad.float())
+        self.pos[slot], self.step[slot], self.seed[slot] = prompt.length, 0, seed
+        self.seen[slot].zero_()
+        code0 = _params([dict(flags=native.SAMPLE_DO_SAMPLE if sampling.do_sample else 0,
+                              temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
+                              penalty=sampling.repetition_penalty, eos=kb.eos_id,
+                              min_new_tokens=NO_EOS if sampling.suppress_eos else MIN_NEW_TOKENS)])
+        sub = _params([dict(flags=native.SAMPLE_DO_SAMPLE if sampling.subtalker_do_sample else 0,
+                            temperature=sampling.subtalker_temperature, top_k=sampling.subtalker_top_k,
+                            top_p=sampling.subtalker_top_p, penalty=1.0, eos=-1, min_new_tokens=0)])  # fmt: skip
+        n = native.SAMPLE_PARAMS_DTYPE.itemsize
+        self.params_code0[slot * n : (slot + 1) * n].copy_(code0)
+        self.params_sub[slot * n : (slot + 1) * n].copy_(sub)
+        self.slot[row] = slot
+
+    def _layers(self, st, x: torch.Tensor, pos_add: int | None) -> None:  # noqa: ANN001
+        """Every layer of a stack for all rows: the Talker (pos_add None: each row's slot and position)
+        or the CodePredictor at position pos_add."""
+        lib, wd, c, nb, s = self.kb.lib, self.kb.wdtype, st.cfg, self.nb, stream()
+        hq, hkv, hd, eps = c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rms_norm_eps
+        qkv, attn, mlp = self.work[id(st)]
+        for i, L in enumerate(st.layers):
+            lib.call("q3t_batched_gemv", wd, L.qkv.data_ptr(), L.qkv.shape[0], c.hidden_size, x.data_ptr(), nb,
+                     L.in_norm.data_ptr(), eps, None, qkv.data_ptr(), native.GEMV_STORE, s)  # fmt: skip
+            if pos_add is None:
+                lib.call("q3t_batched_rope_attention_split", wd, qkv.data_ptr(), L.q_norm.data_ptr(),
+                         L.k_norm.data_ptr(), eps, st.cos.data_ptr(), st.sin.data_ptr(), self.slot.data_ptr(),
+                         self.pos.data_ptr(), nb, hq, hkv, hd, self.max_seq, st.scale, st.splits,
+                         self.scratch.data_ptr(), self.cache[0, i, 0].data_ptr(), self.cache[0, i, 1].data_ptr(),
+                         self.cache.shape[1] * 2 * self.max_seq, attn.data_ptr(), s)  # fmt: skip
+            else:
+                lib.call("q3t_batched_rope_attention", wd, qkv.data_ptr(), L.q_norm.data_ptr(), L.k_norm.data_ptr(),
+                         eps, st.cos.data_ptr(), st.sin.data_ptr(), None, pos_add, nb, hq, hkv, hd, st.max_seq,
+                         st.scale, self.cp_cache[0, i, 0].data_ptr(), self.cp_cache[0, i, 1].data_ptr(),
+                         self.cp_cache.shape[1] * 2 * self.groups, attn.data_ptr(), s)  # fmt: skip
+            lib.call("q3t_batched_gemv", wd, L.o.data_ptr(), c.hidden_size, hq * hd, attn.data_ptr(), nb, None, eps,
+                     None, x.data_ptr(), native.GEMV_ADD, s)  # fmt: skip
+            lib.call("q3t_batched_gemv", wd, L.gate_up.data_ptr(), 2 * c.intermediate_size, c.hidden_size,
+                     x.data_ptr(), nb, L.post_norm.data_ptr(), eps, None, mlp.data_ptr(), native.GEMV_SWIGLU, s)  # fmt: skip
+            lib.call("q3t_batched_gemv", wd, L.down.data_ptr(), c.hidden_size, c.intermediate_size, mlp.data_ptr(), nb,
+                     None, eps, None, x.data_ptr(), native.GEMV_ADD, s)  # fmt: skip
+
+    def _row_table(self, j: int) -> tuple[int, int, int, int]:
+        """dtype, table, rows, width of CodePredictor position j's input rows (code j - 1's table)."""
+        kb = self.kb
+        rows = kb.tc.vocab_size if j == 1 else kb.cc.vocab_size
+        if kb.cp_proj_tables is not None:
+            return native.F32, kb.cp_proj_tables[j - 1].data_ptr(), rows, kb.cc.hidden_size
+        table = kb.codec_emb if j == 1 else kb.cp_emb[j - 2]
+        return kb.wdtype, table.data_ptr(), rows, kb.cc.hidden_size
+
+    def step_frame(self) -> None:
+        kb, lib, wd, tc, cc, nb, s = self.kb, self.kb.lib, self.kb.wdtype, self.kb.tc, self.kb.cc, self.nb, stream()
+        slot, seed, step = self.slot.data_ptr(), self.seed.data_ptr(), self.step.data_ptr()
+        lib.call("q3t_batched_gemv", wd, kb.codec_head.data_ptr(), tc.vocab_size, tc.hidden_size, self.hn.data_ptr(),
+                 nb, None, 0.0, None, self.logits.data_ptr(), native.GEMV_STORE, s)  # fmt: skip
+        # Code 0; its embedding row waits beside the CodePredictor stream until position 0 has run.
+        lib.call("q3t_batched_sample", self.logits.data_ptr(), tc.vocab_size, nb, slot, self.params_code0.data_ptr(),
+                 seed, step, self.seen.data_ptr(), tc.vocab_size - 1024, tc.vocab_size, 0, self.cur.data_ptr(),
+                 self.groups, *self._row_table(1), self.e1.data_ptr(), cc.hidden_size, s)  # fmt: skip
+        if kb.proj_w is not None:
+            lib.call("q3t_batched_gemv", wd, kb.proj_w.data_ptr(), cc.hidden_size, tc.hidden_size, self.hn.data_ptr(),
+                     nb, None, 0.0, kb.proj_b.data_ptr(), self.cx.data_ptr(), native.GEMV_STORE, s)  # fmt: skip
+        else:
+            self.cx.copy_(self.hn)
+        self._layers(kb.cp, self.cx, 0)
+        self.cx.copy_(self.e1)
+        for j in range(1, self.groups):
+            self._layers(kb.cp, self.cx, j)
+            lib.call("q3t_batched_gemv", wd, kb.lm_heads[j - 1].data_ptr(), cc.vocab_size, cc.hidden_size,
+                     self.cx.data_ptr(), nb, kb.cp_norm.data_ptr(), cc.rms_norm_eps, None, self.cp_logits.data_ptr(),
+                     native.GEMV_STORE, s)  # fmt: skip
+            row = (*self._row_table(j + 1), self.cx.data_ptr(), cc.hidden_size) if j + 1 < self.groups else (
+                0, None, 0, 0, None, 0)  # fmt: skip
+            lib.call("q3t_batched_sample", self.cp_logits.data_ptr(), cc.vocab_size, nb, slot,
+                     self.params_sub.data_ptr(), seed, step, None, 0, 0, j, self.cur[:, j:].data_ptr(), self.groups,
+                     *row, s)  # fmt: skip
+        lib.call("q3t_batched_store_codes", self.cur.data_ptr(), self.groups, nb, slot, step, self.history.data_ptr(),
+                 self.max_frames, s)  # fmt: skip
+        lib.call("q3t_batched_embed_sum", wd, kb.emb_tables.data_ptr(), self.groups, tc.vocab_size, cc.vocab_size,
+                 tc.hidden_size, self.cur.data_ptr(), nb, slot, self.trailing.data_ptr(), self.max_frames,
+                 self.n_trailing.data_ptr(), self.pad.data_ptr(), step, self.x.data_ptr(), s)  # fmt: skip
+        self._layers(kb.talk, self.x, None)
+        lib.call("q3t_batched_rmsnorm", self.x.data_ptr(), kb.final_norm.data_ptr(), self.hn.data_ptr(),
+                 tc.hidden_size, nb, tc.rms_norm_eps, s)  # fmt: skip
+        lib.call("q3t_batched_advance", slot, nb, self.pos.data_ptr(), step, s)
+
+    def run(self, plan: list[tuple[int, int, int, object, object, int, int]]) -> dict[int, np.ndarray]:
+        """plan: (join step, row, slot, prompt, sampling, seed, frames) per stream; a stream leaves
+        (its row pads again) after its frames. Returns each slot's codes [frames, 16]."""
+        last = max(join + frames for join, *_, frames in plan)
+        for t in range(last):
+            for join, row, slot, prompt, sampling, seed, frames in plan:
+                if t == join:
+                    self.admit(row, slot, prompt, sampling, seed)
+                if t == join + frames:
+                    self.slot[row] = -1
+            self.step_frame()
+        torch.cuda.synchronize()
+        return {slot: self.history[slot, :frames].cpu().numpy().astype(np.int64)
+                for _, _, slot, _, _, _, frames in plan}  # fmt: skip
+
+
+def _text_ids(n: int, seed: int) -> list[int]:
+    rng = np.random.default_rng(seed)
+    return [151644, 77091, 198, *[int(t) for t in rng.integers(300, 20000, size=n)], 151645, 198, 151644, 77091, 198]
+
+
+def _model(path: Path):  # noqa: ANN202
+    from wyoming_qwen3tts.model.checkpoint import load_checkpoint
+    from wyoming_qwen3tts.model.talker import Qwen3TTSModel
+
+    ck = load_checkpoint(path, dtype=torch.float32, device=DEV)
+    model = Qwen3TTSModel.from_tensors(ck.config, ck.tensors, dtype=torch.float32, device=DEV)
+    with torch.no_grad():
+        model.talker.codec_head.weight[2150].zero_()  # no EOS: every frame is compared
+    return model
+
+
+@pytest.mark.parametrize("size", ["tiny", "tiny-0.6b"])
+def test_batched_frames_equal_one_stream_backend(tiny_checkpoint: Path, tiny_checkpoint_06b: Path,
+                                                 lib: native.Native, size: str) -> None:  # fmt: skip
+    """Three streams of different speakers, languages and prompt lengths in shuffled slots of a
+    4-row step (padding rows while fewer run), the third joining at step 5 and the first leaving
+    early: float32 greedy codes of each equal the one-stream kernel backend's, frame for frame.
+    Then seeded sampling: a stream's codes are the same alone as next to two others (they do not
+    depend on their batch-mates), and another seed changes them."""
+    from wyoming_qwen3tts.backends.kernel_backend import KernelBackend
+    from wyoming_qwen3tts.model.prompt import build_prompt
+    from wyoming_qwen3tts.request import SamplingParams
+
+    model = _model(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b)
+    kb = KernelBackend(model)
+    kb.graph_prefill = False  # the harness prefills eagerly: the same torch matmuls, the same prompt state
+    prompts = [build_prompt(model, _text_ids(12, 1), "ryan", "english"),
+               build_prompt(model, _text_ids(5, 2), "vivian", "chinese"),
+               build_prompt(model, _text_ids(30, 3), "ryan", "english", non_streaming_text=False)]  # fmt: skip
+    greedy = SamplingParams.greedy()
+    frames = [20, 32, 24]
+    want = [kb.start(p, greedy, 0, n).next_frames(n) for p, n in zip(prompts, frames)]
+    harness = BatchedFrames(kb, nb=4, slots=5, max_seq=256, max_frames=64)
+    plan = [(0, 2, 3, prompts[0], greedy, 0, frames[0]), (0, 0, 1, prompts[1], greedy, 0, frames[1]),
+            (5, 3, 4, prompts[2], greedy, 0, frames[2])]  # fmt: skip
+    got = harness.run(plan)
+    for i, (_, _, slot, *_rest) in enumerate(plan):
+        mism = np.argwhere(got[slot] != want[i])
+        assert mism.size == 0, f"stream {i}: first mismatch at frame/code {mism[0].tolist()} of {frames[i]}"
+
+    sampled = SamplingParams()
+    alone = BatchedFrames(kb, nb=1, slots=1, max_seq=256, max_frames=64).run([(0, 0, 0, prompts[0], sampled, 42, 24)])
+    mates = BatchedFrames(kb, nb=4, slots=5, max_seq=256, max_frames=64).run(
+        [(0, 1, 2, prompts[1], sampled, 7, 30), (2, 3, 4, prompts[0], sampled, 42, 24),
+         (0, 0, 0, prompts[2], greedy, 0, 26)])  # fmt: skip
+    assert np.array_equal(alone[0], mates[4]), "a sampled stream's codes changed with its batch-mates"
+    other = BatchedFrames(kb, nb=1, slots=1, max_seq=256, max_frames=64).run([(0, 0, 0, prompts[0], sampled, 43, 24)])
+    assert not np.array_equal(alone[0], other[0])
