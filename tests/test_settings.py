@@ -149,8 +149,10 @@ def test_handler_config_takes_the_settings_of_its_names() -> None:
     from wyoming_qwen3tts.handler import HandlerConfig
 
     settings = load_settings(["--max-text-chars", "77", "--seed", "4", "--idle-timeout", "9", "--write-timeout", "8",
-                              "--max-sentence-chars", "50", "--max-event-bytes", "5000"])  # fmt: skip
+                              "--max-sentence-chars", "50", "--max-event-bytes", "5000",
+                              "--max-pending-requests", "3"])  # fmt: skip
     config = HandlerConfig(**settings.values_for(HandlerConfig))
     assert {f.name: getattr(config, f.name) for f in fields(HandlerConfig)} == dict(
-        max_text_chars=77, max_sentence_chars=50, seed=4, max_event_bytes=5000, idle_timeout=9.0, write_timeout=8.0
+        max_text_chars=77, max_sentence_chars=50, seed=4, max_event_bytes=5000, idle_timeout=9.0, write_timeout=8.0,
+        max_pending_requests=3,
     )
