@@ -40,7 +40,7 @@ import sys
 sys.path.insert(0, {str(TESTS_DIR)!r})
 from test_handler import FakeEngine
 from wyoming_qwen3tts import engine, __main__
-engine.Engine.from_pretrained = classmethod(lambda cls, model, **kw: FakeEngine(frame_delay=0.005))
+engine.Engine.from_pretrained = classmethod(lambda cls, model, *args, **kw: FakeEngine(frame_delay=0.005))
 sys.argv[0] = "wyoming-qwen3tts"
 __main__.run()
 """
