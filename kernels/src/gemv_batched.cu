@@ -179,7 +179,6 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<MODE, NB, R>()))
     float ss = 0.f;  // thread b < NB: row b's sum of squares so far
     const float4* xv = reinterpret_cast<const float4*>(x);
     const float4* gv = reinterpret_cast<const float4*>(norm_w);
-    const float4 zero4 = make_float4(0.f, 0.f, 0.f, 0.f);
     int j = 0;  // the lane's next chunk: c = first + j * lanes
     for (int t = 0; t < tiles; ++t) {
         if (t > 0) __syncthreads();  // every warp is done with the previous tile
@@ -193,7 +192,9 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<MODE, NB, R>()))
 #pragma unroll
             for (int q = 0; q < kStage; ++q) {
                 const int i = i0 + q * NW, b = i / nseg, f = (i % nseg) * Q3T_WARP + lane;  // f: float4 in the tile
-                a[q] = (i < items && 4 * f < n && b < nb) ? xv[((size_t)b * k + lo) / 4 + f] : zero4;
+                // A value, not a named zero, on the false side: `c ? xv[i] : zero4` selects between two
+                // lvalues, i.e. two addresses, and hipcc then keeps zero4 in scratch memory.
+                a[q] = (i < items && 4 * f < n && b < nb) ? xv[((size_t)b * k + lo) / 4 + f] : make_float4(0.f, 0.f, 0.f, 0.f);
             }
 #pragma unroll
             for (int q = 0; q < kStage; ++q) {
