@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 import torch
 
-from test_kernels_gpu import gen, lib, rel, stream  # noqa: F401 - lib is the module's fixture too
+from test_kernels_gpu import gen, ops, rel  # noqa: F401 - ops is the module's fixture too
 from wyoming_qwen3tts import native
+from wyoming_qwen3tts.backends.kernels.ops import Ops
 
 pytestmark = pytest.mark.gpu
 
@@ -27,10 +28,6 @@ DEV = "cuda"
 F32_TOL = 1e-5
 BF16_TOL = 1e-2
 NBS = (1, 2, 3, 5, 8, 16)
-
-
-def wdt(dtype: torch.dtype) -> int:
-    return native.F32 if dtype == torch.float32 else native.BF16
 
 
 def assert_equal(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
@@ -94,11 +91,9 @@ def _gemv_reference(w: torch.Tensor, x: torch.Tensor, nw: torch.Tensor | None, b
     return r + bias.double() if bias is not None else r
 
 
-def _batched_gemv(lib: native.Native, w: torch.Tensor, x: torch.Tensor, nw: torch.Tensor | None,
+def _batched_gemv(ops: Ops, w: torch.Tensor, x: torch.Tensor, nw: torch.Tensor | None,
                   bias: torch.Tensor | None, y: torch.Tensor, mode: int, eps: float = 1e-6) -> torch.Tensor:  # fmt: skip
-    lib.call("q3t_batched_gemv", wdt(w.dtype), w.data_ptr(), w.shape[0], w.shape[1], x.data_ptr(), x.shape[0],
-             nw.data_ptr() if nw is not None else None, eps, bias.data_ptr() if bias is not None else None, y.data_ptr(),
-             mode, stream())  # fmt: skip
+    ops.batched_gemv(w, x, y, mode=mode, norm_w=nw, eps=eps, bias=bias)
     return y
 
 
@@ -106,15 +101,15 @@ def _batched_gemv(lib: native.Native, w: torch.Tensor, x: torch.Tensor, nw: torc
 @pytest.mark.parametrize("mode", [native.GEMV_STORE, native.GEMV_ADD, native.GEMV_SWIGLU])
 @pytest.mark.parametrize("with_norm", [False, True])
 @pytest.mark.parametrize("n,k", GEMV_SHAPES)
-def test_batched_gemv(lib: native.Native, dtype: torch.dtype, mode: int, with_norm: bool, n: int, k: int) -> None:
+def test_batched_gemv(ops: Ops, dtype: torch.dtype, mode: int, with_norm: bool, n: int, k: int) -> None:
     """At nb in 1, 2, 3, 5, 8, 16: every row within 1e-5 of float64 on the same weights (bf16: 1e-2 of
     float32 weights), each row bit for bit its nb = 1 result, and within 1e-5 of q3t_gemv."""
     w, w32, x, nw, bias, y0 = _gemv_inputs(n, k, dtype, mode, n * 13 + k + 5 * mode + int(with_norm))
     norm = nw if with_norm else None
-    alone = torch.stack([_batched_gemv(lib, w, x[r : r + 1], norm, bias, y0[r : r + 1].clone(), mode)[0]
+    alone = torch.stack([_batched_gemv(ops, w, x[r : r + 1], norm, bias, y0[r : r + 1].clone(), mode)[0]
                          for r in range(16)])  # fmt: skip
     for nb in NBS:
-        got = _batched_gemv(lib, w, x[:nb].contiguous(), norm, bias, y0[:nb].clone(), mode)
+        got = _batched_gemv(ops, w, x[:nb].contiguous(), norm, bias, y0[:nb].clone(), mode)
         assert torch.isfinite(got).all(), f"nb={nb}: not finite"
         assert_equal(got, alone[:nb], f"nb={nb} rows vs the same rows at nb=1")
     assert_close(alone, _gemv_reference(w.float(), x, norm, bias, y0, mode, 1e-6), F32_TOL, "vs float64, same weights")
@@ -122,40 +117,39 @@ def test_batched_gemv(lib: native.Native, dtype: torch.dtype, mode: int, with_no
         assert_close(alone, _gemv_reference(w32, x, norm, bias, y0, mode, 1e-6), BF16_TOL, "bf16 vs float32 weights")
     one = y0.clone()
     for r in range(16):
-        lib.call("q3t_gemv", wdt(dtype), w.data_ptr(), n, k, x[r].data_ptr(), norm.data_ptr() if norm is not None else None,
-                 1e-6, bias.data_ptr() if bias is not None else None, one[r].data_ptr(), mode, stream())  # fmt: skip
+        ops.gemv(w, x[r], one[r], mode=mode, norm_w=norm, eps=1e-6, bias=bias)
     assert_close(alone, one, F32_TOL, "vs q3t_gemv")
     print(f"{n}x{k} {dtype} mode {mode} norm {with_norm}: bit-equal to q3t_gemv: {torch.equal(alone, one)}")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_batched_gemv_rows_never_mix(lib: native.Native, dtype: torch.dtype) -> None:
+def test_batched_gemv_rows_never_mix(ops: Ops, dtype: torch.dtype) -> None:
     """A row of NaN (and one of huge values) in the batch changes no other row's bits."""
     n, k = 1024, 3072
     for mode in (native.GEMV_STORE, native.GEMV_ADD, native.GEMV_SWIGLU):
         w, _, x, nw, bias, y0 = _gemv_inputs(n, k, dtype, mode, 99 + mode)
-        want = _batched_gemv(lib, w, x[:16].contiguous(), nw, bias, y0.clone(), mode)
+        want = _batched_gemv(ops, w, x[:16].contiguous(), nw, bias, y0.clone(), mode)
         bad = x.clone()
         bad[3] = float("nan")
         bad[7] = 3e38
-        got = _batched_gemv(lib, w, bad, nw, bias, y0.clone(), mode)
+        got = _batched_gemv(ops, w, bad, nw, bias, y0.clone(), mode)
         keep = [r for r in range(16) if r not in (3, 7)]
         assert_equal(got[keep], want[keep], f"mode {mode}: rows next to NaN / huge rows")
         assert got[3].isnan().all()
 
 
-def test_batched_gemv_rejects_bad_arguments(lib: native.Native) -> None:
+def test_batched_gemv_rejects_bad_arguments(ops: Ops) -> None:
     z = torch.zeros(17 * 64 + 4, device=DEV)
-    p = z.data_ptr()
+    w, y = z[: 4 * 64].view(4, 64), z[: 17 * 4].view(17, 4)
     for nb in (0, 17):
         with pytest.raises(native.NativeError, match=f"nb={nb}"):
-            lib.call("q3t_batched_gemv", native.F32, p, 4, 64, p, nb, None, 1e-6, None, p, native.GEMV_STORE, stream())
+            ops.batched_gemv(w, z[: nb * 64].view(nb, 64), y)
     with pytest.raises(native.NativeError, match="multiple of 8"):  # bf16 rows of K = 100 are not 16-byte chunks
-        lib.call("q3t_batched_gemv", native.BF16, p, 4, 100, p, 2, None, 1e-6, None, p, native.GEMV_STORE, stream())
+        ops.batched_gemv(torch.zeros(4, 100, dtype=torch.bfloat16, device=DEV), z[:200].view(2, 100), y)
     with pytest.raises(native.NativeError, match="aligned"):
-        lib.call("q3t_batched_gemv", native.F32, p, 4, 64, p + 4, 2, None, 1e-6, None, p, native.GEMV_STORE, stream())
+        ops.batched_gemv(w, z[1 : 1 + 128].view(2, 64), y)
     with pytest.raises(native.NativeError, match="even row count"):
-        lib.call("q3t_batched_gemv", native.F32, p, 5, 64, p, 2, None, 1e-6, None, p, native.GEMV_SWIGLU, stream())
+        ops.batched_gemv(z[: 5 * 64].view(5, 64), z[:128].view(2, 64), y, mode=native.GEMV_SWIGLU)
 
 
 # ------------------------------------------------------------------------------------------ attention
@@ -171,7 +165,7 @@ def _rope_tables(max_seq: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("hq,hkv,d", [(16, 8, 128), (4, 2, 16)])
 @pytest.mark.parametrize("splits", [1, 32])
-def test_batched_rope_attention_split_rows_equal_one_stream(lib: native.Native, dtype: torch.dtype, hq: int, hkv: int,
+def test_batched_rope_attention_split_rows_equal_one_stream(ops: Ops, dtype: torch.dtype, hq: int, hkv: int,
                                                             d: int, splits: int) -> None:  # fmt: skip
     """Rows in shuffled slots at different positions (0 .. 1000), one padding row: each row's output
     and its slot's cache are q3t_rope_attention_split's on that slot alone, bit for bit; the slots no
@@ -196,10 +190,9 @@ def test_batched_rope_attention_split_rows_equal_one_stream(lib: native.Native, 
     out = torch.full((nb, hq * d), float("nan"), device=DEV)
     for _ in range(2):
         cache.copy_(cache0)
-        lib.call("q3t_batched_rope_attention_split", wdt(dtype), qkv.data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6,
-                 cos.data_ptr(), sin.data_ptr(), slot.data_ptr(), pos.data_ptr(), nb, hq, hkv, d, max_seq, scale, splits,
-                 scratch.data_ptr(), cache[0, layer, 0].data_ptr(), cache[0, layer, 1].data_ptr(),
-                 layers * 2 * max_seq, out.data_ptr(), stream())  # fmt: skip
+        ops.batched_rope_attention_split(qkv, qn, kn, cos, sin, cache[0, layer, 0], cache[0, layer, 1], out, slot=slot,
+                                         pos=pos, slot_rows=layers * 2 * max_seq, eps=1e-6, scale=scale, splits=splits,
+                                         scratch=scratch)  # fmt: skip
         counters = torch.stack([scratch[i * per_row + hq * splits * (d + 2) : (i + 1) * per_row] for i in range(nb)])
         assert not counters.any(), "merge counters not back to 0"
     want_cache = cache0.clone()
@@ -209,9 +202,8 @@ def test_batched_rope_attention_split_rows_equal_one_stream(lib: native.Native, 
         kc, vc = want_cache[s, layer, 0], want_cache[s, layer, 1]
         one_scratch = torch.zeros(per_row, device=DEV)
         want = torch.full((hq * d,), float("nan"), device=DEV)
-        lib.call("q3t_rope_attention_split", wdt(dtype), qkv[r].data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6,
-                 cos.data_ptr(), sin.data_ptr(), pos[s:].data_ptr(), 0, hq, hkv, d, max_seq, scale, splits,
-                 one_scratch.data_ptr(), kc.data_ptr(), vc.data_ptr(), want.data_ptr(), stream())  # fmt: skip
+        ops.rope_attention_split(qkv[r], qn, kn, cos, sin, kc, vc, want, eps=1e-6, scale=scale, splits=splits,
+                                 scratch=one_scratch, pos=pos[s:])  # fmt: skip
         assert_equal(out[r], want, f"row {r} (slot {s}, position {pos[s].item()}) output")
     assert_equal(cache, want_cache, "caches (written rows, untouched slots and layers)")
     assert not torch.equal(cache, cache0)
@@ -229,7 +221,7 @@ def _short_inputs(g: torch.Generator, nb: int, n: int, hq: int, hkv: int, d: int
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("hq,hkv,d", [(16, 8, 128), (2, 1, 16)])
 @pytest.mark.parametrize("nb", [1, 3, 16])
-def test_batched_rope_attention_rows_equal_one_stream(lib: native.Native, dtype: torch.dtype, hq: int, hkv: int, d: int,
+def test_batched_rope_attention_rows_equal_one_stream(ops: Ops, dtype: torch.dtype, hq: int, hkv: int, d: int,
                                                       nb: int) -> None:  # fmt: skip
     """The CodePredictor's short attention for nb rows (each its own cache, one shared position) and
     its first-positions form: every row's output and cache are the one-stream kernels' bit for bit."""
@@ -241,47 +233,44 @@ def test_batched_rope_attention_rows_equal_one_stream(lib: native.Native, dtype:
     cache = cache0.clone()
     out = torch.full((nb, hq * d), float("nan"), device=DEV)
     qkv0 = qkv[:, 0].contiguous()  # one position per row
-    lib.call("q3t_batched_rope_attention", wdt(dtype), qkv0.data_ptr(), qn.data_ptr(), kn.data_ptr(),
-             1e-6, cos.data_ptr(), sin.data_ptr(), p.data_ptr(), 3, nb, hq, hkv, d, max_seq, scale,
-             cache[0, layer, 0].data_ptr(), cache[0, layer, 1].data_ptr(), row_rows, out.data_ptr(), stream())  # fmt: skip
+    ops.batched_rope_attention(qkv0, qn, kn, cos, sin, cache[0, layer, 0], cache[0, layer, 1], out, row_rows=row_rows,
+                               eps=1e-6, scale=scale, pos=p, pos_add=3)  # fmt: skip
     want_cache = cache0.clone()
     for r in range(nb):
         want = torch.full((hq * d,), float("nan"), device=DEV)
-        lib.call("q3t_rope_attention", wdt(dtype), qkv0[r].data_ptr(), qn.data_ptr(), kn.data_ptr(),
-                 1e-6, cos.data_ptr(), sin.data_ptr(), p.data_ptr(), 3, hq, hkv, d, max_seq, scale,
-                 want_cache[r, layer, 0].data_ptr(), want_cache[r, layer, 1].data_ptr(), want.data_ptr(),
-                 stream())  # fmt: skip
+        ops.rope_attention(qkv0[r], qn, kn, cos, sin, want_cache[r, layer, 0], want_cache[r, layer, 1], want, eps=1e-6,
+                           scale=scale, pos=p, pos_add=3)  # fmt: skip
         assert_equal(out[r], want, f"row {r} output")
     assert_equal(cache, want_cache, "caches")
 
     n = 2
     cache = cache0.clone()
     out = torch.full((nb, n, hq * d), float("nan"), device=DEV)
-    lib.call("q3t_batched_rope_attention_first", wdt(dtype), qkv.data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6,
-             cos.data_ptr(), sin.data_ptr(), n, nb, hq, hkv, d, max_seq, scale, cache[0, layer, 0].data_ptr(),
-             cache[0, layer, 1].data_ptr(), row_rows, out.data_ptr(), stream())  # fmt: skip
+    ops.batched_rope_attention_first(qkv, qn, kn, cos, sin, cache[0, layer, 0], cache[0, layer, 1], out,
+                                     row_rows=row_rows, eps=1e-6, scale=scale)  # fmt: skip
     want_cache = cache0.clone()
     for r in range(nb):
         want = torch.full((n, hq * d), float("nan"), device=DEV)
-        lib.call("q3t_rope_attention_first", wdt(dtype), qkv[r].data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6,
-                 cos.data_ptr(), sin.data_ptr(), n, hq, hkv, d, max_seq, scale, want_cache[r, layer, 0].data_ptr(),
-                 want_cache[r, layer, 1].data_ptr(), want.data_ptr(), stream())  # fmt: skip
+        ops.rope_attention_first(qkv[r], qn, kn, cos, sin, want_cache[r, layer, 0], want_cache[r, layer, 1], want,
+                                 eps=1e-6, scale=scale)  # fmt: skip
         assert_equal(out[r], want, f"row {r} first-positions output")
     assert_equal(cache, want_cache, "caches after the first positions")
 
 
-def test_batched_attention_rejects_bad_shapes(lib: native.Native) -> None:
+def test_batched_attention_rejects_bad_shapes(ops: Ops) -> None:
+    # Raw calls on purpose: the typed wrappers read these sizes off consistent tensors.
+    lib, stream = ops.lib, torch.cuda.current_stream().cuda_stream
     z = torch.zeros(64, device=DEV)
     p = z.data_ptr()
     with pytest.raises(native.NativeError, match="nb=17"):
         lib.call("q3t_batched_rope_attention_split", native.F32, p, p, p, 1e-6, p, p, p, p, 17, 4, 2, 16, 64, 0.25, 1,
-                 None, p, p, 128, p, stream())  # fmt: skip
+                 None, p, p, 128, p, stream)  # fmt: skip
     with pytest.raises(native.NativeError, match="slot_rows"):  # slots closer than one cache apart
         lib.call("q3t_batched_rope_attention_split", native.F32, p, p, p, 1e-6, p, p, p, p, 2, 4, 2, 16, 64, 0.25, 1,
-                 None, p, p, 32, p, stream())  # fmt: skip
+                 None, p, p, 32, p, stream)  # fmt: skip
     with pytest.raises(native.NativeError, match="max_seq"):
         lib.call("q3t_batched_rope_attention", native.F32, p, p, p, 1e-6, p, p, None, 0, 2, 2, 1, 16, 65, 0.25, p, p,
-                 130, p, stream())  # fmt: skip
+                 130, p, stream)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------ sampling
@@ -296,7 +285,7 @@ def _params(records: list[dict]) -> torch.Tensor:
     return torch.from_numpy(arr.view(np.uint8).copy()).to(DEV)
 
 
-def test_batched_sample_rows_equal_q3t_sample(lib: native.Native) -> None:
+def test_batched_sample_rows_equal_q3t_sample(ops: Ops) -> None:
     """Rows in shuffled slots with a mix of settings (greedy; sampled with temperature, top-k and
     top-p; repetition penalty over each slot's seen set; EOS masked below min-new-tokens), each slot
     its own seed and step: each row's code, seen set and embedding row are q3t_sample's with that
@@ -325,9 +314,8 @@ def test_batched_sample_rows_equal_q3t_sample(lib: native.Native) -> None:
         seen = seen0.clone()
         codes = torch.full((nb, 16), -7, dtype=torch.int32, device=DEV)
         rows = torch.full((nb, 64), float("nan"), device=DEV)
-        lib.call("q3t_batched_sample", logits.data_ptr(), v, nb, slot.data_ptr(), params.data_ptr(), seed.data_ptr(),
-                 step.data_ptr(), seen.data_ptr(), sup[0], sup[1], 4, codes[:, 3:].data_ptr(), 16, native.F32,
-                 table.data_ptr(), v, 48, rows.data_ptr(), 64, stream())  # fmt: skip
+        ops.batched_sample(logits, codes[:, 3:], slot=slot, params=params, seed=seed, step=step, seen=seen, suppress=sup,
+                           stream_id=4, out_stride=16, row_table=table, row_out=rows, row_stride=64)  # fmt: skip
         want_seen = seen0.clone()
         for r, s in enumerate(slot.tolist()):
             if s < 0:
@@ -336,10 +324,11 @@ def test_batched_sample_rows_equal_q3t_sample(lib: native.Native) -> None:
             rec = records[s]
             out = torch.zeros(1, dtype=torch.int32, device=DEV)
             row = torch.full((48,), float("nan"), device=DEV)
-            lib.call("q3t_sample", logits[r].data_ptr(), v, want_seen[s].data_ptr(), rec["penalty"], rec["eos"],
-                     rec["min_new_tokens"], sup[0], sup[1], rec["flags"], rec["temperature"], rec["top_k"], rec["top_p"],
-                     seed[s:].data_ptr(), 4, step[s:].data_ptr(), out.data_ptr(), native.F32, table.data_ptr(), v, 48,
-                     row.data_ptr(), stream())  # fmt: skip
+            ops.sample(logits[r], out, seen=want_seen[s], penalty=rec["penalty"], eos=rec["eos"],
+                       min_new_tokens=rec["min_new_tokens"], suppress=sup,
+                       do_sample=bool(rec["flags"] & native.SAMPLE_DO_SAMPLE), temperature=rec["temperature"],
+                       top_k=rec["top_k"], top_p=rec["top_p"], seed=seed[s:], stream_id=4, step=step[s:],
+                       row_table=table, row_out=row)  # fmt: skip
             assert int(codes[r, 3]) == int(out), f"trial {trial} row {r} (slot {s}): {int(codes[r, 3])} vs {int(out)}"
             assert_equal(rows[r, :48], row, f"row {r} embedding row")
             assert (codes[r, :3] == -7).all() and (codes[r, 4:] == -7).all(), "wrote outside its code"
@@ -347,7 +336,7 @@ def test_batched_sample_rows_equal_q3t_sample(lib: native.Native) -> None:
         step += 1
 
 
-def test_batched_sample_seeded_draws_ignore_batch_mates(lib: native.Native) -> None:
+def test_batched_sample_seeded_draws_ignore_batch_mates(ops: Ops) -> None:
     """A sampled slot draws the same ids alone (nb = 1) as in a batch of 8 with other slots, other
     logits and other settings; its draws follow its own seed (another seed gives other ids)."""
     v = 2048
@@ -364,12 +353,8 @@ def test_batched_sample_seeded_draws_ignore_batch_mates(lib: native.Native) -> N
         logits = torch.randn(8, v, device=DEV, generator=g)
         out1 = torch.zeros(1, dtype=torch.int32, device=DEV)
         out8 = torch.zeros(8, dtype=torch.int32, device=DEV)
-        lib.call("q3t_batched_sample", logits[2].data_ptr(), v, 1, alone_slot.data_ptr(), params.data_ptr(),
-                 seed.data_ptr(), step.data_ptr(), None, 0, 0, 0, out1.data_ptr(), 1, 0, None, 0, 0, None, 0,
-                 stream())  # fmt: skip
-        lib.call("q3t_batched_sample", logits.data_ptr(), v, 8, batch_slot.data_ptr(), params.data_ptr(),
-                 seed.data_ptr(), step.data_ptr(), None, 0, 0, 0, out8.data_ptr(), 1, 0, None, 0, 0, None, 0,
-                 stream())  # fmt: skip
+        ops.batched_sample(logits[2:3], out1, slot=alone_slot, params=params, seed=seed, step=step)
+        ops.batched_sample(logits, out8, slot=batch_slot, params=params, seed=seed, step=step)
         alone.append(int(out1))
         batched.append(int(out8[2]))
         step += 1
@@ -384,9 +369,7 @@ def test_batched_sample_seeded_draws_ignore_batch_mates(lib: native.Native) -> N
         out = []
         for _ in range(10):
             out1 = torch.zeros(1, dtype=torch.int32, device=DEV)
-            lib.call("q3t_batched_sample", logits.data_ptr(), v, 1, alone_slot.data_ptr(), params.data_ptr(),
-                     seed.data_ptr(), step.data_ptr(), None, 0, 0, 0, out1.data_ptr(), 1, 0, None, 0, 0, None, 0,
-                     stream())  # fmt: skip
+            ops.batched_sample(logits, out1, slot=alone_slot, params=params, seed=seed, step=step)
             out.append(int(out1))
             step += 1
         draws[value] = out
@@ -397,7 +380,7 @@ def test_batched_sample_seeded_draws_ignore_batch_mates(lib: native.Native) -> N
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_batched_embed_sum_rows_equal_q3t_embed_sum(lib: native.Native, dtype: torch.dtype) -> None:
+def test_batched_embed_sum_rows_equal_q3t_embed_sum(ops: Ops, dtype: torch.dtype) -> None:
     """Each row's 16-code sum plus its slot's trailing row (or pad past the slot's own trailing length)
     is q3t_embed_sum's bit for bit; a padding row is zeros."""
     g = gen(5)
@@ -414,17 +397,15 @@ def test_batched_embed_sum_rows_equal_q3t_embed_sum(lib: native.Native, dtype: t
     codes = torch.randint(0, rows, (nb, 16), device=DEV, generator=g, dtype=torch.int32)
     codes[:, 0] = torch.tensor([2150, 5, 3000, 17, 2047], dtype=torch.int32)
     out = torch.full((nb, h), float("nan"), device=DEV)
-    lib.call("q3t_batched_embed_sum", wdt(dtype), ptrs.data_ptr(), 16, rows0, rows, h, codes.data_ptr(), nb,
-             slot.data_ptr(), trailing.data_ptr(), max_trailing, n_trailing.data_ptr(), pad.data_ptr(), step.data_ptr(),
-             out.data_ptr(), stream())  # fmt: skip
+    ops.batched_embed_sum(tables, ptrs, codes, out, slot=slot, trailing=trailing, n_trailing=n_trailing, pad=pad,
+                          step=step)  # fmt: skip
     for r, s in enumerate(slot.tolist()):
         if s < 0:
             assert not out[r].any(), "padding row not zeros"
             continue
         want = torch.full((h,), float("nan"), device=DEV)
         n = min(int(n_trailing[s]), max_trailing)
-        lib.call("q3t_embed_sum", wdt(dtype), ptrs.data_ptr(), 16, rows0, rows, h, codes[r].data_ptr(),
-                 trailing[s].data_ptr(), n, pad[s].data_ptr(), step[s:].data_ptr(), want.data_ptr(), stream())  # fmt: skip
+        ops.embed_sum(tables, ptrs, codes[r], trailing[s, :n], pad[s], step[s:], want)
         assert_equal(out[r], want, f"row {r} (slot {s})")
     ref = sum(tables[j][codes[2, j].long()].double() for j in range(16)) + trailing[0, 2].double()
     assert_close(out[2], ref, F32_TOL, "row 2 (slot 0, trailing row 2) vs float64")
@@ -432,30 +413,29 @@ def test_batched_embed_sum_rows_equal_q3t_embed_sum(lib: native.Native, dtype: t
     assert_close(out[0], ref, F32_TOL, "row 0 (slot 2, past its trailing rows: pad) vs float64")
 
 
-def test_batched_rmsnorm_rows_equal_q3t_rmsnorm(lib: native.Native) -> None:
+def test_batched_rmsnorm_rows_equal_q3t_rmsnorm(ops: Ops) -> None:
     g = gen(8)
     for n, nb in ((64, 1), (2048, 5), (1024, 16)):
         x = torch.randn(nb, n, device=DEV, generator=g) * torch.linspace(0.1, 10, nb, device=DEV)[:, None]
         w = torch.rand(n, device=DEV, generator=g) + 0.5
         y = torch.full_like(x, float("nan"))
-        lib.call("q3t_batched_rmsnorm", x.data_ptr(), w.data_ptr(), y.data_ptr(), n, nb, 1e-6, stream())
+        ops.batched_rmsnorm(x, w, y, eps=1e-6)
         for r in range(nb):
             want = torch.full((n,), float("nan"), device=DEV)
-            lib.call("q3t_rmsnorm", x[r].data_ptr(), w.data_ptr(), want.data_ptr(), n, 1e-6, stream())
+            ops.rmsnorm(x[r], w, want, eps=1e-6)
             assert_equal(y[r], want, f"n={n} row {r}")
 
 
-def test_batched_store_codes_and_advance(lib: native.Native) -> None:
+def test_batched_store_codes_and_advance(ops: Ops) -> None:
     slots, max_frames = 4, 5
     pos = torch.tensor([10, 20, 30, 40], dtype=torch.int32, device=DEV)
     step = torch.tensor([0, 3, 4, 5], dtype=torch.int32, device=DEV)  # slot 3 is past its history
     history = torch.full((slots, max_frames, 16), -1, dtype=torch.int32, device=DEV)
     slot = torch.tensor([1, -1, 3, 0], dtype=torch.int32, device=DEV)
     codes = torch.arange(4 * 16, dtype=torch.int32, device=DEV).view(4, 16)
-    lib.call("q3t_batched_store_codes", codes.data_ptr(), 16, 4, slot.data_ptr(), step.data_ptr(), history.data_ptr(),
-             max_frames, stream())  # fmt: skip
-    lib.call("q3t_batched_advance", slot.data_ptr(), 4, pos.data_ptr(), step.data_ptr(), stream())
-    lib.call("q3t_batched_advance", slot.data_ptr(), 4, None, step.data_ptr(), stream())
+    ops.batched_store_codes(codes, history, slot=slot, step=step)
+    ops.batched_advance(slot, pos=pos, step=step)
+    ops.batched_advance(slot, pos=None, step=step)
     want = torch.full_like(history, -1)
     want[1, 3] = codes[0]
     want[0, 0] = codes[3]
@@ -468,24 +448,31 @@ def test_batched_store_codes_and_advance(lib: native.Native) -> None:
 
 
 class BatchedFrames:
-    """A test harness, not the backend: the frame of kernel_backend.py for up to `nb` streams at once,
-    launched eagerly (no graph) through the batched kernels. The weights and tables come from a
-    KernelBackend of the same model; each stream owns a slot of the Talker cache
+    """A test harness, not the backend: the frame of backends/kernels/frame.py for up to `nb` streams at
+    once, launched eagerly (no graph) through the batched kernels. The weights come from a KernelBackend
+    of the same model (backend.weights); each stream owns a slot of the Talker cache
     [slots, layers, 2, max_seq, kv, hd], prefilled by the torch Talker into that slot's block. The
     CodePredictor runs one position at a time (positions 0 and 1 apart), its cache per row."""
 
     def __init__(self, kb, nb: int, slots: int, max_seq: int, max_frames: int) -> None:  # noqa: ANN001
-        from wyoming_qwen3tts.backends.kernel_backend import NUM_GROUPS
+        from wyoming_qwen3tts.backends.kernels.frame import NUM_GROUPS
+        from wyoming_qwen3tts.model.layers import rope_tables
 
-        self.kb, self.nb, self.max_seq, self.max_frames = kb, nb, max_seq, max_frames
-        tc, cc, dev = kb.tc, kb.cc, kb.device
-        assert kb.proj_w is None or kb.cp_proj_tables is not None, "needs the projected CodePredictor tables"
+        self.kb, self.ops, self.w = kb, kb.ops, kb.weights
+        self.nb, self.max_seq, self.max_frames = nb, max_seq, max_frames
+        self.tc, self.cc = tc, cc = kb.model.cfg.talker, kb.model.cfg.code_predictor
+        dev, dtype = kb.model.device, kb.model.dtype
         f32, i32 = dict(dtype=torch.float32, device=dev), dict(dtype=torch.int32, device=dev)
         self.groups = NUM_GROUPS
         self.cache = torch.zeros(slots, tc.num_hidden_layers, 2, max_seq, tc.num_key_value_heads, tc.head_dim,
-                                 dtype=kb.model.dtype, device=dev)  # fmt: skip
+                                 dtype=dtype, device=dev)  # fmt: skip
         self.cp_cache = torch.zeros(nb, cc.num_hidden_layers, 2, NUM_GROUPS, cc.num_key_value_heads, cc.head_dim,
-                                    dtype=kb.model.dtype, device=dev)  # fmt: skip
+                                    dtype=dtype, device=dev)  # fmt: skip
+        self.rope = {}
+        for cfg, n in ((tc, max_seq), (cc, NUM_GROUPS)):
+            cos, sin = rope_tables(torch.arange(n, device=dev), cfg.head_dim, cfg.rope_theta, torch.float32)
+            self.rope[id(cfg)] = (cos.contiguous(), sin.contiguous())
+        self.splits = kb.options.attn_splits
         self.pos, self.step = torch.zeros(slots, **i32), torch.zeros(slots, **i32)
         self.seed = torch.zeros(slots, dtype=torch.int64, device=dev)
         self.params_code0, self.params_sub = _params([{}] * slots), _params([{}] * slots)
@@ -499,24 +486,24 @@ class BatchedFrames:
         self.cx, self.e1 = torch.zeros(nb, cc.hidden_size, **f32), torch.zeros(nb, cc.hidden_size, **f32)
         self.cur = torch.zeros(nb, NUM_GROUPS, **i32)
         self.logits, self.cp_logits = torch.zeros(nb, tc.vocab_size, **f32), torch.zeros(nb, cc.vocab_size, **f32)
-        self.work = {id(st): (torch.zeros(nb, (st.cfg.num_attention_heads + 2 * st.cfg.num_key_value_heads)
-                                          * st.cfg.head_dim, **f32),
-                              torch.zeros(nb, st.cfg.num_attention_heads * st.cfg.head_dim, **f32),
-                              torch.zeros(nb, st.cfg.intermediate_size, **f32))
-                     for st in (kb.talk, kb.cp)}  # fmt: skip
+        self.work = {id(cfg): (torch.zeros(nb, (cfg.num_attention_heads + 2 * cfg.num_key_value_heads)
+                                           * cfg.head_dim, **f32),
+                               torch.zeros(nb, cfg.num_attention_heads * cfg.head_dim, **f32),
+                               torch.zeros(nb, cfg.intermediate_size, **f32))
+                     for cfg in (tc, cc)}  # fmt: skip
         hq = tc.num_attention_heads
-        self.scratch = torch.zeros(nb * (hq * kb.attn_splits * (tc.head_dim + 2) + hq), **f32)
+        self.scratch = torch.zeros(nb * (hq * self.splits * (tc.head_dim + 2) + hq), **f32)
 
     def admit(self, row: int, slot: int, prompt, sampling, seed: int) -> None:  # noqa: ANN001
         """Prefill `prompt` into `slot` (torch Talker, between steps) and give it row `row`."""
-        from wyoming_qwen3tts.backends.kernel_backend import MIN_NEW_TOKENS, NO_EOS
+        from wyoming_qwen3tts.backends.kernels.frame import MIN_NEW_TOKENS, NO_EOS
         from wyoming_qwen3tts.model.talker import KVCache
 
-        kb, tc = self.kb, self.kb.tc
+        model, tc = self.kb.model, self.tc
         with torch.inference_mode():
-            view = KVCache(tc, 1, kb.model.dtype, kb.device)
+            view = KVCache(tc, 1, model.dtype, model.device)
             view.data, view.max_seq = self.cache[slot], self.max_seq
-            h = kb.model.talker.model(prompt.embeds.to(kb.model.dtype), view)[-1]
+            h = model.talker.model(prompt.embeds.to(model.dtype), view)[-1]
             self.hn[row].copy_(h.float())
         m = min(prompt.trailing.shape[0], self.max_frames)
         self.trailing[slot, :m].copy_(prompt.trailing[:m].float())
@@ -526,7 +513,7 @@ class BatchedFrames:
         self.seen[slot].zero_()
         code0 = _params([dict(flags=native.SAMPLE_DO_SAMPLE if sampling.do_sample else 0,
                               temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
-                              penalty=sampling.repetition_penalty, eos=kb.eos_id,
+                              penalty=sampling.repetition_penalty, eos=self.kb.eos_id,
                               min_new_tokens=NO_EOS if sampling.suppress_eos else MIN_NEW_TOKENS)])
         sub = _params([dict(flags=native.SAMPLE_DO_SAMPLE if sampling.subtalker_do_sample else 0,
                             temperature=sampling.subtalker_temperature, top_k=sampling.subtalker_top_k,
@@ -536,77 +523,54 @@ class BatchedFrames:
         self.params_sub[slot * n : (slot + 1) * n].copy_(sub)
         self.slot[row] = slot
 
-    def _layers(self, st, x: torch.Tensor, pos_add: int | None) -> None:  # noqa: ANN001
-        """Every layer of a stack for all rows: the Talker (pos_add None: each row's slot and position)
-        or the CodePredictor at position pos_add."""
-        lib, wd, c, nb, s = self.kb.lib, self.kb.wdtype, st.cfg, self.nb, stream()
-        hq, hkv, hd, eps = c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rms_norm_eps
-        qkv, attn, mlp = self.work[id(st)]
-        for i, L in enumerate(st.layers):
-            lib.call("q3t_batched_gemv", wd, L.qkv.data_ptr(), L.qkv.shape[0], c.hidden_size, x.data_ptr(), nb,
-                     L.in_norm.data_ptr(), eps, None, qkv.data_ptr(), native.GEMV_STORE, s)  # fmt: skip
+    def _layers(self, stack, x: torch.Tensor, pos_add: int | None) -> None:  # noqa: ANN001
+        """Every layer of a stack (StackWeights) for all rows: the Talker (pos_add None: each row's slot
+        and position) or the CodePredictor at position pos_add."""
+        ops, c = self.ops, stack.cfg
+        hd, eps, scale = c.head_dim, c.rms_norm_eps, c.head_dim**-0.5
+        cos, sin = self.rope[id(c)]
+        qkv, attn, mlp = self.work[id(c)]
+        for i, L in enumerate(stack.layers):
+            ops.batched_gemv(L.qkv, x, qkv, norm_w=L.in_norm, eps=eps)
             if pos_add is None:
-                lib.call("q3t_batched_rope_attention_split", wd, qkv.data_ptr(), L.q_norm.data_ptr(),
-                         L.k_norm.data_ptr(), eps, st.cos.data_ptr(), st.sin.data_ptr(), self.slot.data_ptr(),
-                         self.pos.data_ptr(), nb, hq, hkv, hd, self.max_seq, st.scale, st.splits,
-                         self.scratch.data_ptr(), self.cache[0, i, 0].data_ptr(), self.cache[0, i, 1].data_ptr(),
-                         self.cache.shape[1] * 2 * self.max_seq, attn.data_ptr(), s)  # fmt: skip
+                ops.batched_rope_attention_split(qkv, L.q_norm, L.k_norm, cos, sin, self.cache[0, i, 0],
+                                                 self.cache[0, i, 1], attn, slot=self.slot, pos=self.pos,
+                                                 slot_rows=self.cache.shape[1] * 2 * self.max_seq, eps=eps,
+                                                 scale=scale, splits=self.splits, scratch=self.scratch)  # fmt: skip
             else:
-                lib.call("q3t_batched_rope_attention", wd, qkv.data_ptr(), L.q_norm.data_ptr(), L.k_norm.data_ptr(),
-                         eps, st.cos.data_ptr(), st.sin.data_ptr(), None, pos_add, nb, hq, hkv, hd, st.max_seq,
-                         st.scale, self.cp_cache[0, i, 0].data_ptr(), self.cp_cache[0, i, 1].data_ptr(),
-                         self.cp_cache.shape[1] * 2 * self.groups, attn.data_ptr(), s)  # fmt: skip
-            lib.call("q3t_batched_gemv", wd, L.o.data_ptr(), c.hidden_size, hq * hd, attn.data_ptr(), nb, None, eps,
-                     None, x.data_ptr(), native.GEMV_ADD, s)  # fmt: skip
-            lib.call("q3t_batched_gemv", wd, L.gate_up.data_ptr(), 2 * c.intermediate_size, c.hidden_size,
-                     x.data_ptr(), nb, L.post_norm.data_ptr(), eps, None, mlp.data_ptr(), native.GEMV_SWIGLU, s)  # fmt: skip
-            lib.call("q3t_batched_gemv", wd, L.down.data_ptr(), c.hidden_size, c.intermediate_size, mlp.data_ptr(), nb,
-                     None, eps, None, x.data_ptr(), native.GEMV_ADD, s)  # fmt: skip
-
-    def _row_table(self, j: int) -> tuple[int, int, int, int]:
-        """dtype, table, rows, width of CodePredictor position j's input rows (code j - 1's table)."""
-        kb = self.kb
-        rows = kb.tc.vocab_size if j == 1 else kb.cc.vocab_size
-        if kb.cp_proj_tables is not None:
-            return native.F32, kb.cp_proj_tables[j - 1].data_ptr(), rows, kb.cc.hidden_size
-        table = kb.codec_emb if j == 1 else kb.cp_emb[j - 2]
-        return kb.wdtype, table.data_ptr(), rows, kb.cc.hidden_size
+                ops.batched_rope_attention(qkv, L.q_norm, L.k_norm, cos, sin, self.cp_cache[0, i, 0],
+                                           self.cp_cache[0, i, 1], attn, row_rows=self.cp_cache.shape[1] * 2 * self.groups,
+                                           eps=eps, scale=scale, pos_add=pos_add)  # fmt: skip
+            ops.batched_gemv(L.o, attn, x, mode=native.GEMV_ADD)
+            ops.batched_gemv(L.gate_up, x, mlp, mode=native.GEMV_SWIGLU, norm_w=L.post_norm, eps=eps)
+            ops.batched_gemv(L.down, mlp, x, mode=native.GEMV_ADD)
 
     def step_frame(self) -> None:
-        kb, lib, wd, tc, cc, nb, s = self.kb, self.kb.lib, self.kb.wdtype, self.kb.tc, self.kb.cc, self.nb, stream()
-        slot, seed, step = self.slot.data_ptr(), self.seed.data_ptr(), self.step.data_ptr()
-        lib.call("q3t_batched_gemv", wd, kb.codec_head.data_ptr(), tc.vocab_size, tc.hidden_size, self.hn.data_ptr(),
-                 nb, None, 0.0, None, self.logits.data_ptr(), native.GEMV_STORE, s)  # fmt: skip
-        # Code 0; its embedding row waits beside the CodePredictor stream until position 0 has run.
-        lib.call("q3t_batched_sample", self.logits.data_ptr(), tc.vocab_size, nb, slot, self.params_code0.data_ptr(),
-                 seed, step, self.seen.data_ptr(), tc.vocab_size - 1024, tc.vocab_size, 0, self.cur.data_ptr(),
-                 self.groups, *self._row_table(1), self.e1.data_ptr(), cc.hidden_size, s)  # fmt: skip
-        if kb.proj_w is not None:
-            lib.call("q3t_batched_gemv", wd, kb.proj_w.data_ptr(), cc.hidden_size, tc.hidden_size, self.hn.data_ptr(),
-                     nb, None, 0.0, kb.proj_b.data_ptr(), self.cx.data_ptr(), native.GEMV_STORE, s)  # fmt: skip
+        ops, w, tc, cc = self.ops, self.w, self.tc, self.cc
+        state = dict(slot=self.slot, params=None, seed=self.seed, step=self.step)
+        ops.batched_gemv(w.codec_head, self.hn, self.logits)
+        # Code 0; its CodePredictor input row waits in e1 until position 0 has run.
+        ops.batched_sample(self.logits, self.cur, **(state | dict(params=self.params_code0)), seen=self.seen,
+                           suppress=(tc.vocab_size - 1024, tc.vocab_size), stream_id=0, out_stride=self.groups,
+                           row_table=w.cp_inputs[0], row_out=self.e1, row_stride=cc.hidden_size)  # fmt: skip
+        if w.proj_w is not None:
+            ops.batched_gemv(w.proj_w, self.hn, self.cx, bias=w.proj_b)
         else:
             self.cx.copy_(self.hn)
-        self._layers(kb.cp, self.cx, 0)
+        self._layers(w.code_predictor, self.cx, 0)
         self.cx.copy_(self.e1)
         for j in range(1, self.groups):
-            self._layers(kb.cp, self.cx, j)
-            lib.call("q3t_batched_gemv", wd, kb.lm_heads[j - 1].data_ptr(), cc.vocab_size, cc.hidden_size,
-                     self.cx.data_ptr(), nb, kb.cp_norm.data_ptr(), cc.rms_norm_eps, None, self.cp_logits.data_ptr(),
-                     native.GEMV_STORE, s)  # fmt: skip
-            row = (*self._row_table(j + 1), self.cx.data_ptr(), cc.hidden_size) if j + 1 < self.groups else (
-                0, None, 0, 0, None, 0)  # fmt: skip
-            lib.call("q3t_batched_sample", self.cp_logits.data_ptr(), cc.vocab_size, nb, slot,
-                     self.params_sub.data_ptr(), seed, step, None, 0, 0, j, self.cur[:, j:].data_ptr(), self.groups,
-                     *row, s)  # fmt: skip
-        lib.call("q3t_batched_store_codes", self.cur.data_ptr(), self.groups, nb, slot, step, self.history.data_ptr(),
-                 self.max_frames, s)  # fmt: skip
-        lib.call("q3t_batched_embed_sum", wd, kb.emb_tables.data_ptr(), self.groups, tc.vocab_size, cc.vocab_size,
-                 tc.hidden_size, self.cur.data_ptr(), nb, slot, self.trailing.data_ptr(), self.max_frames,
-                 self.n_trailing.data_ptr(), self.pad.data_ptr(), step, self.x.data_ptr(), s)  # fmt: skip
-        self._layers(kb.talk, self.x, None)
-        lib.call("q3t_batched_rmsnorm", self.x.data_ptr(), kb.final_norm.data_ptr(), self.hn.data_ptr(),
-                 tc.hidden_size, nb, tc.rms_norm_eps, s)  # fmt: skip
-        lib.call("q3t_batched_advance", slot, nb, self.pos.data_ptr(), step, s)
+            self._layers(w.code_predictor, self.cx, j)
+            ops.batched_gemv(w.lm_heads[j - 1], self.cx, self.cp_logits, norm_w=w.cp_norm, eps=cc.rms_norm_eps)
+            row = dict(row_table=w.cp_inputs[j], row_out=self.cx, row_stride=cc.hidden_size) if j + 1 < self.groups else {}
+            ops.batched_sample(self.cp_logits, self.cur[:, j:], **(state | dict(params=self.params_sub)), stream_id=j,
+                               out_stride=self.groups, **row)  # fmt: skip
+        ops.batched_store_codes(self.cur, self.history, slot=self.slot, step=self.step)
+        ops.batched_embed_sum(w.embeddings, w.embedding_ptrs, self.cur, self.x, slot=self.slot, trailing=self.trailing,
+                              n_trailing=self.n_trailing, pad=self.pad, step=self.step)  # fmt: skip
+        self._layers(w.talker, self.x, None)
+        ops.batched_rmsnorm(self.x, w.final_norm, self.hn, eps=tc.rms_norm_eps)
+        ops.batched_advance(self.slot, pos=self.pos, step=self.step)
 
     def run(self, plan: list[tuple[int, int, int, object, object, int, int]]) -> dict[int, np.ndarray]:
         """plan: (join step, row, slot, prompt, sampling, seed, frames) per stream; a stream leaves
@@ -642,19 +606,20 @@ def _model(path: Path):  # noqa: ANN202
 
 @pytest.mark.parametrize("size", ["tiny", "tiny-0.6b"])
 def test_batched_frames_equal_one_stream_backend(tiny_checkpoint: Path, tiny_checkpoint_06b: Path,
-                                                 lib: native.Native, size: str) -> None:  # fmt: skip
+                                                 ops: Ops, size: str) -> None:  # fmt: skip
     """Three streams of different speakers, languages and prompt lengths in shuffled slots of a
     4-row step (padding rows while fewer run), the third joining at step 5 and the first leaving
     early: float32 greedy codes of each equal the one-stream kernel backend's, frame for frame.
     Then seeded sampling: a stream's codes are the same alone as next to two others (they do not
     depend on their batch-mates), and another seed changes them."""
-    from wyoming_qwen3tts.backends.kernel_backend import KernelBackend
+    from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
+    from wyoming_qwen3tts.backends.kernels.options import KernelOptions
     from wyoming_qwen3tts.model.prompt import build_prompt
     from wyoming_qwen3tts.request import SamplingParams
 
     model = _model(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b)
-    kb = KernelBackend(model)
-    kb.graph_prefill = False  # the harness prefills eagerly: the same torch matmuls, the same prompt state
+    # The harness prefills eagerly: the backend too, for the same torch matmuls and the same prompt state.
+    kb = KernelBackend(model, KernelOptions(graph_prefill=False))
     prompts = [build_prompt(model, _text_ids(12, 1), "ryan", "english"),
                build_prompt(model, _text_ids(5, 2), "vivian", "chinese"),
                build_prompt(model, _text_ids(30, 3), "ryan", "english", non_streaming_text=False)]  # fmt: skip

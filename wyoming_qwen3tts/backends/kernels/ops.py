@@ -135,3 +135,97 @@ class Ops:
     def add_i32(self, counters: Tensor, delta: int, *, stream: int | None = None) -> None:
         """counters += delta on the device (int32)."""
         self.lib.call("q3t_add_i32", counters.data_ptr(), counters.numel(), delta, _stream(stream))
+
+    # -- the batched decode step: nb <= 16 rows (streams), per-slot state (q3t.h, last section) ------------
+
+    def batched_gemv(self, w: Tensor, x: Tensor, y: Tensor, *, mode: int = STORE, norm_w: Tensor | None = None,
+                     eps: float = 0.0, bias: Tensor | None = None, stream: int | None = None) -> None:  # fmt: skip
+        """gemv for each row of x [nb, K] into y [nb, ...], each weight row read once for all rows,
+        each row's sums in an order that does not depend on nb or the other rows."""
+        n, k = w.shape
+        self.lib.call("q3t_batched_gemv", dtype_code(w.dtype), w.data_ptr(), n, k, x.data_ptr(), x.shape[0],
+                      _ptr(norm_w), eps, _ptr(bias), y.data_ptr(), mode, _stream(stream))  # fmt: skip
+
+    def batched_rope_attention_split(self, qkv: Tensor, q_norm: Tensor, k_norm: Tensor, cos: Tensor, sin: Tensor,
+                                     k_cache: Tensor, v_cache: Tensor, out: Tensor, *, slot: Tensor, pos: Tensor,
+                                     slot_rows: int, eps: float, scale: float, splits: int,
+                                     scratch: Tensor | None, stream: int | None = None) -> None:  # fmt: skip
+        """The Talker's attention step for rows qkv [nb, ...]: row r in slot slot[r]'s cache at position
+        pos[slot[r]]; k_cache / v_cache [max_seq, kv_heads, head_dim] are slot 0's views of this layer,
+        slot s's lying slot_rows cache rows further on."""
+        max_seq, hkv, d = k_cache.shape
+        nb = qkv.shape[0]
+        self.lib.call("q3t_batched_rope_attention_split", dtype_code(k_cache.dtype), qkv.data_ptr(), q_norm.data_ptr(),
+                      k_norm.data_ptr(), eps, cos.data_ptr(), sin.data_ptr(), slot.data_ptr(), pos.data_ptr(), nb,
+                      out.numel() // (nb * d), hkv, d, max_seq, scale, splits, _ptr(scratch), k_cache.data_ptr(),
+                      v_cache.data_ptr(), slot_rows, out.data_ptr(), _stream(stream))  # fmt: skip
+
+    def batched_rope_attention(self, qkv: Tensor, q_norm: Tensor, k_norm: Tensor, cos: Tensor, sin: Tensor,
+                               k_cache: Tensor, v_cache: Tensor, out: Tensor, *, row_rows: int, eps: float,
+                               scale: float, pos: Tensor | None = None, pos_add: int = 0,
+                               stream: int | None = None) -> None:  # fmt: skip
+        """The short (CodePredictor) attention for rows qkv [nb, ...], all at position (pos[0] if pos) +
+        pos_add; row r's cache lies r * row_rows cache rows past row 0's views k_cache / v_cache."""
+        max_seq, hkv, d = k_cache.shape
+        nb = qkv.shape[0]
+        self.lib.call("q3t_batched_rope_attention", dtype_code(k_cache.dtype), qkv.data_ptr(), q_norm.data_ptr(),
+                      k_norm.data_ptr(), eps, cos.data_ptr(), sin.data_ptr(), _ptr(pos), pos_add, nb,
+                      out.numel() // (nb * d), hkv, d, max_seq, scale, k_cache.data_ptr(), v_cache.data_ptr(),
+                      row_rows, out.data_ptr(), _stream(stream))  # fmt: skip
+
+    def batched_rope_attention_first(self, qkv: Tensor, q_norm: Tensor, k_norm: Tensor, cos: Tensor, sin: Tensor,
+                                     k_cache: Tensor, v_cache: Tensor, out: Tensor, *, row_rows: int, eps: float,
+                                     scale: float, stream: int | None = None) -> None:  # fmt: skip
+        """rope_attention_first for rows qkv [nb, n, ...] -> out [nb, n, hq * d], row caches as above."""
+        max_seq, hkv, d = k_cache.shape
+        nb, n = qkv.shape[0], qkv.shape[1]
+        self.lib.call("q3t_batched_rope_attention_first", dtype_code(k_cache.dtype), qkv.data_ptr(), q_norm.data_ptr(),
+                      k_norm.data_ptr(), eps, cos.data_ptr(), sin.data_ptr(), n, nb, out.numel() // (nb * n * d), hkv,
+                      d, max_seq, scale, k_cache.data_ptr(), v_cache.data_ptr(), row_rows, out.data_ptr(),
+                      _stream(stream))  # fmt: skip
+
+    def batched_sample(self, logits: Tensor, out_codes: Tensor, *, slot: Tensor, params: Tensor, seed: Tensor,
+                       step: Tensor, seen: Tensor | None = None, suppress: tuple[int, int] = (0, 0),
+                       stream_id: int = 0, out_stride: int = 1, row_table: Tensor | None = None,
+                       row_out: Tensor | None = None, row_stride: int = 0,
+                       stream: int | None = None) -> None:  # fmt: skip
+        """One draw per row of logits [nb, v] with its slot's params (native.SAMPLE_PARAMS_DTYPE records,
+        as a uint8 device array), seed and step into out_codes[r * out_stride]; seen [slots, v] (the
+        penalty's code-0 sets) or None; with row_table, row_out[r * row_stride:] = its drawn row."""
+        nb, v = logits.shape
+        row_dtype, rows, h = (0, 0, 0) if row_table is None else (dtype_code(row_table.dtype), *row_table.shape)
+        self.lib.call("q3t_batched_sample", logits.data_ptr(), v, nb, slot.data_ptr(), params.data_ptr(),
+                      seed.data_ptr(), step.data_ptr(), _ptr(seen), suppress[0], suppress[1], stream_id,
+                      out_codes.data_ptr(), out_stride, row_dtype, _ptr(row_table), rows, h, _ptr(row_out), row_stride,
+                      _stream(stream))  # fmt: skip
+
+    def batched_embed_sum(self, tables: Sequence[Tensor], table_ptrs: Tensor, codes: Tensor, out: Tensor, *,
+                          slot: Tensor, trailing: Tensor, n_trailing: Tensor, pad: Tensor, step: Tensor,
+                          stream: int | None = None) -> None:  # fmt: skip
+        """embed_sum for rows codes [nb, n_tables] -> out [nb, h], each with its slot's trailing text
+        (trailing [slots, max_trailing, h], n_trailing [slots]) and pad [slots, h]."""
+        if table_ptrs.numel() != len(tables):
+            raise ValueError(f"{len(tables)} tables but {table_ptrs.numel()} pointers")
+        rows_first, h = tables[0].shape
+        rows = tables[1].shape[0] if len(tables) > 1 else rows_first
+        self.lib.call("q3t_batched_embed_sum", dtype_code(tables[0].dtype), table_ptrs.data_ptr(), len(tables),
+                      rows_first, rows, h, codes.data_ptr(), codes.shape[0], slot.data_ptr(), trailing.data_ptr(),
+                      trailing.shape[1], n_trailing.data_ptr(), pad.data_ptr(), step.data_ptr(), out.data_ptr(),
+                      _stream(stream))  # fmt: skip
+
+    def batched_rmsnorm(self, x: Tensor, weight: Tensor, out: Tensor, *, eps: float, stream: int | None = None) -> None:
+        """rmsnorm of each row of x [nb, n]."""
+        nb, n = x.shape
+        self.lib.call("q3t_batched_rmsnorm", x.data_ptr(), weight.data_ptr(), out.data_ptr(), n, nb, eps, _stream(stream))
+
+    def batched_store_codes(self, codes: Tensor, history: Tensor, *, slot: Tensor, step: Tensor,
+                            stream: int | None = None) -> None:  # fmt: skip
+        """history [slots, max_frames, n][slot[r], step[slot[r]]] = codes [nb, n][r], inside the history only."""
+        nb, n = codes.shape
+        self.lib.call("q3t_batched_store_codes", codes.data_ptr(), n, nb, slot.data_ptr(), step.data_ptr(),
+                      history.data_ptr(), history.shape[1], _stream(stream))  # fmt: skip
+
+    def batched_advance(self, slot: Tensor, *, pos: Tensor | None, step: Tensor | None,
+                        stream: int | None = None) -> None:  # fmt: skip
+        """pos[s] += 1 and step[s] += 1 for each row's slot s = slot[r] (either may be None)."""
+        self.lib.call("q3t_batched_advance", slot.data_ptr(), slot.numel(), _ptr(pos), _ptr(step), _stream(stream))
