@@ -7,10 +7,13 @@ temperatures, units) and what the voice should say.  Below the table: the pieces
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from wyoming_qwen3tts.text import detect_language, speakable
 from wyoming_qwen3tts.text.markdown import MarkdownBlocks, inline_text
+from wyoming_qwen3tts.text.stream import SpokenSentences, spoken_sentences
 from wyoming_qwen3tts.text.symbols import drop_symbols, shorten_links
 from wyoming_qwen3tts.text.words import cardinal, decimal, korean_native, ordinal, year
 
@@ -314,3 +317,24 @@ def test_pathological_input_finishes():
     """Every pass is linear: long runs of the characters the patterns look for finish at once."""
     for text in ("1" * 20000, "1." * 10000, "1,000" * 4000, "*_" * 10000, "€1 " * 5000, "a@b." * 5000, "https://" * 3000):
         assert isinstance(speakable(text, "english"), str)
+
+
+# Runs of the characters that line-start markers and sentence ends are made of, each cut into
+# 3-character fragments as a stream would bring them. Before the fix a run of 30 dashes ending in a
+# letter took minutes (exponential backtracking in the list/rule marker pattern).
+_PATHOLOGICAL_STREAMS = (
+    "-" * 5000 + "x end.", "- " * 2500 + "x", " " * 5000 + "x", "a. " * 1600, "3. " * 1600, "3." + " " * 4990 + "x",
+    "1. " + "x" * 5000, "|" + "a|" * 2500, "`" * 5000, "Dr. " * 1250, "# " * 2500, "> " * 2500, "5. Mai " * 700,
+)
+
+
+@pytest.mark.parametrize("text", _PATHOLOGICAL_STREAMS, ids=lambda t: repr(t[:8]))
+def test_pathological_streams_finish(text):
+    """Whole and in fragments, 5,000 hostile characters go through the front end in well under a second
+    (a few milliseconds measured; the bound leaves room for a slow CI machine)."""
+    started = time.perf_counter()
+    whole = spoken_sentences(text)
+    stream = SpokenSentences()
+    parts = [s for i in range(0, len(text), 3) for s in stream.feed(text[i : i + 3])] + stream.finish()
+    assert [s.spoken for s in parts] == [s.spoken for s in whole]
+    assert time.perf_counter() - started < 2.0

@@ -26,7 +26,9 @@ _QUOTE = re.compile(r"\s{0,3}>\s?")
 _RULE = re.compile(r"\s{0,3}(?:(?:-\s*){3,}|(?:\*\s*){3,}|(?:_\s*){3,}|=+)\s*$")
 _TABLE_DIVIDER = re.compile(r"\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$")
 # The longest line start that can still turn out to be a marker ("123456789. ", "###### ").
-_UNDECIDED = re.compile(r"\s*(?:#{1,6}|[-*+_=•◦▪‣]+(?:\s*[-*+_=]+)*|`{1,2}|~{1,2}|\d{1,9}[.)]?|>)?\s*$")
+# Possessive quantifiers: nested or adjacent ones that can trade characters (as "[-]+(?:\s*[-]+)*"
+# did) backtrack exponentially on a long run of dashes that ends in a letter.
+_UNDECIDED = re.compile(r"\s*+(?:#{1,6}|[-*+_=•◦▪‣]++[-*+_=\s]*+|`{1,2}|~{1,2}|\d{1,9}[.)]?|>)?\s*$")
 
 
 def inline_text(text: str) -> str:

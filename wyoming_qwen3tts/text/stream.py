@@ -34,11 +34,15 @@ _FINAL_ABBREVIATIONS = frozenset(["etc.", "usw.", "ecc.", "т. д.", "т.д.", "
 _ABBREVIATIONS = sorted({a for lex in LEXICONS.values() for a in lex.abbreviations} - {"M."}, key=len, reverse=True)
 _ENDS_WITH_ABBREVIATION = re.compile(rf"(?<![\w.])({'|'.join(map(re.escape, _ABBREVIATIONS))})$")
 _MONTHS = frozenset(m.lower() for lex in LEXICONS.values() for m in lex.months)
+_LONGEST_MONTH = max(map(len, _MONTHS))
 # Words after which a German number with a dot is an ordinal ("am 3.", "der 2.", "zum 100.").
 _ORDINAL_CONTEXT = frozenset("am im vom zum beim dem den des der die das zur ab seit bis bis zum".split())
 _TOKEN_BEFORE = re.compile(r"(?:(\w+)\s+)?([\w.]+)$")
 _NEXT_WORD = re.compile(r"[ \t\u00a0]+(\w*)(.?)")
 _CONTEXT_CHARS = 48
+# Servers run the front end on a thread for texts longer than this, so the event loop stays free
+# for other clients (docs/reliability.md); shorter ones take well under a millisecond a sentence.
+OFFLOAD_CHARS = 1000
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,12 @@ class DotGuard:
         start = 0
         index = buf.find(".")
         while index != -1:
-            verdict = self._hides(self._context + buf[:index], buf[index + 1 :], final)
+            # Only the last _CONTEXT_CHARS before the dot count, so each dot costs the same however
+            # long the text: the verdict is linear in the text and the same however it is cut.
+            before = buf[max(0, index - _CONTEXT_CHARS) : index]
+            if len(before) < _CONTEXT_CHARS:
+                before = (self._context + before)[-_CONTEXT_CHARS:]
+            verdict = self._hides(before, buf, index + 1, final)
             if verdict is None:
                 break
             out.append(buf[start:index])
@@ -77,11 +86,11 @@ class DotGuard:
         return "".join(out)
 
     @staticmethod
-    def _hides(before: str, after: str, final: bool) -> bool | None:
-        """Whether the "." between `before` and `after` is hidden; None: undecided yet."""
-        if not after:
+    def _hides(before: str, buf: str, at: int, final: bool) -> bool | None:
+        """Whether the "." between `before` and buf[at:] is hidden; None: undecided yet."""
+        if at >= len(buf):
             return None if not final else False
-        if after[0] not in " \t\u00a0":
+        if buf[at] not in " \t\u00a0":
             return False  # "3.5", "e.g", "home-assistant.io": the splitter does not split there
         token = _TOKEN_BEFORE.search(before)
         if token is None:
@@ -90,11 +99,12 @@ class DotGuard:
         abbreviation = _ENDS_WITH_ABBREVIATION.search(before + ".")
         if len(last) == 1 and last.isalpha() and last.islower():
             return True  # "z. B.", "d. h.", "p. ex.": no sentence ends in one small letter
-        nxt = _NEXT_WORD.match(after)
+        nxt = _NEXT_WORD.match(buf, at)
         if nxt is None:
             return None if not final else False  # only spaces so far
         word, follower = nxt.group(1), nxt.group(2)
-        complete = bool(follower) or final  # the next word ends before the buffer does
+        # The next word ends before the buffer does (a word longer than any month name is no month).
+        complete = bool(follower) or final or len(word) > _LONGEST_MONTH
         if not word:
             return False if follower or final else None  # "3. (" or a newline: the splitter's call
         lowercase = word[0].islower()
