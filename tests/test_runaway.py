@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from wyoming_qwen3tts.engine import Engine, SamplingParams, SynthesisRequest, next_group_size
+from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, SynthesisRequest, next_group_size
+from wyoming_qwen3tts.metrics import METRICS
 from wyoming_qwen3tts.runaway import FRAMES_PER_SECOND, LoopDetector, LoopSettings, frame_budget, speech_seconds
 from wyoming_qwen3tts.text.stream import spoken_sentences
 
@@ -181,7 +182,7 @@ def test_looping_backend_session_stops_early():
 def test_random_weights_stop_at_the_budget_and_their_codes_are_not_a_loop(tiny_checkpoint_06b):
     """Random weights never end a sentence: the budget ends it after seconds.  Their sampled codes
     and audio (varied, like speech) pass the loop detector untouched for 100+ frames."""
-    engine = Engine.from_pretrained(str(tiny_checkpoint_06b), device="cpu", dtype="float32", chunk_frames=12)
+    engine = Engine.from_pretrained(str(tiny_checkpoint_06b), EngineOptions(device="cpu", dtype="float32", chunk_frames=12))
     text = "Please turn off the lights."
     budget = frame_budget(text, "english")
     assert 100 <= budget <= 150
@@ -193,3 +194,33 @@ def test_random_weights_stop_at_the_budget_and_their_codes_are_not_a_loop(tiny_c
         assert detector.feed(chunk.codes, chunk.pcm) is None, detector.reason
     assert frames == budget  # no end of speech: the budget stopped it
     assert frames / FRAMES_PER_SECOND < 12.5
+
+    # The engine applies that budget itself to a request that sets no max_frames (the server's),
+    # warns and counts the stop; with stop_runaway off the same request runs to max_frames.
+    before = METRICS.runaway_stops.labels("budget")._value.get()
+    spoken = sum(chunk.num_frames for chunk in engine.synthesize(SynthesisRequest(text=text, speaker="ryan", seed=0)))
+    assert spoken == budget
+    assert METRICS.runaway_stops.labels("budget")._value.get() == before + 1
+    unguarded = Engine.from_pretrained(
+        str(tiny_checkpoint_06b), EngineOptions(device="cpu", dtype="float32", max_frames=budget + 20, stop_runaway=False)
+    )
+    assert sum(c.num_frames for c in unguarded.synthesize(SynthesisRequest(text=text, speaker="ryan", seed=0))) == budget + 20
+
+
+def test_engine_stops_a_stuck_loop_and_keeps_its_audio(tiny_checkpoint_06b, caplog):
+    """On a backend stuck after 30 frames (a 3-frame code-0 pattern) the engine ends the sentence
+    within one frame group of the detector's window, keeps the audio decoded so far, logs why and
+    counts the stop; without the guard the same session runs to max_frames."""
+    engine = Engine.from_pretrained(str(tiny_checkpoint_06b), EngineOptions(device="cpu", dtype="float32", max_frames=400))
+    engine.backend = LoopingBackend(30, [[3] * 16, [4] * 16, [3] * 16])
+    before = METRICS.runaway_stops.labels("loop")._value.get()
+    request = SynthesisRequest(text="Please turn off the lights, all of them, in every room of the house.", speaker="ryan")
+    with caplog.at_level("WARNING", logger="wyoming_qwen3tts.engine"):
+        chunks = list(engine.synthesize(request))
+    frames = sum(c.num_frames for c in chunks)
+    assert 30 + 32 - 3 <= frames <= 30 + 32 + 12
+    assert all(len(c.pcm) == c.num_frames * 1920 * 2 for c in chunks)
+    assert METRICS.runaway_stops.labels("loop")._value.get() == before + 1
+    assert any("3-frame pattern" in r.getMessage() and "Sentence stopped" in r.getMessage() for r in caplog.records)
+    engine.stop_runaway = False
+    assert sum(c.num_frames for c in engine.synthesize(request)) == 400

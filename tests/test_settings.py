@@ -150,9 +150,14 @@ def test_handler_config_takes_the_settings_of_its_names() -> None:
 
     settings = load_settings(["--max-text-chars", "77", "--seed", "4", "--idle-timeout", "9", "--write-timeout", "8",
                               "--max-sentence-chars", "50", "--max-event-bytes", "5000",
-                              "--max-pending-requests", "3"])  # fmt: skip
+                              "--max-pending-requests", "3", "--no-text-frontend"])  # fmt: skip
     config = HandlerConfig(**settings.values_for(HandlerConfig))
     assert {f.name: getattr(config, f.name) for f in fields(HandlerConfig)} == dict(
         max_text_chars=77, max_sentence_chars=50, seed=4, max_event_bytes=5000, idle_timeout=9.0, write_timeout=8.0,
-        max_pending_requests=3,
+        max_pending_requests=3, text_frontend=False,
     )
+
+
+def test_engine_options_take_stop_runaway() -> None:
+    assert load_settings([]).engine_options().stop_runaway is True
+    assert load_settings(["--no-stop-runaway"]).engine_options().stop_runaway is False

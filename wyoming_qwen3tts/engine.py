@@ -28,7 +28,9 @@ from .model.codec import CodecDecoder
 from .model.prompt import Prompt, build_prompt, chat_instruct, chat_text, resolve_language, resolve_speaker
 from .model.talker import Qwen3TTSModel
 from .model.tokenizer import TextTokenizer
+from .metrics import METRICS
 from .options import EngineOptions
+from .runaway import LoopDetector, frame_budget
 from .sentences import clean_client_text
 from .request import (
     CHANNELS,
@@ -153,6 +155,7 @@ class Engine:
         self.chunk_frames = options.chunk_frames
         self.max_frames = options.max_frames
         self.max_text_chars = options.max_text_chars
+        self.stop_runaway = options.stop_runaway
         # One rule for every caller: the checkpoint's generation_config.json, then the options' overrides.
         self.default_sampling = options.sampling.apply(SamplingParams.from_generation_config(checkpoint.generation_config))
         self.info = info or EngineInfo(str(checkpoint.path), str(model.device), str(model.dtype), backend.name, "")
@@ -219,23 +222,38 @@ class Engine:
         return text
 
     def prepare(self, request: SynthesisRequest) -> Prompt:
+        return self._prepare(request)[0]
+
+    def _prepare(self, request: SynthesisRequest) -> tuple[Prompt, str, int]:
+        """(the prompt, the clean text, its token count)."""
         text = self.validate(request)
         instruct = (request.instruct or "").strip()
         instruct_ids = self.tokenizer.encode(chat_instruct(instruct)) if instruct else None
+        text_ids = self.tokenizer.encode(chat_text(text))
         with self._lock:
-            return build_prompt(
+            prompt = build_prompt(
                 self.model,
-                self.tokenizer.encode(chat_text(text)),
+                text_ids,
                 request.speaker,
                 request.language,
                 instruct_ids,
                 non_streaming_text=request.non_streaming_text,
             )
+        return prompt, text, len(text_ids)
 
     def synthesize(self, request: SynthesisRequest, cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
-        """Yield PCM chunks as frame groups are decoded. Raises SynthesisCancelled if `cancel` is set."""
-        prompt = self.prepare(request)
+        """Yield PCM chunks as frame groups are decoded. Raises SynthesisCancelled if `cancel` is set.
+
+        A request that leaves max_frames unset (the server's) is guarded against runaway generation
+        (runaway.py): it ends at a frame budget from its own length, or earlier when the codes show
+        a stuck loop, with a warning; its audio so far is kept. A request that sets max_frames
+        (bench, tests) gets exactly that limit.
+        """
+        prompt, text, tokens = self._prepare(request)
         max_frames = min(request.max_frames or self.max_frames, self.max_frames)
+        guarded = self.stop_runaway and request.max_frames is None
+        budget = frame_budget(text, request.language, tokens, max_frames=max_frames) if guarded else max_frames
+        detector = LoopDetector() if guarded else None
         seed = request.seed if request.seed is not None else int.from_bytes(np.random.bytes(4), "little")
         first = request.first_chunk_frames or self.first_chunk_frames
         later = request.chunk_frames or self.chunk_frames
@@ -247,8 +265,9 @@ class Engine:
             exclusive.acquire()
         try:
             with self._lock:
-                session = self.backend.start(prompt, sampling, seed, max_frames)
+                session = self.backend.start(prompt, sampling, seed, budget)
                 stream = self.codec.new_stream()
+            frames = 0
             # Every session takes launch(n)/collect(): kernel sessions enqueue the frames at once
             # and run ahead, so group k+1 is decoded on the GPU while the codec works on group k.
             group = first
@@ -268,7 +287,14 @@ class Engine:
                     if not session.finished:
                         session.launch(group)
                     pcm = samples_to_pcm(self._decode_audio(stream, codes), self._codec_stream)
+                frames += len(codes)
+                stuck = detector.feed(codes, pcm) if detector is not None else None
                 yield AudioChunk(pcm=pcm, codes=codes)
+                if stuck is not None:
+                    _stopped("loop", f"{stuck}, after {frames} frames", text)
+                    break
+            if guarded and frames >= budget and budget < max_frames:
+                _stopped("budget", f"no end of speech within its budget of {budget} frames ({budget / 12.5:.1f} s)", text)
         finally:  # also on close() of an abandoned generator
             if exclusive is not None:
                 exclusive.release()
@@ -308,6 +334,12 @@ class Engine:
             codes.append(chunk.codes)
         all_codes = np.concatenate(codes) if codes else np.zeros((0, 16), dtype=np.int64)
         return b"".join(pcm), all_codes
+
+
+def _stopped(kind: str, why: str, text: str) -> None:
+    """A sentence cut short by the runaway guard: a warning and a count (qwen3tts_runaway_stops_total)."""
+    METRICS.runaway_stops.labels(kind).inc()
+    _LOGGER.warning("Sentence stopped: %s: %r", why, text if len(text) <= 80 else text[:77] + "...")
 
 
 def next_group_size(previous: int, largest: int) -> int:

@@ -70,8 +70,9 @@ from .request import (
     SAMPLE_WIDTH,
     SynthesisRequest,
 )
-from .sentences import SentenceSplitter, clean_client_text, split_sentences
+from .sentences import clean_client_text
 from .server import TtsService
+from .text.stream import OFFLOAD_CHARS, Sentence, SpokenSentences, spoken_sentences
 from .voices import VoiceChoice
 from .wire import read_event, short
 
@@ -82,9 +83,6 @@ _LOGGER = logging.getLogger(__name__)
 # character, as a surrogate pair), plus room for the rest.
 JSON_BYTES_BASE = 65536
 JSON_BYTES_PER_CHAR = 12
-# Longer texts (or stream chunks) are cleaned and split on a thread, so the event loop stays free
-# for other clients while the splitter works.
-OFFLOAD_CHARS = 1000
 # How long the error event that ends a connection may take to reach the client.
 ERROR_WRITE_SECONDS = 2.0
 # On shutdown after drain_seconds: how long the last error event may take, all connections at once.
@@ -117,6 +115,7 @@ class HandlerConfig:
 
     max_text_chars: int = EngineOptions.max_text_chars
     max_sentence_chars: int = 400
+    text_frontend: bool = True  # Markdown, emoji, links, numbers as words (text/)
     seed: int | None = None
     max_event_bytes: int = 1_048_576
     idle_timeout: float = 120.0
@@ -158,23 +157,26 @@ def _voice_of(event: Event) -> SynthesizeVoice | None:
     return SynthesizeVoice.from_dict(voice)
 
 
-def _clean_and_split(text: str, max_sentence_chars: int) -> list[str]:
-    return split_sentences(clean_client_text(text), max_sentence_chars)
+def _clean_and_split(text: str, language: str, config: HandlerConfig) -> list[Sentence]:
+    return spoken_sentences(
+        clean_client_text(text), language, enabled=config.text_frontend, max_chars=config.max_sentence_chars
+    )
 
 
-def _clean_and_feed(splitter: SentenceSplitter, text: str) -> list[str]:
-    return splitter.feed(clean_client_text(text))
+def _clean_and_feed(sentences: SpokenSentences, text: str) -> list[Sentence]:
+    return sentences.feed(clean_client_text(text))
 
 
 class _Exchange:
     """One request: sentences in order in, one audio-start ... audio-stop out."""
 
-    def __init__(self, voice: VoiceChoice, streaming: bool, max_sentence_chars: int) -> None:
+    def __init__(self, voice: VoiceChoice, streaming: bool, config: HandlerConfig) -> None:
         self.voice = voice
         self.streaming = streaming
-        self.pieces: asyncio.Queue[str | None] = asyncio.Queue()  # sentences; None ends the text
+        self.pieces: asyncio.Queue[Sentence | None] = asyncio.Queue()  # None ends the text
         self.cancel = threading.Event()
-        self.splitter = SentenceSplitter(max_sentence_chars)
+        # Streamed text: the front end keeps what it cannot decide yet until more arrives.
+        self.sentences = SpokenSentences(voice.language, enabled=config.text_frontend, max_chars=config.max_sentence_chars)
         self.chars = 0
         self.started_at = time.monotonic()
 
@@ -295,11 +297,12 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
             self._check_length(len(text))
             exchange = self._begin(self.service.catalog.resolve(_voice_of(event)), streaming=False)
             exchange.chars = len(text)
+            language = exchange.voice.language
             if len(text) <= OFFLOAD_CHARS:
-                sentences = _clean_and_split(text, self.config.max_sentence_chars)
+                sentences = _clean_and_split(text, language, self.config)
             else:
                 loop = asyncio.get_running_loop()
-                sentences = await loop.run_in_executor(None, _clean_and_split, text, self.config.max_sentence_chars)
+                sentences = await loop.run_in_executor(None, _clean_and_split, text, language, self.config)
             for sentence in sentences:
                 exchange.pieces.put_nowait(sentence)
             exchange.pieces.put_nowait(None)
@@ -315,17 +318,17 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
             stream.chars += len(text)
             self._check_length(stream.chars)
             if len(text) <= OFFLOAD_CHARS:
-                sentences = _clean_and_feed(stream.splitter, text)
+                sentences = _clean_and_feed(stream.sentences, text)
             else:
                 loop = asyncio.get_running_loop()
-                sentences = await loop.run_in_executor(None, _clean_and_feed, stream.splitter, text)
+                sentences = await loop.run_in_executor(None, _clean_and_feed, stream.sentences, text)
             for sentence in sentences:
                 stream.pieces.put_nowait(sentence)
         elif SynthesizeStop.is_type(event.type):
             stream = self._stream
             if stream is None:
                 raise ProtocolError("synthesize-stop without synthesize-start")
-            for sentence in stream.splitter.finish():  # at most max_sentence_chars are left
+            for sentence in stream.sentences.finish():  # at most a sentence is left
                 stream.pieces.put_nowait(sentence)
             stream.pieces.put_nowait(None)
             self._stream = None
@@ -346,7 +349,7 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
             raise TooManyRequestsError(
                 f"More than {self.config.max_pending_requests} requests waiting on one connection"
             )
-        exchange = _Exchange(voice, streaming, self.config.max_sentence_chars)
+        exchange = _Exchange(voice, streaming, self.config)
         self._pending.append(exchange)
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._speak_pending(), name="qwen3tts speaker")
@@ -377,13 +380,16 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
         try:
             while (sentence := await exchange.pieces.get()) is not None:
                 request = SynthesisRequest(
-                    text=sentence,
+                    text=sentence.spoken,
                     speaker=exchange.voice.speaker,
                     language=exchange.voice.language,
                     instruct=exchange.voice.instruct,
                     seed=self.config.seed,
                 )
-                self.log.debug("Speaking %r with %s", sentence, exchange.voice)
+                if sentence.spoken != sentence.text:
+                    self.log.debug("Speaking %r (written %r, read as %s) with %s", sentence.spoken, sentence.text, sentence.language, exchange.voice)
+                else:
+                    self.log.debug("Speaking %r with %s", sentence.spoken, exchange.voice)
                 piece_start = time.monotonic()
                 try:
                     async with contextlib.aclosing(self.service.synthesize(request, exchange.cancel)) as chunks:
@@ -401,7 +407,7 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
                 except EmptyTextError:
                     # Nothing left once the engine cleaned it (e.g. only prompt markers): the
                     # sentence is skipped, the rest of the request is spoken.
-                    self.log.debug("Skipped a sentence with nothing to say: %s", short(sentence))
+                    self.log.debug("Skipped a sentence with nothing to say: %s", short(sentence.text))
                 busy += time.monotonic() - piece_start
             if not started:  # nothing to say: still a well-formed, empty answer
                 await self.write_event(AudioStart(rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS).event())

@@ -67,10 +67,16 @@ class Metrics:
             "qwen3tts_frames_per_second", "Frames per second of synthesis, per successful request",
             ["protocol"], buckets=FPS_BUCKETS, registry=r,
         )
+        self.runaway_stops = Counter(
+            "qwen3tts_runaway_stops", "Sentences cut short by the runaway guard: at their frame budget, or on a stuck loop",
+            ["reason"], registry=r,
+        )
         self.active = Gauge("qwen3tts_active_streams", "Speech requests being answered now", ["protocol"], registry=r)
         for protocol in PROTOCOLS:  # export zeros before the first request
             self.active.labels(protocol)
             self.frames.labels(protocol)
+        for reason in ("budget", "loop"):
+            self.runaway_stops.labels(reason)
         self._service_collector: _ServiceCollector | None = None
 
     def speech(self, protocol: str, started_at: float | None = None) -> SpeechMeter:

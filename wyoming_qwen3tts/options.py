@@ -30,6 +30,7 @@ class EngineOptions:
     chunk_frames: int = 12  # largest later chunk (groups double from the first up to this)
     max_frames: int = 2048  # most frames per request (12.5 frames = 1 s)
     max_text_chars: int = 5000  # longest text accepted per request
+    stop_runaway: bool = True  # end a sentence at a budget from its length, or on a stuck loop (runaway.py)
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)  # over generation_config.json
     kernels: KernelOptions | None = None  # None: KernelOptions.from_env()
 

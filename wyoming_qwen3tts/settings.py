@@ -73,9 +73,11 @@ class Settings(BaseSettings):
     first_chunk_frames: int = Field(EngineOptions.first_chunk_frames, ge=1, description="frames (80 ms each) in the first audio chunk")
     chunk_frames: int = Field(EngineOptions.chunk_frames, ge=1, description="largest later audio chunk (groups double from the first up to this)")
     max_frames: int = Field(EngineOptions.max_frames, ge=1, description="most frames spoken per sentence (12.5 frames = 1 s)")
+    stop_runaway: bool = Field(EngineOptions.stop_runaway, description="end a sentence at a frame budget from its length, or earlier when its codes loop")
     # --- text ---
     max_text_chars: int = Field(EngineOptions.max_text_chars, ge=1, description="longest text accepted per request")
     max_sentence_chars: int = Field(400, ge=20, description="longer sentences are split at a comma or space")
+    text_frontend: bool = Field(True, description="speak Markdown, emoji, links and numbers as words (off: the text as written)")
     # --- voices ---
     voice: str = Field("", description="voice used when a request names none (empty: the first speaker)")
     voices: list[VoicePreset] = Field(default_factory=list, description="voice presets ([[voices]] tables)")

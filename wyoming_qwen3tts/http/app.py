@@ -61,6 +61,7 @@ class HttpConfig:
                 max_body_bytes=settings.max_event_bytes,
                 max_text_chars=settings.max_text_chars,
                 max_sentence_chars=settings.max_sentence_chars,
+                text_frontend=settings.text_frontend,
                 body_timeout=settings.idle_timeout,
                 write_timeout=settings.write_timeout,
                 seed=settings.seed,

@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiohttp import web
@@ -35,7 +35,8 @@ from wyoming.tts import SynthesizeVoice
 from ..errors import Qwen3TTSError
 from ..metrics import Metrics, SpeechMeter, model_state
 from ..request import SAMPLE_RATE, SAMPLES_PER_FRAME, AudioChunk, SamplingParams, SynthesisRequest
-from ..sentences import clean_client_text, split_sentences
+from ..sentences import clean_client_text
+from ..text.stream import OFFLOAD_CHARS, spoken_sentences
 from ..server import TtsService
 from ..voices import AUTO, VoiceChoice, language_code, language_name
 from .audio_formats import FORMATS, MAX_SPEED, MIN_SPEED, AudioEncoder, AudioFormat
@@ -58,6 +59,7 @@ class SpeechConfig:
     max_body_bytes: int = 1_048_576
     max_text_chars: int = 5000
     max_sentence_chars: int = 400
+    text_frontend: bool = True  # Markdown, links, numbers as words (text/)
     body_timeout: float = 120.0  # seconds to receive a request body
     write_timeout: float = 60.0  # seconds a client may take to accept audio
     seed: int | None = None
@@ -89,7 +91,8 @@ class SpeechPlan:
     """A checked request: what to speak, with what, and how to send it."""
 
     voice: VoiceChoice
-    sentences: list[str]
+    text: str  # the input, cleaned
+    sentences: list[str]  # what is spoken (filled by create_speech from text)
     chars: int
     format: AudioFormat
     speed: float
@@ -194,6 +197,13 @@ class SpeechApi:
         started = time.monotonic()
         self._check_ready()
         plan = self._plan(await self._read_json(request))
+        if plan.chars > OFFLOAD_CHARS:  # the front end's work on a long text, off the event loop
+            sentences = await asyncio.get_running_loop().run_in_executor(None, self._sentences, plan.text, plan.voice)
+        else:
+            sentences = self._sentences(plan.text, plan.voice)
+        if not sentences:
+            raise ApiError(400, "input has nothing to speak (no letters or digits)", param="input", code="empty-text")
+        plan = replace(plan, sentences=sentences)
         stream = HttpSpeechStream()
         refused = self.service.admit(stream)
         if refused is not None:
@@ -260,10 +270,13 @@ class SpeechApi:
             raise ApiError(
                 400, f"input has {len(text)} characters, more than the limit of {self.config.max_text_chars}", param="input", code="text-too-long"
             )
-        sentences = split_sentences(text, self.config.max_sentence_chars)
-        if not sentences:
-            raise ApiError(400, "input has nothing to speak (no letters or digits)", param="input", code="empty-text")
-        return SpeechPlan(self._voice(body), sentences, len(text), fmt, body.speed, body.stream_format == "sse")
+        return SpeechPlan(self._voice(body), text, [], len(text), fmt, body.speed, body.stream_format == "sse")
+
+    def _sentences(self, text: str, voice: VoiceChoice) -> list[str]:
+        """What the voice says, sentence by sentence (the Wyoming side's front end)."""
+        config = self.config
+        spoken = spoken_sentences(text, voice.language, enabled=config.text_frontend, max_chars=config.max_sentence_chars)
+        return [sentence.spoken for sentence in spoken]
 
     def _voice(self, body: SpeechBody) -> VoiceChoice:
         catalog = self.service.catalog
