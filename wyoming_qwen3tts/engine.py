@@ -156,6 +156,7 @@ class Engine:
         self.max_frames = options.max_frames
         self.max_text_chars = options.max_text_chars
         self.stop_runaway = options.stop_runaway
+        self._chat_tokens: int | None = None
         # One rule for every caller: the checkpoint's generation_config.json, then the options' overrides.
         self.default_sampling = options.sampling.apply(SamplingParams.from_generation_config(checkpoint.generation_config))
         self.info = info or EngineInfo(str(checkpoint.path), str(model.device), str(model.dtype), backend.name, "")
@@ -225,11 +226,13 @@ class Engine:
         return self._prepare(request)[0]
 
     def _prepare(self, request: SynthesisRequest) -> tuple[Prompt, str, int]:
-        """(the prompt, the clean text, its token count)."""
+        """(the prompt, the clean text, the text's own token count)."""
         text = self.validate(request)
         instruct = (request.instruct or "").strip()
         instruct_ids = self.tokenizer.encode(chat_instruct(instruct)) if instruct else None
         text_ids = self.tokenizer.encode(chat_text(text))
+        if self._chat_tokens is None:  # the chat template's own tokens, which take no time to say
+            self._chat_tokens = len(self.tokenizer.encode(chat_text("")))
         with self._lock:
             prompt = build_prompt(
                 self.model,
@@ -239,7 +242,7 @@ class Engine:
                 instruct_ids,
                 non_streaming_text=request.non_streaming_text,
             )
-        return prompt, text, len(text_ids)
+        return prompt, text, max(len(text_ids) - self._chat_tokens, 0)
 
     def synthesize(self, request: SynthesisRequest, cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
         """Yield PCM chunks as frame groups are decoded. Raises SynthesisCancelled if `cancel` is set.
