@@ -177,7 +177,6 @@ async def test_wyoming_and_http_at_once(real: HttpServer, reference: np.ndarray)
     assert answers[1] == answers[3] == len(reference) // SAMPLES_PER_FRAME
 
 
-@pytest.mark.xfail(strict=True, reason="handler.py does not call metrics.METRICS yet: the lead wires it in at the merge")
 async def test_wyoming_requests_are_counted(real: HttpServer) -> None:
     before = real.metrics()
     frames = await synthesize(real.server.port, TEXT, {"name": "ryan"})

@@ -11,6 +11,7 @@ import sys
 import venv
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from wyoming_qwen3tts import native
@@ -45,6 +46,16 @@ def test_wheel_installed_non_editable_finds_the_kernel_sources(tmp_path: Path) -
     python = env_dir / "bin" / "python"
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True,
                    cwd=tmp_path)  # fmt: skip
+    # native.py needs numpy, which --no-index cannot install: this environment's numpy alone is linked
+    # in (a folder holding only numpy, on the new venv's path), so nothing else of ours leaks in.
+    numpy_dir = Path(np.__file__).resolve().parent
+    only_numpy = tmp_path / "only-numpy"
+    only_numpy.mkdir()
+    for name in (numpy_dir.name, numpy_dir.name + ".libs"):
+        if (numpy_dir.parent / name).exists():
+            (only_numpy / name).symlink_to(numpy_dir.parent / name)
+    (site_packages,) = env_dir.glob("lib/python*/site-packages")
+    (site_packages / "only_numpy.pth").write_text(f"{only_numpy}\n")
     out = subprocess.run([str(python), "-c", PROBE], check=True, capture_output=True, text=True, cwd=tmp_path)
     found = json.loads(out.stdout)
 

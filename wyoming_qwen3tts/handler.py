@@ -51,6 +51,7 @@ from wyoming.tts import (
     SynthesizeVoice,
 )
 
+from .metrics import METRICS, SpeechMeter
 from .options import EngineOptions
 from .errors import (
     EmptyTextError,
@@ -373,6 +374,14 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
             self.log.error("Speaking failed", exc_info=err)
 
     async def _speak(self, exchange: _Exchange) -> None:
+        # Counted into the same series as the HTTP API's (metrics.py); "cancelled" if the task is.
+        meter = METRICS.speech("wyoming", started_at=exchange.started_at)
+        try:
+            await self._speak_measured(exchange, meter)
+        finally:
+            meter.finish("cancelled")  # a no-op once _speak_measured has counted its outcome
+
+    async def _speak_measured(self, exchange: _Exchange, meter: SpeechMeter) -> None:
         started = False
         audio_bytes = 0
         first_audio: float | None = None
@@ -404,26 +413,32 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
                                 ).event()
                             )
                             audio_bytes += len(chunk.pcm)
+                            meter.audio(chunk.num_frames)
                 except EmptyTextError:
                     # Nothing left once the engine cleaned it (e.g. only prompt markers): the
                     # sentence is skipped, the rest of the request is spoken.
                     self.log.debug("Skipped a sentence with nothing to say: %s", short(sentence.text))
                 busy += time.monotonic() - piece_start
+                meter.synthesized(time.monotonic() - piece_start)
             if not started:  # nothing to say: still a well-formed, empty answer
                 await self.write_event(AudioStart(rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS).event())
             await self.write_event(AudioStop().event())
             if exchange.streaming:
                 await self.write_event(SynthesizeStopped().event())
         except _ClientGone as err:
+            meter.finish("client-gone")
             self._drop(err)
             return
         except Qwen3TTSError as err:
+            meter.finish(err.code)
             await self._end(err)
             return
         except Exception as err:  # an engine bug must still end the exchange for the client
+            meter.finish("error")
             self.log.exception("Synthesis failed")
             await self._end(Qwen3TTSError(f"Synthesis failed: {err}"), logged=True)
             return
+        meter.finish("ok")
         seconds = audio_bytes / (SAMPLE_RATE * SAMPLE_WIDTH * CHANNELS)
         self.log.info(
             "Spoke voice=%s chars=%d audio=%.2fs first_audio=%s rtf=%s%s",

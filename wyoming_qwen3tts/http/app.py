@@ -65,7 +65,6 @@ class HttpConfig:
                 body_timeout=settings.idle_timeout,
                 write_timeout=settings.write_timeout,
                 seed=settings.seed,
-                sampling=settings.sampling(),
             ),
         )
 

@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aiohttp import web
@@ -34,7 +34,7 @@ from wyoming.tts import SynthesizeVoice
 
 from ..errors import Qwen3TTSError
 from ..metrics import Metrics, SpeechMeter, model_state
-from ..request import SAMPLE_RATE, SAMPLES_PER_FRAME, AudioChunk, SamplingParams, SynthesisRequest
+from ..request import SAMPLE_RATE, SAMPLES_PER_FRAME, AudioChunk, SynthesisRequest
 from ..sentences import clean_client_text
 from ..text.stream import OFFLOAD_CHARS, spoken_sentences
 from ..server import TtsService
@@ -63,7 +63,6 @@ class SpeechConfig:
     body_timeout: float = 120.0  # seconds to receive a request body
     write_timeout: float = 60.0  # seconds a client may take to accept audio
     seed: int | None = None
-    sampling: SamplingParams = field(default_factory=SamplingParams)
 
 
 class _VoiceId(BaseModel):
@@ -311,8 +310,7 @@ class SpeechApi:
                 speaker=plan.voice.speaker,
                 language=plan.voice.language,
                 instruct=plan.voice.instruct,
-                seed=self.config.seed,
-                sampling=self.config.sampling,
+                seed=self.config.seed,  # sampling: the engine's (generation_config.json and the settings), as on Wyoming
             )
             piece_start = time.monotonic()
             async with contextlib.aclosing(self.service.synthesize(request, cancel)) as chunks:
