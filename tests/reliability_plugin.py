@@ -73,13 +73,13 @@ def _with_faults(engine: object) -> object:
 _load_engine = server_main.load_engine
 
 
-def load_engine(settings):  # type: ignore[no-untyped-def]
+def load_engine(settings, voices=None):  # type: ignore[no-untyped-def]
     if os.environ.get("Q3T_TEST_ENGINE") == "fake":
         from test_handler import FakeEngine
 
         engine = FakeEngine(frame_delay=float(os.environ.get("Q3T_TEST_FRAME_DELAY", "0.002")))
     else:
-        engine = _load_engine(settings)
+        engine = _load_engine(settings, voices)
     _RECORD.set()
     return _with_faults(engine)
 

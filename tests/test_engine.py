@@ -14,6 +14,7 @@ from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, Synth
 from wyoming_qwen3tts.errors import (
     EmptyTextError,
     ModelLoadError,
+    Qwen3TTSError,
     SynthesisCancelled,
     TextTooLongError,
     UnknownLanguageError,
@@ -132,14 +133,25 @@ def test_missing_files_named(tiny_checkpoint, tmp_path):
     assert "model.safetensors" in str(info.value) and "speech_tokenizer/config.json" in str(info.value)
 
 
-@pytest.mark.parametrize("model_type", ["base", "voice_design"])
-def test_wrong_model_type(tiny_checkpoint, tmp_path, model_type):
-    other = tmp_path / model_type
+def test_unknown_model_type(tiny_checkpoint, tmp_path):
+    """The engine serves CustomVoice, Base and VoiceDesign checkpoints; any other tts_model_type is a clear error."""
+    other = tmp_path / "other"
     shutil.copytree(tiny_checkpoint, other)
     cfg = json.loads((other / "config.json").read_text())
-    cfg["tts_model_type"] = model_type
+    cfg["tts_model_type"] = "tokenizer"
     (other / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ModelConfigError, match="not a CustomVoice model"):
+    with pytest.raises(ModelConfigError, match="tts_model_type"):
+        Engine.from_pretrained(str(other), CPU32)
+
+
+def test_a_base_checkpoint_missing_its_speaker_encoder_is_refused(tiny_checkpoint, tmp_path):
+    """A CustomVoice checkpoint relabelled Base lacks the speaker encoder a Base model clones with."""
+    other = tmp_path / "base"
+    shutil.copytree(tiny_checkpoint, other)
+    cfg = json.loads((other / "config.json").read_text())
+    cfg["tts_model_type"] = "base"
+    (other / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(Qwen3TTSError):
         Engine.from_pretrained(str(other), CPU32)
 
 

@@ -28,6 +28,7 @@ from . import __version__
 from .handler import HandlerConfig, Qwen3TTSEventHandler
 from .server import TtsService
 from .settings import Settings, load_settings
+from .voices import VoicePreset, scan_voice_folder
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -36,8 +37,24 @@ if TYPE_CHECKING:
 _LOGGER = logging.getLogger("wyoming_qwen3tts")
 
 
-def load_engine(settings: Settings) -> "Engine":
-    """The blocking model load (download + weights), run on the engine's worker thread."""
+def all_voices(settings: Settings) -> list[VoicePreset]:
+    """The configured voices, then the voices folder's (a folder voice whose name is configured is skipped)."""
+    voices = list(settings.voices)
+    folder = settings.voice_folder()
+    if folder is None:
+        return voices
+    found, problems = scan_voice_folder(folder)
+    for problem in problems:
+        _LOGGER.error("%s", problem)
+    names = {v.name for v in voices}
+    voices += [v for v in found if v.name not in names]
+    _LOGGER.info("Voices folder %s: %d voice(s)", folder, len(found))
+    return voices
+
+
+def load_engine(settings: Settings, voices: list[VoicePreset] | None = None) -> "Engine":
+    """The blocking model load (download + weights), run on the engine's worker thread; a Base model
+    then clones the cloned voices (from the prompt cache where it has them)."""
     _LOGGER.info("Loading %s (device=%s, dtype=%s, backend=%s)", settings.model, settings.device, settings.dtype, settings.backend)
     # Imported here, on the worker thread: torch takes a second or more to import, and the server
     # must already be answering describe by then (Home Assistant gives setup one second).
@@ -45,6 +62,8 @@ def load_engine(settings: Settings) -> "Engine":
 
     engine = Engine.from_pretrained(settings.model, settings.engine_options())
     _LOGGER.info("Model loaded: %d speakers", len(engine.speakers))
+    if engine.model_type == "base":
+        engine.clone_voices([v for v in voices or [] if v.kind == "base"])
     # Before "Ready": the first real request must not pay for graph capture or lazy init.
     warm_up = getattr(engine, "warm_up", None)  # test engines may have none
     if warm_up is not None:
@@ -53,9 +72,10 @@ def load_engine(settings: Settings) -> "Engine":
 
 
 async def main(settings: Settings) -> int:
+    voices = all_voices(settings)
     service = TtsService(
-        partial(load_engine, settings),
-        settings.voices,
+        partial(load_engine, settings, voices),
+        voices,
         streaming=settings.streaming,
         default_voice=settings.voice,
         max_connections=settings.max_connections,

@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass
 from typing import Protocol
@@ -22,10 +23,12 @@ import numpy as np
 import torch
 
 from .backends.kernels.options import KernelOptions
-from .errors import EmptyTextError, Qwen3TTSError, SynthesisCancelled, TextTooLongError
+from .errors import EmptyTextError, Qwen3TTSError, SynthesisCancelled, TextTooLongError, VoiceError
 from .model.checkpoint import Checkpoint, load_checkpoint, resolve_dtype
 from .model.codec import CodecDecoder
-from .model.prompt import Prompt, build_prompt, chat_instruct, chat_text, resolve_language, resolve_speaker
+from .model.clone import VoiceCloner
+from .model.prompt import ClonePrompt, Prompt, Voice, build_prompt, chat_instruct, chat_text, resolve_language, resolve_speaker
+from .model.reference_audio import read_reference_audio
 from .model.talker import Qwen3TTSModel
 from .model.tokenizer import TextTokenizer
 from .metrics import METRICS
@@ -144,6 +147,7 @@ class Engine:
         backend: DecodeBackend,
         options: EngineOptions = EngineOptions(),
         info: EngineInfo | None = None,
+        cloner: VoiceCloner | None = None,
     ) -> None:
         self.checkpoint = checkpoint
         self.config = checkpoint.config
@@ -157,6 +161,10 @@ class Engine:
         self.max_text_chars = options.max_text_chars
         self.stop_runaway = options.stop_runaway
         self._chat_tokens: int | None = None
+        self.cloner = cloner  # Base models: builds ClonePrompts from reference clips
+        self.clone_prompts: dict[str, ClonePrompt] = {}  # the server's cloned voices by name (clone_voices)
+        # A cloned voice's codec context (its clip's codes), decoded once and forked per request.
+        self._context_streams: dict[int, tuple[ClonePrompt, object]] = {}
         # One rule for every caller: the checkpoint's generation_config.json, then the options' overrides.
         self.default_sampling = options.sampling.apply(SamplingParams.from_generation_config(checkpoint.generation_config))
         self.info = info or EngineInfo(str(checkpoint.path), str(model.device), str(model.dtype), backend.name, "")
@@ -183,6 +191,37 @@ class Engine:
     def supports_instruct(self) -> bool:
         return self.config.supports_instruct
 
+    @property
+    def model_type(self) -> str:
+        """custom_voice (preset speakers), base (cloned voices) or voice_design (described voices)."""
+        return self.config.tts_model_type
+
+    def clone_voices(self, presets: list) -> dict[str, str]:  # type: ignore[type-arg]
+        """Clone each cloned-voice preset (VoicePreset with reference_audio) into clone_prompts; a voice
+        that fails is logged with why and left out. Returns {name: why} of those."""
+        failed: dict[str, str] = {}
+        for preset in presets:
+            try:
+                self.clone_prompts[preset.name] = self.clone_voice(
+                    preset.reference_audio, preset.reference_text, x_vector_only=preset.x_vector_only
+                )
+            except Qwen3TTSError as err:
+                failed[preset.name] = str(err)
+                _LOGGER.error("Voice %r could not be cloned: %s", preset.name, err)
+        if presets:
+            _LOGGER.info("Cloned voices ready: %d of %d", len(presets) - len(failed), len(presets))
+        return failed
+
+    def clone_voice(self, reference_audio: str | Path, transcript: str | None = None, *,
+                    x_vector_only: bool = False) -> ClonePrompt:  # fmt: skip
+        """A Base model's prompt for the voice in a clip (cached on disk when the engine has a voices cache).
+        Blocking (runs the encoders on a miss). Raises VoiceError (ReferenceAudioError for a bad clip)."""
+        if self.cloner is None:
+            raise VoiceError(f"cloning a voice needs a Base model; {self.config.model_type_name} is loaded")
+        audio = read_reference_audio(reference_audio)
+        with self._lock:
+            return self.cloner.clone(audio, transcript, x_vector_only=x_vector_only)
+
     # -- loading --------------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, model: str, options: EngineOptions = EngineOptions()) -> "Engine":
@@ -193,28 +232,51 @@ class Engine:
         # Loaded to host memory first (zero-copy file mappings where the dtype matches); the model
         # moves what it needs to the device tensor by tensor, which keeps the GPU peak low.
         ckpt = load_checkpoint(model, options.data_dir, dtype=torch_dtype, device="cpu",
-                               local_files_only=options.local_files_only)  # fmt: skip
+                               local_files_only=options.local_files_only,
+                               model_types=("custom_voice", "base", "voice_design"))  # fmt: skip
         tokenizer = TextTokenizer.from_dir(ckpt.path)
+        # Base: the encoders that turn a reference clip into a clone prompt (float32, on the model's device).
+        cloner = (
+            VoiceCloner.from_checkpoint(ckpt, tokenizer, cache_dir=options.voice_cache_dir, device=dev)
+            if ckpt.config.tts_model_type == "base"
+            else None
+        )
         talker = Qwen3TTSModel.from_tensors(ckpt.config, ckpt.tensors, dtype=torch_dtype, device=dev)
         codec = CodecDecoder.from_tensors(ckpt.codec_config, ckpt.codec_tensors, dtype=torch_dtype, device=dev)
         # The modules now hold the weights (cast/moved where needed): drop the loader's references
         # so that originals which were copied (e.g. the float32 codec) are freed.
         ckpt.tensors.clear()
         ckpt.codec_tensors.clear()
+        ckpt.speaker_encoder_tensors.clear()
+        ckpt.codec_encoder_tensors.clear()
         chosen, reason = make_backend(options.backend, talker, options.kernels)
         device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
         info = EngineInfo(model, f"{dev} ({device_name})", str(torch_dtype).removeprefix("torch."), chosen.name, reason)
         _LOGGER.info(
-            "Model %s loaded in %.1fs: device=%s dtype=%s backend=%s%s",
-            model, time.monotonic() - started, info.device, info.dtype, info.backend, f" ({reason})" if reason else "",
+            "Model %s (%s) loaded in %.1fs: device=%s dtype=%s backend=%s%s",
+            model, ckpt.config.model_type_name, time.monotonic() - started, info.device, info.dtype, info.backend,
+            f" ({reason})" if reason else "",
         )
-        return cls(ckpt, talker, codec, tokenizer, chosen, options, info)
+        return cls(ckpt, talker, codec, tokenizer, chosen, options, info, cloner)
 
     # -- synthesis ------------------------------------------------------------------------
+    def _voice(self, request: SynthesisRequest) -> Voice:
+        """What build_prompt speaks with: a preset speaker, a clone prompt, or nothing (a designed voice)."""
+        if request.clone is not None:
+            return request.clone
+        return request.speaker if self.model_type == "custom_voice" else None
+
     def validate(self, request: SynthesisRequest) -> str:
         """Raise the error a request would end with before any work is done; returns the clean text."""
-        resolve_speaker(self.config, request.speaker)
-        resolve_language(self.config, request.language, request.speaker.strip().lower())
+        if self.model_type == "base" and request.clone is None:
+            raise VoiceError("this Base model speaks cloned voices only: the request names none")
+        if self.model_type == "custom_voice":
+            if request.clone is not None:
+                raise VoiceError("a cloned voice needs a Base model; this is a CustomVoice model")
+            resolve_speaker(self.config, request.speaker)
+            resolve_language(self.config, request.language, request.speaker.strip().lower())
+        else:
+            resolve_language(self.config, request.language, None)
         text = clean_text(request.text)
         if not text:
             raise EmptyTextError("text is empty")
@@ -237,7 +299,7 @@ class Engine:
             prompt = build_prompt(
                 self.model,
                 text_ids,
-                request.speaker,
+                self._voice(request),
                 request.language,
                 instruct_ids,
                 non_streaming_text=request.non_streaming_text,
@@ -269,7 +331,7 @@ class Engine:
         try:
             with self._lock:
                 session = self.backend.start(prompt, sampling, seed, budget)
-                stream = self.codec.new_stream()
+                stream = self._codec_stream_for(request.clone, prompt)
             frames = 0
             # Every session takes launch(n)/collect(): kernel sessions enqueue the frames at once
             # and run ahead, so group k+1 is decoded on the GPU while the codec works on group k.
@@ -302,6 +364,19 @@ class Engine:
             if exclusive is not None:
                 exclusive.release()
 
+    def _codec_stream_for(self, clone: ClonePrompt | None, prompt: Prompt):  # type: ignore[no-untyped-def]
+        """A codec stream for this request: fresh, or after a cloned voice's context (its clip's codes, so the
+        new audio continues the clip's, as the reference decodes it), decoded once per voice and forked."""
+        if prompt.codec_context is None or clone is None:
+            return self.codec.new_stream()
+        cached = self._context_streams.get(id(clone))
+        if cached is None or cached[0] is not clone:
+            with torch.inference_mode(), torch.cuda.stream(self._codec_stream) if self._codec_stream else _nullcontext():
+                base = self.codec.new_stream(prompt.codec_context.to(self.model.device))
+            cached = (clone, base)  # the prompt is held, so its id is not reused while cached
+            self._context_streams[id(clone)] = cached
+        return cached[1].fork()  # type: ignore[attr-defined]
+
     def _decode_audio(self, stream, codes: np.ndarray) -> torch.Tensor:  # type: ignore[no-untyped-def]
         """Decode a frame group to int16 samples on the codec stream, without waiting for it."""
         with torch.inference_mode(), torch.cuda.stream(self._codec_stream) if self._codec_stream else _nullcontext():
@@ -311,8 +386,11 @@ class Engine:
         """One short greedy synthesis so the first real request finds kernels built, graphs
         captured and allocator pools warm. Returns the seconds it took."""
         started = time.monotonic()
+        # A Base model warms up with a zero speaker embedding: any x-vector prompt has the same shape.
+        clone = ClonePrompt(torch.zeros(self.config.talker.hidden_size)) if self.model_type == "base" else None
         request = SynthesisRequest(
-            text="Hello.", speaker=self.speakers[0], sampling=SamplingParams.greedy(), seed=0, max_frames=4
+            text="Hello.", speaker=self.speakers[0] if self.speakers else "", sampling=SamplingParams.greedy(), seed=0,
+            max_frames=4, clone=clone,
         )
         for _ in self.synthesize(request):
             pass

@@ -33,6 +33,7 @@ class EngineOptions:
     stop_runaway: bool = True  # end a sentence at a budget from its length, or on a stuck loop (runaway.py)
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)  # over generation_config.json
     kernels: KernelOptions | None = None  # None: KernelOptions.from_env()
+    voice_cache_dir: Path | None = None  # Base models: clone prompts kept here (None: computed at every start)
 
     def __post_init__(self) -> None:
         if min(self.first_chunk_frames, self.chunk_frames, self.max_frames, self.max_text_chars) < 1:

@@ -85,6 +85,7 @@ class SynthesisRequest:
     non_streaming_text: bool = True  # the reference's non_streaming_mode (text fed all at once)
     first_chunk_frames: int | None = None  # None: the engine's setting
     chunk_frames: int | None = None
+    clone: Any = None  # a Base model's cloned voice (model.prompt.ClonePrompt); speaker is then unused
 
 
 @dataclass

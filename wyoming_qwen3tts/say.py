@@ -31,7 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=EngineOptions.device, help="auto, cpu, cuda, cuda:N")
     p.add_argument("--dtype", default=EngineOptions.dtype, choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--backend", default=EngineOptions.backend, choices=["auto", "kernels", "torch"])
-    p.add_argument("--max-frames", type=int, default=EngineOptions.max_frames, help="upper bound on 80 ms frames")
+    p.add_argument("--max-frames", type=int, default=None,
+                   help=f"exactly this limit on 80 ms frames (default: the sentence's own budget, at most {EngineOptions.max_frames}; "
+                        "see README, What is spoken)")  # fmt: skip
     p.add_argument("--streaming-text", action="store_true", help="feed text dual-track (the reference's non_streaming_mode=False)")
     p.add_argument("--codes-out", type=Path, default=None, help="also write the codes [frames, 16] as .npy")
     p.add_argument("--debug", action="store_true")
@@ -51,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO, format="%(levelname)s %(message)s")
     try:
         options = EngineOptions(data_dir=args.data_dir, device=args.device, dtype=args.dtype, backend=args.backend,
-                                max_frames=args.max_frames, sampling=SamplingOverrides(greedy=args.greedy))  # fmt: skip
+                                max_frames=args.max_frames or EngineOptions.max_frames,
+                                sampling=SamplingOverrides(greedy=args.greedy))  # fmt: skip
         engine = Engine.from_pretrained(args.model, options)
         request = SynthesisRequest(
             text=args.text,

@@ -24,8 +24,10 @@ ABBREVIATIONS = frozenset(
     "jan feb mar apr jun jul aug sep sept oct nov dec u.s z.b d.h bzw usw ca".split()
 )
 # C0/C1 control characters (but tab, newline, carriage return), unpaired UTF-16 surrogates (JSON
-# allows "\ud800"; they cannot be encoded as UTF-8) and non-characters.
-_UNSPEAKABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+# allows "\ud800"; they cannot be encoded as UTF-8) and non-characters; and the ChatML control markers
+# ("<|", "|>", "<tts_"), which in the prompt would become control tokens. Markers go before the text
+# front end sees the text, which would otherwise turn "<tts_" into "tts" and speak it.
+_UNSPEAKABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]|<\\||\\|>|<tts_")
 _SPACES = re.compile(r"\s+")
 _NON_SPACE = re.compile(r"\S")
 _CANDIDATE = re.compile("[\n" + re.escape("".join(sorted(TERMINATORS))) + "]")
@@ -36,7 +38,8 @@ _LONGEST_WORD = max(8, *map(len, ABBREVIATIONS))
 
 
 def clean_client_text(text: str) -> str:
-    """Client text made safe to split, log and tokenize: each unspeakable character becomes a space."""
+    """Client text made safe to split, log and tokenize: each unspeakable character and control marker
+    becomes a space."""
     return _UNSPEAKABLE.sub(" ", text)
 
 

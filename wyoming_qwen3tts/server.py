@@ -103,6 +103,7 @@ class TtsService:
             presets,
             default_voice=default_voice,
             version=__version__,
+            model_type=None,  # every configured voice, until the model says which kind it speaks
         )
 
     def start_loading(self) -> asyncio.Future[Engine]:
@@ -132,6 +133,8 @@ class TtsService:
                 supports_instruct=engine.supports_instruct,
                 default_voice=self._default_voice,
                 version=__version__,
+                model_type=getattr(engine, "model_type", "custom_voice"),  # test engines may have none
+                clones=getattr(engine, "clone_prompts", None),
             )
         except Exception as err:  # the presets do not fit this model
             self._load_error = err
@@ -158,7 +161,9 @@ class TtsService:
     def _build_info(self, catalog: VoiceCatalog) -> Info:
         program = TtsProgram(
             name=PROGRAM_NAME,
-            description="Qwen3-TTS CustomVoice",
+            description="Qwen3-TTS " + {"base": "Base (cloned voices)", "voice_design": "VoiceDesign"}.get(
+                str(catalog.model_type), "CustomVoice"
+            ),
             attribution=ATTRIBUTION,
             installed=True,
             version=__version__,

@@ -81,6 +81,7 @@ class Settings(BaseSettings):
     # --- voices ---
     voice: str = Field("", description="voice used when a request names none (empty: the first speaker)")
     voices: list[VoicePreset] = Field(default_factory=list, description="voice presets ([[voices]] tables)")
+    voices_dir: Path | None = Field(None, description="folder of cloned voices, NAME.wav + NAME.txt (default: DATA_DIR/voices)")
     # --- sampling (unset: the model's generation_config.json) ---
     seed: int | None = Field(None, description="random seed for every sentence (none: random)")
     greedy: bool = Field(False, description="greedy decoding instead of sampling")
@@ -116,8 +117,16 @@ class Settings(BaseSettings):
         """The sampling settings given, over the model's generation_config.json."""
         return SamplingOverrides(**self.values_for(SamplingOverrides))
 
+    def voice_folder(self) -> Path | None:
+        """The voices folder: voices_dir, else DATA_DIR/voices, else none."""
+        if self.voices_dir is not None:
+            return self.voices_dir
+        return self.data_dir / "voices" if self.data_dir is not None else None
+
     def engine_options(self) -> EngineOptions:
-        return EngineOptions(**self.values_for(EngineOptions), sampling=self.sampling())
+        folder = self.voice_folder()
+        cache = folder / ".prompts" if folder is not None else None
+        return EngineOptions(**self.values_for(EngineOptions), sampling=self.sampling(), voice_cache_dir=cache)
 
 
 _SAMPLING = {f.name for f in fields(SamplingOverrides)} - {"greedy"}

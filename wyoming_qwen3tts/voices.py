@@ -1,7 +1,12 @@
 """Speakers and presets -> Wyoming voices, and the choice of speaker/language/instruct for a request.
 
 Every CustomVoice speaker becomes one Wyoming voice named after the speaker id; presets from the
-configuration add more voices (a speaker plus a fixed language and/or a style instruction).
+configuration add more voices: a speaker plus a fixed language and/or a style instruction
+(CustomVoice), a cloned voice from a reference clip (Base: `reference_audio`, its transcript
+`reference_text`, or `x_vector_only`), or a designed voice (VoiceDesign: `design`, the voice's
+description). A voices folder adds cloned voices without editing the config: NAME.wav (or .flac,
+.ogg, .mp3) with its transcript in NAME.txt and optional settings in NAME.toml (scan_voice_folder).
+A model serves the voices of its kind; the others are listed in the log as skipped.
 
 Languages are advertised as two-letter ISO 639-1 codes ("en", "zh", ...).  Home Assistant lists
 voices per language code and matches the assistant's language (e.g. "en-US", "de-DE", "zh-Hans")
@@ -14,9 +19,12 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from wyoming.info import Attribution, TtsVoice
 from wyoming.tts import SynthesizeVoice
 
@@ -57,16 +65,78 @@ LANGUAGE_CODES: dict[str, str] = {
 DEFAULT_LANGUAGES: list[str] = [AUTO, *LANGUAGE_CODES]
 
 
+VoiceKind = Literal["custom_voice", "base", "voice_design"]  # the tts_model_type that speaks it
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")
+# A voice name becomes a Wyoming voice name and, for folder voices, a file stem: letters, digits, _ - . and spaces.
+_VOICE_NAME = re.compile(r"^[\w][\w .-]{0,63}$")
+
+
 class VoicePreset(BaseModel):
-    """A configured voice: one speaker with an optional fixed language and style instruction."""
+    """A configured voice: a speaker with an optional fixed language and style instruction (CustomVoice), a
+    cloned voice (Base: reference_audio), or a designed voice (VoiceDesign: design)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(min_length=1, description="voice name shown in Home Assistant")
-    speaker: str = Field(min_length=1, description="CustomVoice speaker id, e.g. 'ryan'")
+    name: str = Field(min_length=1, max_length=64, description="voice name shown in Home Assistant")
+    speaker: str | None = Field(default=None, min_length=1, description="CustomVoice speaker id, e.g. 'ryan'")
+    reference_audio: Path | None = Field(default=None, description="Base: clip to clone (WAV/FLAC/OGG/MP3, 1-30 s)")
+    reference_text: str | None = Field(default=None, description="Base: what is said in the clip (in-context cloning)")
+    x_vector_only: bool = Field(default=False, description="Base: clone from the speaker embedding alone (no transcript)")
+    design: str | None = Field(default=None, min_length=1, description="VoiceDesign: the voice's description")
     language: str | None = Field(default=None, description="language code or name; none: auto-detect")
-    instruct: str | None = Field(default=None, description="style instruction (1.7B models only)")
+    instruct: str | None = Field(default=None, description="style instruction (1.7B CustomVoice models only)")
     description: str | None = Field(default=None, description="text shown in Home Assistant")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "VoicePreset":
+        if not _VOICE_NAME.match(self.name):
+            raise ValueError(f"voice name {self.name!r}: use letters, digits, spaces, '_', '-' or '.' (64 at most)")
+        given = [key for key in ("speaker", "reference_audio", "design") if getattr(self, key) is not None]
+        if len(given) != 1:
+            raise ValueError(f"voice {self.name!r} needs exactly one of speaker, reference_audio or design, got {given or 'none'}")
+        if self.reference_audio is None and (self.reference_text is not None or self.x_vector_only):
+            raise ValueError(f"voice {self.name!r}: reference_text and x_vector_only belong to a reference_audio voice")
+        if self.instruct and self.speaker is None:
+            raise ValueError(f"voice {self.name!r}: instruct is for speaker voices (a designed voice's style is its design)")
+        return self
+
+    @property
+    def kind(self) -> VoiceKind:
+        if self.reference_audio is not None:
+            return "base"
+        return "voice_design" if self.design is not None else "custom_voice"
+
+
+def scan_voice_folder(folder: Path) -> tuple[list[VoicePreset], list[str]]:
+    """The cloned voices of a voices folder, and a message per file that could not become one.
+
+    NAME.wav (.flac, .ogg, .mp3) is a voice named NAME; NAME.txt holds the clip's transcript (in-context
+    cloning); NAME.toml may set language, description and x_vector_only. Only the folder's own files count
+    (no subfolders, no links out of it), and only the headers of files are read here: the clips are checked
+    when the model clones them.
+    """
+    voices: list[VoicePreset] = []
+    problems: list[str] = []
+    if not folder.is_dir():
+        return voices, problems
+    root = folder.resolve()
+    for clip in sorted(p for p in folder.iterdir() if p.suffix.lower() in AUDIO_SUFFIXES):
+        try:
+            if not clip.is_file() or clip.resolve().parent != root:
+                raise ValueError("not a regular file inside the voices folder")
+            extra: dict[str, Any] = {}
+            settings = clip.with_suffix(".toml")
+            if settings.is_file():
+                extra = tomllib.loads(settings.read_text(encoding="utf-8"))
+                unknown = set(extra) - {"language", "description", "x_vector_only"}
+                if unknown:
+                    raise ValueError(f"{settings.name}: unknown keys {sorted(unknown)}")
+            transcript = clip.with_suffix(".txt")
+            text = transcript.read_text(encoding="utf-8").strip() if transcript.is_file() else None
+            voices.append(VoicePreset(name=clip.stem, reference_audio=clip, reference_text=text or None, **extra))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ValueError, ValidationError) as err:
+            problems.append(f"voices folder: {clip.name}: {err}")
+    return voices, problems
 
 
 @dataclass(frozen=True)
@@ -74,9 +144,10 @@ class VoiceChoice:
     """What one request is spoken with, in the engine's own names."""
 
     voice: str  # the Wyoming voice name, for logs
-    speaker: str
+    speaker: str  # a CustomVoice speaker ("" for cloned and designed voices)
     language: str
-    instruct: str | None
+    instruct: str | None  # style instruction; a designed voice's description
+    clone: Any = None  # a cloned voice's ClonePrompt (model/prompt.py; not imported here: no torch at startup)
 
 
 def language_name(value: str, languages: list[str]) -> str:
@@ -99,7 +170,12 @@ def language_code(name: str) -> str:
 
 
 class VoiceCatalog:
-    """The voices one model offers: its speakers plus the configured presets."""
+    """The voices one model offers: its speakers plus the presets of its kind.
+
+    `model_type` None (the model is still loading): every preset is listed, so Home Assistant sees the
+    configured voices from the start. Once it is known, presets of another kind are skipped with an error
+    in the log (`skipped`), as are cloned voices without a prompt in `clones` (their clip failed to clone).
+    """
 
     def __init__(
         self,
@@ -110,32 +186,54 @@ class VoiceCatalog:
         supports_instruct: bool = True,
         default_voice: str = "",
         version: str | None = None,
+        model_type: VoiceKind | None = "custom_voice",
+        clones: dict[str, Any] | None = None,
     ) -> None:
         self.speakers = list(speakers)
         self.languages = [lang.lower() for lang in languages]
         self.supports_instruct = supports_instruct
         self.version = version
+        self.model_type = model_type
+        self.clones = dict(clones or {})
         self._by_speaker = {s.lower(): s for s in self.speakers}
         self.presets: dict[str, VoicePreset] = {}
+        self.skipped: dict[str, str] = {}  # voice name -> why it is not offered
         for preset in presets:
+            reason = self._unfit(preset)
+            if reason is not None:
+                self.skipped[preset.name] = reason
+                _LOGGER.error("Voice %r is not offered: %s", preset.name, reason)
+                continue
             self._check_preset(preset)
             self.presets[preset.name] = preset
-        self.default_voice = default_voice or (self.speakers[0] if self.speakers else "")
+        first = self.speakers[0] if self.speakers else next(iter(self.presets), "")
+        self.default_voice = default_voice or first
         if self.default_voice and self._find(self.default_voice) is None:
             raise UnknownSpeakerError(f"Default voice {self.default_voice!r} is neither a speaker nor a preset")
 
+    def _unfit(self, preset: VoicePreset) -> str | None:
+        """Why this model cannot speak the preset, or None."""
+        if self.model_type is None or preset.kind == self.model_type:
+            if self.model_type == "base" and preset.name not in self.clones:
+                return "its reference clip could not be cloned (the log says why)"
+            return None
+        needs = {"custom_voice": "a CustomVoice model", "base": "a Base model", "voice_design": "a VoiceDesign model"}
+        return f"it needs {needs[preset.kind]}, and {needs[self.model_type]} is loaded"
+
     def _check_preset(self, preset: VoicePreset) -> None:
         # Fail at startup, not on the first request, when the config names something unknown.
+        if preset.name in self.presets:
+            raise ValueError(f"Preset {preset.name!r} is defined twice")
+        if preset.name.lower() in self._by_speaker:
+            raise ValueError(f"Preset name {preset.name!r} clashes with a speaker name")
+        if preset.language is not None:
+            language_name(preset.language, self.languages)
+        if preset.speaker is None:
+            return
         if preset.speaker.lower() not in self._by_speaker:
             raise UnknownSpeakerError(
                 f"Preset {preset.name!r} uses unknown speaker {preset.speaker!r}; speakers: {', '.join(self.speakers)}"
             )
-        if preset.name.lower() in self._by_speaker:
-            raise ValueError(f"Preset name {preset.name!r} clashes with a speaker name")
-        if preset.name in self.presets:
-            raise ValueError(f"Preset {preset.name!r} is defined twice")
-        if preset.language is not None:
-            language_name(preset.language, self.languages)
         if preset.instruct and not self.supports_instruct:
             _LOGGER.warning("Preset %r: this model ignores style instructions", preset.name)
 
@@ -143,8 +241,13 @@ class VoiceCatalog:
         if name in self.presets:
             preset = self.presets[name]
             language = language_name(preset.language, self.languages) if preset.language else AUTO
+            if preset.kind == "base":
+                return VoiceChoice(name, "", language, None, clone=self.clones.get(name))
+            if preset.kind == "voice_design":
+                return VoiceChoice(name, "", language, preset.design)
+            assert preset.speaker is not None
             instruct = preset.instruct if (preset.instruct and self.supports_instruct) else None
-            return VoiceChoice(name, self._by_speaker[preset.speaker.lower()], language, instruct)
+            return VoiceChoice(name, self._by_speaker.get(preset.speaker.lower(), preset.speaker), language, instruct)
         speaker = self._by_speaker.get(name.lower())
         if speaker is not None:
             return VoiceChoice(speaker, speaker, AUTO, None)
@@ -161,13 +264,13 @@ class VoiceCatalog:
         choice = self._find(name or self.default_voice)
         if choice is None:
             raise UnknownSpeakerError(f"Unknown voice {name!r}")
-        if voice is not None and voice.speaker:
+        if voice is not None and voice.speaker and choice.speaker:  # a speaker option for speaker voices only
             speaker = self._by_speaker.get(voice.speaker.lower())
             if speaker is None:
                 raise UnknownSpeakerError(f"Unknown speaker {voice.speaker!r}")
-            choice = VoiceChoice(choice.voice, speaker, choice.language, choice.instruct)
+            choice = replace(choice, speaker=speaker)
         if name is None and voice is not None and voice.language:
-            choice = VoiceChoice(choice.voice, choice.speaker, language_name(voice.language, self.languages), choice.instruct)
+            choice = replace(choice, language=language_name(voice.language, self.languages))
         return choice
 
     def tts_voices(self) -> list[TtsVoice]:
@@ -190,11 +293,16 @@ class VoiceCatalog:
                 if preset.language and language_name(preset.language, self.languages) != AUTO
                 else list(spoken)
             )
-            style = f", {preset.instruct}" if preset.instruct else ""
+            if preset.kind == "base":
+                what = f"cloned from {preset.reference_audio.name if preset.reference_audio else 'a clip'}"
+            elif preset.kind == "voice_design":
+                what = f"designed: {preset.design}"
+            else:
+                what = f"{preset.speaker}, {preset.instruct}" if preset.instruct else str(preset.speaker)
             voices.append(
                 TtsVoice(
                     name=preset.name,
-                    description=preset.description or f"{preset.name} ({preset.speaker}{style})",
+                    description=preset.description or f"{preset.name} ({what})",
                     attribution=ATTRIBUTION,
                     installed=True,
                     version=self.version,

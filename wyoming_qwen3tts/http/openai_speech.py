@@ -177,7 +177,8 @@ class SpeechApi:
             }
             preset = catalog.presets.get(voice.name)
             if preset is not None:
-                entry.update(speaker=preset.speaker, instruct=preset.instruct)
+                entry.update(speaker=preset.speaker, instruct=preset.instruct or preset.design)
+                entry["kind"] = {"base": "cloned", "voice_design": "designed"}.get(preset.kind, "preset")
             voices.append(entry)
         return web.json_response(
             {
@@ -288,7 +289,7 @@ class SpeechApi:
             raise ApiError.from_service(err, param="voice") from None
         if body.language:
             try:
-                voice = VoiceChoice(voice.voice, voice.speaker, language_name(body.language[:MAX_VOICE_CHARS], catalog.languages), voice.instruct)
+                voice = replace(voice, language=language_name(body.language[:MAX_VOICE_CHARS], catalog.languages))
             except Qwen3TTSError as err:
                 raise ApiError.from_service(err, param="language") from None
         instructions = clean_client_text(body.instructions or "").strip()
@@ -299,7 +300,7 @@ class SpeechApi:
                 raise ApiError(
                     400, f"instructions have {len(instructions)} characters, more than the limit of {MAX_INSTRUCTIONS_CHARS}", param="instructions", code="text-too-long"
                 )
-            voice = VoiceChoice(voice.voice, voice.speaker, voice.language, instructions)
+            voice = replace(voice, instruct=instructions)
         return voice
 
     async def _chunks(self, plan: SpeechPlan, cancel: threading.Event, meter: SpeechMeter) -> AsyncIterator[AudioChunk]:
@@ -311,6 +312,8 @@ class SpeechApi:
                 language=plan.voice.language,
                 instruct=plan.voice.instruct,
                 seed=self.config.seed,  # sampling: the engine's (generation_config.json and the settings), as on Wyoming
+                clone=plan.voice.clone,
+                non_streaming_text=plan.voice.clone is None,
             )
             piece_start = time.monotonic()
             async with contextlib.aclosing(self.service.synthesize(request, cancel)) as chunks:
