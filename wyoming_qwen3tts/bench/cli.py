@@ -46,7 +46,7 @@ def worker_main(args: argparse.Namespace) -> int:
     w = WorkerArgs(
         engine=args.worker, model=args.model, device=args.device, frames=args.frames,
         sentence_frames=args.sentence_frames, runs=args.runs, warmup=args.warmup, context=args.context,
-        text=args.text, speaker=args.speaker, language=args.language, seed=args.seed,
+        text=args.text, speaker=args.speaker, language=args.language, seed=args.seed, ref_seconds=args.ref_seconds,
     )  # fmt: skip
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
@@ -109,7 +109,7 @@ def run_worker(engine: str, model: str, args: argparse.Namespace, frames: int, r
             "--result", str(result_file), "--device", args.device, "--frames", str(frames),
             "--sentence-frames", str(args.sentence_frames), "--runs", str(runs), "--warmup", str(args.warmup),
             "--context", str(args.context), "--text", args.text, "--speaker", args.speaker,
-            "--language", args.language, "--seed", str(args.seed),
+            "--language", args.language, "--seed", str(args.seed), "--ref-seconds", str(args.ref_seconds),
         ]  # fmt: skip
         started = time.perf_counter()
         try:
@@ -130,14 +130,18 @@ def run_worker(engine: str, model: str, args: argparse.Namespace, frames: int, r
     return res
 
 
-def ensure_checkpoint(size: str, root: Path, device: str) -> Path:
+# Random checkpoints of the other model types are timed under these row labels ("1.7b-base").
+TYPE_SUFFIX = {"custom_voice": "", "base": "-base", "voice_design": "-voicedesign"}
+
+
+def ensure_checkpoint(size: str, root: Path, device: str, model_type: str = "custom_voice") -> Path:
     from ..tools.random_checkpoint import write_random_checkpoint
 
-    out = root / size
+    out = root / (size + TYPE_SUFFIX[model_type])
     if (out / "model.safetensors").exists() and (out / "speech_tokenizer" / "model.safetensors").exists():
         return out
     started = time.perf_counter()
-    write_random_checkpoint(out, size, seed=0, device="cuda" if device.startswith("cuda") else None)
+    write_random_checkpoint(out, size, seed=0, device="cuda" if device.startswith("cuda") else None, model_type=model_type)
     print(f"[bench] wrote random {size} checkpoint to {out} in {time.perf_counter() - started:.1f} s", flush=True)
     return out
 
@@ -163,13 +167,23 @@ def _sizes_and_models(args: argparse.Namespace) -> list[tuple[str, str]]:
         size = cfg.get("tts_model_size", Path(args.model).name)
         size = {"1b7": "1.7b", "0b6": "0.6b"}.get(size, size)
         return [(size, args.model)]
-    return [(s, "") for s in args.sizes.split(",") if s]
+    types = [t for t in args.model_types.split(",") if t]
+    unknown = set(types) - set(TYPE_SUFFIX)
+    if unknown:
+        raise SystemExit(f"--model-types: unknown {sorted(unknown)}; use {', '.join(TYPE_SUFFIX)}")
+    # VoiceDesign is released at 1.7B only.
+    return [(s + TYPE_SUFFIX[t], "") for s in args.sizes.split(",") if s for t in types
+            if not (t == "voice_design" and s == "0.6b")]  # fmt: skip
 
 
 def main(argv: Iterable[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m wyoming_qwen3tts.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="1.7b,0.6b", help="random full-size checkpoints to write and time")
     ap.add_argument("--model", default="", help="an existing checkpoint directory instead of --sizes")
+    ap.add_argument("--model-types", default="custom_voice",
+                    help="random checkpoints of these types per size: custom_voice, base (a cloned voice from a "
+                         "--ref-seconds clip, in context), voice_design (1.7B); ours only")  # fmt: skip
+    ap.add_argument("--ref-seconds", type=float, default=10.0, help="length of a Base row's reference clip")
     ap.add_argument("--ckpt-root", type=Path, default=Path("/tmp/q3t-bench-ckpt"))
     ap.add_argument("--backends", default=",".join(ENGINES))
     ap.add_argument("--frames", type=int, default=200, help="frames per timed run (EOS masked)")
@@ -242,7 +256,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     configs: dict[str, dict[str, Any]] = {}
     for size, model in _sizes_and_models(args):
         if not model:
-            model = str(ensure_checkpoint(size, args.ckpt_root, args.device))
+            base_size, _, kind = size.partition("-")
+            model_type = {"": "custom_voice", "base": "base", "voicedesign": "voice_design"}[kind]
+            model = str(ensure_checkpoint(base_size, args.ckpt_root, args.device, model_type))
         configs[size] = json.loads((Path(model) / "config.json").read_text())
         for engine in engines:
             frames = frames_for.get(engine, args.frames)

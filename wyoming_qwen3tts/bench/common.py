@@ -67,6 +67,7 @@ class WorkerArgs:
     speaker: str
     language: str
     seed: int
+    ref_seconds: float = 10.0  # a Base model's reference clip (a cloned voice, in context)
 
 
 def summary(decode_s: list[float], e2e_s: list[float], ttfa_s: list[float], frames: int) -> dict[str, Any]:

@@ -22,10 +22,15 @@ def run_ours(w: WorkerArgs) -> dict[str, Any]:
     load_s = time.perf_counter() - t0
     # The checkpoint's sampling, with a fixed length: code-0 EOS is never sampled (random weights end at random).
     sampling = replace(engine.default_sampling, suppress_eos=True)
+    voice: dict[str, Any] = {}
+    if engine.model_type == "base":  # a cloned voice, in context: its clip's codes and transcript lengthen the prompt
+        voice = dict(clone=_clone(engine, w.ref_seconds), non_streaming_text=False)
+    elif engine.model_type == "voice_design":
+        voice = dict(instruct="A calm, warm female voice with a slight smile, speaking at an even pace.")
 
     def request(frames: int, seed: int) -> SynthesisRequest:
         return SynthesisRequest(text=w.text, speaker=w.speaker, language=w.language, seed=seed, max_frames=frames,
-                                sampling=sampling)  # fmt: skip
+                                sampling=sampling, **voice)  # fmt: skip
 
     prompt = engine.prepare(request(w.frames, w.seed))
 
@@ -80,6 +85,27 @@ def run_ours(w: WorkerArgs) -> dict[str, Any]:
         prompt_positions=prompt.length,
         first_chunk_frames=engine.first_chunk_frames,
         dtype=engine.info.dtype,
-        notes=f"decode sessions sized for {w.context} frames; TTFA chunk {engine.first_chunk_frames} frames",
+        model_type=engine.model_type,
+        notes=f"decode sessions sized for {w.context} frames; TTFA chunk {engine.first_chunk_frames} frames"
+        + (f"; cloned voice from a {w.ref_seconds:g} s clip, in context" if engine.model_type == "base" else ""),
     )
     return out
+
+
+def _clone(engine: Any, seconds: float) -> Any:
+    """A clone prompt from a synthetic voice-like clip of `seconds` (harmonics with vibrato, noise)."""
+    import tempfile
+    from pathlib import Path
+
+    import numpy as np
+    import soundfile
+
+    rate = 24000
+    t = np.arange(int(rate * seconds)) / rate
+    phase = 2 * np.pi * np.cumsum(140 + 20 * np.sin(2 * np.pi * 3 * t)) / rate
+    clip = (sum(np.sin(k * phase) / k for k in range(1, 6)) * 0.2 + np.random.default_rng(0).normal(0, 0.01, t.size))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "reference.wav"
+        soundfile.write(str(path), clip.astype(np.float32), rate)
+        transcript = "This is the reference clip of the voice we clone, read at an ordinary pace for ten seconds or so."
+        return engine.clone_voice(path, transcript)
