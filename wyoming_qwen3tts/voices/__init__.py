@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from wyoming.info import Attribution, TtsVoice
 from wyoming.tts import SynthesizeVoice
 
-from .errors import UnknownLanguageError, UnknownSpeakerError
+from ..errors import UnknownLanguageError, UnknownSpeakerError
 
 _LOGGER = logging.getLogger(__name__)
 
