@@ -161,3 +161,13 @@ def test_handler_config_takes_the_settings_of_its_names() -> None:
 def test_engine_options_take_stop_runaway() -> None:
     assert load_settings([]).engine_options().stop_runaway is True
     assert load_settings(["--no-stop-runaway"]).engine_options().stop_runaway is False
+
+
+def test_extra_models_from_flags_environment_and_file(tmp_path, monkeypatch) -> None:
+    assert load_settings(["--extra-models", "a/Base", "b/VoiceDesign"]).extra_models == ["a/Base", "b/VoiceDesign"]
+    monkeypatch.setenv("WYOMING_QWEN3TTS_EXTRA_MODELS", '["c/Base"]')
+    assert load_settings([]).extra_models == ["c/Base"]
+    monkeypatch.delenv("WYOMING_QWEN3TTS_EXTRA_MODELS")
+    config = tmp_path / "c.toml"
+    config.write_text('extra_models = ["d/Base"]\n')
+    assert load_settings(["--config", str(config)]).extra_models == ["d/Base"]

@@ -204,3 +204,45 @@ async def test_designed_voice_listed_and_spoken(tiny_voice_design_checkpoint: Pa
     finally:
         await server.stop()
         service.shutdown()
+
+
+@pytest.mark.slow
+async def test_one_server_several_models(tiny_checkpoint: Path, tiny_base_checkpoint: Path,
+                                         tiny_voice_design_checkpoint: Path, tmp_path: Path) -> None:  # fmt: skip
+    """CustomVoice + Base + VoiceDesign in one server (extra_models): describe lists the speakers, a preset, a
+    cloned and a designed voice, and each is spoken by its own model; a second model of a type is refused."""
+    voices = [VoicePreset(name="ryan-calm", speaker="ryan", instruct="Calm."),
+              VoicePreset(name="anna", reference_audio=write_clip(tmp_path / "anna.wav"), reference_text="Hello there."),
+              VoicePreset(name="narrator", design="A calm, deep narrator.")]  # fmt: skip
+    settings = Settings(model=str(tiny_checkpoint), extra_models=[str(tiny_base_checkpoint), str(tiny_voice_design_checkpoint)],
+                        device="cpu", dtype="float32", max_frames=6, first_chunk_frames=1, chunk_frames=2, voices=voices)  # fmt: skip
+    server, port, service = await _serve(settings)
+    try:
+        assert service.load_error is None
+        (program,) = (await _describe(port)).tts
+        names = [v.name for v in program.voices]
+        assert {"ryan", "vivian", "ryan-calm", "anna", "narrator"} <= set(names)
+        assert all(kind in (program.description or "") for kind in ("CustomVoice", "Base", "VoiceDesign"))
+        engines = service._engine.by_kind  # type: ignore[union-attr]
+        asked: dict[str, int] = {}
+        for kind, engine in engines.items():
+            original = engine.synthesize
+
+            def counting(request, cancel=None, kind=kind, original=original):  # type: ignore[no-untyped-def]
+                asked[kind] = asked.get(kind, 0) + 1
+                return original(request, cancel)
+
+            engine.synthesize = counting  # type: ignore[method-assign]
+        for voice, kind in (("ryan", "custom_voice"), ("ryan-calm", "custom_voice"), ("anna", "base"), ("narrator", "voice_design")):
+            before = asked.get(kind, 0)
+            assert 1 <= await _speak(port, voice, "Good evening.", streaming=voice == "anna") <= 6
+            assert asked.get(kind, 0) == before + 1, (voice, asked)
+    finally:
+        await server.stop()
+        service.shutdown()
+
+    from wyoming_qwen3tts.errors import VoiceError
+    from wyoming_qwen3tts.engines import EngineSet
+
+    with pytest.raises(VoiceError, match="two CustomVoice models"):
+        EngineSet(list(engines.values())[:1] * 2)

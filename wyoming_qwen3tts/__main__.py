@@ -60,9 +60,18 @@ def load_engine(settings: Settings, voices: list[VoicePreset] | None = None) -> 
     # must already be answering describe by then (Home Assistant gives setup one second).
     from .engine import Engine
 
-    engine = Engine.from_pretrained(settings.model, settings.engine_options())
+    options = settings.engine_options()
+    engine = Engine.from_pretrained(settings.model, options)
     _LOGGER.info("Model loaded: %d speakers", len(engine.speakers))
-    if getattr(engine, "model_type", "custom_voice") == "base":  # test engines may have none
+    if settings.extra_models:  # one model of each type, each voice routed to its model's type
+        from .engines import EngineSet
+
+        extra = []
+        for model in settings.extra_models:
+            _LOGGER.info("Loading %s as well", model)
+            extra.append(Engine.from_pretrained(model, options))
+        engine = EngineSet([engine, *extra])  # type: ignore[assignment]
+    if "base" in (getattr(engine, "model_types", None) or {getattr(engine, "model_type", "custom_voice")}):
         engine.clone_voices([v for v in voices or [] if v.kind == "base"])
     # Before "Ready": the first real request must not pay for graph capture or lazy init.
     warm_up = getattr(engine, "warm_up", None)  # test engines may have none

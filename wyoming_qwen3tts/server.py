@@ -133,7 +133,8 @@ class TtsService:
                 supports_instruct=engine.supports_instruct,
                 default_voice=self._default_voice,
                 version=__version__,
-                model_type=getattr(engine, "model_type", "custom_voice"),  # test engines may have none
+                # An EngineSet speaks several kinds; test engines may say none.
+                model_type=getattr(engine, "model_types", None) or getattr(engine, "model_type", "custom_voice"),
                 clones=getattr(engine, "clone_prompts", None),
             )
         except Exception as err:  # the presets do not fit this model
@@ -161,8 +162,9 @@ class TtsService:
     def _build_info(self, catalog: VoiceCatalog) -> Info:
         program = TtsProgram(
             name=PROGRAM_NAME,
-            description="Qwen3-TTS " + {"base": "Base (cloned voices)", "voice_design": "VoiceDesign"}.get(
-                str(catalog.model_type), "CustomVoice"
+            description="Qwen3-TTS " + " + ".join(
+                {"base": "Base (cloned voices)", "voice_design": "VoiceDesign", "custom_voice": "CustomVoice"}.get(k, k)
+                for k in sorted(catalog.model_types or {"custom_voice"})
             ),
             attribution=ATTRIBUTION,
             installed=True,

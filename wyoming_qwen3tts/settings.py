@@ -65,6 +65,7 @@ class Settings(BaseSettings):
     max_pending_requests: int = Field(8, ge=1, description="most requests one connection may have queued or in progress; one more ends it with an error")
     # --- model ---
     model: str = Field(DEFAULT_MODEL, description="Hugging Face repo id or local directory")
+    extra_models: list[str] = Field(default_factory=list, description="more models to load beside model, one of each type (e.g. a Base model for cloned voices)")
     data_dir: Path | None = Field(None, description="where downloaded models are kept (default: Hugging Face cache)")
     device: str = Field(EngineOptions.device, description="torch device: auto, cuda, cuda:1, cpu")
     dtype: str = Field(EngineOptions.dtype, description="weights dtype: auto, bfloat16, float16, float32")
@@ -157,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
         help_text = f"{info.description} (default: {shown})".replace("%", "%%")
         kind = _scalar_type(info.annotation)
         if name == "voices":
+            continue
+        if name == "extra_models":
+            parser.add_argument(flag, nargs="*", metavar="MODEL", help=help_text)
             continue
         if name == "zeroconf":
             parser.add_argument(flag, nargs="?", const=DEFAULT_ZEROCONF_NAME, metavar="NAME", help=help_text)

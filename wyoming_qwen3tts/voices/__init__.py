@@ -186,14 +186,16 @@ class VoiceCatalog:
         supports_instruct: bool = True,
         default_voice: str = "",
         version: str | None = None,
-        model_type: VoiceKind | None = "custom_voice",
+        model_type: VoiceKind | set[str] | None = "custom_voice",
         clones: dict[str, Any] | None = None,
     ) -> None:
         self.speakers = list(speakers)
         self.languages = [lang.lower() for lang in languages]
         self.supports_instruct = supports_instruct
         self.version = version
-        self.model_type = model_type
+        # The kinds of voice the loaded models speak (None: not known yet, while loading).
+        self.model_types: set[str] | None = {model_type} if isinstance(model_type, str) else model_type
+        self.model_type = model_type if isinstance(model_type, str) else None  # the one kind, if one
         self.clones = dict(clones or {})
         self._by_speaker = {s.lower(): s for s in self.speakers}
         self.presets: dict[str, VoicePreset] = {}
@@ -212,13 +214,17 @@ class VoiceCatalog:
             raise UnknownSpeakerError(f"Default voice {self.default_voice!r} is neither a speaker nor a preset")
 
     def _unfit(self, preset: VoicePreset) -> str | None:
-        """Why this model cannot speak the preset, or None."""
-        if self.model_type is None or preset.kind == self.model_type:
-            if self.model_type == "base" and preset.name not in self.clones:
+        """Why the loaded models cannot speak the preset, or None."""
+        kinds = self.model_types
+        if kinds is None:
+            return None
+        if preset.kind in kinds:
+            if preset.kind == "base" and preset.name not in self.clones:
                 return "its reference clip could not be cloned (the log says why)"
             return None
-        needs = {"custom_voice": "a CustomVoice model", "base": "a Base model", "voice_design": "a VoiceDesign model"}
-        return f"it needs {needs[preset.kind]}, and {needs[self.model_type]} is loaded"
+        names = {"custom_voice": "CustomVoice", "base": "Base", "voice_design": "VoiceDesign"}
+        loaded = " and ".join(names.get(k, k) for k in sorted(kinds))
+        return f"it needs a {names[preset.kind]} model, and the server loaded {loaded} only"
 
     def _check_preset(self, preset: VoicePreset) -> None:
         # Fail at startup, not on the first request, when the config names something unknown.

@@ -1,0 +1,89 @@
+"""Several loaded models behind the one engine interface the server uses: each request goes to the model of its
+voice's kind (a speaker: CustomVoice, a cloned voice: Base, a designed voice: VoiceDesign).
+
+The server's worker thread runs every job, so the models take turns on the GPU sentence by sentence, as the
+requests of one model do; each keeps its own weights, decode backend and codec.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from .errors import VoiceError
+from .request import AudioChunk, SynthesisRequest
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+_KIND_NAMES = {"custom_voice": "CustomVoice", "base": "Base", "voice_design": "VoiceDesign"}
+
+
+class EngineSet:
+    """One engine per model type; the first given is the one whose voices a request without a kind gets."""
+
+    def __init__(self, engines: Sequence[Engine]) -> None:
+        if not engines:
+            raise ValueError("no engine")
+        self.by_kind: dict[str, Engine] = {}
+        for engine in engines:
+            if engine.model_type in self.by_kind:
+                raise VoiceError(
+                    f"two {_KIND_NAMES[engine.model_type]} models are configured; load one model of each type"
+                )
+            self.by_kind[engine.model_type] = engine
+        self.engines = list(engines)
+
+    # -- what the catalog reads ----------------------------------------------------------------------
+    @property
+    def model_types(self) -> set[str]:
+        return set(self.by_kind)
+
+    @property
+    def speakers(self) -> list[str]:
+        custom = self.by_kind.get("custom_voice")
+        return list(custom.speakers) if custom is not None else []
+
+    @property
+    def languages(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for engine in self.engines:
+            seen.update(dict.fromkeys(engine.languages))
+        return list(seen)
+
+    @property
+    def supports_instruct(self) -> bool:
+        custom = self.by_kind.get("custom_voice")
+        return custom.supports_instruct if custom is not None else True
+
+    @property
+    def clone_prompts(self) -> dict[str, object]:
+        base = self.by_kind.get("base")
+        return dict(base.clone_prompts) if base is not None else {}
+
+    def clone_voices(self, presets: list) -> dict[str, str]:  # type: ignore[type-arg]
+        base = self.by_kind.get("base")
+        return base.clone_voices(presets) if base is not None else {}
+
+    # -- requests ------------------------------------------------------------------------------------
+    def engine_for(self, request: SynthesisRequest) -> Engine:
+        if request.clone is not None:
+            kind = "base"
+        elif request.speaker:
+            kind = "custom_voice"
+        else:
+            kind = "voice_design"
+        engine = self.by_kind.get(kind)
+        if engine is None:
+            raise VoiceError(f"this voice needs a {_KIND_NAMES[kind]} model, which is not loaded")
+        return engine
+
+    def synthesize(self, request: SynthesisRequest, cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
+        return self.engine_for(request).synthesize(request, cancel)
+
+    def validate(self, request: SynthesisRequest) -> str:
+        return self.engine_for(request).validate(request)
+
+    def warm_up(self) -> float:
+        return sum(engine.warm_up() for engine in self.engines)
