@@ -529,7 +529,7 @@ class BatchedFrames:
         """Every layer of a stack (StackWeights) for all rows: the Talker (pos_add None: each row's slot
         and position) or the CodePredictor at position pos_add."""
         ops, c = self.ops, stack.cfg
-        hd, eps, scale = c.head_dim, c.rms_norm_eps, c.head_dim**-0.5
+        eps, scale = c.rms_norm_eps, c.head_dim**-0.5
         cos, sin = self.rope[id(c)]
         qkv, attn, mlp = self.work[id(c)]
         for i, L in enumerate(stack.layers):

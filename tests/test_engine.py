@@ -133,26 +133,26 @@ def test_missing_files_named(tiny_checkpoint, tmp_path):
     assert "model.safetensors" in str(info.value) and "speech_tokenizer/config.json" in str(info.value)
 
 
-def test_unknown_model_type(tiny_checkpoint, tmp_path):
-    """The engine serves CustomVoice, Base and VoiceDesign checkpoints; any other tts_model_type is a clear error."""
-    other = tmp_path / "other"
+def _relabelled(tiny_checkpoint, tmp_path, model_type: str):  # noqa: ANN202
+    """A copy of the tiny CustomVoice checkpoint whose config.json says another tts_model_type."""
+    other = tmp_path / model_type
     shutil.copytree(tiny_checkpoint, other)
     cfg = json.loads((other / "config.json").read_text())
-    cfg["tts_model_type"] = "tokenizer"
+    cfg["tts_model_type"] = model_type
     (other / "config.json").write_text(json.dumps(cfg))
+    return str(other)
+
+
+def test_unknown_model_type(tiny_checkpoint, tmp_path):
+    """The engine serves CustomVoice, Base and VoiceDesign checkpoints; any other tts_model_type is a clear error."""
     with pytest.raises(ModelConfigError, match="tts_model_type"):
-        Engine.from_pretrained(str(other), CPU32)
+        Engine.from_pretrained(_relabelled(tiny_checkpoint, tmp_path, "tokenizer"), CPU32)
 
 
 def test_a_base_checkpoint_missing_its_speaker_encoder_is_refused(tiny_checkpoint, tmp_path):
     """A CustomVoice checkpoint relabelled Base lacks the speaker encoder a Base model clones with."""
-    other = tmp_path / "base"
-    shutil.copytree(tiny_checkpoint, other)
-    cfg = json.loads((other / "config.json").read_text())
-    cfg["tts_model_type"] = "base"
-    (other / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(Qwen3TTSError):
-        Engine.from_pretrained(str(other), CPU32)
+        Engine.from_pretrained(_relabelled(tiny_checkpoint, tmp_path, "base"), CPU32)
 
 
 def test_kernels_backend_refused_on_cpu(tiny_checkpoint):

@@ -250,7 +250,6 @@ class _Passes:
         return _date(self.lex, int(m.group(2)), month, int(m.group(3)) if m.group(3) else None)
 
     def _en_day_month(self, m: re.Match[str]) -> str | None:
-        month = self.lex.months.index(m.group(2)) + 1
         if not 1 <= int(m.group(1)) <= 31:
             return None
         text = f"the {ordinal(int(m.group(1)), 'english')} of {m.group(2)}"
