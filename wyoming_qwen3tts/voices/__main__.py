@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tomllib
 from pathlib import Path
 
-from . import AUDIO_SUFFIXES, DEFAULT_LANGUAGES, VoiceCatalog, VoicePreset, scan_voice_folder
-
-# The files of a folder voice besides its clip.
-_SIDE_FILES = (".txt", ".toml")
+from . import DEFAULT_LANGUAGES, VoiceCatalog, VoicePreset, scan_voice_folder
+from .folder import remove_voice, store_voice, voice_exists
 
 
 def _folder(args: argparse.Namespace) -> Path:
@@ -42,37 +39,6 @@ def _check_name(name: str, folder: Path) -> None:
         raise SystemExit(f"error: {err}") from None
 
 
-def _toml_line(key: str, value: object) -> str:
-    if isinstance(value, bool):
-        return f"{key} = {'true' if value else 'false'}\n"
-    escaped = str(value).replace("\\", "\\\\").replace('"', '\\"')
-    return f'{key} = "{escaped}"\n'
-
-
-def _store(folder: Path, name: str, samples, text: str | None, *, x_vector_only: bool, language: str | None,  # type: ignore[no-untyped-def]
-           description: str | None) -> Path:  # fmt: skip
-    """Write NAME.wav (24 kHz mono 16-bit) and its side files; no other file of the folder is touched."""
-    import soundfile
-
-    from ..model.reference_audio import SAMPLE_RATE
-
-    folder.mkdir(parents=True, exist_ok=True)
-    clip = folder / f"{name}.wav"
-    soundfile.write(str(clip), samples, SAMPLE_RATE, subtype="PCM_16")
-    if text:
-        (folder / f"{name}.txt").write_text(text.strip() + "\n", encoding="utf-8")
-    settings = "".join(
-        _toml_line(key, value)
-        for key, value in (("x_vector_only", x_vector_only or None), ("language", language), ("description", description))
-        if value
-    )
-    toml = folder / f"{name}.toml"
-    if settings:
-        tomllib.loads(settings)  # what the server will read
-        toml.write_text(settings, encoding="utf-8")
-    return clip
-
-
 def _clone_now(model: str, data_dir: Path | None, folder: Path, preset: VoicePreset) -> None:
     from ..engine import Engine, EngineOptions
 
@@ -88,7 +54,7 @@ def cmd_add(args: argparse.Namespace) -> int:
 
     folder = _folder(args)
     _check_name(args.name, folder)
-    if any((folder / f"{args.name}{suffix}").exists() for suffix in AUDIO_SUFFIXES) and not args.replace:
+    if voice_exists(folder, args.name) and not args.replace:
         raise SystemExit(f"error: a voice {args.name!r} exists in {folder}; remove it first or give --replace")
     if not args.text and not args.x_vector_only:
         raise SystemExit("error: give the clip's transcript with --text (best likeness), or --x-vector-only")
@@ -97,17 +63,15 @@ def cmd_add(args: argparse.Namespace) -> int:
     except Qwen3TTSError as err:
         raise SystemExit(f"error: {err}") from None
     if args.replace:
-        _remove_files(folder, args.name)
-    clip = _store(folder, args.name, audio.samples, args.text, x_vector_only=args.x_vector_only, language=args.language,
-                  description=args.description)  # fmt: skip
-    preset = VoicePreset(name=args.name, reference_audio=clip, reference_text=args.text or None,
-                         x_vector_only=args.x_vector_only, language=args.language, description=args.description)  # fmt: skip
-    print(f"added {args.name!r}: {clip} ({audio.seconds:.1f} s)")
+        remove_voice(folder, args.name)
+    preset = store_voice(folder, args.name, audio.samples, args.text, x_vector_only=args.x_vector_only,
+                         language=args.language, description=args.description)  # fmt: skip
+    print(f"added {args.name!r}: {preset.reference_audio} ({audio.seconds:.1f} s)")
     if args.model:
         try:
             _clone_now(args.model, args.data_dir, folder, preset)
         except Qwen3TTSError as err:
-            _remove_files(folder, args.name)
+            remove_voice(folder, args.name)
             raise SystemExit(f"error: {err} (the voice was not added)") from None
     _show(preset)
     return 0
@@ -133,20 +97,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _remove_files(folder: Path, name: str) -> list[Path]:
-    removed = []
-    for suffix in (*AUDIO_SUFFIXES, *_SIDE_FILES):
-        path = folder / f"{name}{suffix}"
-        if path.is_file() and not path.is_symlink() and path.resolve().parent == folder.resolve():
-            path.unlink()
-            removed.append(path)
-    return removed
-
-
 def cmd_remove(args: argparse.Namespace) -> int:
     folder = _folder(args)
     _check_name(args.name, folder)
-    removed = _remove_files(folder, args.name)
+    removed = remove_voice(folder, args.name)
     if not removed:
         raise SystemExit(f"error: no voice {args.name!r} in {folder}")
     print(f"removed {args.name!r}: {', '.join(p.name for p in removed)} (the server drops it at its next start)")
@@ -163,7 +117,7 @@ def cmd_design(args: argparse.Namespace) -> int:
 
     folder = _folder(args)
     _check_name(args.name, folder)
-    if any((folder / f"{args.name}{suffix}").exists() for suffix in AUDIO_SUFFIXES):
+    if voice_exists(folder, args.name):
         raise SystemExit(f"error: a voice {args.name!r} exists in {folder}; remove it first")
     try:
         designer = Engine.from_pretrained(args.model, EngineOptions(data_dir=args.data_dir))
@@ -176,11 +130,9 @@ def cmd_design(args: argparse.Namespace) -> int:
         audio = reference_audio_from_array(samples, SAMPLE_RATE, source=f"the {args.name!r} sample")
     except Qwen3TTSError as err:
         raise SystemExit(f"error: {err}") from None
-    clip = _store(folder, args.name, audio.samples, args.text, x_vector_only=False, language=args.language,
-                  description=args.description)  # fmt: skip
-    preset = VoicePreset(name=args.name, reference_audio=clip, reference_text=args.text, language=args.language,
+    preset = store_voice(folder, args.name, audio.samples, args.text, language=args.language,
                          description=args.description)  # fmt: skip
-    print(f"designed {args.name!r}: {audio.seconds:.1f} s sample saved as {clip}")
+    print(f"designed {args.name!r}: {audio.seconds:.1f} s sample saved as {preset.reference_audio}")
     if args.base_model:
         try:
             _clone_now(args.base_model, args.data_dir, folder, preset)
