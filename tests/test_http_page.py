@@ -138,3 +138,36 @@ def test_page_asks_for_the_api_key(browser: object, tmp_path: Path) -> None:
         assert float(wait(d, "document.getElementById('player').duration")) > 0
     finally:
         assert http.server.stop() == 0
+
+
+@pytest.mark.slow
+def test_page_adds_and_removes_a_cloned_voice(browser: object, tmp_path: Path, tiny_base_checkpoint: Path) -> None:
+    """With a Base model: the Voices panel's form uploads a clip and its transcript, the voice appears in the
+    table and the voice menu, speaks, and its Remove button takes it away again. A screenshot goes to docs/."""
+    from selenium.webdriver.common.by import By
+
+    from test_voice_server import write_clip
+
+    args = ["--model", str(tiny_base_checkpoint), "--device", "cpu", "--dtype", "float32", "--max-frames", "6",
+            "--first-chunk-frames", "1", "--chunk-frames", "2", "--seed", "1", "--data-dir", str(tmp_path / "data")]  # fmt: skip
+    http = start_http(tmp_path, args, fake=False, name="page-base")
+    try:
+        d = browser
+        d.get(f"{http.url}/#voices")  # type: ignore[attr-defined]
+        assert wait(d, "document.getElementById('model-status').dataset.state === 'ready'")
+        assert wait(d, "!document.getElementById('voice-admin').hidden")
+        d.find_element(By.ID, "new-voice-name").send_keys("anna")  # type: ignore[attr-defined]
+        d.find_element(By.ID, "new-voice-audio").send_keys(str(write_clip(tmp_path / "anna.wav")))  # type: ignore[attr-defined]
+        d.find_element(By.ID, "new-voice-text").send_keys("Hello there, this is Anna.")  # type: ignore[attr-defined]
+        d.find_element(By.ID, "new-voice-button").click()  # type: ignore[attr-defined]
+        assert wait(d, "document.getElementById('voice-admin-status').textContent.startsWith('Added')", 120)
+        assert wait(d, "[...document.querySelectorAll('#voice-table tbody tr')].some(r => r.cells[0].textContent === 'anna')")
+        assert d.execute_script("return [...document.querySelectorAll('#voice option')].map(o => o.value)") == ["anna"]  # type: ignore[attr-defined]
+        shots = Path(os.environ.get("Q3T_SCREENSHOT_DIR", tmp_path))  # Q3T_SCREENSHOT_DIR=docs: the README's picture
+        assert d.save_screenshot(str(shots / "page-voices.png"))  # type: ignore[attr-defined]
+        d.find_element(By.CSS_SELECTOR, "button.remove-voice[data-voice='anna']").click()  # type: ignore[attr-defined]
+        assert wait(d, "document.getElementById('voice-admin-status').textContent.startsWith('Removed')")
+        assert wait(d, "document.querySelectorAll('#voice-table tbody tr').length === 0")
+        assert not any((tmp_path / "data" / "voices").glob("anna.*"))
+    finally:
+        assert http.server.stop() == 0

@@ -60,7 +60,7 @@ class EngineSet:
     @property
     def clone_prompts(self) -> dict[str, object]:
         base = self.by_kind.get("base")
-        return dict(base.clone_prompts) if base is not None else {}
+        return base.clone_prompts if base is not None else {}  # the Base engine's own: the server adds and removes
 
     def clone_voices(self, presets: list) -> dict[str, str]:  # type: ignore[type-arg]
         base = self.by_kind.get("base")

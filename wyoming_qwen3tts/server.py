@@ -34,6 +34,7 @@ from .errors import (
     ServerBusyError,
     ShuttingDownError,
     SynthesisCancelled,
+    VoiceError,
 )
 from .voices import ATTRIBUTION, DEFAULT_LANGUAGES, SPEAKER_DESCRIPTIONS, VoiceCatalog, VoicePreset
 
@@ -124,22 +125,54 @@ class TtsService:
     def _on_loaded(self, future: asyncio.Future[Engine]) -> None:
         if future.cancelled() or future.exception() is not None:
             return
-        engine = future.result()
         try:
-            self.catalog = VoiceCatalog(
-                engine.speakers,
-                engine.languages,
-                self._presets,
-                supports_instruct=engine.supports_instruct,
-                default_voice=self._default_voice,
-                version=__version__,
-                # An EngineSet speaks several kinds; test engines may say none.
-                model_type=getattr(engine, "model_types", None) or getattr(engine, "model_type", "custom_voice"),
-                clones=getattr(engine, "clone_prompts", None),
-            )
+            self.catalog = self._catalog_of(future.result())
         except Exception as err:  # the presets do not fit this model
             self._load_error = err
             _LOGGER.error("Voice presets do not fit the loaded model: %s", err)
+
+    def _catalog_of(self, engine: Engine) -> VoiceCatalog:
+        return VoiceCatalog(
+            engine.speakers,
+            engine.languages,
+            self._presets,
+            supports_instruct=engine.supports_instruct,
+            default_voice=self._default_voice,
+            version=__version__,
+            # An EngineSet speaks several kinds; test engines may say none.
+            model_type=getattr(engine, "model_types", None) or getattr(engine, "model_type", "custom_voice"),
+            clones=getattr(engine, "clone_prompts", None),
+        )
+
+    # -- cloned voices added and removed while serving (the web page) ---------------------------
+    @property
+    def clones_voices(self) -> bool:
+        """Whether a Base model is loaded, so cloned voices can be added."""
+        kinds = self.catalog.model_types
+        return self._engine is not None and kinds is not None and "base" in kinds
+
+    async def add_voice(self, preset: VoicePreset) -> None:
+        """Clone `preset` (a VoicePreset with reference_audio) on the worker thread, after the jobs before it,
+        and offer it from now on. Raises the engine's VoiceError (a bad clip, no transcript)."""
+        engine = self._engine
+        if engine is None or not self.clones_voices:
+            raise VoiceError("cloned voices need a Base model, and none is loaded")
+
+        def job() -> None:
+            failed = engine.clone_voices([preset])
+            if failed:
+                raise VoiceError(failed[preset.name])
+
+        await self._submit(asyncio.get_running_loop(), job)
+        self._presets = [p for p in self._presets if p.name != preset.name] + [preset]
+        self.catalog = self._catalog_of(engine)
+
+    def remove_voice(self, name: str) -> None:
+        """Stop offering a cloned voice (requests already speaking it finish)."""
+        self._presets = [p for p in self._presets if p.name != name]
+        if self._engine is not None:
+            getattr(self._engine, "clone_prompts", {}).pop(name, None)
+            self.catalog = self._catalog_of(self._engine)
 
     @property
     def load_error(self) -> BaseException | None:

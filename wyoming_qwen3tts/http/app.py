@@ -31,6 +31,7 @@ from ..server import TtsService
 from ..settings import Settings
 from .errors import ApiError
 from .openai_speech import SpeechApi, SpeechConfig
+from .voice_uploads import VoiceUploads
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ class HttpConfig:
     api_key: str | None = None
     keepalive_timeout: float = 120.0  # seconds an idle keep-alive connection stays open
     speech: SpeechConfig = field(default_factory=SpeechConfig)
+    voices_dir: Path | None = None  # where the page's cloned voices go (None: it cannot add any)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HttpConfig:
@@ -55,6 +57,7 @@ class HttpConfig:
             uri=settings.http or "",
             api_key=settings.api_key.get_secret_value() if settings.api_key is not None else None,
             keepalive_timeout=settings.idle_timeout,
+            voices_dir=settings.voice_folder(),
             speech=SpeechConfig(
                 # A local checkpoint is named by its folder, not by where it lies.
                 model_id=Path(model).name if Path(model).is_dir() else model,
@@ -71,6 +74,8 @@ class HttpConfig:
 
 def build_app(service: TtsService, config: HttpConfig, metrics: Metrics = METRICS) -> web.Application:
     api = SpeechApi(service, config.speech, metrics)
+    uploads = VoiceUploads(service, config.voices_dir)
+    api.uploads = uploads
     public: set[web.AbstractResource] = set()
     app = web.Application(
         client_max_size=config.speech.max_body_bytes,
@@ -94,6 +99,8 @@ def build_app(service: TtsService, config: HttpConfig, metrics: Metrics = METRIC
     app.router.add_get("/v1/models", api.list_models)
     app.router.add_get("/v1/audio/voices", api.list_voices)
     app.router.add_post("/v1/audio/speech", api.create_speech)
+    app.router.add_post("/v1/audio/voices", uploads.add)
+    app.router.add_delete("/v1/audio/voices/{name}", uploads.remove)
     app.on_response_prepare.append(_security_headers)
     return app
 

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -41,6 +41,9 @@ from ..server import TtsService
 from ..voices import AUTO, VoiceChoice, language_code, language_name
 from .audio_formats import FORMATS, MAX_SPEED, MIN_SPEED, AudioEncoder, AudioFormat
 from .errors import ApiError
+
+if TYPE_CHECKING:
+    from .voice_uploads import VoiceUploads
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -156,6 +159,7 @@ class SpeechApi:
         self.service = service
         self.config = config
         self.metrics = metrics
+        self.uploads: VoiceUploads | None = None  # the page's cloned voices (build_app sets it)
 
     # -- GET /v1/models, GET /v1/audio/voices -------------------------------------------------
     async def list_models(self, request: web.Request) -> web.Response:
@@ -179,6 +183,7 @@ class SpeechApi:
             if preset is not None:
                 entry.update(speaker=preset.speaker, instruct=preset.instruct or preset.design)
                 entry["kind"] = {"base": "cloned", "voice_design": "designed"}.get(preset.kind, "preset")
+            entry["removable"] = self.uploads is not None and self.uploads.is_folder_voice(preset)
             voices.append(entry)
         return web.json_response(
             {
@@ -188,6 +193,7 @@ class SpeechApi:
                 "languages": [AUTO] + [language_code(lang) for lang in catalog.languages if lang != AUTO],
                 "supports_instructions": catalog.supports_instruct,
                 "response_formats": list(FORMATS),
+                "can_add_voices": self.uploads is not None and self.uploads.can_add,
                 "model_state": model_state(self.service),
             }
         )

@@ -63,7 +63,7 @@ async function loadVoices() {
   const select = $("voice");
   const previous = select.value || listing.default_voice;
   select.replaceChildren();
-  for (const [kind, label] of [["speaker", "Speakers"], ["preset", "Presets"], ["cloned", "Cloned voices"]]) {
+  for (const [kind, label] of [["speaker", "Speakers"], ["preset", "Presets"], ["cloned", "Cloned voices"], ["designed", "Designed voices"]]) {
     const members = voices.filter((v) => v.kind === kind);
     if (!members.length) continue;
     const group = document.createElement("optgroup");
@@ -79,6 +79,7 @@ async function loadVoices() {
   $("instructions-note").hidden = listing.supports_instructions;
   showVoice();
   fillVoiceTable();
+  $("voice-admin").hidden = !listing.can_add_voices;
 }
 
 function showVoice() {
@@ -97,9 +98,56 @@ function fillVoiceTable() {
       cell.textContent = text;
       row.append(cell);
     }
+    const actions = document.createElement("td");
+    if (voice.removable) {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.textContent = "Remove";
+      button.className = "remove-voice";
+      button.dataset.voice = voice.id;
+      button.addEventListener("click", () => removeVoice(voice.id));
+      actions.append(button);
+    }
+    row.append(actions);
     return row;
   });
   document.querySelector("#voice-table tbody").replaceChildren(...rows);
+}
+
+// -- your own voices: upload a clip (the server clones it), remove one ---------------------------
+
+async function addVoice(event) {
+  event.preventDefault();
+  const status = $("voice-admin-status");
+  const file = $("new-voice-audio").files[0];
+  const form = new FormData();
+  form.append("name", $("new-voice-name").value.trim());
+  form.append("text", $("new-voice-text").value.trim());
+  form.append("x_vector_only", $("new-voice-xvector").checked ? "true" : "false");
+  if (file) form.append("audio", file, "clip");
+  $("new-voice-button").disabled = true;
+  status.textContent = "Cloning the voice…";
+  try {
+    const added = await (await api("/v1/audio/voices", { method: "POST", body: form })).json();
+    status.textContent = `Added “${added.name}” (${added.seconds} s clip).`;
+    $("voice-admin").reset();
+    await loadVoices();
+  } catch (err) {
+    status.textContent = `Could not add the voice: ${err.message}`;
+  } finally {
+    $("new-voice-button").disabled = false;
+  }
+}
+
+async function removeVoice(name) {
+  const status = $("voice-admin-status");
+  try {
+    await api(`/v1/audio/voices/${encodeURIComponent(name)}`, { method: "DELETE" });
+    status.textContent = `Removed “${name}”.`;
+    await loadVoices();
+  } catch (err) {
+    status.textContent = `Could not remove the voice: ${err.message}`;
+  }
 }
 
 // -- speaking: stream PCM into Web Audio, keep it for the <audio> element -----------------------
@@ -271,6 +319,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("speak-form").addEventListener("submit", speak);
   $("stop-button").addEventListener("click", stop);
   $("voice").addEventListener("change", showVoice);
+  $("voice-admin").addEventListener("submit", addVoice);
   $("key-form").addEventListener("submit", (event) => {
     event.preventDefault();
     localStorage.setItem(KEY_STORAGE, $("api-key").value.trim());
