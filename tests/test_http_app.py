@@ -162,8 +162,9 @@ async def test_models_voices_health() -> None:
         assert list(by_id)[:9] == FakeEngine.speakers and by_id["vivian"]["kind"] == "speaker"
         assert by_id["ryan-calm"] | {"description": None} == {
             "id": "ryan-calm", "object": "voice", "name": "ryan-calm", "description": None, "languages": ["en"],
-            "kind": "preset", "speaker": "ryan", "instruct": "Speak slowly and calmly.",
+            "kind": "preset", "speaker": "ryan", "instruct": "Speak slowly and calmly.", "removable": False,
         }
+        assert voices["can_add_voices"] is False  # a CustomVoice model: no cloned voices to add
         assert "Chinese" in by_id["vivian"]["description"] and "en" in by_id["vivian"]["languages"]
         assert voices["default_voice"] == "vivian" and voices["supports_instructions"] is True
         assert voices["languages"][0] == "auto" and "de" in voices["languages"]
