@@ -246,3 +246,19 @@ async def test_one_server_several_models(tiny_checkpoint: Path, tiny_base_checkp
 
     with pytest.raises(VoiceError, match="two CustomVoice models"):
         EngineSet(list(engines.values())[:1] * 2)
+
+
+def test_a_cloned_voice_reads_streamed_text_by_default(tiny_base_checkpoint: Path, tmp_path: Path) -> None:
+    """non_streaming_text unset: a cloned voice's prompt is built as the reference's generate_voice_clone does
+    (text streamed), the same prompt as asking for it; asking for the other mode gives another prompt."""
+    from wyoming_qwen3tts.engine import Engine, EngineOptions
+    from wyoming_qwen3tts.request import SynthesisRequest
+
+    engine = Engine.from_pretrained(str(tiny_base_checkpoint), EngineOptions(device="cpu", dtype="float32"))
+    clone = engine.clone_voice(write_clip(tmp_path / "a.wav"), "Hello there.")
+    text = "Good evening, everyone."
+
+    def length(**kw: object) -> int:
+        return engine.prepare(SynthesisRequest(text=text, speaker="", clone=clone, **kw)).length  # type: ignore[arg-type]
+
+    assert length() == length(non_streaming_text=False) != length(non_streaming_text=True)

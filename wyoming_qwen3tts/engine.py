@@ -33,7 +33,7 @@ from .model.talker import Qwen3TTSModel
 from .model.tokenizer import TextTokenizer
 from .metrics import METRICS
 from .options import EngineOptions
-from .runaway import LoopDetector, frame_budget
+from .runaway import FRAMES_PER_SECOND, LoopDetector, frame_budget
 from .sentences import clean_client_text
 from .request import (
     CHANNELS,
@@ -302,7 +302,9 @@ class Engine:
                 self._voice(request),
                 request.language,
                 instruct_ids,
-                non_streaming_text=request.non_streaming_text,
+                non_streaming_text=(
+                    request.clone is None if request.non_streaming_text is None else request.non_streaming_text
+                ),
             )
         return prompt, text, max(len(text_ids) - self._chat_tokens, 0)
 
@@ -359,7 +361,7 @@ class Engine:
                     _stopped("loop", f"{stuck}, after {frames} frames", text)
                     break
             if guarded and frames >= budget and budget < max_frames:
-                _stopped("budget", f"no end of speech within its budget of {budget} frames ({budget / 12.5:.1f} s)", text)
+                _stopped("budget", f"no end of speech within its budget of {budget} frames ({budget / FRAMES_PER_SECOND:.1f} s)", text)
         finally:  # also on close() of an abandoned generator
             if exclusive is not None:
                 exclusive.release()

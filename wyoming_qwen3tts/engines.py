@@ -20,6 +20,12 @@ if TYPE_CHECKING:
 _KIND_NAMES = {"custom_voice": "CustomVoice", "base": "Base", "voice_design": "VoiceDesign"}
 
 
+def model_kinds(engine: object) -> set[str]:
+    """The kinds of voice an engine speaks: an EngineSet's model types, an Engine's one (test engines: CustomVoice)."""
+    kinds = getattr(engine, "model_types", None)
+    return set(kinds) if kinds else {getattr(engine, "model_type", "custom_voice")}
+
+
 class EngineSet:
     """One engine per model type; the first given is the one whose voices a request without a kind gets."""
 

@@ -395,8 +395,6 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
                     instruct=exchange.voice.instruct,
                     seed=self.config.seed,
                     clone=exchange.voice.clone,
-                    # A cloned voice reads its text streamed into the prompt, the reference's default for cloning.
-                    non_streaming_text=exchange.voice.clone is None,
                 )
                 if sentence.spoken != sentence.text:
                     self.log.debug("Speaking %r (written %r, read as %s) with %s", sentence.spoken, sentence.text, sentence.language, exchange.voice)

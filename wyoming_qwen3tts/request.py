@@ -82,7 +82,9 @@ class SynthesisRequest:
     seed: int | None = None
     sampling: SamplingParams | None = None  # None: the engine's (the checkpoint's, with the settings' overrides)
     max_frames: int | None = None  # None: the engine's limit
-    non_streaming_text: bool = True  # the reference's non_streaming_mode (text fed all at once)
+    # The reference's non_streaming_mode (text fed all at once). None: the reference's default for the voice,
+    # False for a cloned voice (generate_voice_clone), True otherwise.
+    non_streaming_text: bool | None = None
     first_chunk_frames: int | None = None  # None: the engine's setting
     chunk_frames: int | None = None
     clone: Any = None  # a Base model's cloned voice (model.prompt.ClonePrompt); speaker is then unused

@@ -36,6 +36,7 @@ from .errors import (
     SynthesisCancelled,
     VoiceError,
 )
+from .engines import model_kinds
 from .voices import ATTRIBUTION, DEFAULT_LANGUAGES, SPEAKER_DESCRIPTIONS, VoiceCatalog, VoicePreset
 
 _LOGGER = logging.getLogger(__name__)
@@ -139,8 +140,7 @@ class TtsService:
             supports_instruct=engine.supports_instruct,
             default_voice=self._default_voice,
             version=__version__,
-            # An EngineSet speaks several kinds; test engines may say none.
-            model_type=getattr(engine, "model_types", None) or getattr(engine, "model_type", "custom_voice"),
+            model_type=model_kinds(engine),
             clones=getattr(engine, "clone_prompts", None),
         )
 

@@ -24,7 +24,7 @@ def run_ours(w: WorkerArgs) -> dict[str, Any]:
     sampling = replace(engine.default_sampling, suppress_eos=True)
     voice: dict[str, Any] = {}
     if engine.model_type == "base":  # a cloned voice, in context: its clip's codes and transcript lengthen the prompt
-        voice = dict(clone=_clone(engine, w.ref_seconds), non_streaming_text=False)
+        voice = dict(clone=_clone(engine, w.ref_seconds))
     elif engine.model_type == "voice_design":
         voice = dict(instruct="A calm, warm female voice with a slight smile, speaking at an even pace.")
 

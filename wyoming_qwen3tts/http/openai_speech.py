@@ -319,7 +319,6 @@ class SpeechApi:
                 instruct=plan.voice.instruct,
                 seed=self.config.seed,  # sampling: the engine's (generation_config.json and the settings), as on Wyoming
                 clone=plan.voice.clone,
-                non_streaming_text=plan.voice.clone is None,
             )
             piece_start = time.monotonic()
             async with contextlib.aclosing(self.service.synthesize(request, cancel)) as chunks:

@@ -17,11 +17,10 @@ import asyncio
 from pathlib import Path
 
 from aiohttp import BodyPartReader, web
-from pydantic import ValidationError
 
 from ..errors import Qwen3TTSError
 from ..server import TtsService
-from ..voices import VoicePreset
+from ..voices import VoicePreset, check_voice_name
 from ..voices.folder import remove_voice, store_voice, voice_exists
 from .errors import ApiError
 
@@ -58,11 +57,11 @@ class VoiceUploads:
         if request.content_length is not None and request.content_length > self.max_bytes + 65536:
             raise ApiError(413, f"The upload is larger than {self.max_bytes} bytes", code="body-too-large")
         fields, clip = await self._read_form(request)
+        name = fields.get("name", "")
         try:
-            name = fields.get("name", "")
-            VoicePreset(name=name, speaker="x")  # the name check: a voice name, no path
-        except ValidationError as err:
-            raise ApiError(400, f"name: {err.errors()[0]['msg']}", param="name", code="invalid-name") from None
+            check_voice_name(name)  # a voice name, no path
+        except ValueError as err:
+            raise ApiError(400, f"name: {err}", param="name", code="invalid-name") from None
         if clip is None:
             raise ApiError(400, "audio: the clip is missing", param="audio", code="invalid-request")
         text = fields.get("text", "").strip() or None

@@ -71,6 +71,13 @@ AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")
 _VOICE_NAME = re.compile(r"^[\w][\w .-]{0,63}$")
 
 
+def check_voice_name(name: str) -> str:
+    """`name` if it can be a voice name (and so a folder voice's file stem); ValueError saying why otherwise."""
+    if not _VOICE_NAME.match(name):
+        raise ValueError(f"voice name {name!r}: use letters, digits, spaces, '_', '-' or '.' (64 at most)")
+    return name
+
+
 class VoicePreset(BaseModel):
     """A configured voice: a speaker with an optional fixed language and style instruction (CustomVoice), a
     cloned voice (Base: reference_audio), or a designed voice (VoiceDesign: design)."""
@@ -89,8 +96,7 @@ class VoicePreset(BaseModel):
 
     @model_validator(mode="after")
     def _one_kind(self) -> "VoicePreset":
-        if not _VOICE_NAME.match(self.name):
-            raise ValueError(f"voice name {self.name!r}: use letters, digits, spaces, '_', '-' or '.' (64 at most)")
+        check_voice_name(self.name)
         given = [key for key in ("speaker", "reference_audio", "design") if getattr(self, key) is not None]
         if len(given) != 1:
             raise ValueError(f"voice {self.name!r} needs exactly one of speaker, reference_audio or design, got {given or 'none'}")

@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import DEFAULT_LANGUAGES, VoiceCatalog, VoicePreset, scan_voice_folder
+from . import DEFAULT_LANGUAGES, VoiceCatalog, VoicePreset, check_voice_name, scan_voice_folder
 from .folder import remove_voice, store_voice, voice_exists
 
 
@@ -32,9 +32,9 @@ def _folder(args: argparse.Namespace) -> Path:
     raise SystemExit("error: name the voices folder with --voices-dir DIR (or --data-dir DIR, whose voices/ it is)")
 
 
-def _check_name(name: str, folder: Path) -> None:
+def _check_name(name: str) -> None:
     try:
-        VoicePreset(name=name, reference_audio=folder / f"{name}.wav", x_vector_only=True)
+        check_voice_name(name)
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
 
@@ -53,7 +53,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     from ..model.reference_audio import read_reference_audio
 
     folder = _folder(args)
-    _check_name(args.name, folder)
+    _check_name(args.name)
     if voice_exists(folder, args.name) and not args.replace:
         raise SystemExit(f"error: a voice {args.name!r} exists in {folder}; remove it first or give --replace")
     if not args.text and not args.x_vector_only:
@@ -99,7 +99,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_remove(args: argparse.Namespace) -> int:
     folder = _folder(args)
-    _check_name(args.name, folder)
+    _check_name(args.name)
     removed = remove_voice(folder, args.name)
     if not removed:
         raise SystemExit(f"error: no voice {args.name!r} in {folder}")
@@ -116,7 +116,7 @@ def cmd_design(args: argparse.Namespace) -> int:
     from ..request import SAMPLE_RATE, SynthesisRequest
 
     folder = _folder(args)
-    _check_name(args.name, folder)
+    _check_name(args.name)
     if voice_exists(folder, args.name):
         raise SystemExit(f"error: a voice {args.name!r} exists in {folder}; remove it first")
     try:

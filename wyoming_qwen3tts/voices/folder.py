@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import AUDIO_SUFFIXES, VoicePreset
+from . import AUDIO_SUFFIXES, VoicePreset, check_voice_name
 
 SAMPLE_RATE = 24000  # what ReferenceAudio holds (model/reference_audio.py), without importing torch here
 _SIDE_FILES = (".txt", ".toml")
@@ -56,7 +56,7 @@ def store_voice(folder: Path, name: str, samples: np.ndarray, text: str | None, 
 
 def remove_voice(folder: Path, name: str) -> list[Path]:
     """Delete NAME's clip and side files (regular files inside the folder only); returns what was removed."""
-    VoicePreset(name=name, speaker="x")  # the name check: no paths
+    check_voice_name(name)  # no paths
     removed = []
     for suffix in (*AUDIO_SUFFIXES, *_SIDE_FILES):
         path = folder / f"{name}{suffix}"
