@@ -1,7 +1,8 @@
 """The batched-step kernels (q3t.h, last section) on fresh random inputs: each against a torch float64
 reference or the one-stream kernel it batches, and each row bit for bit its own result at nb = 1
-(row independence: a stream's numbers never depend on its batch-mates or on nb). Then a whole
-batched frame loop on a tiny float32 model against the one-stream kernel backend. GPU only.
+(row independence: a stream's numbers never depend on its batch-mates or on nb). Then the batched
+decoder (backends/kernels/batched.py) on a tiny float32 model against the one-stream kernel backend.
+GPU only.
 
 Bounds: batched GEMV against float64 on the same weights <= 1e-5 relative (float32 accumulation)
 for float32 and bf16 weights, bf16 against float32 weights <= 1e-2, against the one-vector q3t_gemv
@@ -279,12 +280,10 @@ def test_batched_attention_rejects_bad_shapes(ops: Ops) -> None:
 
 
 def _params(records: list[dict]) -> torch.Tensor:
-    """q3t_sample_params records (native.SAMPLE_PARAMS_DTYPE) on the device, as raw bytes."""
-    arr = np.zeros(len(records), dtype=native.SAMPLE_PARAMS_DTYPE)
-    for i, rec in enumerate(records):
-        for key, value in rec.items():
-            arr[i][key] = value
-    return torch.from_numpy(arr.view(np.uint8).copy()).to(DEV)
+    """q3t_sample_params records on the device (the decoder's own packing)."""
+    from wyoming_qwen3tts.backends.kernels.batched import sample_params
+
+    return sample_params(records, torch.device(DEV))
 
 
 def test_batched_sample_rows_equal_q3t_sample(ops: Ops) -> None:
@@ -449,145 +448,23 @@ def test_batched_store_codes_and_advance(ops: Ops) -> None:
 # ------------------------------------------------------------------------------------------ a batched frame loop
 
 
-class BatchedFrames:
-    """A test harness, not the backend: the frame of backends/kernels/frame.py for up to `nb` streams at
-    once, launched eagerly (no graph) through the batched kernels. The weights come from a KernelBackend
-    of the same model (backend.weights); each stream owns a slot of the Talker cache
-    [slots, layers, 2, max_seq, kv, hd], prefilled by the torch Talker into that slot's block. The
-    CodePredictor runs one position at a time (positions 0 and 1 apart), its cache per row."""
-
-    def __init__(self, kb, nb: int, slots: int, max_seq: int, max_frames: int) -> None:  # noqa: ANN001
-        from wyoming_qwen3tts.backends.kernels.frame import NUM_GROUPS
-        from wyoming_qwen3tts.model.layers import rope_tables
-
-        self.kb, self.ops, self.w = kb, kb.ops, kb.weights
-        self.nb, self.max_seq, self.max_frames = nb, max_seq, max_frames
-        self.tc, self.cc = tc, cc = kb.model.cfg.talker, kb.model.cfg.code_predictor
-        dev, dtype = kb.model.device, kb.model.dtype
-        f32, i32 = dict(dtype=torch.float32, device=dev), dict(dtype=torch.int32, device=dev)
-        self.groups = NUM_GROUPS
-        self.cache = torch.zeros(slots, tc.num_hidden_layers, 2, max_seq, tc.num_key_value_heads, tc.head_dim,
-                                 dtype=dtype, device=dev)  # fmt: skip
-        self.cp_cache = torch.zeros(nb, cc.num_hidden_layers, 2, NUM_GROUPS, cc.num_key_value_heads, cc.head_dim,
-                                    dtype=dtype, device=dev)  # fmt: skip
-        self.rope = {}
-        for cfg, n in ((tc, max_seq), (cc, NUM_GROUPS)):
-            cos, sin = rope_tables(torch.arange(n, device=dev), cfg.head_dim, cfg.rope_theta, torch.float32)
-            self.rope[id(cfg)] = (cos.contiguous(), sin.contiguous())
-        self.splits = kb.options.attn_splits
-        self.pos, self.step = torch.zeros(slots, **i32), torch.zeros(slots, **i32)
-        self.seed = torch.zeros(slots, dtype=torch.int64, device=dev)
-        self.params_code0, self.params_sub = _params([{}] * slots), _params([{}] * slots)
-        self.seen = torch.zeros(slots, tc.vocab_size, dtype=torch.uint8, device=dev)
-        self.trailing = torch.zeros(slots, max_frames, tc.hidden_size, **f32)
-        self.n_trailing = torch.zeros(slots, **i32)
-        self.pad = torch.zeros(slots, tc.hidden_size, **f32)
-        self.history = torch.full((slots, max_frames, NUM_GROUPS), -1, **i32)
-        self.slot = torch.full((nb,), -1, **i32)
-        self.x, self.hn = torch.zeros(nb, tc.hidden_size, **f32), torch.zeros(nb, tc.hidden_size, **f32)
-        self.cx, self.e1 = torch.zeros(nb, cc.hidden_size, **f32), torch.zeros(nb, cc.hidden_size, **f32)
-        self.cur = torch.zeros(nb, NUM_GROUPS, **i32)
-        self.logits, self.cp_logits = torch.zeros(nb, tc.vocab_size, **f32), torch.zeros(nb, cc.vocab_size, **f32)
-        self.work = {id(cfg): (torch.zeros(nb, (cfg.num_attention_heads + 2 * cfg.num_key_value_heads)
-                                           * cfg.head_dim, **f32),
-                               torch.zeros(nb, cfg.num_attention_heads * cfg.head_dim, **f32),
-                               torch.zeros(nb, cfg.intermediate_size, **f32))
-                     for cfg in (tc, cc)}  # fmt: skip
-        hq = tc.num_attention_heads
-        self.scratch = torch.zeros(nb * (hq * self.splits * (tc.head_dim + 2) + hq), **f32)
-
-    def admit(self, row: int, slot: int, prompt, sampling, seed: int) -> None:  # noqa: ANN001
-        """Prefill `prompt` into `slot` (torch Talker, between steps) and give it row `row`."""
-        from wyoming_qwen3tts.backends.kernels.frame import MIN_NEW_TOKENS, NO_EOS
-        from wyoming_qwen3tts.model.talker import KVCache
-
-        model, tc = self.kb.model, self.tc
-        with torch.inference_mode():
-            view = KVCache(tc, 1, model.dtype, model.device)
-            view.data, view.max_seq = self.cache[slot], self.max_seq
-            h = model.talker.model(prompt.embeds.to(model.dtype), view)[-1]
-            self.hn[row].copy_(h.float())
-        m = min(prompt.trailing.shape[0], self.max_frames)
-        self.trailing[slot, :m].copy_(prompt.trailing[:m].float())
-        self.n_trailing[slot] = m
-        self.pad[slot].copy_(prompt.pad.float())
-        self.pos[slot], self.step[slot], self.seed[slot] = prompt.length, 0, seed
-        self.seen[slot].zero_()
-        code0 = _params([dict(flags=native.SAMPLE_DO_SAMPLE if sampling.do_sample else 0,
-                              temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
-                              penalty=sampling.repetition_penalty, eos=self.kb.eos_id,
-                              min_new_tokens=NO_EOS if sampling.suppress_eos else MIN_NEW_TOKENS)])
-        sub = _params([dict(flags=native.SAMPLE_DO_SAMPLE if sampling.subtalker_do_sample else 0,
-                            temperature=sampling.subtalker_temperature, top_k=sampling.subtalker_top_k,
-                            top_p=sampling.subtalker_top_p, penalty=1.0, eos=-1, min_new_tokens=0)])  # fmt: skip
-        n = native.SAMPLE_PARAMS_DTYPE.itemsize
-        self.params_code0[slot * n : (slot + 1) * n].copy_(code0)
-        self.params_sub[slot * n : (slot + 1) * n].copy_(sub)
-        self.slot[row] = slot
-
-    def _layers(self, stack, x: torch.Tensor, pos_add: int | None) -> None:  # noqa: ANN001
-        """Every layer of a stack (StackWeights) for all rows: the Talker (pos_add None: each row's slot
-        and position) or the CodePredictor at position pos_add."""
-        ops, c = self.ops, stack.cfg
-        eps, scale = c.rms_norm_eps, c.head_dim**-0.5
-        cos, sin = self.rope[id(c)]
-        qkv, attn, mlp = self.work[id(c)]
-        for i, L in enumerate(stack.layers):
-            ops.batched_gemv(L.qkv, x, qkv, norm_w=L.in_norm, eps=eps)
-            if pos_add is None:
-                ops.batched_rope_attention_split(qkv, L.q_norm, L.k_norm, cos, sin, self.cache[0, i, 0],
-                                                 self.cache[0, i, 1], attn, slot=self.slot, pos=self.pos,
-                                                 slot_rows=self.cache.shape[1] * 2 * self.max_seq, eps=eps,
-                                                 scale=scale, splits=self.splits, scratch=self.scratch)  # fmt: skip
-            else:
-                ops.batched_rope_attention(qkv, L.q_norm, L.k_norm, cos, sin, self.cp_cache[0, i, 0],
-                                           self.cp_cache[0, i, 1], attn, row_rows=self.cp_cache.shape[1] * 2 * self.groups,
-                                           eps=eps, scale=scale, pos_add=pos_add)  # fmt: skip
-            ops.batched_gemv(L.o, attn, x, mode=native.GEMV_ADD)
-            ops.batched_gemv(L.gate_up, x, mlp, mode=native.GEMV_SWIGLU, norm_w=L.post_norm, eps=eps)
-            ops.batched_gemv(L.down, mlp, x, mode=native.GEMV_ADD)
-
-    def step_frame(self) -> None:
-        ops, w, tc, cc = self.ops, self.w, self.tc, self.cc
-        state = dict(slot=self.slot, params=None, seed=self.seed, step=self.step)
-        ops.batched_gemv(w.codec_head, self.hn, self.logits)
-        # Code 0; its CodePredictor input row waits in e1 until position 0 has run.
-        ops.batched_sample(self.logits, self.cur, **(state | dict(params=self.params_code0)), seen=self.seen,
-                           suppress=(tc.vocab_size - 1024, tc.vocab_size), stream_id=0, out_stride=self.groups,
-                           row_table=w.cp_inputs[0], row_out=self.e1, row_stride=cc.hidden_size)  # fmt: skip
-        if w.proj_w is not None:
-            ops.batched_gemv(w.proj_w, self.hn, self.cx, bias=w.proj_b)
-        else:
-            self.cx.copy_(self.hn)
-        self._layers(w.code_predictor, self.cx, 0)
-        self.cx.copy_(self.e1)
-        for j in range(1, self.groups):
-            self._layers(w.code_predictor, self.cx, j)
-            ops.batched_gemv(w.lm_heads[j - 1], self.cx, self.cp_logits, norm_w=w.cp_norm, eps=cc.rms_norm_eps)
-            row = dict(row_table=w.cp_inputs[j], row_out=self.cx, row_stride=cc.hidden_size) if j + 1 < self.groups else {}
-            ops.batched_sample(self.cp_logits, self.cur[:, j:], **(state | dict(params=self.params_sub)), stream_id=j,
-                               out_stride=self.groups, **row)  # fmt: skip
-        ops.batched_store_codes(self.cur, self.history, slot=self.slot, step=self.step)
-        ops.batched_embed_sum(w.embeddings, w.embedding_ptrs, self.cur, self.x, slot=self.slot, trailing=self.trailing,
-                              n_trailing=self.n_trailing, pad=self.pad, step=self.step)  # fmt: skip
-        self._layers(w.talker, self.x, None)
-        ops.batched_rmsnorm(self.x, w.final_norm, self.hn, eps=tc.rms_norm_eps)
-        ops.batched_advance(self.slot, pos=self.pos, step=self.step)
-
-    def run(self, plan: list[tuple[int, int, int, object, object, int, int]]) -> dict[int, np.ndarray]:
-        """plan: (join step, row, slot, prompt, sampling, seed, frames) per stream; a stream leaves
-        (its row pads again) after its frames. Returns each slot's codes [frames, 16]."""
-        last = max(join + frames for join, *_, frames in plan)
-        for t in range(last):
-            for join, row, slot, prompt, sampling, seed, frames in plan:
-                if t == join:
-                    self.admit(row, slot, prompt, sampling, seed)
-                if t == join + frames:
-                    self.slot[row] = -1
-            self.step_frame()
-        torch.cuda.synchronize()
-        return {slot: self.history[slot, :frames].cpu().numpy().astype(np.int64)
-                for _, _, slot, _, _, _, frames in plan}  # fmt: skip
+def _run_plan(dec, plan: list[tuple[int, int, object, object, int, int]]) -> dict[int, np.ndarray]:  # noqa: ANN001
+    """plan: (join step, slot, prompt, sampling, seed, frames) per stream, on a BatchedDecoder; a stream
+    leaves (release) after its frames and a later stream may take its slot. Returns each stream's codes
+    [frames, 16] by its index in the plan (read as it leaves: a later stream overwrites the slot)."""
+    out: dict[int, np.ndarray] = {}
+    last = max(join + frames for join, *_, frames in plan)
+    for t in range(last + 1):
+        for i, (join, slot, _prompt, _sampling, _seed, frames) in enumerate(plan):
+            if t == join + frames:
+                torch.cuda.synchronize()
+                out[i] = dec.history[slot, :frames].cpu().numpy().astype(np.int64)
+                dec.release(slot)
+        for join, slot, prompt, sampling, seed, _frames in plan:
+            if t == join:
+                dec.admit(slot, prompt, sampling, seed)
+        dec.step()
+    return out
 
 
 def _text_ids(n: int, seed: int) -> list[int]:
@@ -606,41 +483,51 @@ def _model(path: Path):  # noqa: ANN202
     return model
 
 
+@pytest.mark.parametrize("graphs", [False, True])
 @pytest.mark.parametrize("size", ["tiny", "tiny-0.6b"])
-def test_batched_frames_equal_one_stream_backend(tiny_checkpoint: Path, tiny_checkpoint_06b: Path,
-                                                 ops: Ops, size: str) -> None:  # fmt: skip
-    """Three streams of different speakers, languages and prompt lengths in shuffled slots of a
-    4-row step (padding rows while fewer run), the third joining at step 5 and the first leaving
-    early: float32 greedy codes of each equal the one-stream kernel backend's, frame for frame.
-    Then seeded sampling: a stream's codes are the same alone as next to two others (they do not
-    depend on their batch-mates), and another seed changes them."""
+def test_batched_decoder_equals_one_stream_backend(tiny_checkpoint: Path, tiny_checkpoint_06b: Path, ops: Ops,
+                                                   size: str, graphs: bool) -> None:  # fmt: skip
+    """BatchedDecoder (eager, and through its captured graphs): streams of different speakers, languages
+    and prompt lengths joining at different steps, one leaving early and a fourth taking its slot
+    (a reused slot carries nothing over), the step bucket growing past padding rows: float32 greedy
+    codes of each equal the one-stream kernel backend's, frame for frame. Then seeded sampling: a
+    stream's codes are the same alone as next to others (they do not depend on their batch-mates),
+    and another seed changes them."""
     from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
+    from wyoming_qwen3tts.backends.kernels.batched import BatchedDecoder
     from wyoming_qwen3tts.backends.kernels.options import KernelOptions
     from wyoming_qwen3tts.model.prompt import build_prompt
     from wyoming_qwen3tts.request import SamplingParams
 
     model = _model(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b)
-    # The harness prefills eagerly: the backend too, for the same torch matmuls and the same prompt state.
+    # The decoder prefills eagerly: the backend too, for the same torch matmuls and the same prompt state.
     kb = KernelBackend(model, KernelOptions(graph_prefill=False))
     prompts = [build_prompt(model, _text_ids(12, 1), "ryan", "english"),
                build_prompt(model, _text_ids(5, 2), "vivian", "chinese"),
-               build_prompt(model, _text_ids(30, 3), "ryan", "english", non_streaming_text=False)]  # fmt: skip
+               build_prompt(model, _text_ids(30, 3), "ryan", "english", non_streaming_text=False),
+               build_prompt(model, _text_ids(8, 4), "vivian", "english", non_streaming_text=False)]  # fmt: skip
     greedy = SamplingParams.greedy()
-    frames = [20, 32, 24]
+    frames = [20, 32, 24, 18]
     want = [kb.start(p, greedy, 0, n).next_frames(n) for p, n in zip(prompts, frames)]
-    harness = BatchedFrames(kb, nb=4, slots=5, max_seq=256, max_frames=64)
-    plan = [(0, 2, 3, prompts[0], greedy, 0, frames[0]), (0, 0, 1, prompts[1], greedy, 0, frames[1]),
-            (5, 3, 4, prompts[2], greedy, 0, frames[2])]  # fmt: skip
-    got = harness.run(plan)
-    for i, (_, _, slot, *_rest) in enumerate(plan):
-        mism = np.argwhere(got[slot] != want[i])
+
+    def decoder(slots: int) -> BatchedDecoder:
+        return BatchedDecoder(model, kb.ops, kb.weights, slots=slots, max_seq=256, max_trailing=64,
+                              attn_splits=kb.options.attn_splits, graphs=graphs)  # fmt: skip
+
+    # Slot 0 from step 0 to 20, slot 2 from 0 (bucket 4, slot 1 padding until step 5), slot 1 from
+    # step 5; slot 0 again from step 22 (a new stream in a used slot).
+    plan = [(0, 0, prompts[0], greedy, 0, frames[0]), (0, 2, prompts[1], greedy, 0, frames[1]),
+            (5, 1, prompts[2], greedy, 0, frames[2]), (22, 0, prompts[3], greedy, 0, frames[3])]  # fmt: skip
+    got = _run_plan(decoder(5), plan)
+    for i in range(len(plan)):
+        mism = np.argwhere(got[i] != want[i])
         assert mism.size == 0, f"stream {i}: first mismatch at frame/code {mism[0].tolist()} of {frames[i]}"
 
     sampled = SamplingParams()
-    alone = BatchedFrames(kb, nb=1, slots=1, max_seq=256, max_frames=64).run([(0, 0, 0, prompts[0], sampled, 42, 24)])
-    mates = BatchedFrames(kb, nb=4, slots=5, max_seq=256, max_frames=64).run(
-        [(0, 1, 2, prompts[1], sampled, 7, 30), (2, 3, 4, prompts[0], sampled, 42, 24),
-         (0, 0, 0, prompts[2], greedy, 0, 26)])  # fmt: skip
-    assert np.array_equal(alone[0], mates[4]), "a sampled stream's codes changed with its batch-mates"
-    other = BatchedFrames(kb, nb=1, slots=1, max_seq=256, max_frames=64).run([(0, 0, 0, prompts[0], sampled, 43, 24)])
+    alone = _run_plan(decoder(1), [(0, 0, prompts[0], sampled, 42, 24)])
+    mates = _run_plan(decoder(5), [(0, 1, prompts[1], sampled, 7, 30), (2, 4, prompts[0], sampled, 42, 24),
+                                   (0, 0, prompts[2], greedy, 0, 26)])  # fmt: skip
+    assert np.array_equal(alone[0], mates[1]), "a sampled stream's codes changed with its batch-mates"
+    other = _run_plan(decoder(1), [(0, 0, prompts[0], sampled, 43, 24)])
     assert not np.array_equal(alone[0], other[0])
+

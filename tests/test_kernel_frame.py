@@ -237,3 +237,11 @@ def test_teacher_forced_frames_write_each_row_after_the_hook(tiny_checkpoint, ti
         for _ in range(frames):
             launch_frame(TorchOps(), weights, free, GREEDY, stream=0)  # type: ignore[arg-type]
     assert torch.equal(free.history[:frames], plain.history[:frames])
+
+
+def test_bucket_for() -> None:
+    from wyoming_qwen3tts.backends.kernels.batched import bucket_for
+
+    assert [bucket_for(n) for n in (1, 2, 3, 4, 5, 8, 9, 16)] == [1, 2, 4, 4, 8, 8, 16, 16]
+    with pytest.raises(ValueError):
+        bucket_for(17)

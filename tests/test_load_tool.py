@@ -1,0 +1,107 @@
+"""The load tool (bench/load.py): its summary on made-up records, and a short run of it against the
+real server (tiny random checkpoint, CPU) with HTTP on, both protocols, all at once and Poisson."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from reliability_support import Server, free_port, start
+from wyoming_qwen3tts.bench.load import Record, parse_args, run_load, summarize
+
+pytestmark = pytest.mark.timeout(240)
+
+STATS_KEYS = {"count", "served", "failed", "errors", "ttfa_p50_ms", "ttfa_p95_ms", "ttfa_max_ms", "completion_p50_ms",
+              "completion_p95_ms", "completion_max_ms", "audio_frames", "audio_seconds", "frames_per_s"}
+
+
+def made_up(protocol: str, ttfa_ms: list[float], frames: int = 5) -> list[Record]:
+    return [Record(protocol, i, 0, ok=True, ttfa_s=t / 1000, total_s=t / 1000 + 0.5, frames=frames) for i, t in enumerate(ttfa_ms)]
+
+
+def test_summary_of_made_up_records() -> None:
+    wyoming = made_up("wyoming", [10, 20, 30, 40, 50])
+    http = made_up("http", [15, 35, 45, 55, 75], frames=3)
+    failed = Record("http", 5, 0, ok=False, reason="http: RuntimeError: HTTP 400: Unknown voice")
+    report = summarize(wyoming + http + [failed], wall_s=2.0)
+    assert (report["sent"], report["served"], report["failed"]) == (11, 10, 1)
+    w, h, o = report["protocols"]["wyoming"], report["protocols"]["http"], report["overall"]
+    assert set(w) == set(h) == set(o) == STATS_KEYS
+    assert (w["ttfa_p50_ms"], w["ttfa_p95_ms"], w["ttfa_max_ms"]) == (30, 50, 50)
+    assert (w["completion_p50_ms"], w["completion_max_ms"]) == (530, 550)
+    assert (h["count"], h["served"], h["failed"]) == (6, 5, 1)
+    assert h["errors"] == {"http: RuntimeError: HTTP 400: Unknown voice": 1} == o["errors"]
+    assert (h["ttfa_p50_ms"], h["ttfa_p95_ms"]) == (45, 75)
+    assert report["http_minus_wyoming_ttfa_ms"] == {"p50": 15, "p95": 25}
+    assert (w["audio_frames"], h["audio_frames"], o["audio_frames"]) == (25, 15, 40)
+    assert o["audio_seconds"] == pytest.approx(3.2) and o["frames_per_s"] == 20 and w["frames_per_s"] == 12.5
+    assert o["ttfa_p50_ms"] == 40 and o["ttfa_max_ms"] == 75  # nearest rank of the ten served
+    # One protocol only: no difference; nothing served: no times.
+    assert "http_minus_wyoming_ttfa_ms" not in summarize(wyoming, 1.0)
+    empty = summarize([failed], 1.0)
+    assert empty["overall"]["ttfa_p50_ms"] is None and empty["served"] == 0 and list(empty["protocols"]) == ["http"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Iterator[tuple[Server, int]]:
+    http_port = free_port()
+    args = ["--model", str(tiny_checkpoint), "--device", "cpu", "--dtype", "float32", "--max-frames", "2",
+            "--first-chunk-frames", "1", "--chunk-frames", "1", "--greedy", "--http", f"tcp://127.0.0.1:{http_port}"]
+    srv = start(tmp_path_factory.mktemp("load-tool"), args, fake=False, name="load-tool")
+    yield srv, http_port
+    assert srv.stop() == 0
+    assert "Traceback" not in srv.log_text()
+
+
+def check_run(report: dict, records: list[Record], n: int) -> None:  # type: ignore[type-arg]
+    assert (report["sent"], report["served"], report["failed"]) == (n, n, 0), report
+    assert report["protocols"]["wyoming"]["served"] == report["protocols"]["http"]["served"] == n // 2
+    assert len(records) == n and all(r.ok and r.frames >= 1 for r in records)
+    for r in records:
+        assert r.ttfa_s is not None and r.total_s is not None and 0 < r.ttfa_s <= r.total_s, r
+    for stats in [report["overall"], *report["protocols"].values()]:
+        for key in STATS_KEYS - {"errors", "failed"}:
+            assert stats[key] > 0, (key, stats)
+        assert stats["ttfa_p50_ms"] <= stats["ttfa_p95_ms"] <= stats["ttfa_max_ms"] <= stats["completion_max_ms"]
+    assert set(report["http_minus_wyoming_ttfa_ms"]) == {"p50", "p95"}
+    assert report["wall_s"] > 0
+
+
+@pytest.mark.parametrize("arrivals", ["simultaneous", "poisson"])
+async def test_both_protocols_all_served(server: tuple[Server, int], arrivals: str) -> None:
+    srv, http_port = server
+    args = parse_args(["--wyoming", f"tcp://127.0.0.1:{srv.port}", "--http", f"http://127.0.0.1:{http_port}",
+                       "--clients", "8", "--protocol", "both", "--arrivals", arrivals, "--rate", "20", "--seed", "3",
+                       "--streaming", "--timeout", "60"])
+    report, records = await run_load(args)
+    check_run(report, records, 8)
+    if arrivals == "poisson":  # spread out, in the order of the seeded arrivals
+        sent = [r.sent_at for r in records]
+        assert sent == sorted(sent) and sent[-1] > 0.01, sent
+    json.dumps(report)  # what --json prints
+
+
+def test_cli_json_and_failures(server: tuple[Server, int]) -> None:
+    srv, http_port = server
+    base = [sys.executable, "-m", "wyoming_qwen3tts.bench.load", "--wyoming", f"tcp://127.0.0.1:{srv.port}",
+            "--http", f"http://127.0.0.1:{http_port}", "--clients", "2", "--timeout", "60"]
+    out = subprocess.run([*base, "--rounds", "2", "--json"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    assert (report["sent"], report["served"], report["settings"]["protocol"]) == (4, 4, "both"), report
+    # An unknown voice: every request fails, with its reason, and the exit status says so.
+    out = subprocess.run([*base, "--voice", "no-such-voice", "--json"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    assert (report["sent"], report["served"], report["failed"]) == (2, 0, 2), report
+    reasons = report["overall"]["errors"]
+    assert sum(reasons.values()) == 2 and any(r.startswith("http: RuntimeError: HTTP 400") for r in reasons), reasons
+    assert any(r.startswith("wyoming: RuntimeError: error") for r in reasons), reasons
+    # The table says the same.
+    text = subprocess.run(base, capture_output=True, text=True, timeout=120)
+    assert text.returncode == 0 and "HTTP - Wyoming TTFA" in text.stdout and "overall" in text.stdout, text.stdout

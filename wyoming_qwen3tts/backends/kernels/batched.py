@@ -1,0 +1,256 @@
+"""Many decode streams in one frame step: the frame of frame.py for up to 16 streams at once, each
+weight matrix read once per step for all of them (the q3t_batched_* kernels, q3t.h last section).
+
+Each stream owns a slot: its Talker KV cache block, position, frame index, seed, sampling settings,
+repetition-penalty set, trailing text and code history, all in device memory, so a stream joins
+(admit: its prompt prefilled into its block between steps) or leaves (release) without touching the
+others and without a new graph. Row r of every per-row buffer (hidden states, codes, logits, the
+CodePredictor's short cache) belongs to slot r; a step runs the first `nb` rows, nb a bucket
+(1, 2, 4, 8, 16) covering the highest slot in use, and rows whose slot is free pad (slot -1: the
+kernels skip their writes to per-slot state). One graph is captured per bucket at construction.
+
+The CodePredictor's positions 0 and 1 run one after the other here (the batch-1 frame runs them
+together); every row's numbers depend only on its own inputs (q3t.h's row independence), so a
+stream decodes the same codes alone and next to any batch-mates.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ... import native
+from ...model.layers import rope_tables
+from ...model.prompt import Prompt
+from ...model.talker import KVCache, Qwen3TTSModel
+from ...request import SamplingParams
+from .frame import MIN_NEW_TOKENS, NO_EOS, NUM_GROUPS
+from .ops import Ops
+from .weights import ModelWeights, StackWeights
+
+BUCKETS = (1, 2, 4, 8, 16)
+MAX_SLOTS = BUCKETS[-1]  # Q3T_BATCH_MAX
+
+
+def bucket_for(rows: int) -> int:
+    """The smallest step size that covers `rows` rows."""
+    for b in BUCKETS:
+        if rows <= b:
+            return b
+    raise ValueError(f"{rows} rows: at most {MAX_SLOTS} streams step together")
+
+
+def sample_params(records: list[dict[str, float | int]], device: torch.device) -> Tensor:
+    """q3t_sample_params records (native.SAMPLE_PARAMS_DTYPE) as device bytes."""
+    arr = np.zeros(len(records), dtype=native.SAMPLE_PARAMS_DTYPE)
+    for i, rec in enumerate(records):
+        for key, value in rec.items():
+            arr[i][key] = value
+    return torch.from_numpy(arr.view(np.uint8).copy()).to(device)
+
+
+def stream_params(sampling: SamplingParams, eos: int) -> tuple[dict[str, float | int], dict[str, float | int]]:
+    """The code-0 and CodePredictor draw settings of one stream, as q3t_sample_params fields."""
+    code0 = dict(flags=native.SAMPLE_DO_SAMPLE if sampling.do_sample else 0, temperature=sampling.temperature,
+                 top_k=sampling.top_k, top_p=sampling.top_p, penalty=sampling.repetition_penalty, eos=eos,
+                 min_new_tokens=NO_EOS if sampling.suppress_eos else MIN_NEW_TOKENS)  # fmt: skip
+    sub = dict(flags=native.SAMPLE_DO_SAMPLE if sampling.subtalker_do_sample else 0,
+               temperature=sampling.subtalker_temperature, top_k=sampling.subtalker_top_k,
+               top_p=sampling.subtalker_top_p, penalty=1.0, eos=-1, min_new_tokens=0)  # fmt: skip
+    return code0, sub
+
+
+class BatchedDecoder:
+    """Up to `slots` streams of one model stepping together on the q3t batched kernels.
+
+    ops, weights: a KernelBackend's (backend.ops, backend.weights), so both share the weights.
+    max_seq: Talker positions per slot (prompt + frames + 1); max_trailing: trailing-text rows per slot.
+    graphs False: steps launch eagerly (tests, profiling)."""
+
+    def __init__(self, model: Qwen3TTSModel, ops: Ops, weights: ModelWeights, *, slots: int, max_seq: int,
+                 max_trailing: int = 512, attn_splits: int = 32, graphs: bool = True) -> None:  # fmt: skip
+        if not 1 <= slots <= MAX_SLOTS:
+            raise ValueError(f"slots={slots}: 1..{MAX_SLOTS}")
+        self.model, self.ops, self.w = model, ops, weights
+        self.slots, self.max_seq, self.max_trailing = slots, max_seq, max_trailing
+        self.rows = bucket_for(slots)  # per-row buffers cover the largest bucket a step may use
+        self.tc, self.cc = tc, cc = model.cfg.talker, model.cfg.code_predictor
+        self.eos_id = tc.codec_eos_token_id
+        dev, dtype = model.device, model.dtype
+        f32, i32 = dict(dtype=torch.float32, device=dev), dict(dtype=torch.int32, device=dev)
+        rows = self.rows
+        self.cache = torch.zeros(rows, tc.num_hidden_layers, 2, max_seq, tc.num_key_value_heads, tc.head_dim,
+                                 dtype=dtype, device=dev)  # fmt: skip
+        self.cp_cache = torch.zeros(rows, cc.num_hidden_layers, 2, NUM_GROUPS, cc.num_key_value_heads, cc.head_dim,
+                                    dtype=dtype, device=dev)  # fmt: skip
+        self.rope = {}
+        for cfg, n in ((tc, max_seq), (cc, NUM_GROUPS)):
+            cos, sin = rope_tables(torch.arange(n, device=dev), cfg.head_dim, cfg.rope_theta, torch.float32)
+            self.rope[id(cfg)] = (cos.contiguous(), sin.contiguous())
+        self.splits = attn_splits
+        self.pos, self.step_index = torch.zeros(rows, **i32), torch.zeros(rows, **i32)
+        self.seed = torch.zeros(rows, dtype=torch.int64, device=dev)
+        blank = [{}] * rows
+        self.params_code0, self.params_sub = sample_params(blank, dev), sample_params(blank, dev)
+        self.seen = torch.zeros(rows, tc.vocab_size, dtype=torch.uint8, device=dev)
+        self.trailing = torch.zeros(rows, max_trailing, tc.hidden_size, **f32)
+        self.n_trailing = torch.zeros(rows, **i32)
+        self.pad = torch.zeros(rows, tc.hidden_size, **f32)
+        self.history = torch.full((rows, max_seq, NUM_GROUPS), -1, **i32)
+        self.slot = torch.full((rows,), -1, **i32)  # row r runs slot r, or pads (-1)
+        self.x, self.hn = torch.zeros(rows, tc.hidden_size, **f32), torch.zeros(rows, tc.hidden_size, **f32)
+        self.cx, self.e1 = torch.zeros(rows, cc.hidden_size, **f32), torch.zeros(rows, cc.hidden_size, **f32)
+        self.cur = torch.zeros(rows, NUM_GROUPS, **i32)
+        self.logits, self.cp_logits = torch.zeros(rows, tc.vocab_size, **f32), torch.zeros(rows, cc.vocab_size, **f32)
+        self.work = {id(cfg): (torch.zeros(rows, (cfg.num_attention_heads + 2 * cfg.num_key_value_heads)
+                                           * cfg.head_dim, **f32),
+                               torch.zeros(rows, cfg.num_attention_heads * cfg.head_dim, **f32),
+                               torch.zeros(rows, cfg.intermediate_size, **f32))
+                     for cfg in (tc, cc)}  # fmt: skip
+        hq = tc.num_attention_heads
+        self.scratch = torch.zeros(rows * (hq * self.splits * (tc.head_dim + 2) + hq), **f32)
+        self.active = [False] * rows
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        if graphs:
+            self._capture_all()
+
+    # -- streams -------------------------------------------------------------------------------
+    def free_slot(self) -> int | None:
+        """The lowest free slot (low slots keep the step's bucket small), or None when all are busy."""
+        for s in range(self.slots):
+            if not self.active[s]:
+                return s
+        return None
+
+    def admit(self, slot: int, prompt: Prompt, sampling: SamplingParams, seed: int) -> None:
+        """Prefill `prompt` into `slot` (eager torch Talker, between steps) and run it from the next step."""
+        if not 0 <= slot < self.slots or self.active[slot]:
+            raise ValueError(f"slot {slot} is not free")
+        if prompt.length + 2 > self.max_seq:
+            raise ValueError(f"the prompt has {prompt.length} positions; a slot holds {self.max_seq}")
+        model, tc = self.model, self.tc
+        with torch.inference_mode():
+            view = KVCache(tc, 1, model.dtype, model.device)
+            view.data, view.max_seq = self.cache[slot], self.max_seq
+            h = model.talker.model(prompt.embeds.to(model.dtype), view)[-1]
+            self.hn[slot].copy_(h.float())
+            m = min(prompt.trailing.shape[0], self.max_trailing)
+            self.trailing[slot, :m].copy_(prompt.trailing[:m].float())
+            self.pad[slot].copy_(prompt.pad.float())
+            seed &= 0xFFFF_FFFF_FFFF_FFFF
+            scalars = torch.tensor([m, prompt.length, 0], dtype=torch.int32)
+            self.n_trailing[slot : slot + 1].copy_(scalars[0:1])
+            self.pos[slot : slot + 1].copy_(scalars[1:2])
+            self.step_index[slot : slot + 1].copy_(scalars[2:3])
+            self.seed[slot : slot + 1].copy_(torch.tensor([seed if seed < 2**63 else seed - 2**64]))
+            self.seen[slot].zero_()
+            code0, sub = stream_params(sampling, self.eos_id)
+            n = native.SAMPLE_PARAMS_DTYPE.itemsize
+            self.params_code0[slot * n : (slot + 1) * n].copy_(sample_params([code0], model.device))
+            self.params_sub[slot * n : (slot + 1) * n].copy_(sample_params([sub], model.device))
+            self.slot[slot : slot + 1].fill_(slot)
+        self.active[slot] = True
+
+    def release(self, slot: int) -> None:
+        """The slot's stream leaves: from the next step its row pads (stream-ordered, no sync)."""
+        self.slot[slot : slot + 1].fill_(-1)
+        self.active[slot] = False
+
+    @property
+    def nb(self) -> int:
+        """The bucket the next step runs: it covers the highest busy slot (0 when none is)."""
+        busy = [s for s in range(self.slots) if self.active[s]]
+        return bucket_for(busy[-1] + 1) if busy else 0
+
+    def positions_left(self, slot: int) -> int:
+        """Frames the slot's cache still has room for (host bookkeeping is the caller's; this reads the device)."""
+        return self.max_seq - 1 - int(self.pos[slot])
+
+    # -- the step --------------------------------------------------------------------------------
+    def step(self, nb: int | None = None) -> None:
+        """One frame for every busy slot (rows [0, nb)); the codes land in history[slot, frame]."""
+        nb = self.nb if nb is None else nb
+        if nb == 0:
+            return
+        graph = self.graphs.get(nb)
+        if graph is not None:
+            graph.replay()
+        else:
+            self.launch_step(nb, torch.cuda.current_stream(self.model.device).cuda_stream)
+
+    def _capture_all(self) -> None:
+        """One graph per bucket, captured while no slot is busy (an eager step first loads the kernels;
+        with every row padding, neither it nor the captures write any slot's state)."""
+        assert not any(self.active)
+        device = self.model.device
+        side = torch.cuda.Stream(device=device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for nb in BUCKETS:
+                if nb <= self.rows:
+                    self.launch_step(nb, side.cuda_stream)
+        torch.cuda.current_stream(device).wait_stream(side)
+        pool = None
+        for nb in BUCKETS:
+            if nb > self.rows:
+                break
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                self.launch_step(nb, torch.cuda.current_stream(device).cuda_stream)
+            pool = graph.pool()
+            self.graphs[nb] = graph
+
+    def _layers(self, stack: StackWeights, x: Tensor, nb: int, stream: int, pos_add: int | None) -> None:
+        """Every layer of a stack for rows [0, nb): the Talker (pos_add None: each row's slot and
+        position) or the CodePredictor at position pos_add of each row's short cache."""
+        ops, c = self.ops, stack.cfg
+        eps, scale = c.rms_norm_eps, c.head_dim**-0.5
+        cos, sin = self.rope[id(c)]
+        qkv, attn, mlp = (t[:nb] for t in self.work[id(c)])
+        for i, L in enumerate(stack.layers):
+            ops.batched_gemv(L.qkv, x, qkv, norm_w=L.in_norm, eps=eps, stream=stream)
+            if pos_add is None:
+                ops.batched_rope_attention_split(qkv, L.q_norm, L.k_norm, cos, sin, self.cache[0, i, 0],
+                                                 self.cache[0, i, 1], attn, slot=self.slot[:nb], pos=self.pos,
+                                                 slot_rows=self.cache.shape[1] * 2 * self.max_seq, eps=eps,
+                                                 scale=scale, splits=self.splits, scratch=self.scratch,
+                                                 stream=stream)  # fmt: skip
+            else:
+                ops.batched_rope_attention(qkv, L.q_norm, L.k_norm, cos, sin, self.cp_cache[0, i, 0],
+                                           self.cp_cache[0, i, 1], attn,
+                                           row_rows=self.cp_cache.shape[1] * 2 * NUM_GROUPS, eps=eps, scale=scale,
+                                           pos_add=pos_add, stream=stream)  # fmt: skip
+            ops.batched_gemv(L.o, attn, x, mode=native.GEMV_ADD, stream=stream)
+            ops.batched_gemv(L.gate_up, x, mlp, mode=native.GEMV_SWIGLU, norm_w=L.post_norm, eps=eps, stream=stream)
+            ops.batched_gemv(L.down, mlp, x, mode=native.GEMV_ADD, stream=stream)
+
+    def launch_step(self, nb: int, stream: int) -> None:
+        """Launch one step for rows [0, nb) on `stream` (what each graph captures)."""
+        ops, w, tc, cc = self.ops, self.w, self.tc, self.cc
+        slot, hn, x, cx, e1, cur = self.slot[:nb], self.hn[:nb], self.x[:nb], self.cx[:nb], self.e1[:nb], self.cur[:nb]
+        state = dict(slot=slot, seed=self.seed, step=self.step_index, stream=stream)
+        ops.batched_gemv(w.codec_head, hn, self.logits[:nb], stream=stream)
+        # Code 0; its CodePredictor input row waits in e1 until position 0 has run.
+        ops.batched_sample(self.logits[:nb], cur, params=self.params_code0, seen=self.seen,
+                           suppress=(tc.vocab_size - 1024, tc.vocab_size), stream_id=0, out_stride=NUM_GROUPS,
+                           row_table=w.cp_inputs[0], row_out=e1, row_stride=cc.hidden_size, **state)  # fmt: skip
+        if w.proj_w is not None:
+            ops.batched_gemv(w.proj_w, hn, cx, bias=w.proj_b, stream=stream)
+        else:
+            cx.copy_(hn)
+        self._layers(w.code_predictor, cx, nb, stream, 0)
+        cx.copy_(e1)
+        for j in range(1, NUM_GROUPS):
+            self._layers(w.code_predictor, cx, nb, stream, j)
+            ops.batched_gemv(w.lm_heads[j - 1], cx, self.cp_logits[:nb], norm_w=w.cp_norm, eps=cc.rms_norm_eps,
+                             stream=stream)  # fmt: skip
+            row = dict(row_table=w.cp_inputs[j], row_out=cx, row_stride=cc.hidden_size) if j + 1 < NUM_GROUPS else {}
+            ops.batched_sample(self.cp_logits[:nb], cur[:, j:], params=self.params_sub, stream_id=j,
+                               out_stride=NUM_GROUPS, **row, **state)  # fmt: skip
+        ops.batched_store_codes(cur, self.history, slot=slot, step=self.step_index, stream=stream)
+        ops.batched_embed_sum(w.embeddings, w.embedding_ptrs, cur, x, slot=slot, trailing=self.trailing,
+                              n_trailing=self.n_trailing, pad=self.pad, step=self.step_index, stream=stream)  # fmt: skip
+        self._layers(w.talker, x, nb, stream, None)
+        ops.batched_rmsnorm(x, w.final_norm, hn, eps=tc.rms_norm_eps, stream=stream)
+        ops.batched_advance(slot, pos=self.pos, step=self.step_index, stream=stream)

@@ -1,0 +1,311 @@
+"""A fixed set of requests against a running server, over Wyoming, HTTP or both, and their latencies.
+
+    python -m wyoming_qwen3tts.bench.load --wyoming tcp://127.0.0.1:10200 [--http http://127.0.0.1:8000]
+        [--api-key KEY] [--clients 8] [--protocol wyoming|http|both] [--arrivals simultaneous|poisson]
+        [--rate 4] [--seed 0] [--rounds 1] [--streaming] [--voice ryan] [--timeout 120] [--json]
+
+Sends --clients requests (--rounds times over; each round starts when the previous one ended), all
+at once or as a Poisson process of --rate requests per second.  Wyoming requests go one connection
+each, as Home Assistant sends them (--streaming: synthesize-start/chunk/stop); HTTP requests are
+POST /v1/audio/speech with response_format "pcm" and stream_format "audio", the body read chunk by
+chunk; with --protocol both the requests alternate, half on each.  Every answer is checked
+(Wyoming: audio-start, audio-chunk..., audio-stop[, synthesize-stopped], 24 kHz 16-bit mono; HTTP:
+status 200; both: more than no audio, whole 80 ms frames) and timed from the request's send to
+its first audio bytes (TTFA) and to its end (completion; for Wyoming this includes the
+connect).  Reported per protocol and overall: requests, failures (with reasons), TTFA and
+completion p50/p95/max in ms, seconds of audio and audio frames per second of wall time; when both
+protocols ran, HTTP's TTFA p50/p95 minus Wyoming's.  Every request sent is counted as served or
+failed.  Exit status 0 when every request succeeded, 1 otherwise.  Point it only at servers you run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+import aiohttp
+
+from .soak import FRAME_BYTES, TEXTS, one_request, percentile
+
+FRAME_SECONDS = 0.08
+PROTOCOLS = ("wyoming", "http")
+
+
+@dataclass
+class Record:
+    """One request: which protocol, when it was sent (s after the run's start), and how it went."""
+
+    protocol: str
+    index: int  # 0 .. clients-1 within its round
+    round: int
+    sent_at: float = 0.0
+    ok: bool = False
+    reason: str = ""  # why it failed ("" when it succeeded)
+    ttfa_s: float | None = None  # send -> first audio bytes
+    total_s: float | None = None  # send -> end of the answer
+    frames: int = 0
+
+
+def _ms(value: float | None) -> float | None:
+    return round(value * 1000, 1) if value is not None else None
+
+
+def _stats(records: list[Record], wall_s: float) -> dict:  # type: ignore[type-arg]
+    served = [r for r in records if r.ok]
+    ttfa = [r.ttfa_s for r in served if r.ttfa_s is not None]
+    total = [r.total_s for r in served if r.total_s is not None]
+    frames = sum(r.frames for r in served)
+    errors: dict[str, int] = {}
+    for r in records:
+        if not r.ok:
+            errors[r.reason] = errors.get(r.reason, 0) + 1
+    return {
+        "count": len(records),
+        "served": len(served),
+        "failed": len(records) - len(served),
+        "errors": errors,
+        "ttfa_p50_ms": _ms(percentile(ttfa, 0.5)),
+        "ttfa_p95_ms": _ms(percentile(ttfa, 0.95)),
+        "ttfa_max_ms": _ms(max(ttfa)) if ttfa else None,
+        "completion_p50_ms": _ms(percentile(total, 0.5)),
+        "completion_p95_ms": _ms(percentile(total, 0.95)),
+        "completion_max_ms": _ms(max(total)) if total else None,
+        "audio_frames": frames,
+        "audio_seconds": round(frames * FRAME_SECONDS, 2),
+        "frames_per_s": round(frames / wall_s, 2) if wall_s > 0 else None,
+    }
+
+
+def summarize(records: Sequence[Record], wall_s: float) -> dict:  # type: ignore[type-arg]
+    """The report of a run from its per-request records and its wall time (pure: no I/O).
+
+    Keys: sent, served, failed, wall_s, overall (the stats of every record), protocols (the stats
+    per protocol that had requests) and, when both protocols had served requests,
+    http_minus_wyoming_ttfa_ms {p50, p95}.
+    """
+    records = list(records)
+    report: dict = {  # type: ignore[type-arg]
+        "sent": len(records),
+        "served": sum(r.ok for r in records),
+        "failed": sum(not r.ok for r in records),
+        "wall_s": round(wall_s, 3),
+        "overall": _stats(records, wall_s),
+        "protocols": {p: _stats([r for r in records if r.protocol == p], wall_s) for p in PROTOCOLS if any(r.protocol == p for r in records)},
+    }
+    http, wyoming = report["protocols"].get("http"), report["protocols"].get("wyoming")
+    if http and wyoming and http["served"] and wyoming["served"]:
+        report["http_minus_wyoming_ttfa_ms"] = {
+            q: round(http[f"ttfa_{q}_ms"] - wyoming[f"ttfa_{q}_ms"], 1) for q in ("p50", "p95")
+        }
+    return report
+
+
+# -- requests ---------------------------------------------------------------------------------------
+
+
+async def wyoming_request(record: Record, host: str, port: int, text: str, args: argparse.Namespace) -> None:
+    """One Wyoming request on its own connection (soak.one_request checks the answer)."""
+    t0 = time.monotonic()
+    async with asyncio.timeout(args.timeout):  # the connect too
+        ttfa, frames = await one_request(host, port, text, args.voice, args.streaming, args.timeout)
+    record.total_s = time.monotonic() - t0
+    record.ttfa_s = min(ttfa, record.total_s)  # one_request starts its clock after the connect
+    if frames <= 0:
+        raise RuntimeError("no audio")
+    record.frames = frames
+
+
+async def http_request(record: Record, session: aiohttp.ClientSession, url: str, text: str, args: argparse.Namespace) -> None:
+    """One POST /v1/audio/speech, raw 24 kHz s16le mono streamed as it is decoded."""
+    body: dict[str, str] = {"model": "qwen3-tts", "input": text, "response_format": "pcm", "stream_format": "audio"}
+    if args.voice:
+        body["voice"] = args.voice
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    t0 = time.monotonic()
+    async with asyncio.timeout(args.timeout):
+        async with session.post(url, json=body, headers=headers) as response:
+            if response.status != 200:
+                detail = (await response.text(errors="replace"))[:200]
+                try:
+                    detail = json.loads(detail)["error"]["message"]
+                except (ValueError, KeyError, TypeError):
+                    pass
+                raise RuntimeError(f"HTTP {response.status}: {detail}")
+            size = 0
+            async for data in response.content.iter_any():
+                if data and record.ttfa_s is None:
+                    record.ttfa_s = time.monotonic() - t0
+                size += len(data)
+    record.total_s = time.monotonic() - t0
+    if size == 0:
+        raise RuntimeError("no audio")
+    if size % FRAME_BYTES:
+        raise RuntimeError(f"{size} bytes of audio is not whole frames")
+    record.frames = size // FRAME_BYTES
+
+
+async def _one(record: Record, delay: float, t_run: float, session: aiohttp.ClientSession | None, args: argparse.Namespace) -> None:
+    if delay > 0:
+        await asyncio.sleep(delay)
+    record.sent_at = time.monotonic() - t_run
+    text = TEXTS[(record.index + record.round) % len(TEXTS)]
+    try:
+        if record.protocol == "wyoming":
+            await wyoming_request(record, args.wyoming_host, args.wyoming_port, text, args)
+        else:
+            assert session is not None
+            await http_request(record, session, args.speech_url, text, args)
+        record.ok = True
+    except Exception as err:  # every failure is counted, with its reason; none is lost
+        record.ok = False
+        name = "TimeoutError" if isinstance(err, asyncio.TimeoutError) else type(err).__name__
+        record.reason = f"{record.protocol}: {name}: {str(err)[:160]}".rstrip(": ")
+
+
+def protocol_of(i: int, protocol: str) -> str:
+    """Request i's protocol: both alternates, Wyoming first (half on each; Wyoming has the odd one)."""
+    return PROTOCOLS[i % 2] if protocol == "both" else protocol
+
+
+def arrival_offsets(n: int, arrivals: str, rate: float, rng: random.Random) -> list[float]:
+    """Seconds after the round's start at which each request goes out."""
+    if arrivals == "simultaneous":
+        return [0.0] * n
+    offsets, t = [], 0.0
+    for _ in range(n):
+        offsets.append(t)
+        t += rng.expovariate(rate)
+    return offsets
+
+
+async def run_load(args: argparse.Namespace) -> tuple[dict, list[Record]]:  # type: ignore[type-arg]
+    """Runs the whole load; returns the report (summarize's, plus the settings) and the records."""
+    _resolve(args)
+    rng = random.Random(args.seed)
+    records: list[Record] = []
+    session = None
+    if args.protocol != "wyoming":
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None))
+    try:
+        t_run = time.monotonic()
+        for k in range(args.rounds):
+            batch = [Record(protocol_of(i, args.protocol), i, k) for i in range(args.clients)]
+            records.extend(batch)
+            offsets = arrival_offsets(args.clients, args.arrivals, args.rate, rng)
+            t_round = time.monotonic()
+            await asyncio.gather(*(_one(r, t_round + d - time.monotonic(), t_run, session, args) for r, d in zip(batch, offsets)))
+        wall = time.monotonic() - t_run
+    finally:
+        if session is not None:
+            await session.close()
+    report = summarize(records, wall)
+    assert report["served"] + report["failed"] == report["sent"] == args.clients * args.rounds
+    settings = {
+        "wyoming": args.wyoming,
+        "http": args.http,
+        "protocol": args.protocol,
+        "clients": args.clients,
+        "rounds": args.rounds,
+        "arrivals": args.arrivals,
+        "rate": args.rate if args.arrivals == "poisson" else None,
+        "seed": args.seed,
+        "streaming": args.streaming,
+        "voice": args.voice or None,
+    }
+    return {"settings": settings, **report}, records
+
+
+def _resolve(args: argparse.Namespace) -> None:
+    """Host, port and URL from --wyoming and --http (SystemExit when one is wrong or missing)."""
+    if args.protocol != "http":
+        if not args.wyoming:
+            raise SystemExit("--wyoming tcp://HOST:PORT is needed for --protocol wyoming or both")
+        uri = urlparse(args.wyoming)
+        if uri.scheme != "tcp" or uri.hostname is None or uri.port is None:
+            raise SystemExit("--wyoming must be tcp://HOST:PORT")
+        args.wyoming_host, args.wyoming_port = uri.hostname, uri.port
+    if args.protocol != "wyoming":
+        if not args.http:
+            raise SystemExit("--http http://HOST:PORT is needed for --protocol http or both")
+        uri = urlparse(args.http)
+        if uri.scheme not in ("http", "https", "tcp") or uri.hostname is None:
+            raise SystemExit("--http must be http://HOST:PORT")
+        scheme = "http" if uri.scheme == "tcp" else uri.scheme
+        args.speech_url = f"{scheme}://{uri.netloc}{uri.path.rstrip('/')}/v1/audio/speech"
+
+
+# -- command line ------------------------------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m wyoming_qwen3tts.bench.load", description=__doc__.split("\n\n")[0])
+    p.add_argument("--wyoming", help="tcp://HOST:PORT of the server's Wyoming side")
+    p.add_argument("--http", help="http://HOST:PORT of the server's HTTP API (needed for --protocol http/both)")
+    p.add_argument("--api-key", help="the HTTP API's key, if it has one")
+    p.add_argument("--clients", type=int, default=8, help="requests per round (default 8)")
+    p.add_argument("--protocol", choices=("wyoming", "http", "both"), default=None,
+                   help="where the requests go (default: both with --http, else wyoming)")
+    p.add_argument("--arrivals", choices=("simultaneous", "poisson"), default="simultaneous", help="all at once, or a Poisson process")
+    p.add_argument("--rate", type=float, default=2.0, help="requests per second for --arrivals poisson (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the Poisson arrivals (default 0)")
+    p.add_argument("--rounds", type=int, default=1, help="repeat the whole set this many times (default 1)")
+    p.add_argument("--voice", default="", help="voice name (default: the server's default voice)")
+    p.add_argument("--streaming", action="store_true", help="Wyoming: stream the text as Home Assistant does")
+    p.add_argument("--timeout", type=float, default=120, help="seconds one request may take (default 120)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = parser()
+    args = p.parse_args(argv)
+    if args.protocol is None:
+        args.protocol = "both" if args.http else "wyoming"
+    if args.clients < 1 or args.rounds < 1 or args.timeout <= 0:
+        p.error("--clients and --rounds must be >= 1 and --timeout > 0")
+    if args.arrivals == "poisson" and args.rate <= 0:
+        p.error("--rate must be > 0")
+    return args
+
+
+def format_table(report: dict) -> str:  # type: ignore[type-arg]
+    s = report["settings"]
+    lines = [
+        f"{s['clients']} requests x {s['rounds']} round(s), {s['protocol']}, {s['arrivals']}"
+        + (f" at {s['rate']}/s" if s["rate"] else "") + (", streaming" if s["streaming"] else "")
+        + f"; wall {report['wall_s']} s",
+        f"sent {report['sent']}, served {report['served']}, failed {report['failed']}",
+        "",
+    ]
+    cols = ["count", "failed", "ttfa_p50_ms", "ttfa_p95_ms", "ttfa_max_ms", "completion_p50_ms",
+            "completion_p95_ms", "completion_max_ms", "audio_seconds", "frames_per_s"]
+    heads = ["n", "failed", "TTFA p50", "p95", "max", "done p50", "p95", "max", "audio s", "frames/s"]
+    rows = [(name, report["protocols"][name]) for name in PROTOCOLS if name in report["protocols"]] + [("overall", report["overall"])]
+    lines.append(f"{'':9}" + "".join(f"{h:>10}" for h in heads))
+    for name, st in rows:
+        lines.append(f"{name:9}" + "".join(f"{'-' if st[c] is None else st[c]:>10}" for c in cols))
+    lines.append("(times in ms)")
+    diff = report.get("http_minus_wyoming_ttfa_ms")
+    if diff:
+        lines.append(f"HTTP - Wyoming TTFA: p50 {diff['p50']:+} ms, p95 {diff['p95']:+} ms")
+    for reason, count in report["overall"]["errors"].items():
+        lines.append(f"  {count} x {reason}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    report, _ = asyncio.run(run_load(args))
+    print(json.dumps(report) if args.json else format_table(report))
+    return 0 if report["failed"] == 0 and report["served"] > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

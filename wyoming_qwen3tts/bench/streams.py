@@ -1,0 +1,113 @@
+"""Multi-stream decode benchmark: 1, 2, 4, 8, 16 streams stepping together on the batched kernels.
+
+    python -m wyoming_qwen3tts.bench.streams --model DIR [--streams 1,2,4,8,16] [--frames 200] [--runs 2]
+        [--context 2048] [--out results.json]
+
+For each stream count N: N streams (one prompt, each its own seed, the checkpoint's sampling with end of
+speech masked so every stream decodes --frames frames) are admitted into a BatchedDecoder and stepped
+--frames times; aggregate frames/s = N * frames / wall time, per-stream frames/s = frames / wall time
+(every stream advances one frame per step). Prefill (admission) is timed apart. In the same process and
+the same run, the batch-1 KernelBackend decodes the same prompt: the one-stream path the server uses for a
+lone request. Peak GPU memory is read after the decoder for 16 slots of --context positions is built.
+Medians of --runs timed runs after one warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from .common import gpu_name, memory, sync
+
+
+def run(model_dir: str, streams: list[int], frames: int, runs: int, context: int, text: str) -> dict[str, Any]:
+    import torch
+
+    from ..backends.kernels.batched import BatchedDecoder
+    from ..engine import Engine, EngineOptions
+    from ..request import SynthesisRequest
+
+    engine = Engine.from_pretrained(model_dir, EngineOptions(backend="kernels", max_frames=context,
+                                                             local_files_only=True))  # fmt: skip
+    kb = engine.backend
+    sampling = replace(engine.default_sampling, suppress_eos=True)
+    speaker = engine.speakers[0] if engine.speakers else ""
+    prompt = engine.prepare(SynthesisRequest(text=text, speaker=speaker, language="english", seed=0, max_frames=frames))
+    weights_gib = torch.cuda.memory_allocated() / 1024**3
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    dec = BatchedDecoder(kb.model, kb.ops, kb.weights, slots=max(streams), max_seq=prompt.length + context + 1,
+                         max_trailing=max(prompt.trailing.shape[0], 1), attn_splits=kb.options.attn_splits)  # fmt: skip
+    build_s = time.perf_counter() - t0
+    mem = memory()
+
+    def one_stream() -> float:
+        session = kb.start(prompt, sampling, 1, frames)
+        sync()
+        a = time.perf_counter()
+        codes = session.next_frames(frames)
+        b = time.perf_counter()
+        assert len(codes) == frames
+        return b - a
+
+    def batched(n: int, seed: int) -> tuple[float, float]:
+        sync()
+        a = time.perf_counter()
+        for s in range(n):
+            dec.admit(s, prompt, sampling, seed + s)
+        sync()
+        b = time.perf_counter()
+        for _ in range(frames):
+            dec.step()
+        sync()
+        c = time.perf_counter()
+        for s in range(n):
+            dec.release(s)
+        return b - a, c - b
+
+    one_stream()
+    alone = statistics.median(one_stream() for _ in range(runs))
+    rows = []
+    for n in streams:
+        batched(n, 1000)
+        times = [batched(n, 100 * r) for r in range(runs)]
+        admit_s = statistics.median(t[0] for t in times)
+        step_s = statistics.median(t[1] for t in times)
+        rows.append(dict(streams=n, aggregate_fps=n * frames / step_s, per_stream_fps=frames / step_s,
+                         step_ms=step_s / frames * 1e3, admit_ms_per_stream=admit_s / n * 1e3))  # fmt: skip
+        print(f"{n:>3} streams: {n * frames / step_s:8.1f} frames/s aggregate, {frames / step_s:6.1f} per stream, "
+              f"{step_s / frames * 1e3:.3f} ms/step, admit {admit_s / n * 1e3:.1f} ms/stream", flush=True)  # fmt: skip
+    print(f"batch-1 backend: {frames / alone:.1f} frames/s", flush=True)
+    # The codes: the batched path at 1 stream against the batch-1 backend's, greedy (bf16: may part after a while).
+    return dict(model=model_dir, gpu=gpu_name(), torch=torch.__version__, frames=frames, runs=runs,
+                prompt_positions=prompt.length, context=context, slots=max(streams), decoder_build_s=build_s,
+                weights_gib=weights_gib, peak_with_decoder_gib=mem["peak_alloc_gib"], batch1_fps=frames / alone,
+                rows=rows)  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m wyoming_qwen3tts.bench.streams", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True, help="checkpoint directory")
+    p.add_argument("--streams", default="1,2,4,8,16", help="stream counts (default 1,2,4,8,16)")
+    p.add_argument("--frames", type=int, default=200, help="frames per stream (default 200)")
+    p.add_argument("--runs", type=int, default=2, help="timed runs per row (default 2)")
+    p.add_argument("--context", type=int, default=2048, help="frames of context each slot holds (default 2048)")
+    p.add_argument("--text", default="The quick brown fox jumps over the lazy dog while the kettle starts to sing.")
+    p.add_argument("--out", type=Path, help="write the results here as JSON")
+    args = p.parse_args(argv)
+    streams = [int(s) for s in args.streams.split(",") if s.strip()]
+    result = run(args.model, streams, args.frames, args.runs, args.context, args.text)
+    text = json.dumps(result, indent=1)
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
