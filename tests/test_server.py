@@ -304,3 +304,72 @@ def _parse_events(data: bytes) -> list[Event]:
     while (event := read_event(stream)) is not None:  # type: ignore[arg-type]
         events.append(event)
     return events
+
+
+class _OverlapEngine:
+    """Counts how many syntheses run at the same moment (threads inside synthesize)."""
+
+    speakers = ["ryan"]
+    languages = ["auto"]
+    supports_instruct = False
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+        self.inside = 0
+        self.most = 0
+
+    def synthesize(self, request, cancel=None):  # noqa: ANN001, ANN201
+        import numpy as np
+
+        from wyoming_qwen3tts.request import AudioChunk as EngineChunk
+
+        with self.lock:
+            self.inside += 1
+            self.most = max(self.most, self.inside)
+        try:
+            for _ in range(3):
+                time.sleep(0.05)
+                yield EngineChunk(pcm=b"\0\0" * SAMPLES_PER_FRAME, codes=np.zeros((1, 16), dtype=np.int64))
+        finally:
+            with self.lock:
+                self.inside -= 1
+
+
+@pytest.mark.parametrize("workers", [1, 4])
+async def test_service_runs_max_streams_syntheses_at_once(workers: int) -> None:
+    """With workers = max_streams > 1 that many requests are in the engine at once (the batching backend
+    decodes them together), and none starts before the model load ends; with 1, one at a time."""
+    import threading
+
+    from wyoming_qwen3tts.request import SynthesisRequest
+    from wyoming_qwen3tts.server import TtsService
+
+    engine = _OverlapEngine()
+    loaded = threading.Event()
+
+    def load() -> _OverlapEngine:
+        time.sleep(0.2)
+        loaded.set()
+        return engine
+
+    service = TtsService(load, [], workers=workers)  # type: ignore[arg-type]
+    service.start_loading()
+
+    async def one() -> int:
+        frames = 0
+        async for chunk in service.synthesize(SynthesisRequest(text="hi", speaker="ryan"), threading.Event()):
+            assert loaded.is_set(), "a synthesis ran before the model load ended"
+            frames += chunk.num_frames
+        return frames
+
+    try:
+        started = time.monotonic()
+        assert await asyncio.gather(*(one() for _ in range(6))) == [3] * 6
+        elapsed = time.monotonic() - started
+    finally:
+        service.shutdown()
+    assert engine.most == min(workers, 6)
+    if workers == 4:
+        assert elapsed < 0.2 + 6 * 0.15 * 0.75, elapsed  # overlapped, not one after another

@@ -89,6 +89,7 @@ async def main(settings: Settings) -> int:
         streaming=settings.streaming,
         default_voice=settings.voice,
         max_connections=settings.max_connections,
+        workers=settings.max_streams,
     )
     config = HandlerConfig(**settings.values_for(HandlerConfig))
     server = AsyncServer.from_uri(settings.uri)

@@ -61,6 +61,9 @@ __all__ = [
     "pcm16",
 ]
 
+# Talker positions a batched stream's cache holds beyond max_frames: its prompt (a long sentence is ~150).
+PROMPT_POSITIONS = 1024
+
 # Special-token strings in user text would become control tokens in the ChatML prompt.
 _CONTROL_MARKERS = ("<|", "|>", "<tts_")
 
@@ -249,7 +252,8 @@ class Engine:
         ckpt.codec_tensors.clear()
         ckpt.speaker_encoder_tensors.clear()
         ckpt.codec_encoder_tensors.clear()
-        chosen, reason = make_backend(options.backend, talker, options.kernels)
+        chosen, reason = make_backend(options.backend, talker, options.kernels, max_streams=options.max_streams,
+                                      max_seq=options.max_frames + PROMPT_POSITIONS)  # fmt: skip
         device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
         info = EngineInfo(model, f"{dev} ({device_name})", str(torch_dtype).removeprefix("torch."), chosen.name, reason)
         _LOGGER.info(
@@ -328,6 +332,9 @@ class Engine:
         # Backends whose sessions share device buffers (the captured kernel graph) run one whole
         # request at a time; the torch backend interleaves requests at frame-group boundaries.
         exclusive = self._session_lock if not getattr(self.backend, "concurrent_sessions", True) else None
+        # The batching backend's sessions wait for their own stream: not under the lock the codec needs.
+        unlocked_collect = getattr(self.backend, "thread_safe_sessions", False)
+        session = None
         if exclusive is not None:
             exclusive.acquire()
         try:
@@ -342,8 +349,10 @@ class Engine:
             while True:
                 if cancel is not None and cancel.is_set():
                     raise SynthesisCancelled("cancelled")
+                codes = session.collect() if unlocked_collect else None
                 with self._lock:
-                    codes = session.collect()
+                    if codes is None:
+                        codes = session.collect()
                     if len(codes) == 0:
                         break
                     group = next_group_size(group, later)
@@ -363,6 +372,9 @@ class Engine:
             if guarded and frames >= budget and budget < max_frames:
                 _stopped("budget", f"no end of speech within its budget of {budget} frames ({budget / FRAMES_PER_SECOND:.1f} s)", text)
         finally:  # also on close() of an abandoned generator
+            close = getattr(session, "close", None)  # the batching backend: free the stream's slot now
+            if close is not None:
+                close()
             if exclusive is not None:
                 exclusive.release()
 
@@ -431,8 +443,10 @@ def next_group_size(previous: int, largest: int) -> int:
     return min(largest, max(previous * 2, 1))
 
 
-def make_backend(name: str, model: Qwen3TTSModel, kernels: KernelOptions | None = None) -> tuple[DecodeBackend, str]:
-    """The decode backend asked for; 'auto' takes the fused kernels where they load, else torch."""
+def make_backend(name: str, model: Qwen3TTSModel, kernels: KernelOptions | None = None, *, max_streams: int = 1,
+                 max_seq: int = 2048 + 1024) -> tuple[DecodeBackend, str]:  # fmt: skip
+    """The decode backend asked for; 'auto' takes the fused kernels where they load, else torch.
+    max_streams > 1 on the kernels: the batching backend (continuous batching, max_seq positions a stream)."""
     from .backends.torch_backend import TorchBackend
 
     if name == "torch":
@@ -447,7 +461,16 @@ def make_backend(name: str, model: Qwen3TTSModel, kernels: KernelOptions | None 
         chosen = KernelBackend(model, kernels)
         lib = chosen.lib
         # Which kernel build runs: the cached library (its name carries the source hash and archs).
-        return chosen, f"kernels {lib.path.name}, warp {lib.warp_size}, {lib.sm_count} compute units"
+        reason = f"kernels {lib.path.name}, warp {lib.warp_size}, {lib.sm_count} compute units"
+        if max_streams > 1:
+            from .backends.kernels.scheduler import BatchingBackend
+
+            batching = BatchingBackend(chosen, max_streams, max_seq)
+            cache_gib = batching.decoder.cache.numel() * batching.decoder.cache.element_size() / 1024**3
+            _LOGGER.info("Continuous batching: up to %d streams of %d positions each (KV cache %.2f GiB)",
+                         max_streams, max_seq, cache_gib)  # fmt: skip
+            return batching, reason + f", {max_streams} streams batched"
+        return chosen, reason
     except Exception as err:  # a missing toolchain or a failed build must not stop the service
         if name == "kernels":
             raise

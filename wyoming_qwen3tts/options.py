@@ -30,12 +30,17 @@ class EngineOptions:
     chunk_frames: int = 12  # largest later chunk (groups double from the first up to this)
     max_frames: int = 2048  # most frames per request (12.5 frames = 1 s)
     max_text_chars: int = 5000  # longest text accepted per request
+    # Streams decoded together on the batched kernels (continuous batching); 1: one request at a time on
+    # the batch-1 frame, which is faster for a lone request (docs/performance.md, run 22).
+    max_streams: int = 1
     stop_runaway: bool = True  # end a sentence at a budget from its length, or on a stuck loop (runaway.py)
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)  # over generation_config.json
     kernels: KernelOptions | None = None  # None: KernelOptions.from_env()
     voice_cache_dir: Path | None = None  # Base models: clone prompts kept here (None: computed at every start)
 
     def __post_init__(self) -> None:
+        if not 1 <= self.max_streams <= 16:
+            raise ValueError("max_streams must be 1..16")
         if min(self.first_chunk_frames, self.chunk_frames, self.max_frames, self.max_text_chars) < 1:
             raise ValueError("frame counts and max_text_chars must be >= 1")
         if self.backend not in ("auto", "kernels", "torch"):

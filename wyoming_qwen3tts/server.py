@@ -1,5 +1,6 @@
 """The shared synthesis service: loads the engine in the background and runs every synthesis on
-one worker thread, first come first served across all connections.
+one worker thread, first come first served across all connections (with max_streams > 1, on that
+many threads, whose requests the batching backend decodes together).
 
 The worker thread is a one-thread executor: the model load is its first job, so a synthesis that
 arrives early simply queues behind the load, and requests from different clients run in the order
@@ -80,12 +81,21 @@ class TtsService:
         streaming: bool = True,
         default_voice: str = "",
         max_connections: int = 64,
+        workers: int = 1,
     ) -> None:
+        """workers: syntheses run at once (max_streams: the batching backend decodes them together);
+        the model load and voice cloning stay on one thread of their own, first of all."""
         self._load_engine = load_engine
         self._presets = presets
         self._default_voice = default_voice
         self.streaming = streaming
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qwen3tts-engine")
+        # More than one: syntheses get threads of their own, which wait for the load to end; they
+        # start in the order they were submitted (the executor's queue) as threads come free.
+        self._synth_executor = (
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="qwen3tts-synth") if workers > 1 else None
+        )
+        self._load_done = threading.Event()
         self._engine: Engine | None = None
         self._load_error: BaseException | None = None
         self.loaded: asyncio.Future[Engine] | None = None
@@ -121,6 +131,8 @@ class TtsService:
         except BaseException as err:
             self._load_error = err
             raise
+        finally:
+            self._load_done.set()
         return self._engine
 
     def _on_loaded(self, future: asyncio.Future[Engine]) -> None:
@@ -219,7 +231,12 @@ class TtsService:
         def job() -> None:
             import torch  # already loaded with the engine; imported here to keep startup light
 
-            # Runs on the worker thread, after every job submitted before it.
+            # Runs on the worker thread, after every job submitted before it (or, with several
+            # synthesis threads, once the model load has ended).
+            if self._synth_executor is not None:
+                while not self._load_done.wait(0.5):
+                    if cancel.is_set():
+                        break
             if cancel.is_set():
                 raise SynthesisCancelled("cancelled before it started")
             engine = self._engine
@@ -251,7 +268,7 @@ class TtsService:
                 )
                 raise GpuOutOfMemoryError(f"The GPU ran out of memory: {oom}")
 
-        future = self._submit(loop, job)
+        future = self._submit(loop, job, self._synth_executor)
         # The done callback is scheduled after every chunk the job queued, so _END comes last.
         future.add_done_callback(lambda _: queue.put_nowait(_END))
         try:
@@ -266,9 +283,10 @@ class TtsService:
                 # does not log "exception was never retrieved".
                 future.add_done_callback(_retrieve)
 
-    def _submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], object]) -> asyncio.Future:  # type: ignore[type-arg]
+    def _submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], object],
+                executor: ThreadPoolExecutor | None = None) -> asyncio.Future:  # type: ignore[type-arg]  # fmt: skip
         self.jobs_running += 1
-        future = loop.run_in_executor(self._executor, fn)
+        future = loop.run_in_executor(executor or self._executor, fn)
 
         def done(_: object) -> None:
             self.jobs_running -= 1
@@ -334,3 +352,5 @@ class TtsService:
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._synth_executor is not None:
+            self._synth_executor.shutdown(wait=False, cancel_futures=True)

@@ -70,6 +70,7 @@ class Settings(BaseSettings):
     device: str = Field(EngineOptions.device, description="torch device: auto, cuda, cuda:1, cpu")
     dtype: str = Field(EngineOptions.dtype, description="weights dtype: auto, bfloat16, float16, float32")
     backend: Backend = Field(EngineOptions.backend, description="decode loop: fused kernels or plain torch")
+    max_streams: int = Field(EngineOptions.max_streams, ge=1, le=16, description="requests decoded at once on the GPU's batched kernels (1: one at a time, the fastest for a lone request)")
     # --- streaming audio ---
     first_chunk_frames: int = Field(EngineOptions.first_chunk_frames, ge=1, description="frames (80 ms each) in the first audio chunk")
     chunk_frames: int = Field(EngineOptions.chunk_frames, ge=1, description="largest later audio chunk (groups double from the first up to this)")

@@ -163,9 +163,9 @@ async def _one(record: Record, delay: float, t_run: float, session: aiohttp.Clie
             assert session is not None
             await http_request(record, session, args.speech_url, text, args)
         record.ok = True
-    except Exception as err:  # every failure is counted, with its reason; none is lost
+    except Exception as err:  # noqa: BLE001  # every failure is counted, with its reason; none is lost
         record.ok = False
-        name = "TimeoutError" if isinstance(err, asyncio.TimeoutError) else type(err).__name__
+        name = "TimeoutError" if isinstance(err, TimeoutError) else type(err).__name__
         record.reason = f"{record.protocol}: {name}: {str(err)[:160]}".rstrip(": ")
 
 
@@ -200,7 +200,7 @@ async def run_load(args: argparse.Namespace) -> tuple[dict, list[Record]]:  # ty
             records.extend(batch)
             offsets = arrival_offsets(args.clients, args.arrivals, args.rate, rng)
             t_round = time.monotonic()
-            await asyncio.gather(*(_one(r, t_round + d - time.monotonic(), t_run, session, args) for r, d in zip(batch, offsets)))
+            await asyncio.gather(*(_one(r, t_round + d - time.monotonic(), t_run, session, args) for r, d in zip(batch, offsets, strict=True)))
         wall = time.monotonic() - t_run
     finally:
         if session is not None:

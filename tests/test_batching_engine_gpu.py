@@ -1,0 +1,107 @@
+"""The engine on the batching backend (max_streams > 1: continuous batching through the scheduler
+thread, backends/kernels/scheduler.py): requests run side by side from several threads, joining at
+different times, and each gets the codes it gets alone; a cancelled request frees its slot and
+changes no other's codes; the codes match the torch engine's (greedy, float32). GPU only."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, SynthesisRequest
+from wyoming_qwen3tts.errors import SynthesisCancelled
+
+pytestmark = pytest.mark.gpu
+
+TEXTS = [
+    ("The first request of the batch speaks this sentence.", "ryan", "english"),
+    ("A second one, shorter.", "vivian", "chinese"),
+    ("The third request joins a little later than the others and runs the longest of them all.", "ryan", "english"),
+    ("Four.", "sohee", "korean"),
+]
+
+
+def _engine(path, max_streams: int, backend: str = "kernels") -> Engine:  # noqa: ANN001
+    options = EngineOptions(device="cuda", dtype="float32", backend=backend, first_chunk_frames=2, chunk_frames=8,
+                            max_streams=max_streams, max_frames=256)  # type: ignore[arg-type]  # fmt: skip
+    engine = Engine.from_pretrained(str(path), options)
+    if backend == "kernels" and max_streams > 1 and engine.info.backend != "kernels-batched":
+        pytest.fail(f"batching backend did not load: {engine.info.backend_reason}")
+    return engine
+
+
+def _request(i: int, sampling: SamplingParams, frames: int) -> SynthesisRequest:
+    text, speaker, language = TEXTS[i]
+    return SynthesisRequest(text=text, speaker=speaker, language=language, sampling=sampling, max_frames=frames,
+                            seed=10 + i)  # fmt: skip
+
+
+def _concurrently(engine: Engine, requests: list[SynthesisRequest], delays: list[float]) -> list[np.ndarray]:
+    out: list[np.ndarray | BaseException] = [None] * len(requests)  # type: ignore[list-item]
+
+    def run(i: int) -> None:
+        time.sleep(delays[i])
+        try:
+            out[i] = engine.synthesize_all(requests[i])[1]
+        except BaseException as err:  # noqa: BLE001 - reported below
+            out[i] = err
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(requests))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for r in out:
+        if isinstance(r, BaseException):
+            raise r
+    return out  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_batched_requests_equal_their_codes_alone(tiny_checkpoint, sampled: bool) -> None:
+    """Four requests from four threads, joining 0-60 ms apart: each one's codes (greedy, or sampled
+    with its seed) are the codes it gets alone on the same engine; greedy also the torch engine's."""
+    base = SamplingParams() if sampled else SamplingParams.greedy()
+    sampling = replace(base, suppress_eos=True)
+    frames = [30, 20, 48, 12]
+    engine = _engine(tiny_checkpoint, 4)
+    requests = [_request(i, sampling, frames[i]) for i in range(4)]
+    alone = [engine.synthesize_all(r)[1] for r in requests]
+    together = _concurrently(engine, requests, [0.0, 0.01, 0.06, 0.03])
+    for i in range(4):
+        assert alone[i].shape == (frames[i], 16)
+        assert np.array_equal(together[i], alone[i]), f"request {i}: codes changed next to its batch-mates"
+    assert engine.backend.active() == 0 and engine.backend.queued() == 0
+    if not sampled:
+        torch_engine = _engine(tiny_checkpoint, 1, backend="torch")
+        for i in range(4):
+            assert np.array_equal(torch_engine.synthesize_all(requests[i])[1], alone[i]), f"request {i} vs torch"
+
+
+def test_more_requests_than_streams_queue_and_cancel_frees_a_slot(tiny_checkpoint) -> None:
+    """Six requests on two streams all complete with their own codes (the rest wait their turn); a
+    request cancelled after its first chunk ends with SynthesisCancelled and its slot serves the next."""
+    sampling = replace(SamplingParams.greedy(), suppress_eos=True)
+    engine = _engine(tiny_checkpoint, 2)
+    requests = [_request(i % 4, sampling, 16 + 2 * i) for i in range(6)]
+    alone = [engine.synthesize_all(r)[1] for r in requests]
+    cancel = threading.Event()
+    gen = engine.synthesize(_request(2, sampling, 250), cancel)
+    next(gen)
+    assert engine.backend.active() == 1
+    cancel.set()
+    with pytest.raises(SynthesisCancelled):
+        for _ in gen:
+            pass
+    deadline = time.monotonic() + 0.5  # well before its 250 frames could have run
+    while engine.backend.active() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert engine.backend.active() == 0, "the cancelled request still holds its slot"
+    together = _concurrently(engine, requests, [0.0] * 6)
+    for i in range(6):
+        assert np.array_equal(together[i], alone[i]), f"request {i}"
+    assert engine.backend.active() == 0 and engine.backend.queued() == 0

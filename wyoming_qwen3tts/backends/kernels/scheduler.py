@@ -1,0 +1,239 @@
+"""Continuous batching: one thread steps every active stream together on a BatchedDecoder.
+
+`BatchingBackend.start()` (any thread) queues a stream and returns its session at once; the
+scheduler thread admits queued streams into free slots first come first served at the next step
+boundary (each prefill runs between steps), steps all busy slots, and hands each step's codes to
+their sessions. A stream leaves at end of speech, at its frame limit or when cancelled (its session
+closed), and its slot is free for the next step; no stream waits for another to finish. The codes
+of a step are read back a few steps later (a small ring of pinned copies with events), so the host
+never waits for the GPU between steps; a slot that ended keeps computing padding work for those
+few steps, whose codes are dropped.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+
+import numpy as np
+import torch
+
+from ...model.prompt import Prompt
+from ...request import SamplingParams
+from .batched import BatchedDecoder
+from .frame import NUM_GROUPS
+
+_LOGGER = logging.getLogger(__name__)
+
+IN_FLIGHT = 3  # steps launched ahead of the last one whose codes were read
+
+
+class BatchedSession:
+    """One stream's codes as the scheduler produces them; launch/collect as KernelDecodeSession."""
+
+    def __init__(self, scheduler: BatchingBackend, prompt: Prompt, sampling: SamplingParams, seed: int,
+                 max_frames: int) -> None:  # fmt: skip
+        self.scheduler = scheduler
+        self.prompt, self.sampling, self.seed, self.max_frames = prompt, sampling, seed, max_frames
+        self.finished = False  # no more codes will come (end of speech, limit, cancel, error)
+        self.error: BaseException | None = None
+        self._codes: list[np.ndarray] = []  # frames received, not yet collected
+        self._ready = 0
+        self._received = 0  # frames pushed in all
+        self._asked: collections.deque[int] = collections.deque()  # launch(n) sizes not yet collected
+        self.frames_done = 0
+        self.cancelled = False
+
+    # -- the scheduler's side (under its condition) ----------------------------------------------
+    def _push(self, row: np.ndarray) -> bool:
+        """One frame's codes; returns True when the stream has ended (EOS or its limit)."""
+        if row[0] == self.scheduler.eos_id:
+            return True
+        self._codes.append(row)
+        self._ready += 1
+        self._received += 1
+        return self._received >= self.max_frames
+
+    # -- the engine's side ------------------------------------------------------------------------
+    def launch(self, n: int) -> int:
+        """Ask for the next n frames (the scheduler is already decoding them)."""
+        if self.finished and not self._ready:
+            return 0
+        self._asked.append(max(n, 1))
+        return n
+
+    def collect(self) -> np.ndarray:
+        """The frames of the oldest launch (fewer at the end), waiting for them."""
+        want = self._asked.popleft() if self._asked else 1
+        cond = self.scheduler.cond
+        with cond:
+            while self._ready < want and not self.finished:
+                cond.wait()
+            if self.error is not None:
+                raise self.error
+            k = min(want, self._ready)
+            rows, self._codes = self._codes[:k], self._codes[k:]
+            self._ready -= k
+            self.frames_done += k
+        return np.stack(rows).astype(np.int64) if rows else np.zeros((0, NUM_GROUPS), dtype=np.int64)
+
+    def next_frames(self, n: int) -> np.ndarray:
+        self.launch(n)
+        return self.collect()
+
+    def close(self) -> None:
+        """The caller is done (finished or cancelled): the stream leaves at the next step."""
+        with self.scheduler.cond:
+            if not self.finished:
+                self.cancelled = True
+                self.scheduler.cond.notify_all()
+
+
+class BatchingBackend:
+    """The kernel backend for many streams at once: sessions from any thread, one scheduler thread.
+
+    Same contract as KernelBackend (start -> session with launch/collect/next_frames), with
+    concurrent_sessions True: the engine runs requests side by side and each collect() waits for
+    its own stream only."""
+
+    name = "kernels-batched"
+    concurrent_sessions = True
+    thread_safe_sessions = True  # collect() may be called without the engine's lock
+
+    def __init__(self, single, max_streams: int, max_seq: int, max_trailing: int = 512) -> None:  # noqa: ANN001
+        """single: the KernelBackend whose weights and ops this shares (it stays usable on its own)."""
+        self.single = single
+        self.model = single.model
+        self.eos_id = single.eos_id
+        self.max_streams = max_streams
+        self.decoder = BatchedDecoder(single.model, single.ops, single.weights, slots=max_streams, max_seq=max_seq,
+                                      max_trailing=max_trailing, attn_splits=single.options.attn_splits)  # fmt: skip
+        self.cond = threading.Condition()
+        self._queue: collections.deque[BatchedSession] = collections.deque()
+        self._slots: list[BatchedSession | None] = [None] * max_streams
+        self._frames: list[int] = [0] * max_streams  # steps each slot's stream has run (host count)
+        rows = self.decoder.rows
+        self._ring = torch.empty(IN_FLIGHT + 1, rows, NUM_GROUPS, dtype=torch.int32, pin_memory=True)
+        self._inflight: collections.deque[tuple[torch.cuda.Event, int, list[tuple[int, BatchedSession]]]] = (
+            collections.deque()
+        )
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="qwen3tts-batch", daemon=True)
+        self._thread.start()
+
+    @property
+    def capacity(self) -> int:
+        return self.decoder.max_seq
+
+    def start(self, prompt: Prompt, sampling: SamplingParams, seed: int, max_frames: int) -> BatchedSession:
+        max_frames = min(max_frames, self.decoder.max_seq - prompt.length - 1)
+        if max_frames < 1:
+            raise ValueError(f"the prompt has {prompt.length} positions; a stream's cache holds {self.decoder.max_seq}")
+        session = BatchedSession(self, prompt, sampling, seed, max_frames)
+        with self.cond:
+            self._queue.append(session)
+            self.cond.notify_all()
+        return session
+
+    def queued(self) -> int:
+        return len(self._queue)
+
+    def active(self) -> int:
+        return sum(s is not None for s in self._slots)
+
+    def stop(self) -> None:
+        with self.cond:
+            self._stopping = True
+            self.cond.notify_all()
+        self._thread.join(timeout=5)
+
+    # -- the scheduler thread -----------------------------------------------------------------------
+    def _run(self) -> None:
+        dec = self.decoder
+        device = self.model.device
+        torch.cuda.set_device(device)
+        ring = 0
+        while True:
+            with self.cond:
+                while not self._stopping and not self._queue and not any(self._slots) and not self._inflight:
+                    self.cond.wait()
+                if self._stopping:
+                    self._fail_all(RuntimeError("the batch scheduler stopped"))
+                    return
+                self._leave_cancelled()
+                admit = []
+                while self._queue and dec.free_slot() is not None:
+                    session = self._queue.popleft()
+                    if session.cancelled:
+                        session.finished = True
+                        continue
+                    slot = dec.free_slot()
+                    dec.active[slot] = True  # reserved; admit() below fills it
+                    self._slots[slot], self._frames[slot] = session, 0
+                    admit.append((slot, session))
+            try:
+                for slot, session in admit:
+                    dec.active[slot] = False
+                    dec.admit(slot, session.prompt, session.sampling, session.seed)
+                nb = dec.nb
+                if nb:
+                    dec.step(nb)
+                    rows = [(s, sess) for s, sess in enumerate(self._slots[:nb]) if sess is not None]
+                    self._ring[ring, :nb].copy_(dec.cur[:nb], non_blocking=True)
+                    done = torch.cuda.Event()
+                    done.record()
+                    self._inflight.append((done, ring, rows))
+                    ring = (ring + 1) % self._ring.shape[0]
+                    with self.cond:  # a stream at its frame limit leaves now; its codes come as they are read
+                        for s, sess in rows:
+                            self._frames[s] += 1
+                            if self._frames[s] >= sess.max_frames and self._slots[s] is sess:
+                                self._slots[s] = None
+                                dec.release(s)
+                self._read_back(wait=len(self._inflight) >= IN_FLIGHT or nb == 0)
+            except BaseException as err:  # a failed step (e.g. out of memory) ends every stream in it
+                _LOGGER.exception("Batched decode step failed")
+                with self.cond:
+                    self._fail_all(err)
+
+    def _read_back(self, wait: bool) -> None:
+        """Hand the codes of finished steps to their sessions (the oldest waited for when `wait`)."""
+        while self._inflight:
+            done, ring, rows = self._inflight[0]
+            if not done.query():
+                if not wait:
+                    return
+                done.synchronize()
+            self._inflight.popleft()
+            wait = False
+            codes = self._ring[ring].numpy()
+            with self.cond:
+                for s, sess in rows:
+                    if sess.finished:
+                        continue
+                    if sess._push(codes[s].copy()):
+                        sess.finished = True
+                        if self._slots[s] is sess:
+                            self._slots[s] = None
+                            self.decoder.release(s)
+                self.cond.notify_all()
+
+    def _leave_cancelled(self) -> None:
+        for s, sess in enumerate(self._slots):
+            if sess is not None and sess.cancelled:
+                sess.finished = True
+                self._slots[s] = None
+                self.decoder.release(s)
+
+    def _fail_all(self, err: BaseException) -> None:
+        for s, sess in enumerate(self._slots):
+            if sess is not None:
+                sess.error, sess.finished = err, True
+                self._slots[s] = None
+                self.decoder.release(s)
+        while self._queue:
+            sess = self._queue.popleft()
+            sess.error, sess.finished = err, True
+        self._inflight.clear()
+        self.cond.notify_all()
