@@ -349,9 +349,10 @@ class Engine:
             while True:
                 if cancel is not None and cancel.is_set():
                     raise SynthesisCancelled("cancelled")
-                codes = session.collect() if unlocked_collect else None
+                if unlocked_collect:
+                    codes = session.collect()
                 with self._lock:
-                    if codes is None:
+                    if not unlocked_collect:
                         codes = session.collect()
                     if len(codes) == 0:
                         break
@@ -444,7 +445,7 @@ def next_group_size(previous: int, largest: int) -> int:
 
 
 def make_backend(name: str, model: Qwen3TTSModel, kernels: KernelOptions | None = None, *, max_streams: int = 1,
-                 max_seq: int = 2048 + 1024) -> tuple[DecodeBackend, str]:  # fmt: skip
+                 max_seq: int = EngineOptions.max_frames + PROMPT_POSITIONS) -> tuple[DecodeBackend, str]:  # fmt: skip
     """The decode backend asked for; 'auto' takes the fused kernels where they load, else torch.
     max_streams > 1 on the kernels: the batching backend (continuous batching, max_seq positions a stream)."""
     from .backends.torch_backend import TorchBackend

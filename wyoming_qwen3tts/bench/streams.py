@@ -83,7 +83,6 @@ def run(model_dir: str, streams: list[int], frames: int, runs: int, context: int
         print(f"{n:>3} streams: {n * frames / step_s:8.1f} frames/s aggregate, {frames / step_s:6.1f} per stream, "
               f"{step_s / frames * 1e3:.3f} ms/step, admit {admit_s / n * 1e3:.1f} ms/stream", flush=True)  # fmt: skip
     print(f"batch-1 backend: {frames / alone:.1f} frames/s", flush=True)
-    # The codes: the batched path at 1 stream against the batch-1 backend's, greedy (bf16: may part after a while).
     return dict(model=model_dir, gpu=gpu_name(), torch=torch.__version__, frames=frames, runs=runs,
                 prompt_positions=prompt.length, context=context, slots=max(streams), decoder_build_s=build_s,
                 weights_gib=weights_gib, peak_with_decoder_gib=mem["peak_alloc_gib"], batch1_fps=frames / alone,

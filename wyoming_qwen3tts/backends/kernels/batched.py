@@ -116,13 +116,6 @@ class BatchedDecoder:
             self._capture_all()
 
     # -- streams -------------------------------------------------------------------------------
-    def free_slot(self) -> int | None:
-        """The lowest free slot (low slots keep the step's bucket small), or None when all are busy."""
-        for s in range(self.slots):
-            if not self.active[s]:
-                return s
-        return None
-
     def admit(self, slot: int, prompt: Prompt, sampling: SamplingParams, seed: int) -> None:
         """Prefill `prompt` into `slot` (eager torch Talker, between steps) and run it from the next step."""
         if not 0 <= slot < self.slots or self.active[slot]:
@@ -162,10 +155,6 @@ class BatchedDecoder:
         """The bucket the next step runs: it covers the highest busy slot (0 when none is)."""
         busy = [s for s in range(self.slots) if self.active[s]]
         return bucket_for(busy[-1] + 1) if busy else 0
-
-    def positions_left(self, slot: int) -> int:
-        """Frames the slot's cache still has room for (host bookkeeping is the caller's; this reads the device)."""
-        return self.max_seq - 1 - int(self.pos[slot])
 
     # -- the step --------------------------------------------------------------------------------
     def step(self, nb: int | None = None) -> None:

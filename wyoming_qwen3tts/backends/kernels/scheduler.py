@@ -123,10 +123,6 @@ class BatchingBackend:
         self._thread = threading.Thread(target=self._run, name="qwen3tts-batch", daemon=True)
         self._thread.start()
 
-    @property
-    def capacity(self) -> int:
-        return self.decoder.max_seq
-
     def start(self, prompt: Prompt, sampling: SamplingParams, seed: int, max_frames: int) -> BatchedSession:
         max_frames = min(max_frames, self.decoder.max_seq - prompt.length - 1)
         if max_frames < 1:
@@ -163,19 +159,19 @@ class BatchingBackend:
                     self._fail_all(RuntimeError("the batch scheduler stopped"))
                     return
                 self._leave_cancelled()
+                # The lowest free slots first: low slots keep the step's bucket small.
+                free = [s for s, sess in enumerate(self._slots) if sess is None]
                 admit = []
-                while self._queue and dec.free_slot() is not None:
+                while self._queue and free:
                     session = self._queue.popleft()
                     if session.cancelled:
                         session.finished = True
                         continue
-                    slot = dec.free_slot()
-                    dec.active[slot] = True  # reserved; admit() below fills it
+                    slot = free.pop(0)
                     self._slots[slot], self._frames[slot] = session, 0
                     admit.append((slot, session))
             try:
                 for slot, session in admit:
-                    dec.active[slot] = False
                     dec.admit(slot, session.prompt, session.sampling, session.seed)
                 nb = dec.nb
                 if nb:
