@@ -19,6 +19,7 @@ C_TO_CTYPES = {
     "int": ctypes.c_int,
     "float": ctypes.c_float,
     "unsigned long long": ctypes.c_ulonglong,
+    "long long": ctypes.c_longlong,
     "const char*": ctypes.c_char_p,
     "int*": ctypes.POINTER(ctypes.c_int),
 }
@@ -186,7 +187,7 @@ def test_gemv_sass_loads_weights_before_the_grid_wait(tmp_path: Path, monkeypatc
     assert checked == want, f"checked {checked} vectorised GEMV kernels, expected {want}"
     # The batched GEMV (gemv_batched.cu): its ring of 8 loads per lane goes out before the wait, it
     # triggers after it, and it has no local memory; 64 kernels (dtypes x modes x nb buckets x rows per warp).
-    batched = [n for n in funcs if "k_bgemv" in n]
+    batched = [n for n in funcs if "k_bgemv" in n and "k_bgemv_mma" not in n]
     assert len(batched) == 64, len(batched)
     for name in batched:
         lines = funcs[name]
@@ -195,6 +196,19 @@ def test_gemv_sass_loads_weights_before_the_grid_wait(tmp_path: Path, monkeypatc
         before = sum(i < wait for i, ln in enumerate(lines) if "LDG.E.128" in ln)
         assert before == 8, f"{name}: {before} LDG.E.128 before ACQBULK, want 8"
         assert trigger > wait, f"{name}: PREEXIT (launch_dependents) not after ACQBULK"
+        assert not any(re.search(r"\b(LDL|STL)\b", ln) for ln in lines), f"{name}: local memory"
+    # The tensor-core batched GEMV (gemv_batched_mma.cu): all 2 C weight loads of a lane before the
+    # wait, 4 C MMAs per column tile, no local memory; 18 kernels (modes x C in 2, 4, 8 x column tiles).
+    mma = {n: re.search(r"k_bgemv_mmaILi(\d)ELi(\d)ELi(\d)E", n) for n in funcs if "k_bgemv_mma" in n}
+    assert len(mma) == 18, len(mma)
+    for name, m in mma.items():
+        lines, c, nt = funcs[name], int(m.group(2)), int(m.group(3))
+        wait = next(i for i, ln in enumerate(lines) if re.search(r"\bACQBULK\b", ln))
+        trigger = next(i for i, ln in enumerate(lines) if re.search(r"\bPREEXIT\b", ln))
+        before = sum(i < wait for i, ln in enumerate(lines) if "LDG.E.128" in ln)
+        assert before == 2 * c, f"{name}: {before} LDG.E.128 before ACQBULK, want {2 * c}"
+        assert trigger > wait, f"{name}: PREEXIT (launch_dependents) not after ACQBULK"
+        assert sum("HMMA" in ln for ln in lines) == 4 * c * nt, f"{name}: MMA count"
         assert not any(re.search(r"\b(LDL|STL)\b", ln) for ln in lines), f"{name}: local memory"
     # Every other kernel of the frame lets its successor launch first (common.cuh).
     others = [n for n in funcs

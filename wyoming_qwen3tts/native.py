@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-ABI_VERSION = 6  # must equal Q3T_ABI_VERSION in kernels/include/q3t.h
+ABI_VERSION = 7  # must equal Q3T_ABI_VERSION in kernels/include/q3t.h
 
 # The kernel sources: inside the package when installed from a wheel or non-editable (setup.py puts
 # them there), else the checkout's kernels/ (editable installs, the Docker images, tests).
@@ -100,7 +100,11 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
     "q3t_store_row": (_c_int, [_p, _c_int, _p, _p, _c_int, _p]),
     "q3t_add_i32": (_c_int, [_p, _c_int, _c_int, _p]),
     # The batched decode step (q3t.h, last section).
-    "q3t_batched_gemv": (_c_int, [_c_int, _p, _c_int, _c_int, _p, _c_int, _p, _c_float, _p, _p, _c_int, _p]),
+    "q3t_batched_gemv": (
+        _c_int,
+        [_c_int, _p, _c_int, _c_int, _p, _c_int, _p, _c_float, _p, _p, _c_int, _p, ctypes.c_longlong, _p],
+    ),
+    "q3t_batched_gemv_scratch_floats": (ctypes.c_longlong, [_c_int, _c_int, _c_int]),
     "q3t_batched_rope_attention_split": (
         _c_int,
         [

@@ -3,7 +3,7 @@ GB/s at nb = 1, 2, 4, 8, 16 for the 1.7B and 0.6B shapes (bf16), each as a captu
 launches timed with CUDA events, programmatic dependent launch on (as the frame graph runs).
 
 1. gemv: every GEMV shape of a batched step, over rotating weight copies (>= 256 MB, so HBM, not L2):
-   µs, GB/s of weights read, that as a fraction of this GPU's measured copy bandwidth, TFLOP/s, and
+   µs of the step's kernel (tensor cores where the device has them) and of the FMA kernel, GB/s of weights read, that as a fraction of this GPU's measured copy bandwidth, TFLOP/s, and
    t(nb) / t(1): 1.00 is a kernel bound by its weight bytes alone. The one-vector q3t_gemv beside it.
 2. ops: the Talker's split attention (contexts 200 and 1000, slots at once), the CodePredictor's short
    attention (one position, and the first two), the draws (code 0: top-k 50 + penalty; a CodePredictor
@@ -112,11 +112,17 @@ def _bench_shape(lib: native.Native, g: torch.Generator, copy_gbs: float, label:
     rec["us_one_vector"] = round(time_graph(lambda i: lib.call(
         "q3t_gemv", native.BF16, w[i % copies].data_ptr(), n, k, x.data_ptr(), ptrs[0], 1e-6, ptrs[1], y.data_ptr(),
         mode, stream()), launches), 3)  # fmt: skip
+    # The step's kernel (tensor cores where the device has them: with scratch), then the FMA kernel.
+    floats = lib.lib.q3t_batched_gemv_scratch_floats(native.BF16, n, k)
+    scratch = torch.zeros(max(floats, 1), device="cuda")
     for nb in NBS:
-        us = time_graph(lambda i, nb=nb: lib.call(
-            "q3t_batched_gemv", native.BF16, w[i % copies].data_ptr(), n, k, x.data_ptr(), nb, ptrs[0], 1e-6,
-            ptrs[1], y.data_ptr(), mode, stream()), launches)  # fmt: skip
-        rec[f"us_nb{nb}"] = round(us, 3)
+        for key, scr in (("", scratch), ("fma_", None)):
+            us = time_graph(lambda i, nb=nb, scr=scr: lib.call(
+                "q3t_batched_gemv", native.BF16, w[i % copies].data_ptr(), n, k, x.data_ptr(), nb, ptrs[0], 1e-6,
+                ptrs[1], y.data_ptr(), mode, None if scr is None else scr.data_ptr(), 0 if scr is None else scr.numel(),
+                stream()), launches)  # fmt: skip
+            rec[f"us_{key}nb{nb}"] = round(us, 3)
+        us = rec[f"us_nb{nb}"]
         rec[f"gbs_nb{nb}"] = round(nbytes / us / 1e3, 1)
         rec[f"copy_frac_nb{nb}"] = round(nbytes / us / 1e3 / copy_gbs, 3)
         rec[f"tflops_nb{nb}"] = round(2 * n * k * nb / us / 1e6, 2)
@@ -167,16 +173,18 @@ def bench_ops(lib: native.Native) -> None:
     pad = torch.randn(slots, 2048, device=dev, generator=g)
     scale = d**-0.5
 
-    def talker_attn(nb: int) -> Callable[[int], None]:
-        return lambda i: lib.call(
+    def talker_attn(n_splits: int) -> Callable[[int], Callable[[int], None]]:
+        return lambda nb: lambda i: lib.call(
             "q3t_batched_rope_attention_split", native.BF16, qkv.data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6,
-            cos.data_ptr(), sin.data_ptr(), slot.data_ptr(), pos.data_ptr(), nb, hq, hkv, d, max_seq, scale, splits,
+            cos.data_ptr(), sin.data_ptr(), slot.data_ptr(), pos.data_ptr(), nb, hq, hkv, d, max_seq, scale, n_splits,
             scratch.data_ptr(), talker[0, 0, 0].data_ptr(), talker[0, 0, 1].data_ptr(), 2 * max_seq, out.data_ptr(),
             stream())  # fmt: skip
 
+    # The split count is the decoder's (batched.attention_splits: 2 for 16 slots); 32 was the batch-1 frame's.
     ops: dict[str, Callable[[int], Callable[[int], None]]] = {
-        "talker attention ctx 200": talker_attn,
-        "talker attention ctx 1000": talker_attn,
+        f"talker attention ctx {ctx} splits {n}": talker_attn(n) for ctx in (200, 1000) for n in (2, 4, 8, 32)
+    }
+    ops |= {
         "CP attention (position 8)": lambda nb: lambda i: lib.call(
             "q3t_batched_rope_attention", native.BF16, qkv.data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6,
             cos.data_ptr(), sin.data_ptr(), None, 8, nb, hq, hkv, d, 16, scale, cp[0, 2, 0].data_ptr(),
@@ -207,10 +215,11 @@ def bench_ops(lib: native.Native) -> None:
     kv_bytes_per_pos = 2 * hkv * d * 2
     for name, make in ops.items():
         rec: dict = {"part": "op", "op": name}
-        ctx = 200 if "200" in name else 1000 if "1000" in name else None
+        ctx = 200 if "ctx 200" in name else 1000 if "ctx 1000" in name else None
         if ctx is not None:
             pos.fill_(ctx - 1)
         for nb in NBS:
+            scratch.zero_()  # the split counters start at 0 for whatever split count comes next
             us = time_graph(make(nb), 200)
             rec[f"us_nb{nb}"] = round(us, 3)
             if ctx is not None:
@@ -221,7 +230,7 @@ def bench_ops(lib: native.Native) -> None:
 # Launches of each op in one batched step of either size (the CodePredictor one position at a time;
 # the Talker's attention at a context of 200).
 STEP_OPS = {
-    "talker attention ctx 200": 28,
+    "talker attention ctx 200 splits 2": 28,
     "CP attention (position 8)": 80,
     "sample code 0 (top-k 50, penalty)": 1,
     "sample CP code (top-k 50)": 15,
@@ -236,12 +245,13 @@ def table(copy_gbs: float) -> str:
              f"Device-to-device copy: {copy_gbs:.0f} GB/s (read + write).", ""]  # fmt: skip
     gemv = [r for r in rows_out if r["part"] == "gemv"]
     if gemv:
-        lines += ["### GEMV: µs per launch (GB/s of weights); t(nb)/t(1); q3t_gemv for one vector", "",
+        lines += ["### GEMV: µs per launch (GB/s of weights; the FMA kernel's µs); t(nb)/t(1); q3t_gemv for one vector",
+                  "",
                   "| shape | rows x K | MB | q3t_gemv | " + " | ".join(f"nb {nb}" for nb in NBS)
                   + " | t(16)/t(1) | nb 16 GB/s / copy | nb 16 TFLOP/s |",
                   "|---" * (7 + len(NBS)) + "|"]  # fmt: skip
         for r in gemv:
-            cells = [f"{r[f'us_nb{nb}']} ({r[f'gbs_nb{nb}']})" for nb in NBS]
+            cells = [f"{r[f'us_nb{nb}']} ({r[f'gbs_nb{nb}']}; FMA {r[f'us_fma_nb{nb}']})" for nb in NBS]
             lines.append(f"| {r['shape']} | {r['n']}x{r['k']} | {r['mb']} | {r['us_one_vector']} | " + " | ".join(cells)
                          + f" | {r['us_nb16'] / r['us_nb1']:.2f} | {r['copy_frac_nb16']:.2f} | {r['tflops_nb16']} |")  # fmt: skip
         big = [r for r in gemv if r["mb"] >= 16]

@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /* Bump on any change of a prototype, of a constant below or of a function's meaning. */
-#define Q3T_ABI_VERSION 6
+#define Q3T_ABI_VERSION 7
 
 #define Q3T_F32 0
 #define Q3T_BF16 1
@@ -150,8 +150,17 @@ typedef struct q3t_sample_params {
 
 /* q3t_gemv for nb (1..Q3T_BATCH_MAX) input vectors: x [nb, k] -> y [nb, N] (SwiGLU: [nb, N / 2]),
  * each weight row read once; each vector gets its own RMSNorm; ADD adds to its own row of y.
- * k a multiple of 8 (bf16) or 4 (f32); w, x, norm_w 16-byte aligned. */
-Q3T_API int q3t_batched_gemv(int dtype, const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps, const float* bias, float* y, int mode, void* stream);
+ * k a multiple of 8 (bf16) or 4 (f32); w, x, norm_w 16-byte aligned; y must not overlap x.
+ * scratch: NULL, or scratch_floats floats of device memory, zero before its first use (each call
+ * leaves it so), of at least q3t_batched_gemv_scratch_floats(dtype, n_rows, k): with it, bf16 weights
+ * on CUDA sm_80+ take the tensor-core kernel (another fixed order of summation: a vector's bits
+ * still never depend on nb or its batch-mates); without it, or elsewhere, the FMA kernel. One
+ * scratch serves calls in sequence on one stream, not concurrent ones. */
+Q3T_API int q3t_batched_gemv(int dtype, const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps, const float* bias, float* y, int mode, float* scratch, long long scratch_floats, void* stream);
+
+/* The scratch floats q3t_batched_gemv needs for this shape to take the tensor-core kernel (0: none,
+ * also where that kernel does not apply); -1 on bad arguments. */
+Q3T_API long long q3t_batched_gemv_scratch_floats(int dtype, int n_rows, int k);
 
 /* q3t_rope_attention_split for nb rows: qkv [nb, (hq + 2 hkv) d] -> out [nb, hq d]; row r attends
  * in slot slot[r]'s cache (k_cache, v_cache: this layer's K and V of slot 0, slots slot_rows cache

@@ -32,6 +32,10 @@ bool q3t_pdl_enabled() { return g_pdl; }
 
 int q3t_host_sms() { return g_sms; }
 
+#if defined(Q3T_CUDA)
+int q3t_host_cc_major() { return g_cc_major; }
+#endif
+
 __global__ void k_add_i32(int* p, int n, int delta) {
     q3t_grid_dep_trigger_first();
     int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -16,6 +16,16 @@ int q3t_host_warp();
 bool q3t_pdl_enabled();
 // SM / CU count of the device passed to q3t_init (0 before it).
 int q3t_host_sms();
+#if defined(Q3T_CUDA)
+// Compute capability major of the device passed to q3t_init (0 before it).
+int q3t_host_cc_major();
+// The tensor-core batched GEMV (gemv_batched_mma.cu): whether it takes this call, the scratch floats
+// it needs, and the launch (arguments already checked).
+bool q3t_batched_gemv_mma_usable(int dtype, int n_rows);
+size_t q3t_batched_gemv_mma_scratch_floats(int n_rows, int k);
+int q3t_batched_gemv_mma(const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps,
+                         const float* bias, float* y, int mode, float* scratch, cudaStream_t s);
+#endif
 // The split-K GEMV (gemv_splitk.cu) for nb = 1 or 2 input vectors, arguments already checked.
 int q3t_gemv_splitk(int dtype, const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w,
                     float eps, const float* bias, float* y, int mode, cudaStream_t s);

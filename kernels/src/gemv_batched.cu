@@ -403,9 +403,20 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
+extern "C" Q3T_API long long q3t_batched_gemv_scratch_floats(int dtype, int n_rows, int k) {
+    if (n_rows <= 0 || k <= 0 || (dtype != Q3T_F32 && dtype != Q3T_BF16)) {
+        q3t_fail("q3t_batched_gemv_scratch_floats: bad arguments (dtype=%d n=%d k=%d)", dtype, n_rows, k);
+        return -1;
+    }
+#if defined(Q3T_CUDA)
+    if (q3t_batched_gemv_mma_usable(dtype, n_rows)) return (long long)q3t_batched_gemv_mma_scratch_floats(n_rows, k);
+#endif
+    return 0;
+}
+
 extern "C" Q3T_API int q3t_batched_gemv(int dtype, const void* w, int n_rows, int k, const float* x, int nb,
                                         const float* norm_w, float eps, const float* bias, float* y, int mode,
-                                        void* stream) {
+                                        float* scratch, long long scratch_floats, void* stream) {
     if (!w || !x || !y || n_rows <= 0 || k <= 0) return q3t_fail("q3t_batched_gemv: bad arguments (n=%d k=%d)", n_rows, k);
     if (nb < 1 || nb > kMaxNB) return q3t_fail("q3t_batched_gemv: nb=%d, expected 1..%d", nb, kMaxNB);
     if (dtype != Q3T_F32 && dtype != Q3T_BF16) return q3t_fail("q3t_batched_gemv: unknown dtype %d", dtype);
@@ -416,6 +427,14 @@ extern "C" Q3T_API int q3t_batched_gemv(int dtype, const void* w, int n_rows, in
         return q3t_fail("q3t_batched_gemv: SwiGLU needs an even row count, got %d", n_rows);
     if (mode != Q3T_GEMV_STORE && bias) return q3t_fail("q3t_batched_gemv: bias is only supported with Q3T_GEMV_STORE");
     cudaStream_t s = Q3T_STREAM(stream);
+#if defined(Q3T_CUDA)
+    if (scratch && q3t_batched_gemv_mma_usable(dtype, n_rows)) {
+        const long long need = (long long)q3t_batched_gemv_mma_scratch_floats(n_rows, k);
+        if (scratch_floats < need)
+            return q3t_fail("q3t_batched_gemv: scratch of %lld floats, %d x %d needs %lld", scratch_floats, n_rows, k, need);
+        return q3t_batched_gemv_mma(w, n_rows, k, x, nb, norm_w, eps, bias, y, mode, scratch, s);
+    }
+#endif
     if (dtype == Q3T_F32) return launch_dtype<float>(w, n_rows, k, x, nb, norm_w, eps, bias, y, mode, s);
     return launch_dtype<uint16_t>(w, n_rows, k, x, nb, norm_w, eps, bias, y, mode, s);
 }

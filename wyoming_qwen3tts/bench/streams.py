@@ -42,7 +42,7 @@ def run(model_dir: str, streams: list[int], frames: int, runs: int, context: int
     torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     dec = BatchedDecoder(kb.model, kb.ops, kb.weights, slots=max(streams), max_seq=prompt.length + context + 1,
-                         max_trailing=max(prompt.trailing.shape[0], 1), attn_splits=kb.options.attn_splits)  # fmt: skip
+                         max_trailing=max(prompt.trailing.shape[0], 1))  # fmt: skip
     build_s = time.perf_counter() - t0
     mem = memory()
 

@@ -33,6 +33,15 @@ BUCKETS = (1, 2, 4, 8, 16)
 MAX_SLOTS = BUCKETS[-1]  # Q3T_BATCH_MAX
 
 
+def attention_splits(slots: int) -> int:
+    """Blocks per head of the Talker's split attention for a decoder of `slots` streams. Fixed per
+    decoder, never per step: the split fixes the order of a row's sums (row independence). The
+    batch-1 frame's 32 fill the GPU with 16 heads of one stream; at 16 streams that is 8,192 blocks
+    of a few positions each, and on the H200 (run 25, context 200, 16 streams) 4 per head was the
+    best of 2, 4, 8 and 32."""
+    return max(4, min(32, 64 // slots))
+
+
 def bucket_for(rows: int) -> int:
     """The smallest step size that covers `rows` rows."""
     for b in BUCKETS:
@@ -66,10 +75,11 @@ class BatchedDecoder:
 
     ops, weights: a KernelBackend's (backend.ops, backend.weights), so both share the weights.
     max_seq: Talker positions per slot (prompt + frames + 1); max_trailing: trailing-text rows per slot.
+    attn_splits: the Talker attention's blocks per head (None: attention_splits(slots)).
     graphs False: steps launch eagerly (tests, profiling)."""
 
     def __init__(self, model: Qwen3TTSModel, ops: Ops, weights: ModelWeights, *, slots: int, max_seq: int,
-                 max_trailing: int = 512, attn_splits: int = 32, graphs: bool = True) -> None:  # fmt: skip
+                 max_trailing: int = 512, attn_splits: int | None = None, graphs: bool = True) -> None:  # fmt: skip
         if not 1 <= slots <= MAX_SLOTS:
             raise ValueError(f"slots={slots}: 1..{MAX_SLOTS}")
         self.model, self.ops, self.w = model, ops, weights
@@ -88,7 +98,7 @@ class BatchedDecoder:
         for cfg, n in ((tc, max_seq), (cc, NUM_GROUPS)):
             cos, sin = rope_tables(torch.arange(n, device=dev), cfg.head_dim, cfg.rope_theta, torch.float32)
             self.rope[id(cfg)] = (cos.contiguous(), sin.contiguous())
-        self.splits = attn_splits
+        self.splits = attention_splits(slots) if attn_splits is None else attn_splits
         self.pos, self.step_index = torch.zeros(rows, **i32), torch.zeros(rows, **i32)
         self.seed = torch.zeros(rows, dtype=torch.int64, device=dev)
         blank = [{}] * rows
@@ -110,10 +120,23 @@ class BatchedDecoder:
                      for cfg in (tc, cc)}  # fmt: skip
         hq = tc.num_attention_heads
         self.scratch = torch.zeros(rows * (hq * self.splits * (tc.head_dim + 2) + hq), **f32)
+        # The batched GEMVs' split-K partials and counters (zero once; each call leaves the counters 0).
+        self.gemv_scratch = torch.zeros(max(ops.batched_gemv_scratch_floats(self.matrices()), 1), **f32)
         self.active = [False] * rows
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         if graphs:
             self._capture_all()
+
+    def matrices(self) -> list[Tensor]:
+        """Every weight matrix a step multiplies (the GEMV scratch covers the largest need)."""
+        w = self.w
+        layers = (*w.talker.layers, *w.code_predictor.layers)
+        mats = [m for L in layers for m in (L.qkv, L.o, L.gate_up, L.down)]
+        return [*mats, w.codec_head, *w.lm_heads, *([w.proj_w] if w.proj_w is not None else [])]
+
+    def gemv(self, w: Tensor, x: Tensor, y: Tensor, stream: int, **kw) -> None:  # noqa: ANN003
+        """ops.batched_gemv on the decoder's scratch (the tensor-core kernel for bf16 on CUDA)."""
+        self.ops.batched_gemv(w, x, y, scratch=self.gemv_scratch, stream=stream, **kw)
 
     # -- streams -------------------------------------------------------------------------------
     def admit(self, slot: int, prompt: Prompt, sampling: SamplingParams, seed: int) -> None:
@@ -197,8 +220,9 @@ class BatchedDecoder:
         eps, scale = c.rms_norm_eps, c.head_dim**-0.5
         cos, sin = self.rope[id(c)]
         qkv, attn, mlp = (t[:nb] for t in self.work[id(c)])
+        gemv = self.gemv
         for i, L in enumerate(stack.layers):
-            ops.batched_gemv(L.qkv, x, qkv, norm_w=L.in_norm, eps=eps, stream=stream)
+            gemv(L.qkv, x, qkv, stream, norm_w=L.in_norm, eps=eps)
             if pos_add is None:
                 ops.batched_rope_attention_split(qkv, L.q_norm, L.k_norm, cos, sin, self.cache[0, i, 0],
                                                  self.cache[0, i, 1], attn, slot=self.slot[:nb], pos=self.pos,
@@ -210,30 +234,29 @@ class BatchedDecoder:
                                            self.cp_cache[0, i, 1], attn,
                                            row_rows=self.cp_cache.shape[1] * 2 * NUM_GROUPS, eps=eps, scale=scale,
                                            pos_add=pos_add, stream=stream)  # fmt: skip
-            ops.batched_gemv(L.o, attn, x, mode=native.GEMV_ADD, stream=stream)
-            ops.batched_gemv(L.gate_up, x, mlp, mode=native.GEMV_SWIGLU, norm_w=L.post_norm, eps=eps, stream=stream)
-            ops.batched_gemv(L.down, mlp, x, mode=native.GEMV_ADD, stream=stream)
+            gemv(L.o, attn, x, stream, mode=native.GEMV_ADD)
+            gemv(L.gate_up, x, mlp, stream, mode=native.GEMV_SWIGLU, norm_w=L.post_norm, eps=eps)
+            gemv(L.down, mlp, x, stream, mode=native.GEMV_ADD)
 
     def launch_step(self, nb: int, stream: int) -> None:
         """Launch one step for rows [0, nb) on `stream` (what each graph captures)."""
         ops, w, tc, cc = self.ops, self.w, self.tc, self.cc
         slot, hn, x, cx, e1, cur = self.slot[:nb], self.hn[:nb], self.x[:nb], self.cx[:nb], self.e1[:nb], self.cur[:nb]
         state = dict(slot=slot, seed=self.seed, step=self.step_index, stream=stream)
-        ops.batched_gemv(w.codec_head, hn, self.logits[:nb], stream=stream)
+        self.gemv(w.codec_head, hn, self.logits[:nb], stream)
         # Code 0; its CodePredictor input row waits in e1 until position 0 has run.
         ops.batched_sample(self.logits[:nb], cur, params=self.params_code0, seen=self.seen,
                            suppress=(tc.vocab_size - 1024, tc.vocab_size), stream_id=0, out_stride=NUM_GROUPS,
                            row_table=w.cp_inputs[0], row_out=e1, row_stride=cc.hidden_size, **state)  # fmt: skip
         if w.proj_w is not None:
-            ops.batched_gemv(w.proj_w, hn, cx, bias=w.proj_b, stream=stream)
+            self.gemv(w.proj_w, hn, cx, stream, bias=w.proj_b)
         else:
             cx.copy_(hn)
         self._layers(w.code_predictor, cx, nb, stream, 0)
         cx.copy_(e1)
         for j in range(1, NUM_GROUPS):
             self._layers(w.code_predictor, cx, nb, stream, j)
-            ops.batched_gemv(w.lm_heads[j - 1], cx, self.cp_logits[:nb], norm_w=w.cp_norm, eps=cc.rms_norm_eps,
-                             stream=stream)  # fmt: skip
+            self.gemv(w.lm_heads[j - 1], cx, self.cp_logits[:nb], stream, norm_w=w.cp_norm, eps=cc.rms_norm_eps)
             row = dict(row_table=w.cp_inputs[j], row_out=cx, row_stride=cc.hidden_size) if j + 1 < NUM_GROUPS else {}
             ops.batched_sample(self.cp_logits[:nb], cur[:, j:], params=self.params_sub, stream_id=j,
                                out_stride=NUM_GROUPS, **row, **state)  # fmt: skip

@@ -139,12 +139,26 @@ class Ops:
     # -- the batched decode step: nb <= 16 rows (streams), per-slot state (q3t.h, last section) ------------
 
     def batched_gemv(self, w: Tensor, x: Tensor, y: Tensor, *, mode: int = STORE, norm_w: Tensor | None = None,
-                     eps: float = 0.0, bias: Tensor | None = None, stream: int | None = None) -> None:  # fmt: skip
+                     eps: float = 0.0, bias: Tensor | None = None, scratch: Tensor | None = None,
+                     stream: int | None = None) -> None:  # fmt: skip
         """gemv for each row of x [nb, K] into y [nb, ...], each weight row read once for all rows,
-        each row's sums in an order that does not depend on nb or the other rows."""
+        each row's sums in an order that does not depend on nb or the other rows. With `scratch`
+        (float32, zeroed once, batched_gemv_scratch_floats long) bf16 weights take the tensor-core
+        kernel where the device has one."""
         n, k = w.shape
         self.lib.call("q3t_batched_gemv", dtype_code(w.dtype), w.data_ptr(), n, k, x.data_ptr(), x.shape[0],
-                      _ptr(norm_w), eps, _ptr(bias), y.data_ptr(), mode, _stream(stream))  # fmt: skip
+                      _ptr(norm_w), eps, _ptr(bias), y.data_ptr(), mode, _ptr(scratch),
+                      0 if scratch is None else scratch.numel(), _stream(stream))  # fmt: skip
+
+    def batched_gemv_scratch_floats(self, weights: Sequence[Tensor]) -> int:
+        """The scratch (float32 elements) batched_gemv needs for every one of these matrices."""
+        need = 0
+        for n, k, code in {(w.shape[0], w.shape[1], dtype_code(w.dtype)) for w in weights}:
+            got = self.lib.lib.q3t_batched_gemv_scratch_floats(code, n, k)
+            if got < 0:
+                raise native.NativeError(f"q3t_batched_gemv_scratch_floats: {self.lib.last_error()}")
+            need = max(need, got)
+        return need
 
     def batched_rope_attention_split(self, qkv: Tensor, q_norm: Tensor, k_norm: Tensor, cos: Tensor, sin: Tensor,
                                      k_cache: Tensor, v_cache: Tensor, out: Tensor, *, slot: Tensor, pos: Tensor,

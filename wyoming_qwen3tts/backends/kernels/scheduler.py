@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import sys
 import threading
 import time
 
@@ -28,6 +29,11 @@ from .frame import NUM_GROUPS
 _LOGGER = logging.getLogger(__name__)
 
 IN_FLIGHT = 3  # steps launched ahead of the last one whose codes were read
+# The interpreter's GIL switch interval while a scheduler runs. The scheduler thread gives up the
+# GIL at every launch and poll; taking it back waits for the thread holding it (request threads
+# issuing codec ops) to reach the switch interval, 5 ms by default: a few such waits per step
+# starve every stream (run 24 on the H200: 4 clients at max_streams 16 got ~12 frames/s each).
+SWITCH_INTERVAL_S = 0.0005
 
 
 class BatchedSession:
@@ -109,7 +115,7 @@ class BatchingBackend:
         self.eos_id = single.eos_id
         self.max_streams = max_streams
         self.decoder = BatchedDecoder(single.model, single.ops, single.weights, slots=max_streams, max_seq=max_seq,
-                                      max_trailing=max_trailing, attn_splits=single.options.attn_splits)  # fmt: skip
+                                      max_trailing=max_trailing)  # fmt: skip
         self.cond = threading.Condition()
         self._queue: collections.deque[BatchedSession] = collections.deque()
         self._slots: list[BatchedSession | None] = [None] * max_streams
@@ -120,6 +126,7 @@ class BatchingBackend:
             collections.deque()
         )
         self._stopping = False
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         self._thread = threading.Thread(target=self._run, name="qwen3tts-batch", daemon=True)
         self._thread.start()
 

@@ -1,0 +1,334 @@
+// q3t_batched_gemv on tensor cores (CUDA, sm_80+, bf16 weights): the function of gemv_batched.cu's
+// kernel (y[b] (mode) W @ xn[b] for nb <= 16 vectors, RMSNorm fused), computed with mma.sync
+// m16n8k16 (bf16 in, float32 accumulation) where that kernel spends one FMA per weight and vector.
+//
+// Why: at 16 streams the FMA kernel is bound by its own arithmetic (16 FMAs per weight read, x from
+// shared memory): a 1.7B step spent 9.3 ms in GEMVs against a 1.1 ms byte floor (docs/performance.md,
+// run 22). On tensor cores the arithmetic is free next to the weight reads at any nb <= 16.
+// AMD keeps the FMA kernel: on the cards we target (R9700: 640 GB/s) its arithmetic at nb = 16
+// (~84 GFLOP per 1.7B step) hides under the 8.3 ms it takes to read the weights at all.
+//
+// Layout. Weights are the A operand (16 rows per MMA), the vectors the B operand (8 per MMA: one
+// column tile for nb <= 8, two for nb <= 16). A block takes 64 rows (four 16-row tiles, a warp pair
+// each) and a slice of 2C chunks of 32 k; a warp takes its tile's rows over C chunks (the first or
+// second half of the slice). Lane (g, t) loads the 16 bytes at k = 32 c + 8 t of rows g and g + 8:
+// that is MMA operand A for logical k {2t, 2t+1, 2t+8, 2t+9} of two MMAs (k-halves 8t..8t+3 and
+// 8t+4..8t+7), a fixed permutation of k that the vectors' fragments (read from shared memory at the
+// same 8t) follow, so every instruction reads whole 32-byte sectors of 8 rows and needs no shuffle.
+// All of a lane's weight loads (2C of 16 bytes) go out before the kernel waits for its predecessor.
+// Activations stay float32: each x value (times norm_w) is staged as bf16 hi + bf16 lo (hi = x
+// rounded, lo = the rest rounded), and W x = W hi + W lo, two MMAs, so x keeps ~16 mantissa bits
+// (the weights are bf16 already: no further rounding of the products).
+// Split K across blocks: ks_count blocks share a row tile; each writes its 16 x 64 partial sums (and
+// its slice's sums of squares) to scratch, and the last to arrive (a counter per row tile, left 0
+// again) adds them in ks order and applies the mode: one launch, no atomics on data, run-to-run
+// identical. Blocks cover few rows without it, so each block would read all of x (nb * k * 4 bytes
+// for 64 * k * 2 of weights); split, a block reads the slice of x its weights need.
+//
+// Row independence (q3t.h): a vector's sums are fixed by (n_rows, k, the SM count): the plan (C,
+// ks_count) depends on nothing else; the two column tiles are separate MMAs (a column's products
+// meet only its own accumulators); the partials meet in a fixed order; the sums of squares go in
+// fixed segments. So a vector gets the same bits at nb = 1 and in any batch. They are not the FMA
+// kernel's bits (tests bound the difference).
+#include "common.cuh"
+
+#if defined(Q3T_CUDA)
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kTileRows = 64;     // weight rows per block: four MMA row tiles of 16
+constexpr int kChunk = 32;        // k per chunk: one 16-byte load per lane and row pair
+constexpr int kMaxCols = 16;      // vectors: two MMA column tiles of 8
+constexpr int kPartStride = kTileRows + 1;
+constexpr int kRecord = kMaxCols * kTileRows + kMaxCols;  // a block's partials in scratch: sums, sums of squares
+constexpr int kCounters = 4096;   // row-tile counters at the start of scratch (n_rows <= 262,144)
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+// Two floats as packed bf16 (a in the low half), rounded to nearest even: one cvt instruction
+// (the bit-twiddled f32_to_bf16 costs ~15 per value, and at 16 vectors the staging was the kernel's
+// largest cost: run 25, nb 16 against nb 8).
+__device__ __forceinline__ uint32_t pack_bf16x2(float a, float b) {
+    uint32_t u = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(b), "f"(a));
+#endif
+    return u;
+}
+
+// x (float32) as bf16 hi + lo, two packed pairs each: hi = x rounded, lo = the rest rounded.
+__device__ __forceinline__ void split_bf16(float4 v, uint2& hi, uint2& lo) {
+    const uint32_t h0 = pack_bf16x2(v.x, v.y), h1 = pack_bf16x2(v.z, v.w);
+    hi = make_uint2(h0, h1);
+    lo = make_uint2(pack_bf16x2(__fsub_rn(v.x, bf16_lo(h0)), __fsub_rn(v.y, bf16_hi(h0))),
+                    pack_bf16x2(__fsub_rn(v.z, bf16_lo(h1)), __fsub_rn(v.w, bf16_hi(h1))));
+}
+
+// Shared memory of one block: x hi and lo [ROWS][SK] bf16 and the squares [ROWS][F4] while
+// staging; the two warp halves' sums [2][16][kPartStride] floats after the MMAs (same bytes).
+template <int C, int NT> struct Smem {
+    static constexpr int kRows = NT * 8;                  // vectors staged
+    static constexpr int kSlice = 2 * C * kChunk;         // k per block
+    static constexpr int kStride = kSlice + 8;            // bf16 per staged row: 16 bytes of padding
+                                                          // make the fragment loads conflict-free
+    static constexpr int kF4 = kSlice / 4;                // float4s per row of the slice
+    static constexpr size_t kX = (size_t)kRows * kStride * 2;  // bytes of hi (and of lo)
+    static constexpr size_t kStage = 2 * kX + (size_t)kRows * kF4 * 4;
+    static constexpr size_t kPart = (size_t)2 * kMaxCols * kPartStride * 4;
+    static constexpr size_t kBytes = kStage > kPart ? kStage : kPart;
+};
+
+template <int MODE, int C, int NT>
+__global__ void __launch_bounds__(kThreads, 2)
+    k_bgemv_mma(const uint16_t* __restrict__ w, int n_rows, int k, int ks_count, const float* __restrict__ x, int nb,
+                const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, float* __restrict__ y,
+                float* __restrict__ scratch) {
+    using S = Smem<C, NT>;
+    constexpr int ROWS = S::kRows, SK = S::kStride, F4 = S::kF4;
+    constexpr int PER = ROWS * F4 / kThreads;  // float4s of x a thread stages (F4 divides 256: its f is fixed)
+    static_assert(ROWS * F4 % kThreads == 0 && kThreads % F4 == 0, "staging layout");
+    constexpr int OUT = ROWS * kTileRows / kThreads;  // (vector, row) sums per thread
+    extern __shared__ uint4 smem4[];
+    uint16_t* xh = reinterpret_cast<uint16_t*>(smem4);
+    uint16_t* xl = xh + ROWS * SK;
+    float* sq = reinterpret_cast<float*>(xl + ROWS * SK);
+    float* part = reinterpret_cast<float*>(smem4);
+    __shared__ float ss_s[kMaxCols], scale_s[kMaxCols];
+    __shared__ int last_s;
+
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int g = lane / 4, t = lane % 4;
+    const int mt = warp % 4, half = warp / 4;
+    const int tile = blockIdx.x, ks = blockIdx.y;
+    const int k0 = ks * S::kSlice;  // the block's first k
+    const int r0 = tile * kTileRows + mt * 16 + g;
+    const bool live0 = r0 < n_rows, live1 = r0 + 8 < n_rows;
+    const uint16_t* w0 = w + (size_t)(live0 ? r0 : 0) * k;
+    const uint16_t* w1 = w + (size_t)(live1 ? r0 + 8 : 0) * k;
+
+    // Weights never change: all of the lane's loads go out before the wait.
+    uint4 wa[C], wb[C];
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+        const int kk = k0 + (half * C + i) * kChunk + 8 * t;
+        wa[i] = make_uint4(0, 0, 0, 0);
+        wb[i] = make_uint4(0, 0, 0, 0);
+        if (kk < k) {
+            if (live0) wa[i] = *reinterpret_cast<const uint4*>(w0 + kk);
+            if (live1) wb[i] = *reinterpret_cast<const uint4*>(w1 + kk);
+        }
+    }
+    const int f = tid % F4, kf = k0 + 4 * f;  // this thread's float4 of the slice, the same for every row
+    float4 gv = make_float4(1.f, 1.f, 1.f, 1.f);
+    if (norm_w && kf < k) gv = *reinterpret_cast<const float4*>(norm_w + kf);
+
+    // Behind a branch on an argument (k > 0 always holds), so ptxas keeps the loads above the wait.
+    if (k > 0) q3t_grid_dep();
+
+    // Stage the slice of x: rows b = tid / F4 + j * (256 / F4); rows past nb and k past the end are 0.
+    // All of a thread's loads in flight at once (one round trip to L2). The products and sums are
+    // written with _rn intrinsics: nvcc may contract a * b - c or a * a + s into an FMA in one
+    // instantiation (column tiles, C) and not in another, which would change a vector's bits with nb.
+    float4 v[PER];
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+        const int b = tid / F4 + j * (kThreads / F4);
+        v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (b < nb && kf < k) v[j] = __ldcg(reinterpret_cast<const float4*>(x + (size_t)b * k + kf));
+    }
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+        const int b = tid / F4 + j * (kThreads / F4);
+        const float4 a = v[j];
+        uint2 hi, lo;
+        split_bf16(make_float4(__fmul_rn(a.x, gv.x), __fmul_rn(a.y, gv.y), __fmul_rn(a.z, gv.z), __fmul_rn(a.w, gv.w)),
+                   hi, lo);
+        *reinterpret_cast<uint2*>(xh + b * SK + 4 * f) = hi;
+        *reinterpret_cast<uint2*>(xl + b * SK + 4 * f) = lo;
+        if (norm_w)
+            sq[b * F4 + f] = __fmaf_rn(a.w, a.w, __fmaf_rn(a.z, a.z, __fmaf_rn(a.y, a.y, __fmul_rn(a.x, a.x))));
+    }
+    __syncthreads();
+    if (norm_w) {  // the slice's sum of squares per row, in a fixed order
+        for (int b = warp; b < ROWS; b += kThreads / 32) {
+            float s = 0.f;
+            for (int i = lane; i < F4; i += 32) s += sq[b * F4 + i];
+            s = warp_sum(s);
+            if (lane == 0) ss_s[b] = s;
+        }
+    }
+
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+        const int kl = (half * C + i) * kChunk + 8 * t;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const uint4 bh = *reinterpret_cast<const uint4*>(xh + (8 * j + g) * SK + kl);
+            const uint4 bl = *reinterpret_cast<const uint4*>(xl + (8 * j + g) * SK + kl);
+            mma_bf16(acc[j], wa[i].x, wb[i].x, wa[i].y, wb[i].y, bh.x, bh.y);
+            mma_bf16(acc[j], wa[i].x, wb[i].x, wa[i].y, wb[i].y, bl.x, bl.y);
+            mma_bf16(acc[j], wa[i].z, wb[i].z, wa[i].w, wb[i].w, bh.z, bh.w);
+            mma_bf16(acc[j], wa[i].z, wb[i].z, wa[i].w, wb[i].w, bl.z, bl.w);
+        }
+    }
+    __syncthreads();  // x is read by every warp: part takes its bytes only now
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+        const int col = 8 * j + 2 * t, row = mt * 16 + g;
+        float* p = part + (half * kMaxCols + col) * kPartStride + row;
+        p[0] = acc[j][0];
+        p[kPartStride] = acc[j][1];
+        p[8] = acc[j][2];
+        p[kPartStride + 8] = acc[j][3];
+    }
+    __syncthreads();
+
+    // Thread o-th sum: vector idx / 64, row idx % 64 of the tile (idx = tid + 256 o).
+    float s[OUT];
+#pragma unroll
+    for (int o = 0; o < OUT; ++o) {
+        const int idx = tid + o * kThreads, col = idx / kTileRows, row = idx % kTileRows;
+        s[o] = __fadd_rn(part[col * kPartStride + row], part[(kMaxCols + col) * kPartStride + row]);
+    }
+    float ss = (norm_w && tid < ROWS) ? ss_s[tid] : 0.f;
+    if (ks_count > 1) {
+        unsigned* counters = reinterpret_cast<unsigned*>(scratch);
+        float* records = scratch + kCounters;
+        float* rec = records + ((size_t)tile * ks_count + ks) * kRecord;
+#pragma unroll
+        for (int o = 0; o < OUT; ++o) rec[tid + o * kThreads] = s[o];
+        if (tid < ROWS) rec[kMaxCols * kTileRows + tid] = ss;
+        __threadfence();  // this block's record before its count
+        __syncthreads();
+        if (tid == 0) last_s = atomicAdd(&counters[tile], 1u) == (unsigned)(ks_count - 1);
+        __syncthreads();
+        if (!last_s) return;
+        __threadfence();
+        const float* first = records + (size_t)tile * ks_count * kRecord;
+#pragma unroll
+        for (int o = 0; o < OUT; ++o) s[o] = 0.f;
+        ss = 0.f;
+        // In ks order, whichever block came last; kGather records' loads in flight at once (a loop of
+        // one record at a time waits a round trip to L2 per record).
+        constexpr int kGather = 4;
+        for (int q0 = 0; q0 < ks_count; q0 += kGather) {
+            float r[kGather][OUT], rs[kGather];
+#pragma unroll
+            for (int q = 0; q < kGather; ++q) {
+                const float* rec_q = first + (size_t)(q0 + q) * kRecord;
+                const bool in = q0 + q < ks_count;
+#pragma unroll
+                for (int o = 0; o < OUT; ++o) r[q][o] = in ? __ldcg(rec_q + tid + o * kThreads) : 0.f;
+                rs[q] = in && tid < ROWS ? __ldcg(rec_q + kMaxCols * kTileRows + tid) : 0.f;
+            }
+#pragma unroll
+            for (int q = 0; q < kGather; ++q) {
+#pragma unroll
+                for (int o = 0; o < OUT; ++o) s[o] = __fadd_rn(s[o], r[q][o]);
+                ss = __fadd_rn(ss, rs[q]);
+            }
+        }
+        if (tid == 0) counters[tile] = 0;
+    }
+    if (tid < ROWS) scale_s[tid] = norm_w ? rsqrtf(ss / (float)k + eps) : 1.f;
+    __syncthreads();
+
+#pragma unroll
+    for (int o = 0; o < OUT; ++o) {
+        const int idx = tid + o * kThreads, col = idx / kTileRows, row = tile * kTileRows + idx % kTileRows;
+        const float v = __fmul_rn(s[o], scale_s[col]);  // not contracted into the bias or residual add
+        if (MODE == Q3T_GEMV_SWIGLU) {
+            const float up = __shfl_xor_sync(0xffffffffu, v, 1);  // row + 1 is the next lane's
+            if (row % 2 == 0 && col < nb && row < n_rows) {
+                const int n_out = n_rows / 2;
+                y[(size_t)col * n_out + row / 2] = (v / (1.0f + expf(-v))) * up;  // silu in float32, as torch
+            }
+        } else if (col < nb && row < n_rows) {
+            float* out = y + (size_t)col * n_rows + row;
+            if (MODE == Q3T_GEMV_ADD) *out = __ldcg(out) + v;
+            else *out = bias ? v + bias[row] : v;
+        }
+    }
+}
+
+inline int cdiv(int a, int b) { return (a + b - 1) / b; }
+
+// The plan of a shape: C chunks per warp (2, 4 or 8: 2C 16-byte loads per lane) and ks_count blocks
+// per row tile. Fewest splits that keep a lane at <= 8 chunks, then more (C halved) while the grid
+// would leave SMs without two blocks and a tile's partials stay <= 8 (the last block reads them all). From (n_rows, k, SMs) alone.
+struct Plan {
+    int c, ks;
+};
+Plan plan_for(int n_rows, int k) {
+    const int chunks = cdiv(k, kChunk), tiles = cdiv(n_rows, kTileRows);
+    const int sms = q3t_host_sms() > 0 ? q3t_host_sms() : 1;
+    int c = 8;
+    while (c > 2 && chunks <= c) c /= 2;  // short rows: no block of mostly empty chunks
+    int ks = cdiv(chunks, 2 * c);
+    while (c > 2 && tiles * ks < 2 * sms && cdiv(chunks, c) <= 8) {
+        c /= 2;
+        ks = cdiv(chunks, 2 * c);
+    }
+    return Plan{c, ks};
+}
+
+template <int MODE, int C, int NT>
+int launch(const uint16_t* w, int n_rows, int k, int ks, const float* x, int nb, const float* norm_w, float eps,
+           const float* bias, float* y, float* scratch, cudaStream_t s) {
+    const dim3 grid(cdiv(n_rows, kTileRows), ks);
+    q3t_launch(k_bgemv_mma<MODE, C, NT>, grid, kThreads, Smem<C, NT>::kBytes, s, w, n_rows, k, ks, x, nb, norm_w,
+               eps, bias, y, scratch);
+    return q3t_check_launch("q3t_batched_gemv (tensor cores)");
+}
+
+template <int MODE, int NT>
+int launch_c(const uint16_t* w, int n_rows, int k, Plan p, const float* x, int nb, const float* norm_w, float eps,
+             const float* bias, float* y, float* scratch, cudaStream_t s) {
+    if (p.c == 8) return launch<MODE, 8, NT>(w, n_rows, k, p.ks, x, nb, norm_w, eps, bias, y, scratch, s);
+    if (p.c == 4) return launch<MODE, 4, NT>(w, n_rows, k, p.ks, x, nb, norm_w, eps, bias, y, scratch, s);
+    return launch<MODE, 2, NT>(w, n_rows, k, p.ks, x, nb, norm_w, eps, bias, y, scratch, s);
+}
+
+template <int MODE>
+int launch_mode(const uint16_t* w, int n_rows, int k, Plan p, const float* x, int nb, const float* norm_w, float eps,
+                const float* bias, float* y, float* scratch, cudaStream_t s) {
+    if (nb <= 8) return launch_c<MODE, 1>(w, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
+    return launch_c<MODE, 2>(w, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
+}
+
+}  // namespace
+
+bool q3t_batched_gemv_mma_usable(int dtype, int n_rows) {
+    return dtype == Q3T_BF16 && q3t_host_cc_major() >= 8 && cdiv(n_rows, kTileRows) <= kCounters;
+}
+
+size_t q3t_batched_gemv_mma_scratch_floats(int n_rows, int k) {
+    const Plan p = plan_for(n_rows, k);
+    return p.ks > 1 ? (size_t)kCounters + (size_t)cdiv(n_rows, kTileRows) * p.ks * kRecord : 0;
+}
+
+int q3t_batched_gemv_mma(const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps,
+                         const float* bias, float* y, int mode, float* scratch, cudaStream_t s) {
+    const Plan p = plan_for(n_rows, k);
+    const uint16_t* wp = static_cast<const uint16_t*>(w);
+    switch (mode) {
+        case Q3T_GEMV_STORE: return launch_mode<Q3T_GEMV_STORE>(wp, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
+        case Q3T_GEMV_ADD: return launch_mode<Q3T_GEMV_ADD>(wp, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
+        default: return launch_mode<Q3T_GEMV_SWIGLU>(wp, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
+    }
+}
+
+#endif  // Q3T_CUDA
