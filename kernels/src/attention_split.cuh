@@ -117,9 +117,10 @@ __device__ void merge_head(const float* scratch, int h, int d, int splits, int n
     const float* base = scratch + (size_t)h * splits * (d + 2);
     const bool staged = n <= kMergeStaged;
     if (staged) {
-        if (threadIdx.x < n) {
-            ms_s[threadIdx.x] = q3t_ld_act(base + (size_t)threadIdx.x * (d + 2));
-            ls_s[threadIdx.x] = q3t_ld_act(base + (size_t)threadIdx.x * (d + 2) + 1);
+        const int s = threadIdx.x;
+        if (s < n) {
+            ms_s[s] = q3t_ld_act(base + (size_t)s * (d + 2));
+            ls_s[s] = q3t_ld_act(base + (size_t)s * (d + 2) + 1);
         }
         __syncthreads();
     }

@@ -427,7 +427,10 @@ extern "C" Q3T_API int q3t_batched_gemv(int dtype, const void* w, int n_rows, in
         return q3t_fail("q3t_batched_gemv: SwiGLU needs an even row count, got %d", n_rows);
     if (mode != Q3T_GEMV_STORE && bias) return q3t_fail("q3t_batched_gemv: bias is only supported with Q3T_GEMV_STORE");
     cudaStream_t s = Q3T_STREAM(stream);
-#if defined(Q3T_CUDA)
+#if !defined(Q3T_CUDA)
+    (void)scratch;  // the tensor-core kernel is CUDA's; HIP runs the FMA kernel (gemv_batched_mma.cu says why)
+    (void)scratch_floats;
+#else
     if (scratch && q3t_batched_gemv_mma_usable(dtype, n_rows)) {
         const long long need = (long long)q3t_batched_gemv_mma_scratch_floats(n_rows, k);
         if (scratch_floats < need)
