@@ -26,14 +26,17 @@ F32_BOUND = 1e-5
 BF16_BOUND = 0.05
 
 
-def _decoder(dtype: torch.dtype = torch.float32) -> CodecDecoder:
-    """The tiny random codec of the test checkpoints, with one kv head for two query heads (grouped-query)."""
-    config = codec_config_dict("tiny")
-    config["decoder_config"]["num_key_value_heads"] = 1
+def _decoder(dtype: torch.dtype = torch.float32, size: str = "tiny", device: str = "cpu") -> CodecDecoder:
+    """A random codec as random_checkpoint writes it for `size`; tiny with one kv head for two query heads
+    (grouped-query attention)."""
+    config = codec_config_dict(size)
+    tiny = size.startswith("tiny")
+    if tiny:
+        config["decoder_config"]["num_key_value_heads"] = 1
     shapes = {k: v for k, v in codec_tensor_shapes(config).items() if k.startswith("decoder.")}
-    cpu = torch.device("cpu")
-    tensors = {k: random_tensor(k, s, seed=3, tiny=True, dtype=torch.float32, device=cpu) for k, s in shapes.items()}
-    return CodecDecoder.from_tensors(CodecDecoderConfig.from_dict(config), tensors, dtype=dtype)
+    dev = torch.device(device)
+    tensors = {k: random_tensor(k, s, seed=3, tiny=tiny, dtype=torch.float32, device=dev) for k, s in shapes.items()}
+    return CodecDecoder.from_tensors(CodecDecoderConfig.from_dict(config), tensors, dtype=dtype, device=dev)
 
 
 @pytest.fixture(scope="module", autouse=True)

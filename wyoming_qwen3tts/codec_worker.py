@@ -100,6 +100,8 @@ class CodecWorker:
     # -- the worker thread ------------------------------------------------------------------------
     def _run(self) -> None:
         on_gpu = self.cuda_stream is not None
+        if on_gpu:
+            torch.cuda.set_device(self.cuda_stream.device)
         with torch.inference_mode(), torch.cuda.stream(self.cuda_stream) if on_gpu else nullcontext():
             while True:
                 with self.cond:
