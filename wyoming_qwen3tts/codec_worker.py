@@ -104,27 +104,42 @@ class CodecWorker:
             torch.cuda.set_device(self.cuda_stream.device)
         with torch.inference_mode(), torch.cuda.stream(self.cuda_stream) if on_gpu else nullcontext():
             while True:
-                with self.cond:
-                    while not (self.waiting or self._inflight or self.released):
-                        self.cond.wait()
-                    for slot in self.released:
-                        self.slots.close(slot)
-                    self.released.clear()
-                    streams = self._pick() if len(self._inflight) < DEPTH else []
-                if streams:
-                    self._launch(streams)
-                elif self._inflight:
-                    call = self._inflight[0]
-                    try:
-                        ready = call.done.query()
-                    except Exception as err:  # an error of the call's kernels surfaces here
-                        self._inflight.popleft()
-                        self._fail(call.streams, err)
-                        continue
-                    if ready:
-                        self._deliver(self._inflight.popleft().streams, call.samples)
-                    else:
-                        time.sleep(POLL_S)
+                try:
+                    self._turn()
+                except Exception as err:  # a bug here must not leave requests waiting forever
+                    _LOGGER.exception("Codec worker failed")
+                    with self.cond:
+                        everyone = self.waiting + [s for call in self._inflight for s in call.streams]
+                        self.waiting.clear()
+                        self._inflight.clear()
+                    self._fail(everyone, err)
+
+    def _turn(self) -> None:
+        """Give back released slots, then launch the next call, or hand out the oldest call's PCM once it is
+        ready, or sleep a moment."""
+        with self.cond:
+            while not (self.waiting or self._inflight or self.released):
+                self.cond.wait()
+            for slot in self.released:
+                self.slots.close(slot)
+            self.released.clear()
+            streams = self._pick() if len(self._inflight) < DEPTH else []
+        if streams:
+            self._launch(streams)
+            return
+        if not self._inflight:
+            return
+        call = self._inflight[0]
+        try:
+            ready = call.done.query()
+        except Exception as err:  # an error of the call's kernels surfaces here
+            self._inflight.popleft()
+            self._fail(call.streams, err)
+            return
+        if ready:
+            self._deliver(self._inflight.popleft().streams, call.samples)
+        else:
+            time.sleep(POLL_S)
 
     def _pick(self) -> list[WorkerStream]:
         """The next call's streams (under cond): those whose groups have the smallest length, oldest first."""
@@ -143,7 +158,8 @@ class CodecWorker:
                 if s.slot is None:
                     s.slot = self.slots.open(s.start)
                     s.start = None
-            wav = self.slots.decode([s.slot for s in streams], np.stack([s.codes for s in streams]))  # type: ignore[misc]
+            codes = np.stack([s.codes for s in streams])  # type: ignore[misc]
+            wav = self.slots.decode([s.slot for s in streams], codes)  # type: ignore[misc]
         except Exception as err:
             if len(streams) == 1:
                 _LOGGER.exception("Codec decode failed")

@@ -184,7 +184,7 @@ class Engine:
             else None
         )
         # The batching backend's sessions may be collected from any thread: one codec thread batches the groups
-        # of all its requests (the per-request codec under the lock was run 23's bottleneck at 16 streams).
+        # of all its requests, so many streams cost about one stream's codec launches and none holds the lock.
         self._codec_worker = None
         if getattr(backend, "thread_safe_sessions", False):
             from .codec_worker import CodecWorker  # imports this module

@@ -20,6 +20,8 @@ in the model dtype, RMSNorm statistics in fp32, RoPE tables in fp32 cast to the 
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -30,6 +32,8 @@ from .layers import rms_norm, rope_tables, rotate_half
 from .weights import NamedWeights
 
 Tensor = torch.Tensor
+# What the convs keep their left contexts in: one stream's, or the rows of a batched call.
+ConvState: TypeAlias = "CodecStream | _SlotRows"
 
 # Weight names in speech_tokenizer/model.safetensors all start with this; encoder.* is codec_encoder.py's.
 _PREFIX = "decoder."
@@ -98,7 +102,7 @@ class _CausalConv:
         self.keep = (weight.shape[-1] - 1) * dilation if weight.ndim == 3 else 0
         self.channels = weight.shape[1] * groups if weight.ndim == 3 else 0  # input channels: the context's rows
 
-    def __call__(self, x: Tensor, st: CodecStream) -> Tensor:
+    def __call__(self, x: Tensor, st: ConvState) -> Tensor:
         x = st._left_context(self, x, self.keep)
         return F.conv1d(x, self.weight, self.bias, dilation=self.dilation, groups=self.groups)
 
@@ -112,7 +116,7 @@ class _CausalConvTranspose:
         self.keep = (weight.shape[-1] - 1) // stride if weight.ndim == 3 else 0
         self.channels = weight.shape[0] if weight.ndim == 3 else 0
 
-    def __call__(self, x: Tensor, st: CodecStream) -> Tensor:
+    def __call__(self, x: Tensor, st: ConvState) -> Tensor:
         n = x.shape[-1]
         x = st._left_context(self, x, self.keep)
         y = F.conv_transpose1d(x, self.weight, self.bias, stride=self.stride)
@@ -197,7 +201,7 @@ class _ConvNeXtBlock:
         self.gamma = w(p + "gamma", (dim,))
         self.dim = dim
 
-    def __call__(self, x: Tensor, st: CodecStream) -> Tensor:
+    def __call__(self, x: Tensor, st: ConvState) -> Tensor:
         h = self.dwconv(x, st).transpose(1, 2)
         h = F.layer_norm(h, (self.dim,), self.norm_w, self.norm_b, eps=1e-6)
         h = F.linear(F.gelu(F.linear(h, self.w1, self.b1)), self.w2, self.b2)
@@ -213,7 +217,7 @@ class _ResidualUnit:
         self.act2 = _SnakeBeta(w(p + "act2.alpha", (dim,)), w(p + "act2.beta", (dim,)))
         self.conv2 = _CausalConv(w(p + "conv2.conv.weight", (dim, dim, 1)), w(p + "conv2.conv.bias", (dim,)))
 
-    def __call__(self, x: Tensor, st: CodecStream) -> Tensor:
+    def __call__(self, x: Tensor, st: ConvState) -> Tensor:
         return x + self.conv2(self.act2(self.conv1(self.act1(x), st)), st)
 
 
@@ -227,7 +231,7 @@ class _DecoderBlock:
         )
         self.units = [_ResidualUnit(w, p + f"block.{2 + j}.", out_dim, dil) for j, dil in enumerate((1, 3, 9))]
 
-    def __call__(self, x: Tensor, st: CodecStream) -> Tensor:
+    def __call__(self, x: Tensor, st: ConvState) -> Tensor:
         x = self.up(self.act(x), st)
         for unit in self.units:
             x = unit(x, st)
@@ -361,7 +365,7 @@ class CodecDecoder:
             rest = rest + F.embedding(codes[:, :, q], self.codebooks[q])
         return F.conv1d(first, self.proj_first) + F.conv1d(rest.transpose(1, 2), self.proj_rest)
 
-    def _upsample_and_vocode(self, x: Tensor, st: "CodecStream | _SlotRows") -> Tensor:
+    def _upsample_and_vocode(self, x: Tensor, st: ConvState) -> Tensor:
         """Steps 4-7: latents [B, latent, n] -> clamped waveform [B, 1, n*1920] in the model dtype."""
         for conv, block in self.upsample:
             x = block(conv(x, st), st)
@@ -405,7 +409,6 @@ class CodecDecoder:
             st._kv[i] = (k[:, :, start:].clone(), v[:, :, start:].clone())
         h = rms_norm(h, self.final_norm, self.cfg.rms_norm_eps)
         return F.linear(h, self.out_proj, self.out_proj_b)
-
 
 
 # --------------------------------------------------------------------------------------------------------------------
