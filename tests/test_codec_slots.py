@@ -2,8 +2,8 @@
 
 Streams at different positions (before and past the 72-position attention window), joining late, leaving early,
 starting from a decoded context, in calls of different subsets and group lengths: every stream's audio equals what
-its own CodecStream decodes from the same codes, in float32 to 1e-5 (a few 1e-7 in practice: batched kernels round
-differently, nothing else differs) and in bf16 to BF16_BOUND.  The state costs a constant number of launches per call.
+its own CodecStream decodes from the same codes, in float32 to F32_BOUND (batched kernels round differently, nothing
+else differs) and in bf16 to BF16_MAX / BF16_RMS.  The state costs a constant number of launches per call.
 """
 
 from __future__ import annotations
@@ -20,10 +20,13 @@ from wyoming_qwen3tts.model.config import CodecDecoderConfig
 from wyoming_qwen3tts.tools.random_checkpoint import codec_config_dict, codec_tensor_shapes, random_tensor
 
 SPF = 1920
-F32_BOUND = 1e-5
-# bf16 rows against bf16 streams: batched kernels and the padded attention window round differently, and a bf16
-# rounding flip anywhere propagates through ~30 layers (measured here: ~1e-2 at worst, bf16's own error size).
-BF16_BOUND = 0.05
+# float32, largest difference of a stream's samples (full scale 1): measured on the CPU 8e-7 (tiny), 1.9e-5 (full
+# size: wider sums, 8 transformer layers).
+F32_BOUND = {"tiny": 1e-5, "1.7b": 1e-4}
+# bf16: a rounding flip anywhere (batched kernels, the padded attention window) runs through ~30 layers.  Measured
+# on the CPU, full size: max 0.14, rms 0.012-0.024, the size of bf16's own error (one pass against float32: max
+# 0.14, rms 0.030) and of a bf16 stream's groups against one pass (max 0.12, rms 0.026); tiny: 0.
+BF16_MAX, BF16_RMS = 0.3, 0.05
 
 
 def _decoder(dtype: torch.dtype = torch.float32, size: str = "tiny", device: str = "cpu") -> CodecDecoder:
@@ -80,10 +83,18 @@ class _Check:
             self.want[name].append(self.alone[name].decode(torch.from_numpy(codes[row])))  # type: ignore[attr-defined]
 
     def worst(self, name: str) -> float:
+        """The largest difference between the stream's audio both ways."""
+        return self._diff(name).abs().max().item()
+
+    def rms(self, name: str) -> float:
+        """The root mean square of that difference."""
+        return self._diff(name).pow(2).mean().sqrt().item()
+
+    def _diff(self, name: str) -> torch.Tensor:
         got, want = torch.cat(self.got[name]), torch.cat(self.want[name])
         assert got.shape == want.shape
         assert want.std() > 0.02  # a real signal, not silence
-        return (got - want).abs().max().item()
+        return got - want
 
 
 def test_streams_at_different_positions_decode_as_alone(decoder):
@@ -98,7 +109,7 @@ def test_streams_at_different_positions_decode_as_alone(decoder):
     for n in (1, 2, 4, 8, 12, 3):
         check.call(list(histories), n)
     for name in histories:
-        assert check.worst(name) <= F32_BOUND, name
+        assert check.worst(name) <= F32_BOUND["tiny"], name
 
 
 def test_random_schedule_with_joins_and_leaves(decoder):
@@ -119,7 +130,7 @@ def test_random_schedule_with_joins_and_leaves(decoder):
         check.call(names, int(rng.choice([1, 2, 4, 8, 12, 5])))
     assert len(finished) >= 2 and check.slots.capacity > 3  # slots were reused, and the state grew
     for name in check.got:
-        assert check.worst(name) <= F32_BOUND, name
+        assert check.worst(name) <= F32_BOUND["tiny"], name
 
 
 def test_a_reused_slot_starts_fresh(decoder):
@@ -135,7 +146,7 @@ def test_a_reused_slot_starts_fresh(decoder):
     check.call(["c", "a"], 4)
     check.call(["a", "c"], 8)
     for name in "abc":
-        assert check.worst(name) <= F32_BOUND, name
+        assert check.worst(name) <= F32_BOUND["tiny"], name
 
 
 @pytest.mark.parametrize("context", [20, 100])
@@ -150,7 +161,7 @@ def test_open_from_a_decoded_context(decoder, context):
     check.call(["ctx", "fresh"], 2)
     check.call(["fresh", "ctx"], 12)
     for name in ("ctx", "fresh"):
-        assert check.worst(name) <= F32_BOUND, name
+        assert check.worst(name) <= F32_BOUND["tiny"], name
 
 
 def test_bf16_rows_match_their_streams():
@@ -163,7 +174,7 @@ def test_bf16_rows_match_their_streams():
     for n in (2, 4, 12):
         check.call(["a", "b", "c"], n)
     for name in "abc":
-        assert check.worst(name) <= BF16_BOUND, name
+        assert check.worst(name) <= BF16_MAX and check.rms(name) <= BF16_RMS, name
 
 
 def test_a_failed_call_leaves_its_slots_unchanged(decoder):
@@ -178,7 +189,7 @@ def test_a_failed_call_leaves_its_slots_unchanged(decoder):
         check.slots.decode([check.slot["a"], check.slot["b"]], bad)
     check.call(["a", "b"], 4)
     for name in "ab":
-        assert check.worst(name) <= F32_BOUND, name
+        assert check.worst(name) <= F32_BOUND["tiny"], name
 
 
 def test_bad_shapes(decoder):

@@ -2,9 +2,10 @@
 random codecs. GPU only.
 
 float32 runs with TF32 off (cuDNN and matmul), so the only differences left are the rounding of batched kernels
-(bound F32_BOUND); bf16 rows against bf16 streams are held to BF16_BOUND (test_codec_slots.py) and the measured
-worst difference is printed (pytest -s).  The worker test covers what the CPU tests cannot: the pinned copies,
-the events and two calls in flight on the codec's own CUDA stream, with six request threads at once.
+(bound F32_BOUND); bf16 rows against bf16 streams are held to BF16_MAX / BF16_RMS (test_codec_slots.py says why
+those sizes) and the measured differences are printed (pytest -s).  The worker test covers what the CPU tests
+cannot: the pinned copies, the events and two calls in flight on the codec's own CUDA stream, six request threads
+at once.
 """
 
 from __future__ import annotations
@@ -16,14 +17,12 @@ import numpy as np
 import pytest
 import torch
 
-from test_codec_slots import BF16_BOUND, F32_BOUND, _Check, _decoder
+from test_codec_slots import BF16_MAX, BF16_RMS, F32_BOUND, _Check, _decoder
 from wyoming_qwen3tts.codec_worker import CodecWorker
 from wyoming_qwen3tts.engine import int16_samples
 from wyoming_qwen3tts.model.codec import CodecSlots
 
 pytestmark = pytest.mark.gpu
-
-BOUNDS = {torch.float32: F32_BOUND, torch.bfloat16: BF16_BOUND}
 
 
 @pytest.fixture(autouse=True)
@@ -53,14 +52,19 @@ def test_slots_equal_streams_on_cuda(size, dtype):
     for n in (2, 4, 12):
         check.call(["e", "a", "d"], n)
     worst = {name: check.worst(name) for name in "abcde"}
-    print(f"{size} {dtype}: worst |slots - stream| per stream {worst}")
-    assert max(worst.values()) <= BOUNDS[dtype], worst
+    rms = {name: check.rms(name) for name in "abcde"}
+    print(f"{size} {dtype}: |slots - stream| per stream, max {worst}, rms {rms}")
+    if dtype == torch.float32:
+        assert max(worst.values()) <= F32_BOUND[size], worst
+    else:
+        assert max(worst.values()) <= BF16_MAX and max(rms.values()) <= BF16_RMS, (worst, rms)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bf16"])
 def test_worker_on_cuda_equals_streams(dtype):
     """Six threads, each a stream of groups 2, 4, 8, 8, 5 through one worker on its own CUDA stream: each gets the
-    PCM its own CodecStream gives (float32: within one 16-bit step; bf16: within BF16_BOUND), and calls batched."""
+    PCM its own CodecStream gives (float32: within F32_BOUND, a step or two; bf16: BF16_MAX / BF16_RMS), and calls
+    batched."""
     dec = _decoder(dtype, size="1.7b", device="cuda")
     worker = CodecWorker(dec, torch.cuda.Stream(), 4)
     calls: list[int] = []
@@ -93,8 +97,7 @@ def test_worker_on_cuda_equals_streams(dtype):
     for t in threads:
         t.join(120)
     assert not any(t.is_alive() for t in threads)
-    step = 1 if dtype == torch.float32 else BF16_BOUND * 32767
-    worst = 0
+    diffs = []
     for i in range(6):
         assert not isinstance(out[i], BaseException), out[i]
         alone = dec.new_stream()
@@ -104,10 +107,15 @@ def test_worker_on_cuda_equals_streams(dtype):
                 want = int16_samples(alone.decode(torch.from_numpy(codes[i, start : start + n]).cuda())).cpu().numpy()
             got = np.frombuffer(pcm, dtype="<i2")
             assert got.shape == want.shape
-            worst = max(worst, int(np.abs(got.astype(np.int32) - want.astype(np.int32)).max()))
+            diffs.append(got.astype(np.float64) - want.astype(np.float64))
             start += n
-    print(f"worker {dtype}: calls of {calls} streams; worst PCM difference {worst} steps")
-    assert worst <= step
+    diff = np.concatenate(diffs)
+    worst, rms = np.abs(diff).max(), np.sqrt((diff**2).mean())
+    print(f"worker {dtype}: calls of {calls} streams; PCM difference max {worst} steps, rms {rms:.2f}")
+    if dtype == torch.float32:
+        assert worst <= F32_BOUND["1.7b"] * 32767 + 1
+    else:
+        assert worst <= BF16_MAX * 32767 and rms <= BF16_RMS * 32767
     assert max(calls) >= 2
     deadline = time.monotonic() + 5  # the slots go back on the worker thread
     while worker.slots.in_use() and time.monotonic() < deadline:
