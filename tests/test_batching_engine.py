@@ -111,12 +111,15 @@ def _record_calls(engine: Engine) -> list[tuple[int, int]]:
 
 
 def test_requests_at_once_get_the_audio_they_get_alone(loaded):
+    """Six requests of different lengths from six threads, joining 0-40 ms apart on four decode slots (two wait for
+    a slot): each gets the chunks, codes and PCM it gets alone, and the worker did decode groups together."""
     engine = _engine(loaded, max_streams=4)
     requests = [_request(i, n) for i, n in enumerate(FRAMES)]
     alone = [_chunks(engine, r) for r in requests]
     for chunks in alone:  # alone, the worker's audio is the one-pass decode of the codes
         codes = np.concatenate([c for _, c in chunks])
-        _assert_same_audio([(b"".join(p for p, _ in chunks), codes)], [(pcm16(engine.codec.decode(torch.from_numpy(codes))), codes)], "one pass")  # fmt: skip
+        one_pass = pcm16(engine.codec.decode(torch.from_numpy(codes)))
+        _assert_same_audio([(b"".join(p for p, _ in chunks), codes)], [(one_pass, codes)], "one pass")
     calls = _record_calls(engine)
     together = _at_once([lambda r=r: _chunks(engine, r) for r in requests], [0.0, 0.005, 0.02, 0.0, 0.04, 0.01])
     for i in range(len(requests)):
