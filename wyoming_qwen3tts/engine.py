@@ -5,7 +5,10 @@
 is a blocking generator meant to run off the event loop. It yields an AudioChunk as soon as
 each frame group is decoded: a small first group for low latency, larger groups after. Work
 is done under a lock one frame group at a time, so requests from several threads interleave
-fairly at group boundaries instead of one request holding the GPU to the end.
+fairly at group boundaries instead of one request holding the GPU to the end. On the batching
+backend (many streams in one decode step) no lock is taken per group: the codes come from the
+scheduler thread and the audio from one codec thread that batches every request's groups
+(codec_worker.py).
 """
 
 from __future__ import annotations
@@ -184,6 +187,13 @@ class Engine:
             if model.device.type == "cuda"
             else None
         )
+        # The batching backend's sessions may be collected from any thread: one codec thread batches the groups
+        # of all its requests, so many streams cost about one stream's codec launches and none holds the lock.
+        self._codec_worker = None
+        if getattr(backend, "thread_safe_sessions", False):
+            from .codec_worker import CodecWorker  # imports this module
+
+            self._codec_worker = CodecWorker(codec, self._codec_stream, getattr(backend, "max_streams", 1))
 
     # -- what the model offers ------------------------------------------------------------
     @property
@@ -336,15 +346,18 @@ class Engine:
         # Backends whose sessions share device buffers (the captured kernel graph) run one whole
         # request at a time; the torch backend interleaves requests at frame-group boundaries.
         exclusive = self._session_lock if not getattr(self.backend, "concurrent_sessions", True) else None
-        # The batching backend's sessions wait for their own stream: not under the lock the codec needs.
-        unlocked_collect = getattr(self.backend, "thread_safe_sessions", False)
-        session = None
+        # The batching backend: sessions and the codec worker need no engine lock (each waits for
+        # its own stream), so a request never holds it while the GPU works.
+        worker = self._codec_worker
+        session = audio = None
         if exclusive is not None:
             exclusive.acquire()
         try:
             with self._lock:
                 session = self.backend.start(prompt, sampling, seed, budget)
                 stream = self._codec_stream_for(request.clone, prompt)
+            if worker is not None:
+                audio = worker.open(stream)
             frames = 0
             # Every session takes launch(n)/collect(): kernel sessions enqueue the frames at once
             # and run ahead, so group k+1 is decoded on the GPU while the codec works on group k.
@@ -353,11 +366,8 @@ class Engine:
             while True:
                 if cancel is not None and cancel.is_set():
                     raise SynthesisCancelled("cancelled")
-                if unlocked_collect:
+                with self._lock if audio is None else _nullcontext():
                     codes = session.collect()
-                with self._lock:
-                    if not unlocked_collect:
-                        codes = session.collect()
                     if len(codes) == 0:
                         break
                     group = next_group_size(group, later)
@@ -365,9 +375,15 @@ class Engine:
                     # small kernels: the GPU then decodes frames while the host is still issuing
                     # codec work. Measured on the H200 (docs/performance.md): codec first left the
                     # GPU idle during those launches, e2e/decode 1.23 instead of 1.08.
-                    if not session.finished:
+                    # A batching session is finished when its last frame is decoded, maybe long before
+                    # it is collected: its launch() itself asks for nothing once none are left, and
+                    # skipping it would collect the rest one frame (one codec call) at a time.
+                    if audio is not None or not session.finished:
                         session.launch(group)
-                    pcm = samples_to_pcm(self._decode_audio(stream, codes), self._codec_stream)
+                    if audio is not None:
+                        pcm = audio.decode(codes)
+                    else:
+                        pcm = samples_to_pcm(self._decode_audio(stream, codes), self._codec_stream)
                 frames += len(codes)
                 stuck = detector.feed(codes, pcm) if detector is not None else None
                 yield AudioChunk(pcm=pcm, codes=codes)
@@ -380,6 +396,8 @@ class Engine:
             close = getattr(session, "close", None)  # the batching backend: free the stream's slot now
             if close is not None:
                 close()
+            if audio is not None:
+                audio.close()
             if exclusive is not None:
                 exclusive.release()
 

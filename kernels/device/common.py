@@ -9,9 +9,17 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from wyoming_qwen3tts.model.config import Qwen3TTSConfig
+from wyoming_qwen3tts.model.codec import CodecDecoder
+from wyoming_qwen3tts.model.config import CodecDecoderConfig, Qwen3TTSConfig
 from wyoming_qwen3tts.model.talker import Qwen3TTSModel
-from wyoming_qwen3tts.tools.random_checkpoint import TINY_SIZES, model_config_dict, model_tensor_shapes, random_tensor
+from wyoming_qwen3tts.tools.random_checkpoint import (
+    TINY_SIZES,
+    codec_config_dict,
+    codec_tensor_shapes,
+    model_config_dict,
+    model_tensor_shapes,
+    random_tensor,
+)
 
 
 T = TypeVar("T")
@@ -37,6 +45,17 @@ def random_model(size: str, dtype: torch.dtype, *, no_eos: bool = True, seed: in
     if no_eos:
         tensors["talker.codec_head.weight"][2150].zero_()
     return Qwen3TTSModel.from_tensors(Qwen3TTSConfig.from_dict(config), tensors, dtype=dtype, device="cuda")
+
+
+def random_codec(dtype: torch.dtype, *, seed: int = 0) -> CodecDecoder:
+    """The full-size codec decoder (the same for 0.6B and 1.7B) that random_checkpoint writes, made on the GPU."""
+    config = codec_config_dict("1.7b")
+    tensors = {
+        n: random_tensor(n, s, seed=seed, tiny=False, dtype=torch.float32, device=torch.device("cuda"))
+        for n, s in codec_tensor_shapes(config).items()
+        if n.startswith("decoder.")
+    }
+    return CodecDecoder.from_tensors(CodecDecoderConfig.from_dict(config), tensors, dtype=dtype, device="cuda")
 
 
 def text_ids(n: int, seed: int = 0) -> list[int]:

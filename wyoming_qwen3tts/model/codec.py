@@ -1,4 +1,5 @@
-"""The 12 Hz codec decoder: codes [T,16] -> 24 kHz waveform [T*1920], in one causal pass or as a stateful stream.
+"""The 12 Hz codec decoder: codes [T,16] -> 24 kHz waveform [T*1920], in one causal pass, as a stateful stream, or
+for many streams at once.
 
 Every part of the decoder is causal (see docs §6.2), so a stream that carries the right state between calls gives
 the same samples as one pass over all frames.  The state is:
@@ -9,12 +10,19 @@ the same samples as one pass over all frames.  The state is:
 `CodecDecoder.decode` is simply the first call of a fresh stream.  The reference instead re-decodes overlapping
 300-frame chunks from scratch; up to 300 frames that is the same single pass as ours.
 
+`CodecSlots` holds that state for many streams, a row per stream in one preallocated tensor, and decodes a group of
+equal length for several of them in one call (batch B instead of 1, the same layers and kernels), each row continuing
+its own stream as a CodecStream would.
+
 Numerics follow the reference so bf16 matches too: codebooks are embedding_sum / clamp(cluster_usage, 1e-5) done
 in the model dtype, RMSNorm statistics in fp32, RoPE tables in fp32 cast to the model dtype.
 """
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -24,6 +32,8 @@ from .layers import rms_norm, rope_tables, rotate_half
 from .weights import NamedWeights
 
 Tensor = torch.Tensor
+# What the convs keep their left contexts in: one stream's, or the rows of a batched call.
+ConvState: TypeAlias = "CodecStream | _SlotRows"
 
 # Weight names in speech_tokenizer/model.safetensors all start with this; encoder.* is codec_encoder.py's.
 _PREFIX = "decoder."
@@ -90,8 +100,9 @@ class _CausalConv:
         self.weight, self.bias, self.dilation, self.groups = weight, bias, dilation, groups
         # ndim != 3 only for the empty placeholder of a missing tensor (loading then fails with the full list).
         self.keep = (weight.shape[-1] - 1) * dilation if weight.ndim == 3 else 0
+        self.channels = weight.shape[1] * groups if weight.ndim == 3 else 0  # input channels: the context's rows
 
-    def __call__(self, x: Tensor, st: CodecStream) -> Tensor:
+    def __call__(self, x: Tensor, st: ConvState) -> Tensor:
         x = st._left_context(self, x, self.keep)
         return F.conv1d(x, self.weight, self.bias, dilation=self.dilation, groups=self.groups)
 
@@ -103,8 +114,9 @@ class _CausalConvTranspose:
     def __init__(self, weight: Tensor, bias: Tensor, stride: int) -> None:
         self.weight, self.bias, self.stride = weight, bias, stride
         self.keep = (weight.shape[-1] - 1) // stride if weight.ndim == 3 else 0
+        self.channels = weight.shape[0] if weight.ndim == 3 else 0
 
-    def __call__(self, x: Tensor, st: CodecStream) -> Tensor:
+    def __call__(self, x: Tensor, st: ConvState) -> Tensor:
         n = x.shape[-1]
         x = st._left_context(self, x, self.keep)
         y = F.conv_transpose1d(x, self.weight, self.bias, stride=self.stride)
@@ -148,8 +160,10 @@ class _TransformerLayer:
         self.mlp_scale = w(p + "mlp_layer_scale.scale", (hd,))
 
     def __call__(
-        self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, past: tuple[Tensor, Tensor] | None, keep: int
+        self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, past: tuple[Tensor, Tensor] | None
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """(output, the rotated keys and values of the past and this call's positions): the caller keeps what later
+        queries can still see."""
         b, t, _ = x.shape
         h = rms_norm(x, self.in_norm, self.eps)
         q = F.linear(h, self.wq, self.bq).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
@@ -171,10 +185,7 @@ class _TransformerLayer:
         h = rms_norm(x, self.post_norm, self.eps)
         h = F.linear(F.silu(F.linear(h, self.w_gate)) * F.linear(h, self.w_up), self.w_down)
         x = x + self.mlp_scale * h
-        # Only the last `keep` positions can still be seen by later queries.
-        k, v = cache
-        start = max(k.shape[2] - keep, 0)
-        return x, (k[:, :, start:].clone(), v[:, :, start:].clone())
+        return x, cache
 
 
 class _ConvNeXtBlock:
@@ -190,7 +201,7 @@ class _ConvNeXtBlock:
         self.gamma = w(p + "gamma", (dim,))
         self.dim = dim
 
-    def __call__(self, x: Tensor, st: CodecStream) -> Tensor:
+    def __call__(self, x: Tensor, st: ConvState) -> Tensor:
         h = self.dwconv(x, st).transpose(1, 2)
         h = F.layer_norm(h, (self.dim,), self.norm_w, self.norm_b, eps=1e-6)
         h = F.linear(F.gelu(F.linear(h, self.w1, self.b1)), self.w2, self.b2)
@@ -206,7 +217,7 @@ class _ResidualUnit:
         self.act2 = _SnakeBeta(w(p + "act2.alpha", (dim,)), w(p + "act2.beta", (dim,)))
         self.conv2 = _CausalConv(w(p + "conv2.conv.weight", (dim, dim, 1)), w(p + "conv2.conv.bias", (dim,)))
 
-    def __call__(self, x: Tensor, st: CodecStream) -> Tensor:
+    def __call__(self, x: Tensor, st: ConvState) -> Tensor:
         return x + self.conv2(self.act2(self.conv1(self.act1(x), st)), st)
 
 
@@ -220,7 +231,7 @@ class _DecoderBlock:
         )
         self.units = [_ResidualUnit(w, p + f"block.{2 + j}.", out_dim, dil) for j, dil in enumerate((1, 3, 9))]
 
-    def __call__(self, x: Tensor, st: CodecStream) -> Tensor:
+    def __call__(self, x: Tensor, st: ConvState) -> Tensor:
         x = self.up(self.act(x), st)
         for unit in self.units:
             x = unit(x, st)
@@ -338,28 +349,43 @@ class CodecDecoder:
             return torch.zeros(0, dtype=torch.float32, device=self.device)
         codes = codes.to(device=self.device, dtype=torch.long)
 
-        # 1. Dequantize; the sums run in the reference's order so bf16 rounding matches.
-        x = self._dequantize(codes)  # [1, codebook_dim, n]
-        # 2-3.
-        x = self.pre_conv(x, st)
+        # 1-2. Dequantize, pre_conv.
+        x = self.pre_conv(self._dequantize(codes[None]), st)
+        # 3.
         x = self._transformer(x.transpose(1, 2), st).transpose(1, 2)  # [1, latent, n]
-        # 4.
-        for conv, block in self.upsample:
-            x = block(conv(x, st), st)
-        # 5-7.
-        x = self.conv_in(x, st)
-        for blk in self.blocks:
-            x = blk(x, st)
-        wav = self.conv_out(self.act_out(x), st).clamp(-1.0, 1.0)
+        wav = self._upsample_and_vocode(x, st)
         st.frames += n
         return wav[0, 0].float()
 
     def _dequantize(self, codes: Tensor) -> Tensor:
-        first = F.embedding(codes[None, :, 0], self.codebooks[0]).transpose(1, 2)
-        rest = F.embedding(codes[None, :, 1], self.codebooks[1])
+        """codes [B, n, 16] -> [B, codebook_dim, n]; the sums run in the reference's order so bf16 rounding matches."""
+        first = F.embedding(codes[:, :, 0], self.codebooks[0]).transpose(1, 2)
+        rest = F.embedding(codes[:, :, 1], self.codebooks[1])
         for q in range(2, len(self.codebooks)):
-            rest = rest + F.embedding(codes[None, :, q], self.codebooks[q])
+            rest = rest + F.embedding(codes[:, :, q], self.codebooks[q])
         return F.conv1d(first, self.proj_first) + F.conv1d(rest.transpose(1, 2), self.proj_rest)
+
+    def _upsample_and_vocode(self, x: Tensor, st: ConvState) -> Tensor:
+        """Steps 4-7: latents [B, latent, n] -> clamped waveform [B, 1, n*1920] in the model dtype."""
+        for conv, block in self.upsample:
+            x = block(conv(x, st), st)
+        x = self.conv_in(x, st)
+        for blk in self.blocks:
+            x = blk(x, st)
+        return self.conv_out(self.act_out(x), st).clamp(-1.0, 1.0)
+
+    def _stateful_convs(self) -> list["_CausalConv | _CausalConvTranspose"]:
+        """Every conv that keeps a left context between calls, in the order a decode runs them."""
+        convs: list[_CausalConv | _CausalConvTranspose] = [self.pre_conv]
+        for conv, block in self.upsample:
+            convs += [conv, block.dwconv]
+        convs.append(self.conv_in)
+        for blk in self.blocks:
+            convs.append(blk.up)
+            for unit in blk.units:
+                convs += [unit.conv1, unit.conv2]
+        convs.append(self.conv_out)
+        return [conv for conv in convs if conv.keep > 0]
 
     def _transformer(self, x: Tensor, st: CodecStream) -> Tensor:
         """x [1, n, latent] -> [1, n, latent], attending to this call's frames and the cached window before them."""
@@ -377,7 +403,163 @@ class CodecDecoder:
 
         h = F.linear(x, self.in_proj, self.in_proj_b)
         for i, layer in enumerate(self.layers):
-            h, st._kv[i] = layer(h, cos, sin, mask, st._kv[i], window - 1)
+            h, (k, v) = layer(h, cos, sin, mask, st._kv[i])
+            # Only the last window-1 positions can still be seen by later queries.
+            start = max(k.shape[2] - (window - 1), 0)
+            st._kv[i] = (k[:, :, start:].clone(), v[:, :, start:].clone())
         h = rms_norm(h, self.final_norm, self.cfg.rms_norm_eps)
         return F.linear(h, self.out_proj, self.out_proj_b)
 
+
+# --------------------------------------------------------------------------------------------------------------------
+# Many streams at once
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class CodecSlots:
+    """Many streams through one CodecDecoder: their state in one preallocated tensor, a row (slot) per stream.
+
+    `open` takes a slot (fresh, or in a CodecStream's state: a cloned voice's context), `decode` continues several
+    slots by a group of n frames each in one call, `close` gives the slot back.  A row holds, flattened side by side,
+    every stateful conv's left context [channels, keep] and every transformer layer's rotated keys and values
+    [kv_heads, window-1, head_dim].  The cache always spans window-1 positions, zeros masked out until a stream has
+    that many, so rows at different positions stack.  A call gathers its rows once (index_select), the layers read
+    and rewrite their parts of that copy as they do a CodecStream's, and one index_copy_ puts them back: two launches
+    for the state whatever the batch.  Rows decode as they would alone (row-independent ops), up to the rounding of
+    batched kernels.  Not thread-safe: one thread decodes.  A call that raises before its last launch leaves its
+    slots as they were.
+    """
+
+    def __init__(self, decoder: CodecDecoder, slots: int) -> None:
+        self.decoder = decoder
+        cfg = decoder.cfg
+        self.keep = cfg.sliding_window - 1  # cached positions a layer keeps
+        self._kv_shape = (cfg.num_key_value_heads, self.keep, cfg.head_dim)
+        self._convs: dict[object, tuple[int, int, int]] = {}  # conv layer -> (offset in a row, channels, keep)
+        width = 0
+        for conv in decoder._stateful_convs():
+            self._convs[conv] = (width, conv.channels, conv.keep)
+            width += conv.channels * conv.keep
+        kv = cfg.num_key_value_heads * self.keep * cfg.head_dim
+        self._kv = [(width + 2 * i * kv, width + (2 * i + 1) * kv) for i in range(len(decoder.layers))]  # K, V offsets
+        self._kv_size = kv
+        self.width = width + 2 * kv * len(decoder.layers)
+        self.state = torch.zeros(slots, self.width, dtype=decoder.dtype, device=decoder.device)
+        self.frames = [0] * slots  # per slot: frames decoded == RoPE position of its next frame
+        self._free = list(range(slots))
+
+    @property
+    def capacity(self) -> int:
+        return self.state.shape[0]
+
+    def in_use(self) -> int:
+        return self.capacity - len(self._free)
+
+    @torch.inference_mode()
+    def open(self, start: CodecStream | None = None) -> int:
+        """A slot for a new stream, fresh or in `start`'s state; with every slot taken the state grows (doubles)."""
+        if not self._free:
+            grown = self.capacity
+            self.state = torch.cat([self.state, torch.zeros_like(self.state)])
+            self.frames += [0] * grown
+            self._free = list(range(grown, 2 * grown))
+        slot = self._free.pop(0)
+        row = self.state[slot]
+        row.zero_()
+        self.frames[slot] = 0
+        if start is not None:
+            self._load(row, start)
+            self.frames[slot] = start.frames
+        return slot
+
+    def close(self, slot: int) -> None:
+        """Give a slot back (its row is cleared when it is opened again)."""
+        self._free.append(slot)
+
+    def _load(self, row: Tensor, start: CodecStream) -> None:
+        for conv, (off, channels, keep) in self._convs.items():
+            tail = start._tails.get(conv)
+            if tail is not None:
+                row[off : off + channels * keep].view(channels, keep).copy_(tail[0])
+        for (k_off, v_off), past in zip(self._kv, start._kv):
+            if past is not None:  # a stream keeps its last min(frames, keep) positions: they end the window
+                held = past[0].shape[2]
+                row[k_off : k_off + self._kv_size].view(self._kv_shape)[:, self.keep - held :].copy_(past[0][0])
+                row[v_off : v_off + self._kv_size].view(self._kv_shape)[:, self.keep - held :].copy_(past[1][0])
+
+    @torch.inference_mode()
+    def decode(self, slots: list[int], codes: np.ndarray) -> Tensor:
+        """codes [B, n, 16] (host integers) for slots[0..B) -> float32 waveforms [B, n*1920], each continuing its
+        slot's stream.  Queued on the current stream; the result is not waited for."""
+        dec = self.decoder
+        nq = dec.cfg.num_quantizers
+        b = len(slots)
+        if codes.ndim != 3 or codes.shape[0] != b or codes.shape[2] != nq or len(set(slots)) != b:
+            raise ValueError(f"codec slots expect codes [{b}, frames, {nq}] for {b} distinct slots, "
+                             f"got {tuple(codes.shape)} for slots {slots}")  # fmt: skip
+        n = codes.shape[1]
+        if n == 0 or b == 0:
+            return torch.zeros(b, 0, dtype=torch.float32, device=dec.device)
+        # One host-to-device copy carries the codes, the rows and their positions.
+        host = np.empty((b, n * nq + 2), dtype=np.int64)
+        host[:, :-2] = codes.reshape(b, -1)
+        host[:, -2] = slots
+        host[:, -1] = [self.frames[s] for s in slots]
+        packed = torch.from_numpy(host)
+        if dec.device.type == "cuda":
+            packed = packed.pin_memory()  # so the copy does not wait for the host, nor the host for the GPU
+        packed = packed.to(dec.device, non_blocking=True)
+        index, first = packed[:, -2], packed[:, -1]
+        rows = _SlotRows(self, self.state.index_select(0, index))
+        x = dec.pre_conv(dec._dequantize(packed[:, :-2].unflatten(1, (n, nq))), rows)
+        x = self._transformer(x.transpose(1, 2), rows, first).transpose(1, 2)
+        wav = dec._upsample_and_vocode(x, rows)[:, 0].float()
+        self.state.index_copy_(0, index, rows.data)  # last, so that a call which raises changes no slot
+        for s in slots:
+            self.frames[s] += n
+        return wav
+
+    def _transformer(self, x: Tensor, rows: "_SlotRows", first: Tensor) -> Tensor:
+        """x [B, n, latent], row r's frames at positions first[r].. : each row attends to its own cached window."""
+        dec, cfg = self.decoder, self.decoder.cfg
+        b, n = x.shape[:2]
+        pos = first[:, None] + torch.arange(n, device=first.device)  # [B, n]
+        cos, sin = rope_tables(pos.flatten(), cfg.head_dim, cfg.rope_theta, dec.dtype)
+        cos, sin = cos.view(b, 1, n, -1), sin.view(b, 1, n, -1)
+        # Key j of a row is at position first - keep + j; the query at q sees it iff q - window < k <= q, and only
+        # if the stream has been there (k >= 0: the zeros before a young stream's start are not keys).
+        kpos = (first[:, None] - self.keep + torch.arange(self.keep + n, device=first.device))[:, None, :]
+        q = pos[:, :, None]
+        mask = ((kpos <= q) & (kpos > q - cfg.sliding_window) & (kpos >= 0))[:, None]  # [B, 1, n, keep + n]
+        h = F.linear(x, dec.in_proj, dec.in_proj_b)
+        for i, layer in enumerate(dec.layers):
+            past = rows.kv(i)
+            h, (k, v) = layer(h, cos, sin, mask, past)
+            past[0].copy_(k[:, :, n:])
+            past[1].copy_(v[:, :, n:])
+        h = rms_norm(h, dec.final_norm, cfg.rms_norm_eps)
+        return F.linear(h, dec.out_proj, dec.out_proj_b)
+
+
+class _SlotRows:
+    """The gathered rows [B, width] of one CodecSlots.decode call: what the layers see in place of a CodecStream."""
+
+    def __init__(self, slots: CodecSlots, data: Tensor) -> None:
+        self.slots, self.data = slots, data
+
+    def _left_context(self, layer: object, x: Tensor, keep: int) -> Tensor:
+        """CodecStream._left_context for B rows: prepend each row's context, then overwrite it with the new one."""
+        if keep == 0:
+            return x
+        off, channels, _ = self.slots._convs[layer]
+        tail = self.data[:, off : off + channels * keep].unflatten(1, (channels, keep))
+        x = torch.cat([tail, x], dim=-1)
+        tail.copy_(x[..., x.shape[-1] - keep :])
+        return x
+
+    def kv(self, i: int) -> tuple[Tensor, Tensor]:
+        """Layer i's cached keys and values, views [B, kv_heads, keep, head_dim] into the rows."""
+        k_off, v_off = self.slots._kv[i]
+        size, shape = self.slots._kv_size, self.slots._kv_shape
+        return (self.data[:, k_off : k_off + size].unflatten(1, shape),
+                self.data[:, v_off : v_off + size].unflatten(1, shape))  # fmt: skip

@@ -1,0 +1,78 @@
+"""BatchingBackend's contract on the CPU, for engine tests: one thread steps every admitted stream together.
+
+Sessions are the real BatchedSession (scheduler.py): start() queues a stream from any thread, the step thread
+admits it into a free slot, hands every active stream one frame per step (after `step_s`), and frees a slot at
+the stream's frame limit or when its session is closed.  A stream's codes come from its own seed only, so a
+request gets the same codes alone and beside others; `bad_seed`'s stream gets codes the codec cannot decode
+(out of range) from its `bad_frame`-th frame on.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+import numpy as np
+
+from wyoming_qwen3tts.backends.kernels.scheduler import BatchedSession
+
+EOS = 2150
+
+
+class FakeBatchingBackend:
+    name = "fake-batched"
+    concurrent_sessions = True
+    thread_safe_sessions = True
+
+    def __init__(self, max_streams: int = 4, step_s: float = 0.002, bad_seed: int | None = None,
+                 bad_frame: int = 0) -> None:  # fmt: skip
+        self.max_streams = max_streams
+        self.eos_id = EOS
+        self.step_s = step_s
+        self.bad_seed, self.bad_frame = bad_seed, bad_frame
+        self.cond = threading.Condition()
+        self._queue: collections.deque[BatchedSession] = collections.deque()
+        self._slots: list[BatchedSession | None] = [None] * max_streams
+        self._rngs: list[np.random.Generator | None] = [None] * max_streams
+        self._frames = [0] * max_streams
+        threading.Thread(target=self._run, name="fake-batch", daemon=True).start()
+
+    def start(self, prompt, sampling, seed: int, max_frames: int) -> BatchedSession:  # noqa: ANN001 - protocol
+        session = BatchedSession(self, prompt, sampling, seed, max_frames)  # type: ignore[arg-type]
+        with self.cond:
+            self._queue.append(session)
+            self.cond.notify_all()
+        return session
+
+    def active(self) -> int:
+        with self.cond:
+            return sum(s is not None for s in self._slots)
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self._queue and not any(self._slots):
+                    self.cond.wait()
+                for s, sess in enumerate(self._slots):
+                    if sess is not None and sess.cancelled:
+                        sess.finished, self._slots[s] = True, None
+                for s in range(self.max_streams):
+                    if self._slots[s] is None and self._queue:
+                        sess = self._queue.popleft()
+                        if sess.cancelled:
+                            sess.finished = True
+                            continue
+                        self._slots[s], self._rngs[s], self._frames[s] = sess, np.random.default_rng(sess.seed), 0
+            time.sleep(self.step_s)  # the step's GPU time, without the condition held
+            with self.cond:
+                for s, sess in enumerate(self._slots):
+                    if sess is None:
+                        continue
+                    row = self._rngs[s].integers(0, 2048, 16)  # type: ignore[union-attr]
+                    if sess.seed == self.bad_seed and self._frames[s] >= self.bad_frame:
+                        row[3] = 5000
+                    self._frames[s] += 1
+                    if sess._push(row):
+                        sess.finished, self._slots[s] = True, None
+                self.cond.notify_all()

@@ -1,0 +1,243 @@
+"""The engine on a batching backend (concurrent, thread-safe sessions) and its codec worker, on the CPU.
+
+A fake of BatchingBackend's contract (fake_batching.py: the real BatchedSession, a thread stepping every stream)
+drives the engine; the codec worker (codec_worker.py) decodes every request's groups in batched calls.  Requests
+from many threads at once each get the audio they get alone; a newcomer's first group is not held behind larger
+groups; cancelled and abandoned requests free their slots while the others go on; a group the codec cannot decode
+fails its own request only, and every request ends.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from fake_batching import FakeBatchingBackend
+from wyoming_qwen3tts.codec_worker import CodecWorker
+from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, SynthesisRequest, pcm16
+from wyoming_qwen3tts.errors import SynthesisCancelled
+
+OPTIONS = EngineOptions(device="cpu", dtype="float32", first_chunk_frames=2, chunk_frames=8, max_text_chars=200)
+FRAMES = [30, 17, 45, 9, 24, 3]  # per request: different lengths, so different last groups
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # Thousands of tiny codec ops: intra-op threads on a busy 2-core machine cost more than the work (test_codec.py).
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_checkpoint) -> Engine:
+    return Engine.from_pretrained(str(tiny_checkpoint), OPTIONS)
+
+
+def _engine(loaded: Engine, **backend) -> Engine:  # noqa: ANN003
+    """An engine with the loaded model's parts on a fresh fake batching backend (and so its own codec worker)."""
+    engine = Engine(loaded.checkpoint, loaded.model, loaded.codec, loaded.tokenizer, FakeBatchingBackend(**backend),
+                    OPTIONS)  # fmt: skip
+    assert isinstance(engine._codec_worker, CodecWorker)
+    return engine
+
+
+def _request(i: int, frames: int) -> SynthesisRequest:
+    return SynthesisRequest(text=f"Request number {i} speaks.", speaker="ryan", sampling=SamplingParams.greedy(),
+                            seed=100 + i, max_frames=frames)  # fmt: skip
+
+
+def _chunks(engine: Engine, request: SynthesisRequest, cancel: threading.Event | None = None):  # noqa: ANN202
+    return [(c.pcm, c.codes) for c in engine.synthesize(request, cancel)]
+
+
+def _at_once(fns: list, delays: list[float], timeout: float = 120) -> list:  # type: ignore[type-arg]
+    """Run each fn on its own thread after its delay; their results (or exceptions). Every thread must end."""
+    out: list = [None] * len(fns)  # type: ignore[type-arg]
+
+    def run(i: int) -> None:
+        time.sleep(delays[i])
+        try:
+            out[i] = fns[i]()
+        except BaseException as err:  # noqa: BLE001 - returned to the test
+            out[i] = err
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(fns))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert not any(t.is_alive() for t in threads), "a request never ended"
+    return out
+
+
+def _assert_same_audio(got: list, want: list, what: str) -> None:  # type: ignore[type-arg]
+    """Same chunks, same codes, the same PCM up to one 16-bit step (rows of a batched call round their last float
+    bits differently from a call of one, and a stream from one pass: ~1e-6, which can flip a sample's rounding)."""
+    assert [len(c) for _, c in got] == [len(c) for _, c in want], what
+    for (pcm, codes), (pcm_alone, codes_alone) in zip(got, want):
+        assert np.array_equal(codes, codes_alone), what
+        a = np.frombuffer(pcm, dtype="<i2").astype(np.int32)
+        b = np.frombuffer(pcm_alone, dtype="<i2").astype(np.int32)
+        assert a.shape == b.shape and np.abs(a - b).max() <= 1, what
+
+
+def _all_freed(engine: Engine) -> bool:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if engine.backend.active() == 0 and engine._codec_worker.slots.in_use() == 0:  # type: ignore[union-attr]
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def _record_calls(engine: Engine) -> list[tuple[int, int]]:
+    """(streams, frames) of every batched codec call from now on."""
+    slots = engine._codec_worker.slots  # type: ignore[union-attr]
+    calls: list[tuple[int, int]] = []
+    decode = slots.decode
+
+    def recording(ids, codes):  # noqa: ANN001, ANN202
+        calls.append((len(ids), codes.shape[1]))
+        return decode(ids, codes)
+
+    slots.decode = recording  # type: ignore[method-assign]
+    return calls
+
+
+def test_requests_at_once_get_the_audio_they_get_alone(loaded):
+    """Six requests of different lengths from six threads, joining 0-40 ms apart on four decode slots (two wait for
+    a slot): each gets the chunks, codes and PCM it gets alone, and the worker did decode groups together."""
+    engine = _engine(loaded, max_streams=4)
+    requests = [_request(i, n) for i, n in enumerate(FRAMES)]
+    alone = [_chunks(engine, r) for r in requests]
+    for chunks in alone:  # alone, the worker's audio is the one-pass decode of the codes
+        codes = np.concatenate([c for _, c in chunks])
+        one_pass = pcm16(engine.codec.decode(torch.from_numpy(codes)))
+        _assert_same_audio([(b"".join(p for p, _ in chunks), codes)], [(one_pass, codes)], "one pass")
+    calls = _record_calls(engine)
+    together = _at_once([lambda r=r: _chunks(engine, r) for r in requests], [0.0, 0.005, 0.02, 0.0, 0.04, 0.01])
+    for i in range(len(requests)):
+        assert not isinstance(together[i], BaseException), together[i]
+        _assert_same_audio(together[i], alone[i], f"request {i}")
+    assert max(b for b, _ in calls) >= 2, f"the worker never batched: {calls}"
+    assert _all_freed(engine)
+
+
+class _Gate:
+    """Holds the worker's first call until `waiting` streams wait behind it, recording every call's (streams,
+    frames): the next calls then show the worker's choice among them."""
+
+    def __init__(self, worker: CodecWorker, waiting: int) -> None:
+        self.calls: list[tuple[int, int]] = []
+        entered, release = threading.Event(), threading.Event()
+        decode = worker.slots.decode
+
+        def gated(ids, codes):  # noqa: ANN001, ANN202
+            self.calls.append((len(ids), codes.shape[1]))
+            entered.set()
+            release.wait(30)
+            return decode(ids, codes)
+
+        def opener() -> None:
+            entered.wait(30)
+            deadline = time.monotonic() + 30
+            while len(worker.waiting) < waiting and time.monotonic() < deadline:
+                time.sleep(0.005)
+            release.set()
+
+        worker.slots.decode = gated  # type: ignore[method-assign]
+        threading.Thread(target=opener, daemon=True).start()
+
+
+def test_a_first_group_goes_before_larger_groups(loaded):
+    """Three streams' 8-frame groups wait, then a newcomer's 2-frame group: the newcomer's call comes first."""
+    worker = CodecWorker(loaded.codec, None, 4)
+    gate = _Gate(worker, waiting=4)
+    codes = np.random.default_rng(0).integers(0, 2048, (5, 8, 16))
+    streams = [worker.open(loaded.codec.new_stream()) for _ in range(5)]
+    sizes = [1, 8, 8, 8, 2]
+    out = _at_once([lambda i=i: streams[i].decode(codes[i, : sizes[i]]) for i in range(5)],
+                   [0.0, 0.2, 0.2, 0.2, 0.3])  # fmt: skip
+    assert gate.calls == [(1, 1), (1, 2), (3, 8)]
+    for i in range(5):
+        assert isinstance(out[i], bytes) and len(out[i]) == sizes[i] * 1920 * 2
+
+
+def test_a_bad_group_in_a_batched_call_fails_its_stream_only(loaded):
+    """The call of a good and a bad group fails; the worker decodes each alone: the good stream gets its audio
+    (as a stream alone decodes it), the bad one its error; both streams' slots go back when closed."""
+    worker = CodecWorker(loaded.codec, None, 4)
+    gate = _Gate(worker, waiting=2)
+    codes = np.random.default_rng(1).integers(0, 2048, (2, 4, 16))
+    codes[1, 2, 5] = 5000
+    holder, good, bad = (worker.open(loaded.codec.new_stream()) for _ in range(3))
+    out = _at_once([lambda: holder.decode(codes[0, :1]), lambda: good.decode(codes[0]), lambda: bad.decode(codes[1])],
+                   [0.0, 0.2, 0.2])  # fmt: skip
+    assert gate.calls[:2] == [(1, 1), (2, 4)], gate.calls  # the two were tried together first
+    assert isinstance(out[2], IndexError)
+    want = np.frombuffer(pcm16(loaded.codec.decode(torch.from_numpy(codes[0]))), dtype="<i2").astype(np.int32)
+    assert np.abs(np.frombuffer(out[1], dtype="<i2").astype(np.int32) - want).max() <= 1
+    with pytest.raises(IndexError):  # the stream stays failed
+        bad.decode(codes[0])
+    for s in (holder, good, bad):
+        s.close()
+    deadline = time.monotonic() + 5
+    while worker.slots.in_use() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert worker.slots.in_use() == 0
+
+
+def test_cancel_and_disconnect_free_everything_and_the_others_go_on(loaded):
+    """One request cancelled after its first chunk, one abandoned after two (a client gone: its generator closed),
+    two that run to the end: those two get their audio alone, and every decode and codec slot is free after."""
+    engine = _engine(loaded, max_streams=4)
+    requests = [_request(i, 60) for i in range(4)]
+    alone = {i: _chunks(engine, requests[i]) for i in (2, 3)}
+    cancel = threading.Event()
+
+    def cancelled() -> str:
+        chunks = engine.synthesize(requests[0], cancel)
+        next(chunks)
+        cancel.set()
+        with pytest.raises(SynthesisCancelled):
+            next(chunks)
+        return "cancelled"
+
+    def abandoned() -> str:
+        chunks = engine.synthesize(requests[1])
+        next(chunks)
+        next(chunks)
+        chunks.close()
+        return "closed"
+
+    out = _at_once([cancelled, abandoned, lambda: _chunks(engine, requests[2]), lambda: _chunks(engine, requests[3])],
+                   [0.0, 0.0, 0.0, 0.01])  # fmt: skip
+    assert out[:2] == ["cancelled", "closed"], out[:2]
+    for i in (2, 3):
+        _assert_same_audio(out[i], alone[i], f"request {i}")
+    assert _all_freed(engine)
+
+
+def test_a_codec_error_fails_only_its_request(loaded):
+    """A stream whose codes the codec cannot decode (from its 5th frame): its request ends with the error, the
+    three beside it get their audio, every request ends, and the engine serves the next one."""
+    engine = _engine(loaded, max_streams=4, bad_seed=102, bad_frame=5)
+    requests = [_request(i, 30) for i in range(4)]
+    alone = {i: _chunks(engine, requests[i]) for i in (0, 1, 3)}
+    out = _at_once([lambda r=r: _chunks(engine, r) for r in requests], [0.0] * 4)
+    assert isinstance(out[2], IndexError), out[2]
+    for i in (0, 1, 3):
+        _assert_same_audio(out[i], alone[i], f"request {i}")
+    assert _all_freed(engine)
+    _assert_same_audio(_chunks(engine, requests[0]), alone[0], "after the error")
+
+
+def test_one_stream_backends_keep_the_codec_under_the_engine_lock(loaded):
+    """The torch and batch-1 kernel backends (sessions not thread-safe) run no codec worker."""
+    assert loaded._codec_worker is None

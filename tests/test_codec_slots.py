@@ -1,0 +1,242 @@
+"""CodecSlots (many codec streams in one call) against CodecStream (one stream a call), on the CPU.
+
+Streams at different positions (before and past the 72-position attention window), joining late, leaving early,
+starting from a decoded context, in calls of different subsets and group lengths: every stream's audio equals what
+its own CodecStream decodes from the same codes, in float32 to F32_BOUND (batched kernels round differently, nothing
+else differs) and in bf16 to BF16_MAX / BF16_RMS.  The state costs a constant number of launches per call.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from wyoming_qwen3tts.model.codec import CodecDecoder, CodecSlots
+from wyoming_qwen3tts.model.config import CodecDecoderConfig
+from wyoming_qwen3tts.tools.random_checkpoint import codec_config_dict, codec_tensor_shapes, random_tensor
+
+SPF = 1920
+# float32, largest difference of a stream's samples (full scale 1): measured on the CPU 8e-7 (tiny), 1.9e-5 (full
+# size: wider sums, 8 transformer layers).
+F32_BOUND = {"tiny": 1e-5, "1.7b": 1e-4}
+# bf16: a rounding flip anywhere (batched kernels, the padded attention window) runs through ~30 layers.  Measured
+# on the CPU, full size: max 0.14, rms 0.012-0.024, the size of bf16's own error (one pass against float32: max
+# 0.14, rms 0.030) and of a bf16 stream's groups against one pass (max 0.12, rms 0.026); tiny: 0.
+BF16_MAX, BF16_RMS = 0.3, 0.05
+
+
+def _decoder(dtype: torch.dtype = torch.float32, size: str = "tiny", device: str = "cpu") -> CodecDecoder:
+    """A random codec as random_checkpoint writes it for `size`; tiny with one kv head for two query heads
+    (grouped-query attention)."""
+    config = codec_config_dict(size)
+    tiny = size.startswith("tiny")
+    if tiny:
+        config["decoder_config"]["num_key_value_heads"] = 1
+    shapes = {k: v for k, v in codec_tensor_shapes(config).items() if k.startswith("decoder.")}
+    dev = torch.device(device)
+    tensors = {k: random_tensor(k, s, seed=3, tiny=tiny, dtype=torch.float32, device=dev) for k, s in shapes.items()}
+    return CodecDecoder.from_tensors(CodecDecoderConfig.from_dict(config), tensors, dtype=dtype, device=dev)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # Thousands of tiny ops: intra-op threads on a busy 2-core machine cost more than the work (test_codec.py).
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def decoder() -> CodecDecoder:
+    return _decoder()
+
+
+class _Check:
+    """Streams decoded both ways: through the slots (any calls) and each through its own CodecStream."""
+
+    def __init__(self, decoder: CodecDecoder, slots: CodecSlots, seed: int = 0) -> None:
+        self.decoder, self.slots = decoder, slots
+        self.rng = np.random.default_rng(seed)
+        self.slot: dict[str, int] = {}
+        self.alone: dict[str, object] = {}
+        self.got: dict[str, list[torch.Tensor]] = collections.defaultdict(list)
+        self.want: dict[str, list[torch.Tensor]] = collections.defaultdict(list)
+
+    def open(self, name: str, start=None) -> None:  # noqa: ANN001
+        self.slot[name] = self.slots.open(start)
+        self.alone[name] = start.fork() if start is not None else self.decoder.new_stream()
+
+    def close(self, name: str) -> None:
+        self.slots.close(self.slot.pop(name))
+
+    def call(self, names: list[str], n: int) -> None:
+        codes = self.rng.integers(0, 2048, (len(names), n, 16))
+        wav = self.slots.decode([self.slot[x] for x in names], codes)
+        assert wav.shape == (len(names), n * SPF) and wav.dtype == torch.float32
+        for row, name in enumerate(names):
+            self.got[name].append(wav[row])
+            self.want[name].append(self.alone[name].decode(torch.from_numpy(codes[row])))  # type: ignore[attr-defined]
+
+    def worst(self, name: str) -> float:
+        """The largest difference between the stream's audio both ways."""
+        return self._diff(name).abs().max().item()
+
+    def rms(self, name: str) -> float:
+        """The root mean square of that difference."""
+        return self._diff(name).pow(2).mean().sqrt().item()
+
+    def _diff(self, name: str) -> torch.Tensor:
+        got, want = torch.cat(self.got[name]), torch.cat(self.want[name])
+        assert got.shape == want.shape
+        assert want.std() > 0.02  # a real signal, not silence
+        return got - want
+
+
+def test_streams_at_different_positions_decode_as_alone(decoder):
+    """Five streams with histories of 0, 1, 30, 71 and 150 frames (around the 71 cached positions), then decoded
+    together in calls of 1, 2, 4, 8, 12 and 3 frames."""
+    check = _Check(decoder, CodecSlots(decoder, 8))
+    histories = {"a": [], "b": [1], "c": [2, 4, 8, 12, 4], "d": [30, 41], "e": [12] * 12 + [6]}
+    for name, groups in histories.items():
+        check.open(name)
+        for n in groups:
+            check.call([name], n)
+    for n in (1, 2, 4, 8, 12, 3):
+        check.call(list(histories), n)
+    for name in histories:
+        assert check.worst(name) <= F32_BOUND["tiny"], name
+
+
+def test_random_schedule_with_joins_and_leaves(decoder):
+    """Calls of random subsets and lengths; streams join late, leave early, and their slots serve new streams."""
+    rng = np.random.default_rng(5)
+    check = _Check(decoder, CodecSlots(decoder, 3), seed=6)
+    live: list[str] = []
+    finished: list[str] = []
+    for step in range(40):
+        if len(live) < 5 and (not live or rng.random() < 0.25):
+            live.append(f"s{step}")
+            check.open(live[-1])
+        elif len(live) > 1 and rng.random() < 0.1:
+            gone = live.pop(int(rng.integers(len(live))))
+            check.close(gone)
+            finished.append(gone)
+        names = [x for x in live if rng.random() < 0.7] or live[:1]
+        check.call(names, int(rng.choice([1, 2, 4, 8, 12, 5])))
+    assert len(finished) >= 2 and check.slots.capacity > 3  # slots were reused, and the state grew
+    for name in check.got:
+        assert check.worst(name) <= F32_BOUND["tiny"], name
+
+
+def test_a_reused_slot_starts_fresh(decoder):
+    check = _Check(decoder, CodecSlots(decoder, 2))
+    check.open("a")
+    check.open("b")
+    check.call(["a", "b"], 12)
+    check.call(["a", "b"], 12)
+    reused = check.slot["b"]
+    check.close("b")
+    check.open("c")
+    assert check.slot["c"] == reused
+    check.call(["c", "a"], 4)
+    check.call(["a", "c"], 8)
+    for name in "abc":
+        assert check.worst(name) <= F32_BOUND["tiny"], name
+
+
+@pytest.mark.parametrize("context", [20, 100])
+def test_open_from_a_decoded_context(decoder, context):
+    """A cloned voice's codec context: a slot opened from a stream that decoded it (fewer and more frames than the
+    window) continues as that stream's fork does."""
+    base = decoder.new_stream(torch.from_numpy(np.random.default_rng(context).integers(0, 2048, (context, 16))))
+    check = _Check(decoder, CodecSlots(decoder, 2))
+    check.open("ctx", start=base)
+    check.open("fresh")
+    assert check.slots.frames[check.slot["ctx"]] == context
+    check.call(["ctx", "fresh"], 2)
+    check.call(["fresh", "ctx"], 12)
+    for name in ("ctx", "fresh"):
+        assert check.worst(name) <= F32_BOUND["tiny"], name
+
+
+def test_bf16_rows_match_their_streams():
+    dec = _decoder(torch.bfloat16)
+    check = _Check(dec, CodecSlots(dec, 4), seed=9)
+    for name, history in (("a", 0), ("b", 3), ("c", 80)):
+        check.open(name)
+        if history:
+            check.call([name], history)
+    for n in (2, 4, 12):
+        check.call(["a", "b", "c"], n)
+    for name in "abc":
+        assert check.worst(name) <= BF16_MAX and check.rms(name) <= BF16_RMS, name
+
+
+def test_a_failed_call_leaves_its_slots_unchanged(decoder):
+    """Codes out of range fail the call; the slots then decode as if it never happened (the worker retries the
+    streams of a failed call one by one on this promise)."""
+    check = _Check(decoder, CodecSlots(decoder, 2))
+    check.open("a")
+    check.open("b")
+    check.call(["a", "b"], 4)
+    bad = np.full((2, 3, 16), 5000)
+    with pytest.raises(IndexError):
+        check.slots.decode([check.slot["a"], check.slot["b"]], bad)
+    check.call(["a", "b"], 4)
+    for name in "ab":
+        assert check.worst(name) <= F32_BOUND["tiny"], name
+
+
+def test_bad_shapes(decoder):
+    slots = CodecSlots(decoder, 2)
+    a, b = slots.open(), slots.open()
+    with pytest.raises(ValueError, match="distinct"):
+        slots.decode([a, a], np.zeros((2, 1, 16), dtype=np.int64))
+    with pytest.raises(ValueError):
+        slots.decode([a, b], np.zeros((2, 1, 8), dtype=np.int64))
+    with pytest.raises(ValueError):
+        slots.decode([a], np.zeros((2, 1, 16), dtype=np.int64))
+    assert slots.decode([a, b], np.zeros((2, 0, 16), dtype=np.int64)).shape == (2, 0)
+
+
+class _Launches(TorchDispatchMode):
+    """Counts the ops that compute (a kernel each, roughly): not views, nor a to() that returns its input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        out = func(*args, **(kwargs or {}))
+        aliased = func.is_view and isinstance(out, torch.Tensor) and isinstance(args[0], torch.Tensor) and (
+            out.untyped_storage().data_ptr() == args[0].untyped_storage().data_ptr()
+        )
+        self.count += not aliased
+        return out
+
+
+def launches(fn) -> int:  # noqa: ANN001
+    with _Launches() as mode:
+        fn()
+    return mode.count
+
+
+def test_launches_per_call_do_not_grow_with_the_batch(decoder):
+    """Gathering and scattering the rows costs two launches whatever B; a batched call launches about what one
+    stream's call does (the tiny codec: 2 transformer layers; the full one has 8)."""
+    rng = np.random.default_rng(0)
+    stream = decoder.new_stream(torch.from_numpy(rng.integers(0, 2048, (80, 16))))
+    one = launches(lambda: stream.decode(torch.from_numpy(rng.integers(0, 2048, (12, 16)))))
+    counts = {}
+    for b in (1, 4, 16):
+        slots = CodecSlots(decoder, 16)
+        ids = [slots.open() for _ in range(b)]
+        slots.decode(ids, rng.integers(0, 2048, (b, 80, 16)))
+        counts[b] = launches(lambda: slots.decode(ids, rng.integers(0, 2048, (b, 12, 16))))  # noqa: B023
+    assert counts[1] == counts[4] == counts[16], counts
+    assert one <= counts[1] <= one + 16, (one, counts)

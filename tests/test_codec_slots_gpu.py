@@ -1,0 +1,123 @@
+"""CodecSlots and the codec worker on CUDA: batched rows against CodecStreams, float32 and bf16, tiny and full-size
+random codecs. GPU only.
+
+float32 runs with TF32 off (cuDNN and matmul), so the only differences left are the rounding of batched kernels
+(bound F32_BOUND); bf16 rows against bf16 streams are held to BF16_MAX / BF16_RMS (test_codec_slots.py says why
+those sizes) and the measured differences are printed (pytest -s).  The worker test covers what the CPU tests
+cannot: the pinned copies, the events and two calls in flight on the codec's own CUDA stream, six request threads
+at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from test_codec_slots import BF16_MAX, BF16_RMS, F32_BOUND, _Check, _decoder
+from wyoming_qwen3tts.codec_worker import CodecWorker
+from wyoming_qwen3tts.engine import int16_samples
+from wyoming_qwen3tts.model.codec import CodecSlots
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def no_tf32():
+    before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before
+
+
+@pytest.mark.parametrize("size", ["tiny", "1.7b"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bf16"])
+def test_slots_equal_streams_on_cuda(size, dtype):
+    """Streams with histories of 0, 3, 30 and 150 frames, then calls of all of them and of subsets, with group
+    lengths 1, 2, 4, 12 and 5; one stream leaves and a new one takes its slot."""
+    dec = _decoder(dtype, size=size, device="cuda")
+    check = _Check(dec, CodecSlots(dec, 4), seed=11)
+    for name, history in (("a", 0), ("b", 3), ("c", 30), ("d", 150)):
+        check.open(name)
+        if history:
+            check.call([name], history)
+    for n in (1, 2, 4, 12):
+        check.call(["a", "b", "c", "d"], n)
+    check.call(["d", "b"], 5)
+    check.close("c")
+    check.open("e")
+    for n in (2, 4, 12):
+        check.call(["e", "a", "d"], n)
+    worst = {name: check.worst(name) for name in "abcde"}
+    rms = {name: check.rms(name) for name in "abcde"}
+    print(f"{size} {dtype}: |slots - stream| per stream, max {worst}, rms {rms}")
+    if dtype == torch.float32:
+        assert max(worst.values()) <= F32_BOUND[size], worst
+    else:
+        assert max(worst.values()) <= BF16_MAX and max(rms.values()) <= BF16_RMS, (worst, rms)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bf16"])
+def test_worker_on_cuda_equals_streams(dtype):
+    """Six threads, each a stream of groups 2, 4, 8, 8, 5 through one worker on its own CUDA stream: each gets the
+    PCM its own CodecStream gives (float32: within F32_BOUND, a step or two; bf16: BF16_MAX / BF16_RMS), and calls
+    batched."""
+    dec = _decoder(dtype, size="1.7b", device="cuda")
+    worker = CodecWorker(dec, torch.cuda.Stream(), 4)
+    calls: list[int] = []
+    decode = worker.slots.decode
+
+    def recording(ids, codes):  # noqa: ANN001, ANN202
+        calls.append(len(ids))
+        return decode(ids, codes)
+
+    worker.slots.decode = recording  # type: ignore[method-assign]
+    groups = [2, 4, 8, 8, 5]
+    codes = np.random.default_rng(3).integers(0, 2048, (6, sum(groups), 16))
+    out: list[list[bytes] | BaseException] = [[] for _ in range(6)]
+
+    def run(i: int) -> None:
+        stream = worker.open(dec.new_stream())
+        try:
+            start = 0
+            for n in groups:
+                out[i].append(stream.decode(codes[i, start : start + n]))  # type: ignore[union-attr]
+                start += n
+        except BaseException as err:  # noqa: BLE001 - checked below
+            out[i] = err
+        finally:
+            stream.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads)
+    diffs = []
+    for i in range(6):
+        assert not isinstance(out[i], BaseException), out[i]
+        alone = dec.new_stream()
+        start = 0
+        for n, pcm in zip(groups, out[i]):  # type: ignore[arg-type]
+            with torch.inference_mode():
+                want = int16_samples(alone.decode(torch.from_numpy(codes[i, start : start + n]).cuda())).cpu().numpy()
+            got = np.frombuffer(pcm, dtype="<i2")
+            assert got.shape == want.shape
+            diffs.append(got.astype(np.float64) - want.astype(np.float64))
+            start += n
+    diff = np.concatenate(diffs)
+    worst, rms = np.abs(diff).max(), np.sqrt((diff**2).mean())
+    print(f"worker {dtype}: calls of {calls} streams; PCM difference max {worst} steps, rms {rms:.2f}")
+    if dtype == torch.float32:
+        assert worst <= F32_BOUND["1.7b"] * 32767 + 1
+    else:
+        assert worst <= BF16_MAX * 32767 and rms <= BF16_RMS * 32767
+    assert max(calls) >= 2
+    deadline = time.monotonic() + 5  # the slots go back on the worker thread
+    while worker.slots.in_use() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert worker.slots.in_use() == 0

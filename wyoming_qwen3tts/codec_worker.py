@@ -1,0 +1,197 @@
+"""The batching backend's codec: one thread turns every request's frame groups into PCM, many streams per call.
+
+Request threads (Engine.synthesize) hand a frame group to their WorkerStream and wait for its PCM; the worker thread
+decodes the groups that are waiting in batched calls (CodecSlots: one call for the streams whose groups have the same
+length, at most MAX_ROWS of them), so many streams cost about the kernel launches of one and no request thread runs
+the codec or holds a lock while the GPU works.  The smallest groups go first: a newly joined stream's first group (a
+few frames) waits at most for the calls already on the GPU, never for a round of everyone's large groups.  Up to
+DEPTH calls are in flight, so the host queues the next call while the GPU runs the last.  A call that fails is tried
+again stream by stream, so a group that cannot be decoded fails its own request only.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .engine import int16_samples
+from .model.codec import CodecDecoder, CodecSlots, CodecStream
+
+_LOGGER = logging.getLogger(__name__)
+
+DEPTH = 2  # calls queued on the GPU at once
+MAX_ROWS = 16  # streams per call: bounds a call's activations and how long a newcomer may wait behind it
+POLL_S = 0.0002  # the wait for a call's PCM polls with sleeps: Event.synchronize() holds the GIL (scheduler.py)
+
+
+class WorkerStream:
+    """One request's audio on a CodecWorker: its thread decode()s the frame groups in order, then close()s it."""
+
+    def __init__(self, worker: CodecWorker, start: CodecStream) -> None:
+        self.worker = worker
+        self.start: CodecStream | None = start  # the state it begins in, until the worker gives it a slot
+        self.slot: int | None = None
+        self.codes: np.ndarray | None = None  # the group waiting or being decoded
+        self.pcm = b""
+        self.error: BaseException | None = None  # what ended it; every later decode raises it
+        self.done = threading.Event()
+
+    def decode(self, codes: np.ndarray) -> bytes:
+        """s16le PCM of the next frame group [n, 16], waiting for it; raises the error that ended this stream."""
+        if len(codes) == 0:
+            return b""
+        worker = self.worker
+        with worker.cond:
+            if self.error is not None:
+                raise self.error
+            self.codes, self.pcm = codes, b""
+            self.done.clear()
+            worker.waiting.append(self)
+            worker.cond.notify_all()
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.pcm
+
+    def close(self) -> None:
+        """The request is over (finished, cancelled or failed): its slot goes back.  Safe while a call that used
+        the slot is still on the GPU: the worker queues all its work on one stream, so a later open of the slot
+        runs after it."""
+        worker = self.worker
+        with worker.cond:
+            if self.slot is not None:
+                worker.released.append(self.slot)
+                self.slot = None
+                worker.cond.notify_all()
+
+
+@dataclass
+class _Call:
+    streams: list[WorkerStream]
+    samples: torch.Tensor  # int16 [B, n*1920] on the host, pinned
+    done: torch.cuda.Event  # recorded after the copy to the host
+
+
+class CodecWorker:
+    """The thread that decodes every WorkerStream's groups, and its slots (CodecSlots, grown as needed)."""
+
+    def __init__(self, codec: CodecDecoder, cuda_stream: torch.cuda.Stream | None, slots: int) -> None:
+        """cuda_stream: where the codec runs (the engine's codec stream); slots: streams expected at once."""
+        self.slots = CodecSlots(codec, slots)
+        self.cuda_stream = cuda_stream
+        self.cond = threading.Condition()
+        self.waiting: list[WorkerStream] = []  # streams with a group to decode, oldest first
+        self.released: list[int] = []  # slots of closed streams, to give back on the worker thread
+        self._inflight: collections.deque[_Call] = collections.deque()
+        self._thread = threading.Thread(target=self._run, name="qwen3tts-codec", daemon=True)
+        self._thread.start()
+
+    def open(self, start: CodecStream) -> WorkerStream:
+        """A stream for one request that continues `start` (a fresh CodecStream, or a cloned voice's context)."""
+        return WorkerStream(self, start)
+
+    # -- the worker thread ------------------------------------------------------------------------
+    def _run(self) -> None:
+        on_gpu = self.cuda_stream is not None
+        if on_gpu:
+            torch.cuda.set_device(self.cuda_stream.device)
+        with torch.inference_mode(), torch.cuda.stream(self.cuda_stream) if on_gpu else nullcontext():
+            while True:
+                try:
+                    self._turn()
+                except Exception as err:  # a bug here must not leave requests waiting forever
+                    _LOGGER.exception("Codec worker failed")
+                    with self.cond:
+                        everyone = self.waiting + [s for call in self._inflight for s in call.streams]
+                        self.waiting.clear()
+                        self._inflight.clear()
+                    self._fail(everyone, err)
+
+    def _turn(self) -> None:
+        """Give back released slots, then launch the next call, or hand out the oldest call's PCM once it is
+        ready, or sleep a moment."""
+        with self.cond:
+            while not (self.waiting or self._inflight or self.released):
+                self.cond.wait()
+            for slot in self.released:
+                self.slots.close(slot)
+            self.released.clear()
+            streams = self._pick() if len(self._inflight) < DEPTH else []
+        if streams:
+            self._launch(streams)
+            return
+        if not self._inflight:
+            return
+        call = self._inflight[0]
+        try:
+            ready = call.done.query()
+        except Exception as err:  # an error of the call's kernels surfaces here
+            self._inflight.popleft()
+            self._fail(call.streams, err)
+            return
+        if ready:
+            self._deliver(self._inflight.popleft().streams, call.samples)
+        else:
+            time.sleep(POLL_S)
+
+    def _pick(self) -> list[WorkerStream]:
+        """The next call's streams (under cond): those whose groups have the smallest length, oldest first."""
+        if not self.waiting:
+            return []
+        n = min(len(s.codes) for s in self.waiting)  # type: ignore[arg-type]
+        picked = [s for s in self.waiting if len(s.codes) == n][:MAX_ROWS]  # type: ignore[arg-type]
+        for s in picked:
+            self.waiting.remove(s)
+        return picked
+
+    def _launch(self, streams: list[WorkerStream]) -> None:
+        """Queue one batched call; if it fails, each stream alone (a failed call leaves its slots as they were)."""
+        try:
+            for s in streams:
+                if s.slot is None:
+                    s.slot = self.slots.open(s.start)
+                    s.start = None
+            codes = np.stack([s.codes for s in streams])  # type: ignore[misc]
+            wav = self.slots.decode([s.slot for s in streams], codes)  # type: ignore[misc]
+        except Exception as err:
+            if len(streams) == 1:
+                _LOGGER.exception("Codec decode failed")
+                self._fail(streams, err)
+            else:
+                for s in streams:
+                    self._launch([s])
+            return
+        try:
+            samples = int16_samples(wav)
+            if self.cuda_stream is None:  # the CPU computed it already
+                self._deliver(streams, samples)
+                return
+            host = torch.empty(samples.shape, dtype=torch.int16, pin_memory=True)
+            host.copy_(samples, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+            self._inflight.append(_Call(streams, host, done))
+        except Exception as err:  # the slots have moved on: no retry
+            _LOGGER.exception("Codec output copy failed")
+            self._fail(streams, err)
+
+    def _deliver(self, streams: list[WorkerStream], samples: torch.Tensor) -> None:
+        rows = samples.numpy()
+        pcm = [rows[r].astype("<i2").tobytes() for r in range(len(streams))]
+        with self.cond:
+            for s, data in zip(streams, pcm):
+                s.pcm, s.codes = data, None
+                s.done.set()
+
+    def _fail(self, streams: list[WorkerStream], err: BaseException) -> None:
+        with self.cond:
+            for s in streams:
+                s.error, s.codes = err, None
+                s.done.set()
