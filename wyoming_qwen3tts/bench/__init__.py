@@ -3,4 +3,6 @@
 
 cli.py drives one worker subprocess per (size, engine); ours.py and peers.py are the workers;
 roofline.py holds the byte counts and bandwidth floor; report.py the tables, chart and merging.
+streams.py times our batched decoder at 1-16 streams; peers_batch.py (workers: peers_batch_workers.py) times the
+batched peers, qwen3-tts-triton and faster-qwen3-tts-batch, at the same stream counts.
 """
