@@ -1,4 +1,5 @@
-"""The Talker and CodePredictor transformers in plain torch, batch 1, with a static KV cache.
+"""The Talker and CodePredictor transformers in plain torch, batch 1, with a static KV cache (and
+one batched case: several prompts prefilled at once into the batched decoder's slots, prefill_rows).
 
 Read top to bottom: RMSNorm and RoPE helpers, one decoder block (Qwen3 style: pre-norm,
 per-head q/k RMSNorm, GQA, SwiGLU), the Transformer stack, then the two models built from it:
