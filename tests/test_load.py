@@ -24,7 +24,8 @@ MAX_FRAMES = 2
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Iterator[Server]:
-    args = ["--model", str(tiny_checkpoint), "--device", "cpu", "--dtype", "float32",
+    # 32 requests wait for the one slot here: the queue limit (4 by default) would refuse most of them.
+    args = ["--model", str(tiny_checkpoint), "--device", "cpu", "--dtype", "float32", "--max-queued-streams", str(CLIENTS),
             "--max-frames", str(MAX_FRAMES), "--first-chunk-frames", "1", "--chunk-frames", "1", "--greedy"]
     server = start(tmp_path_factory.mktemp("load"), args, fake=False, name="load")
     yield server

@@ -354,7 +354,7 @@ async def test_service_runs_max_streams_syntheses_at_once(workers: int) -> None:
         loaded.set()
         return engine
 
-    service = TtsService(load, [], workers=workers)  # type: ignore[arg-type]
+    service = TtsService(load, [], workers=workers, max_queued_streams=6)  # type: ignore[arg-type]
     service.start_loading()
 
     async def one() -> int:

@@ -90,6 +90,7 @@ async def main(settings: Settings) -> int:
         default_voice=settings.voice,
         max_connections=settings.max_connections,
         workers=settings.max_streams,
+        max_queued_streams=settings.max_queued_streams,
     )
     config = HandlerConfig(**settings.values_for(HandlerConfig))
     server = AsyncServer.from_uri(settings.uri)

@@ -65,6 +65,12 @@ class ServerBusyError(Qwen3TTSError):
     code = "server-busy"
 
 
+class QueueFullError(Qwen3TTSError):
+    """A new request while every decode slot is busy and max_queued_streams requests already wait for one."""
+
+    code = "queue-full"
+
+
 class ShuttingDownError(Qwen3TTSError):
     """The server got SIGTERM: it finishes requests in progress but takes no new ones."""
 

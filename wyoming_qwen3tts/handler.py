@@ -58,6 +58,7 @@ from .errors import (
     IdleTimeoutError,
     ProtocolError,
     Qwen3TTSError,
+    QueueFullError,
     ServerBusyError,
     ShuttingDownError,
     TextTooLongError,
@@ -91,7 +92,8 @@ ABORT_WRITE_SECONDS = 0.25
 # After a protocol error the client's input is read and dropped this long (and at most
 # max_event_bytes), so it reads the error rather than a connection reset.
 LINGER_SECONDS = 1.0
-_CLIENT_ERRORS = (ProtocolError, TextTooLongError, UnknownSpeakerError, UnknownLanguageError, TooManyRequestsError, ServerBusyError)
+_CLIENT_ERRORS = (ProtocolError, TextTooLongError, UnknownSpeakerError, UnknownLanguageError, TooManyRequestsError, ServerBusyError,
+                  QueueFullError)
 _ORDINARY_ENDS = (IdleTimeoutError, ShuttingDownError)
 
 
@@ -386,6 +388,7 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
         audio_bytes = 0
         first_audio: float | None = None
         busy = 0.0  # seconds spent synthesizing, for the real-time factor
+        admitted = False  # past the service's queue limit: later sentences always queue
         try:
             while (sentence := await exchange.pieces.get()) is not None:
                 request = SynthesisRequest(
@@ -402,7 +405,8 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
                     self.log.debug("Speaking %r with %s", sentence.spoken, exchange.voice)
                 piece_start = time.monotonic()
                 try:
-                    async with contextlib.aclosing(self.service.synthesize(request, exchange.cancel)) as chunks:
+                    synthesis = self.service.synthesize(request, exchange.cancel, continuing=admitted)
+                    async with contextlib.aclosing(synthesis) as chunks:
                         async for chunk in chunks:
                             if not started:
                                 await self.write_event(AudioStart(rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS).event())
@@ -419,6 +423,7 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
                     # Nothing left once the engine cleaned it (e.g. only prompt markers): the
                     # sentence is skipped, the rest of the request is spoken.
                     self.log.debug("Skipped a sentence with nothing to say: %s", short(sentence.text))
+                admitted = True
                 busy += time.monotonic() - piece_start
                 meter.synthesized(time.monotonic() - piece_start)
             if not started:  # nothing to say: still a well-formed, empty answer

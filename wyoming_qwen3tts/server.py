@@ -5,7 +5,10 @@ many threads, whose requests the batching backend decodes together).
 The worker thread is a one-thread executor: the model load is its first job, so a synthesis that
 arrives early simply queues behind the load, and requests from different clients run in the order
 they were submitted.  Handlers submit one sentence at a time, so two long requests interleave
-sentence by sentence instead of one waiting for the other to finish.
+sentence by sentence instead of one waiting for the other to finish.  The queue is bounded: a new
+request that finds max_queued_streams sentences already waiting for a worker is refused at once
+(QueueFullError), while the later sentences of a request being answered always queue, so no answer
+is cut short.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from .errors import (
     GpuOutOfMemoryError,
     ModelLoadError,
     Qwen3TTSError,
+    QueueFullError,
     ServerBusyError,
     ShuttingDownError,
     SynthesisCancelled,
@@ -44,6 +48,10 @@ _LOGGER = logging.getLogger(__name__)
 PROGRAM_NAME = "qwen3-tts"
 
 _END = object()
+# max_queued_streams unset: this many waiting sentences per decode slot. A request that has to wait
+# then starts after about this many sentences of each slot, whatever max_streams is: a second or
+# two on a GPU, where an unbounded queue lets a burst make every later request wait longer.
+QUEUED_PER_STREAM = 4
 
 
 def _retrieve(future: asyncio.Future) -> None:  # type: ignore[type-arg]
@@ -82,9 +90,12 @@ class TtsService:
         default_voice: str = "",
         max_connections: int = 64,
         workers: int = 1,
+        max_queued_streams: int | None = None,
     ) -> None:
         """workers: syntheses run at once (max_streams: the batching backend decodes them together);
-        the model load and voice cloning stay on one thread of their own, first of all."""
+        the model load and voice cloning stay on one thread of their own, first of all.
+        max_queued_streams: sentences that may wait for a worker before a new request is refused
+        (None: QUEUED_PER_STREAM per worker)."""
         self._load_engine = load_engine
         self._presets = presets
         self._default_voice = default_voice
@@ -101,6 +112,9 @@ class TtsService:
         self.loaded: asyncio.Future[Engine] | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # connections' speaking tasks (one each at most)
         self.max_connections = max_connections
+        self.workers = workers
+        self.max_queued_streams = QUEUED_PER_STREAM * workers if max_queued_streams is None else max_queued_streams
+        self.syntheses = 0  # sentences submitted and not finished: running, or waiting for a worker
         self.connections: set[Connection] = set()
         self._no_connections = asyncio.Event()
         self._no_connections.set()
@@ -219,12 +233,21 @@ class TtsService:
         )
         return Info(tts=[program])
 
-    async def synthesize(self, request: SynthesisRequest, cancel: threading.Event) -> AsyncIterator[AudioChunk]:
-        """Audio chunks of one request as the worker produces them.
+    async def synthesize(self, request: SynthesisRequest, cancel: threading.Event, *,
+                         continuing: bool = False) -> AsyncIterator[AudioChunk]:  # fmt: skip
+        """Audio chunks of one sentence as the worker produces them.
 
-        Stopping the iteration (or closing it) sets `cancel`, which stops the engine after the
-        frame group it is working on.
+        The first sentence of a request raises QueueFullError at once when max_queued_streams
+        sentences already wait for a worker; a `continuing` one (a later sentence of a request being
+        answered) always queues. Stopping the iteration (or closing it) sets `cancel`, which stops
+        the engine after the frame group it is working on.
         """
+        waiting = self.syntheses - self.workers
+        if not continuing and waiting >= self.max_queued_streams:
+            raise QueueFullError(
+                f"The server is busy: all {self.workers} decode slot(s) are in use and {waiting} requests wait "
+                f"for one (max_queued_streams); try again shortly"
+            )
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[object] = asyncio.Queue()
 
@@ -269,6 +292,8 @@ class TtsService:
                 raise GpuOutOfMemoryError(f"The GPU ran out of memory: {oom}")
 
         future = self._submit(loop, job, self._synth_executor)
+        self.syntheses += 1
+        future.add_done_callback(self._synthesis_done)
         # The done callback is scheduled after every chunk the job queued, so _END comes last.
         future.add_done_callback(lambda _: queue.put_nowait(_END))
         try:
@@ -282,6 +307,9 @@ class TtsService:
                 # Nobody waits for it any more: fetch its end (e.g. SynthesisCancelled) so asyncio
                 # does not log "exception was never retrieved".
                 future.add_done_callback(_retrieve)
+
+    def _synthesis_done(self, _: object) -> None:
+        self.syntheses -= 1
 
     def _submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], object],
                 executor: ThreadPoolExecutor | None = None) -> asyncio.Future:  # type: ignore[type-arg]  # fmt: skip

@@ -6,10 +6,11 @@
 For each stream count N: N streams (one prompt, each its own seed, the checkpoint's sampling with end of
 speech masked so every stream decodes --frames frames) are admitted into a BatchedDecoder and stepped
 --frames times; aggregate frames/s = N * frames / wall time, per-stream frames/s = frames / wall time
-(every stream advances one frame per step). Prefill (admission) is timed apart. In the same process and
-the same run, the batch-1 KernelBackend decodes the same prompt: the one-stream path the server uses for a
-lone request. Peak GPU memory is read after the decoder for 16 slots of --context positions is built.
-Medians of --runs timed runs after one warm-up.
+(every stream advances one frame per step). Admission (the prompts' prefill) is timed apart: all N
+streams in one admit_all (arriving together), and one admit after another (arriving at different steps).
+In the same process and the same run, the batch-1 KernelBackend decodes the same prompt: the one-stream
+path the server uses for a lone request. Peak GPU memory is read after the decoder for 16 slots of
+--context positions is built. Medians of --runs timed runs after one warm-up.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from .common import gpu_name, memory, sync
 def run(model_dir: str, streams: list[int], frames: int, runs: int, context: int, text: str) -> dict[str, Any]:
     import torch
 
-    from ..backends.kernels.batched import BatchedDecoder
+    from ..backends.kernels.batched import Admission, BatchedDecoder
     from ..engine import Engine, EngineOptions
     from ..request import SynthesisRequest
 
@@ -55,33 +56,49 @@ def run(model_dir: str, streams: list[int], frames: int, runs: int, context: int
         assert len(codes) == frames
         return b - a
 
-    def batched(n: int, seed: int) -> tuple[float, float]:
+    def admit(n: int, seed: int, together: bool) -> float:
+        """Seconds to admit n streams (then released): in one admit_all, or one admit after another."""
+        streams = [Admission(s, prompt, sampling, seed + s) for s in range(n)]
         sync()
         a = time.perf_counter()
-        for s in range(n):
-            dec.admit(s, prompt, sampling, seed + s)
+        if together:
+            dec.admit_all(streams)
+        else:
+            for x in streams:
+                dec.admit(x.slot, x.prompt, x.sampling, x.seed)
         sync()
         b = time.perf_counter()
+        for s in range(n):
+            dec.release(s)
+        return b - a
+
+    def batched(n: int, seed: int) -> float:
+        dec.admit_all([Admission(s, prompt, sampling, seed + s) for s in range(n)])
+        sync()
+        a = time.perf_counter()
         for _ in range(frames):
             dec.step()
         sync()
-        c = time.perf_counter()
+        b = time.perf_counter()
         for s in range(n):
             dec.release(s)
-        return b - a, c - b
+        return b - a
 
     one_stream()
     alone = statistics.median(one_stream() for _ in range(runs))
     rows = []
     for n in streams:
         batched(n, 1000)
-        times = [batched(n, 100 * r) for r in range(runs)]
-        admit_s = statistics.median(t[0] for t in times)
-        step_s = statistics.median(t[1] for t in times)
+        step_s = statistics.median(batched(n, 100 * r) for r in range(runs))
+        admit(n, 1000, True)
+        together_s = statistics.median(admit(n, 100 * r, True) for r in range(runs))
+        one_by_one_s = statistics.median(admit(n, 100 * r, False) for r in range(runs))
         rows.append(dict(streams=n, aggregate_fps=n * frames / step_s, per_stream_fps=frames / step_s,
-                         step_ms=step_s / frames * 1e3, admit_ms_per_stream=admit_s / n * 1e3))  # fmt: skip
+                         step_ms=step_s / frames * 1e3, admit_ms_per_stream=one_by_one_s / n * 1e3,
+                         admit_together_ms=together_s * 1e3))  # fmt: skip
         print(f"{n:>3} streams: {n * frames / step_s:8.1f} frames/s aggregate, {frames / step_s:6.1f} per stream, "
-              f"{step_s / frames * 1e3:.3f} ms/step, admit {admit_s / n * 1e3:.1f} ms/stream", flush=True)  # fmt: skip
+              f"{step_s / frames * 1e3:.3f} ms/step, admit {one_by_one_s / n * 1e3:.1f} ms/stream one by one, "
+              f"{together_s * 1e3:.1f} ms all {n} together", flush=True)  # fmt: skip
     print(f"batch-1 backend: {frames / alone:.1f} frames/s", flush=True)
     return dict(model=model_dir, gpu=gpu_name(), torch=torch.__version__, frames=frames, runs=runs,
                 prompt_positions=prompt.length, context=context, slots=max(streams), decoder_build_s=build_s,

@@ -15,6 +15,7 @@ _STATUS_OF_CODE = {
     "bad-request": 400,
     "event-too-large": 413,
     "server-busy": 429,
+    "queue-full": 429,
     "shutting-down": 503,
     "model-load-failed": 503,
     "out-of-memory": 503,  # the cached memory was freed: the next request may well succeed

@@ -311,7 +311,7 @@ class SpeechApi:
 
     async def _chunks(self, plan: SpeechPlan, cancel: threading.Event, meter: SpeechMeter) -> AsyncIterator[AudioChunk]:
         """The audio of every sentence in order, one sentence at a time on the service."""
-        for sentence in plan.sentences:
+        for i, sentence in enumerate(plan.sentences):
             request = SynthesisRequest(
                 text=sentence,
                 speaker=plan.voice.speaker,
@@ -321,7 +321,8 @@ class SpeechApi:
                 clone=plan.voice.clone,
             )
             piece_start = time.monotonic()
-            async with contextlib.aclosing(self.service.synthesize(request, cancel)) as chunks:
+            # Only the first sentence may find the queue full (429); the rest of an answer always queues.
+            async with contextlib.aclosing(self.service.synthesize(request, cancel, continuing=i > 0)) as chunks:
                 async for chunk in chunks:
                     yield chunk
             meter.synthesized(time.monotonic() - piece_start)

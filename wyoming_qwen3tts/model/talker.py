@@ -1,4 +1,5 @@
-"""The Talker and CodePredictor transformers in plain torch, batch 1, with a static KV cache.
+"""The Talker and CodePredictor transformers in plain torch, batch 1, with a static KV cache (and
+one batched case: several prompts prefilled at once into the batched decoder's slots, prefill_rows).
 
 Read top to bottom: RMSNorm and RoPE helpers, one decoder block (Qwen3 style: pre-norm,
 per-head q/k RMSNorm, GQA, SwiGLU), the Transformer stack, then the two models built from it:
@@ -73,31 +74,45 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: Tensor, start: int) -> Tensor:
-        """x [T, hidden] at positions start..start+T-1; cache [2, max_seq, kv_heads, head_dim] of this layer."""
-        t = x.shape[0]
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: Tensor, start: int, slots: Tensor | None = None) -> Tensor:
+        """x [T, hidden] at positions start..start+T-1; cache [2, max_seq, kv_heads, head_dim] of this layer.
+
+        With `slots` (int64 [B]): x [B, T, hidden], B prompts at positions 0..T-1 (start 0), each
+        right-padded to T; cache is this layer of a slot-major cache [slots, 2, max_seq, kv_heads,
+        head_dim] and row b's K/V go to slot slots[b] (Transformer.prefill_rows). The rows attend to
+        their own new K/V only: a prefill from position 0 has nothing cached before it.
+        """
+        t = x.shape[-2]
         q, k, v = self.qkv_proj(x).split([self.n_heads * self.head_dim, *[self.n_kv * self.head_dim] * 2], dim=-1)
-        q = self.q_norm(q.view(t, self.n_heads, self.head_dim))
-        k = self.k_norm(k.view(t, self.n_kv, self.head_dim))
-        v = v.view(t, self.n_kv, self.head_dim)
+        q = self.q_norm(q.unflatten(-1, (self.n_heads, self.head_dim)))
+        k = self.k_norm(k.unflatten(-1, (self.n_kv, self.head_dim)))
+        v = v.unflatten(-1, (self.n_kv, self.head_dim))
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
         end = start + t
-        cache[0, start:end] = k
-        cache[1, start:end] = v
-        keys = cache[0, :end].transpose(0, 1)  # [kv, S, hd]
-        values = cache[1, :end].transpose(0, 1)
+        if slots is None:
+            cache[0, start:end] = k
+            cache[1, start:end] = v
+            keys, values = cache[0, :end], cache[1, :end]
+        else:
+            if start != 0:
+                raise ValueError("a prefill of several prompts starts at position 0")
+            cache[:, 0, :t].index_copy_(0, slots, k)
+            cache[:, 1, :t].index_copy_(0, slots, v)
+            keys, values = k, v
+        keys = keys.transpose(-3, -2)  # [..., kv, S, hd]
+        values = values.transpose(-3, -2)
         group = self.n_heads // self.n_kv
-        keys = keys.repeat_interleave(group, dim=0)  # [heads, S, hd]
-        values = values.repeat_interleave(group, dim=0)
-        q = q.transpose(0, 1)  # [heads, T, hd]
-        scores = torch.matmul(q, keys.transpose(1, 2)) * (self.head_dim**-0.5)
+        keys = keys.repeat_interleave(group, dim=-3)  # [..., heads, S, hd]
+        values = values.repeat_interleave(group, dim=-3)
+        q = q.transpose(-3, -2)  # [..., heads, T, hd]
+        scores = torch.matmul(q, keys.transpose(-2, -1)) * (self.head_dim**-0.5)
         if t > 1:
             # causal within the new block; everything cached before `start` is visible
             mask = torch.ones(t, end, dtype=torch.bool, device=x.device).tril(diagonal=start)
             scores = scores.masked_fill(~mask, float("-inf"))
         probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-        out = torch.matmul(probs, values).transpose(0, 1).reshape(t, self.n_heads * self.head_dim)
+        out = torch.matmul(probs, values).transpose(-3, -2).flatten(-2)
         return self.o_proj(out)
 
 
@@ -122,8 +137,8 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: Tensor, start: int) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, start)
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: Tensor, start: int, slots: Tensor | None = None) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, start, slots)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -172,6 +187,33 @@ class Transformer(nn.Module):
         h = self.forward(padded, cache)  # raises if start + bucket > cache.max_seq
         cache.length = start + n
         return h[n - 1 : n] if last is None else h.index_select(0, last)
+
+    def prefill_rows(self, prompts: list[Tensor], cache: Tensor, slots: Tensor) -> Tensor:
+        """Several prompts in one forward, each from position 0 into its own slot of a slot-major cache
+        (the batched decoder's): prompts [L_b, H] each, cache [slots, layers, 2, max_seq, kv_heads,
+        head_dim], slots int64 [B] on the cache's device, one per prompt. Returns the final-normed
+        hidden state of each prompt's last position [B, H]. Only the given slots' positions
+        0..max(L_b)-1 are written.
+
+        The prompts are stacked right-padded with zero rows to the longest. Why row b equals
+        forward() of its prompt alone (up to rounding): attention is causal, so a row's positions
+        < L_b never see its pads; the pads' K/V land in the slot's positions L_b .. T-1, which the
+        decode steps overwrite before they read them (the step at position p writes p and attends
+        to [0, p]: KVCache, and the batched kernels' q3t_batched_rope_attention_split). Zero pad
+        inputs keep the pad rows finite. Not bitwise equal: the matmuls run with B * T rows instead
+        of L_b, and BLAS may block and sum differently.
+        """
+        lengths = [p.shape[0] for p in prompts]
+        t = max(lengths)
+        if t > cache.shape[3]:
+            raise RuntimeError(f"KV cache full: {t} positions > {cache.shape[3]}")
+        x = prompts[0].new_zeros(len(prompts), t, prompts[0].shape[1])
+        for b, p in enumerate(prompts):
+            x[b, : lengths[b]] = p
+        cos, sin = rope_tables(torch.arange(t, device=x.device), self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, cache[:, i], 0, slots)
+        return self.norm(torch.stack([x[b, n - 1] for b, n in enumerate(lengths)]))
 
 
 # Prompt lengths are padded up to one of these for prefill_bucketed (8 + 12 = 20 buckets at most).

@@ -3,11 +3,12 @@ weight matrix read once per step for all of them (the q3t_batched_* kernels, q3t
 
 Each stream owns a slot: its Talker KV cache block, position, frame index, seed, sampling settings,
 repetition-penalty set, trailing text and code history, all in device memory, so a stream joins
-(admit: its prompt prefilled into its block between steps) or leaves (release) without touching the
-others and without a new graph. Row r of every per-row buffer (hidden states, codes, logits, the
-CodePredictor's short cache) belongs to slot r; a step runs the first `nb` rows, nb a bucket
-(1, 2, 4, 8, 16) covering the highest slot in use, and rows whose slot is free pad (slot -1: the
-kernels skip their writes to per-slot state). One graph is captured per bucket at construction.
+(admit_all: the prompts of all streams joining at one step boundary prefilled together, each into
+its block, between steps) or leaves (release) without touching the others and without a new graph.
+Row r of every per-row buffer (hidden states, codes, logits, the CodePredictor's short cache)
+belongs to slot r; a step runs the first `nb` rows, nb a bucket (1, 2, 4, 8, 16) covering the
+highest slot in use, and rows whose slot is free pad (slot -1: the kernels skip their writes to
+per-slot state). One graph is captured per bucket at construction.
 
 The CodePredictor's positions 0 and 1 run one after the other here (the batch-1 frame runs them
 together); every row's numbers depend only on its own inputs (q3t.h's row independence), so a
@@ -16,6 +17,9 @@ stream decodes the same codes alone and next to any batch-mates.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -23,7 +27,7 @@ from torch import Tensor
 from ... import native
 from ...model.layers import rope_tables
 from ...model.prompt import Prompt
-from ...model.talker import KVCache, Qwen3TTSModel
+from ...model.talker import Qwen3TTSModel
 from ...request import SamplingParams
 from .frame import MIN_NEW_TOKENS, NO_EOS, NUM_GROUPS
 from .ops import Ops
@@ -31,6 +35,10 @@ from .weights import ModelWeights, StackWeights
 
 BUCKETS = (1, 2, 4, 8, 16)
 MAX_SLOTS = BUCKETS[-1]  # Q3T_BATCH_MAX
+# Padded positions (streams x the longest prompt) one batched prefill runs at most: 16 one-sentence
+# prompts (~30-150 positions) go in one forward; longer ones take more, since the attention scores
+# grow with streams x positions^2 (16 prompts of 1,024 positions would hold 1 GiB of them).
+PREFILL_POSITIONS = 4096
 
 
 def attention_splits(slots: int) -> int:
@@ -50,13 +58,51 @@ def bucket_for(rows: int) -> int:
     raise ValueError(f"{rows} rows: at most {MAX_SLOTS} streams step together")
 
 
-def sample_params(records: list[dict[str, float | int]], device: torch.device) -> Tensor:
-    """q3t_sample_params records (native.SAMPLE_PARAMS_DTYPE) as device bytes."""
+def param_records(records: list[dict[str, float | int]]) -> np.ndarray:
+    """q3t_sample_params records (native.SAMPLE_PARAMS_DTYPE) as host bytes [len(records), record size]."""
     arr = np.zeros(len(records), dtype=native.SAMPLE_PARAMS_DTYPE)
     for i, rec in enumerate(records):
         for key, value in rec.items():
             arr[i][key] = value
-    return torch.from_numpy(arr.view(np.uint8).copy()).to(device)
+    return arr.view(np.uint8).reshape(len(records), native.SAMPLE_PARAMS_DTYPE.itemsize)
+
+
+def sample_params(records: list[dict[str, float | int]], device: torch.device) -> Tensor:
+    """q3t_sample_params records as flat device bytes."""
+    return torch.from_numpy(param_records(records).reshape(-1).copy()).to(device)
+
+
+def upload(arrays: list[np.ndarray], device: torch.device) -> list[Tensor]:
+    """Host arrays as device tensors of the same dtypes and shapes, through one pinned, non-blocking copy.
+
+    The copy queues behind the steps in flight and the host goes on at once: a copy from pageable
+    memory (torch.tensor(...).to(device)) makes the host wait until the GPU has run everything queued.
+    The pinned buffer is not reused before the copy has run (torch's caching host allocator).
+    """
+    offsets, size = [], 0
+    for a in arrays:
+        offsets.append(size)
+        size += -(-a.nbytes // 8) * 8  # 8-byte aligned parts: each device view can take its dtype
+    host = torch.zeros(size, dtype=torch.uint8, pin_memory=device.type == "cuda")
+    buf = host.numpy()
+    for a, at in zip(arrays, offsets):
+        buf[at : at + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    dev = host.to(device, non_blocking=True)
+    return [dev[at : at + a.nbytes].view(torch.from_numpy(a[:0]).dtype).view(a.shape) for a, at in zip(arrays, offsets)]
+
+
+def prefill_groups(lengths: list[int], budget: int) -> list[range]:
+    """Consecutive runs of streams, each prefilled in one forward of at most `budget` padded positions
+    (streams x the run's longest prompt); a prompt longer than the budget runs alone."""
+    groups, first, longest = [], 0, 0
+    for i, n in enumerate(lengths):
+        if i > first and (i - first + 1) * max(longest, n) > budget:
+            groups.append(range(first, i))
+            first, longest = i, 0
+        longest = max(longest, n)
+    if lengths:
+        groups.append(range(first, len(lengths)))
+    return groups
 
 
 def stream_params(sampling: SamplingParams, eos: int) -> tuple[dict[str, float | int], dict[str, float | int]]:
@@ -68,6 +114,16 @@ def stream_params(sampling: SamplingParams, eos: int) -> tuple[dict[str, float |
                temperature=sampling.subtalker_temperature, top_k=sampling.subtalker_top_k,
                top_p=sampling.subtalker_top_p, penalty=1.0, eos=-1, min_new_tokens=0)  # fmt: skip
     return code0, sub
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A stream joining the decoder: the free slot it takes, its prompt, draw settings and seed."""
+
+    slot: int
+    prompt: Prompt
+    sampling: SamplingParams
+    seed: int
 
 
 class BatchedDecoder:
@@ -140,33 +196,56 @@ class BatchedDecoder:
 
     # -- streams -------------------------------------------------------------------------------
     def admit(self, slot: int, prompt: Prompt, sampling: SamplingParams, seed: int) -> None:
-        """Prefill `prompt` into `slot` (eager torch Talker, between steps) and run it from the next step."""
-        if not 0 <= slot < self.slots or self.active[slot]:
-            raise ValueError(f"slot {slot} is not free")
-        if prompt.length + 2 > self.max_seq:
-            raise ValueError(f"the prompt has {prompt.length} positions; a slot holds {self.max_seq}")
-        model, tc = self.model, self.tc
+        """One stream joins: admit_all of one."""
+        self.admit_all([Admission(slot, prompt, sampling, seed)])
+
+    def admit_all(self, streams: Sequence[Admission]) -> None:
+        """Prefill each stream's prompt into its slot and run them all from the next step.
+
+        One batched torch Talker forward over the prompts (Transformer.prefill_rows; more than one
+        when they are long, see PREFILL_POSITIONS), then each slot's state: the scalars and sampling
+        records of all streams in one host-to-device copy, each buffer set for all of them by one
+        index op. Everything is queued on the current stream behind the steps in flight; the host
+        never waits for the GPU here.
+        """
+        slots = [a.slot for a in streams]
+        if len(set(slots)) != len(slots) or any(not 0 <= s < self.slots or self.active[s] for s in slots):
+            raise ValueError(f"slots {slots} are not free and distinct")
+        for a in streams:
+            if a.prompt.length + 2 > self.max_seq:
+                raise ValueError(f"the prompt has {a.prompt.length} positions; a slot holds {self.max_seq}")
+        model = self.model
+        n_trailing = [min(a.prompt.trailing.shape[0], self.max_trailing) for a in streams]
+        params = [stream_params(a.sampling, self.eos_id) for a in streams]
+        index, slot32, n_trail, pos, seed, code0, sub = upload([
+            np.array(slots, dtype=np.int64),
+            np.array(slots, dtype=np.int32),
+            np.array(n_trailing, dtype=np.int32),
+            np.array([a.prompt.length for a in streams], dtype=np.int32),
+            np.array([a.seed & 0xFFFF_FFFF_FFFF_FFFF for a in streams], dtype=np.uint64).view(np.int64),
+            param_records([p[0] for p in params]),
+            param_records([p[1] for p in params]),
+        ], model.device)  # fmt: skip
         with torch.inference_mode():
-            view = KVCache(tc, 1, model.dtype, model.device)
-            view.data, view.max_seq = self.cache[slot], self.max_seq
-            h = model.talker.model(prompt.embeds.to(model.dtype), view)[-1]
-            self.hn[slot].copy_(h.float())
-            m = min(prompt.trailing.shape[0], self.max_trailing)
-            self.trailing[slot, :m].copy_(prompt.trailing[:m].float())
-            self.pad[slot].copy_(prompt.pad.float())
-            seed &= 0xFFFF_FFFF_FFFF_FFFF
-            scalars = torch.tensor([m, prompt.length, 0], dtype=torch.int32)
-            self.n_trailing[slot : slot + 1].copy_(scalars[0:1])
-            self.pos[slot : slot + 1].copy_(scalars[1:2])
-            self.step_index[slot : slot + 1].copy_(scalars[2:3])
-            self.seed[slot : slot + 1].copy_(torch.tensor([seed if seed < 2**63 else seed - 2**64]))
-            self.seen[slot].zero_()
-            code0, sub = stream_params(sampling, self.eos_id)
-            n = native.SAMPLE_PARAMS_DTYPE.itemsize
-            self.params_code0[slot * n : (slot + 1) * n].copy_(sample_params([code0], model.device))
-            self.params_sub[slot * n : (slot + 1) * n].copy_(sample_params([sub], model.device))
-            self.slot[slot : slot + 1].fill_(slot)
-        self.active[slot] = True
+            for rows in prefill_groups([a.prompt.length for a in streams], PREFILL_POSITIONS):
+                prompts = [streams[r].prompt.embeds.to(model.dtype) for r in rows]
+                group = index[rows.start : rows.stop]
+                hidden = model.talker.model.prefill_rows(prompts, self.cache, group)
+                self.hn.index_copy_(0, group, hidden.float())
+            for a, s, m in zip(streams, slots, n_trailing):
+                self.trailing[s, :m].copy_(a.prompt.trailing[:m])
+            self.pad.index_copy_(0, index, torch.stack([a.prompt.pad for a in streams]).float())
+            self.n_trailing.index_copy_(0, index, n_trail)
+            self.pos.index_copy_(0, index, pos)
+            self.step_index.index_fill_(0, index, 0)
+            self.seed.index_copy_(0, index, seed)
+            self.seen.index_fill_(0, index, 0)
+            size = native.SAMPLE_PARAMS_DTYPE.itemsize
+            self.params_code0.view(-1, size).index_copy_(0, index, code0)
+            self.params_sub.view(-1, size).index_copy_(0, index, sub)
+            self.slot.index_copy_(0, index, slot32)
+        for s in slots:
+            self.active[s] = True
 
     def release(self, slot: int) -> None:
         """The slot's stream leaves: from the next step its row pads (stream-ordered, no sync)."""

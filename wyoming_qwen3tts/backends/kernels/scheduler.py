@@ -2,7 +2,7 @@
 
 `BatchingBackend.start()` (any thread) queues a stream and returns its session at once; the
 scheduler thread admits queued streams into free slots first come first served at the next step
-boundary (each prefill runs between steps), steps all busy slots, and hands each step's codes to
+boundary (one batched prefill between steps), steps all busy slots, and hands each step's codes to
 their sessions. A stream leaves at end of speech, at its frame limit or when cancelled (its session
 closed), and its slot is free for the next step; no stream waits for another to finish. The codes
 of a step are read back a few steps later (a small ring of pinned copies with events), so the host
@@ -23,7 +23,7 @@ import torch
 
 from ...model.prompt import Prompt
 from ...request import SamplingParams
-from .batched import BatchedDecoder
+from .batched import Admission, BatchedDecoder
 from .frame import NUM_GROUPS
 
 _LOGGER = logging.getLogger(__name__)
@@ -178,8 +178,8 @@ class BatchingBackend:
                     self._slots[slot], self._frames[slot] = session, 0
                     admit.append((slot, session))
             try:
-                for slot, session in admit:
-                    dec.admit(slot, session.prompt, session.sampling, session.seed)
+                if admit:
+                    dec.admit_all([Admission(slot, s.prompt, s.sampling, s.seed) for slot, s in admit])
                 nb = dec.nb
                 if nb:
                     dec.step(nb)

@@ -1,0 +1,133 @@
+"""Batched admission on the GPU (float32, tiny checkpoints): streams admitted together, in one
+BatchedDecoder.admit_all (one batched prefill of prompts of different lengths, right-padded to the
+longest), decode the codes each gets when admitted alone, frame for frame; through the scheduler,
+requests queued at once are admitted in one such prefill and each gets its codes alone. The torch
+math of the batched prefill is checked on the CPU in tests/test_batched_admission.py. GPU only.
+
+Run: python3 -m pytest -q tests/test_batched_admission_gpu.py
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from test_batched_kernels_gpu import _model, _text_ids
+from test_batching_engine_gpu import _engine, _request
+from test_kernels_gpu import ops  # noqa: F401 - the kernels' fixture (skips without a build)
+from wyoming_qwen3tts.backends.kernels.ops import Ops
+from wyoming_qwen3tts.request import SamplingParams
+
+pytestmark = pytest.mark.gpu
+
+Wave = tuple[int, list[tuple[str, object, int]]]  # (join step, [(name, Admission, frames)])
+
+
+def _decode(dec, waves: list[Wave]) -> dict[str, np.ndarray]:  # noqa: ANN001
+    """Each wave joins at its step in ONE admit_all; a stream leaves (release) after its frames.
+    Returns each stream's codes [frames, 16] by name, read as it leaves."""
+    out: dict[str, np.ndarray] = {}
+    running: dict[str, tuple[int, int, int]] = {}  # name -> (slot, leaving step, frames)
+    last = max(join + frames for join, wave in waves for *_, frames in wave)
+    for t in range(last + 1):
+        for name, (slot, end, frames) in list(running.items()):
+            if t == end:
+                torch.cuda.synchronize()
+                out[name] = dec.history[slot, :frames].cpu().numpy().astype(np.int64)
+                dec.release(slot)
+                del running[name]
+        for join, wave in waves:
+            if t == join:
+                dec.admit_all([admission for _, admission, _ in wave])
+                for name, admission, frames in wave:
+                    running[name] = (admission.slot, t + frames, frames)  # type: ignore[attr-defined]
+        dec.step()
+    return out
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+@pytest.mark.parametrize("size", ["tiny", "tiny-0.6b"])
+def test_streams_admitted_together_decode_their_codes_alone(tiny_checkpoint: Path, tiny_checkpoint_06b: Path,
+                                                            ops: Ops, size: str, graphs: bool) -> None:  # noqa: F811  # fmt: skip
+    """Four prompts of 10 to 56 positions (one feeding its text streamed: 30 rows of trailing text)
+    admitted in one admit_all into slots 3, 0, 5, 1 (out of order, slots 2 and 4 padding), then at step
+    16, while two of them still run, two more together into slot 0 (used) and slot 2 (never used):
+    each stream's float32 greedy codes equal those it decodes when admitted alone, frame for frame."""
+    from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
+    from wyoming_qwen3tts.backends.kernels.batched import Admission, BatchedDecoder
+    from wyoming_qwen3tts.backends.kernels.options import KernelOptions
+    from wyoming_qwen3tts.model.prompt import build_prompt
+
+    model = _model(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b)
+    kb = KernelBackend(model, KernelOptions(graph_prefill=False))
+    prompts = {"a": build_prompt(model, _text_ids(12, 1), "ryan", "english"),
+               "b": build_prompt(model, _text_ids(45, 2), "vivian", "chinese"),
+               "c": build_prompt(model, _text_ids(30, 3), "ryan", "english", non_streaming_text=False),
+               "d": build_prompt(model, _text_ids(3, 4), "vivian", "english"),
+               "e": build_prompt(model, _text_ids(20, 5), "vivian", "english", non_streaming_text=False),
+               "f": build_prompt(model, _text_ids(7, 6), "ryan", "chinese")}  # fmt: skip
+    lengths = [p.length for p in prompts.values()]
+    assert len(set(lengths[:4])) == 4, lengths  # the first wave pads three of its four rows
+    greedy = SamplingParams.greedy()
+
+    def stream(name: str, slot: int, frames: int) -> tuple[str, Admission, int]:
+        return name, Admission(slot, prompts[name], greedy, 0), frames
+
+    waves: list[Wave] = [(0, [stream("a", 3, 20), stream("b", 0, 16), stream("c", 5, 24), stream("d", 1, 12)]),
+                         (16, [stream("e", 0, 14), stream("f", 2, 10)])]  # fmt: skip
+
+    def decoder() -> BatchedDecoder:
+        return BatchedDecoder(model, kb.ops, kb.weights, slots=6, max_seq=256, max_trailing=64,
+                              attn_splits=kb.options.attn_splits, graphs=graphs)  # fmt: skip
+
+    together = _decode(decoder(), waves)
+    one = decoder()
+    for _, wave in waves:
+        for name, admission, frames in wave:
+            alone = _decode(one, [(0, [(name, admission, frames)])])[name]
+            assert alone.shape == (frames, 16)
+            mism = np.argwhere(together[name] != alone)
+            assert mism.size == 0, f"stream {name}: first mismatch at frame/code {mism[0].tolist()} of {frames}"
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_requests_queued_together_are_admitted_in_one_prefill(tiny_checkpoint: Path, sampled: bool) -> None:
+    """Four requests queued while the scheduler cannot run (its condition held) are admitted by one
+    admit_all into slots 0-3; each one's codes (greedy, or sampled with its seed) are those it gets
+    when it runs alone on the same backend."""
+    base = SamplingParams() if sampled else SamplingParams.greedy()
+    sampling = replace(base, suppress_eos=True)
+    frames = [30, 20, 40, 12]
+    engine = _engine(tiny_checkpoint, 4)
+    backend = engine.backend
+    requests = [_request(i, sampling, frames[i]) for i in range(4)]
+    prompts = [engine.prepare(r) for r in requests]
+
+    def codes(session) -> np.ndarray:  # noqa: ANN001
+        parts = []
+        while len(got := session.next_frames(8)):
+            parts.append(got)
+        session.close()
+        return np.concatenate(parts)
+
+    alone = [codes(backend.start(p, sampling, r.seed, n)) for p, r, n in zip(prompts, requests, frames)]
+    admitted: list[list[int]] = []
+    admit_all = backend.decoder.admit_all
+
+    def spy(streams) -> None:  # noqa: ANN001
+        admitted.append([a.slot for a in streams])
+        admit_all(streams)
+
+    backend.decoder.admit_all = spy
+    with backend.cond:  # re-entrant: start() takes it too; the scheduler sees all four or none
+        sessions = [backend.start(p, sampling, r.seed, n) for p, r, n in zip(prompts, requests, frames)]
+    together = [codes(s) for s in sessions]
+    assert admitted == [[0, 1, 2, 3]], admitted
+    for i in range(4):
+        assert alone[i].shape == (frames[i], 16)
+        assert np.array_equal(together[i], alone[i]), f"request {i}: codes changed when admitted with others"
+    assert backend.active() == 0 and backend.queued() == 0
