@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ import torch
 from wyoming_qwen3tts import native
 from wyoming_qwen3tts.backends.kernels import batched
 from wyoming_qwen3tts.backends.kernels.batched import Admission, BatchedDecoder, prefill_groups, stream_params
+from wyoming_qwen3tts.backends.kernels.weights import ModelWeights
 from wyoming_qwen3tts.model.checkpoint import load_checkpoint
 from wyoming_qwen3tts.model.prompt import Prompt, build_prompt
 from wyoming_qwen3tts.model.talker import Qwen3TTSModel
@@ -116,8 +118,13 @@ def test_admit_all_leaves_each_slot_as_admitting_it_alone(model: Qwen3TTSModel, 
     slots = [4, 0, 2, 5]
     streams = [Admission(s, p, sp, seed) for s, p, sp, seed in zip(slots, prompts, samplings, seeds)]
 
-    def decoder() -> BatchedDecoder:  # no kernels: admission only (graphs off, nothing steps)
-        return BatchedDecoder(model, None, None, slots=SLOTS, max_seq=MAX_SEQ, max_trailing=16, graphs=False)  # type: ignore[arg-type]
+    # No kernels: admission only (graphs off, nothing steps); the GEMV scratch is sized by a stub.
+    no_kernels = SimpleNamespace(batched_gemv_scratch_floats=lambda matrices: 0)
+    weights = ModelWeights.from_model(model)
+
+    def decoder() -> BatchedDecoder:
+        return BatchedDecoder(model, no_kernels, weights, slots=SLOTS, max_seq=MAX_SEQ, max_trailing=16,  # type: ignore[arg-type]
+                              graphs=False)  # fmt: skip
 
     together = decoder()
     together.seen.fill_(1)

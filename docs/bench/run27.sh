@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run 27 (H200, the session's last minutes): the real server at max_streams 16 with the batched codec
 # worker and batched admission, over Wyoming (no HTTP: its encoder wheel does not fit the call), the
-# kernel library built beforehand (carried in .libcache), then the batched codec's GPU tests.
+# kernel library built beforehand (carried in .libcache), then the batched codec and admission GPU tests.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl-lite/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 Q3T_CACHE_DIR=$PWD/.libcache
 R=$OUT/r; mkdir -p $R
@@ -26,7 +26,7 @@ load wyoming-16 --clients 16
 kill $srv; wait $srv 2>/dev/null
 grep -E "Traceback|Error|rtf" $R/server.log | tail -6 | cut -c1-200
 echo "server done $((SECONDS - t)) s"
-timeout 60 python3 -m pytest -q -x -p no:cacheprovider tests/test_codec_slots_gpu.py > $R/codec-gpu-tests.log 2>&1
+timeout 75 python3 -m pytest -q -p no:cacheprovider tests/test_codec_slots_gpu.py tests/test_batched_admission_gpu.py > $R/codec-gpu-tests.log 2>&1
 tail -3 $R/codec-gpu-tests.log
 tar czf $OUT/run27.tgz -C $OUT r
 echo "total $((SECONDS - t)) s"
