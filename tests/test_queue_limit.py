@@ -30,7 +30,7 @@ from test_handler import FakeEngine
 from test_http_app import metric_value
 from wyoming_qwen3tts.errors import QueueFullError
 from wyoming_qwen3tts.request import SAMPLES_PER_FRAME, SynthesisRequest
-from wyoming_qwen3tts.server import QUEUED_PER_STREAM, TtsService
+from wyoming_qwen3tts.server import QUEUED_MIN, QUEUED_PER_STREAM, TtsService
 from wyoming_qwen3tts.settings import load_settings
 
 pytestmark = pytest.mark.timeout(120)
@@ -97,13 +97,13 @@ async def test_service_with_no_waiting_allowed_refuses_while_every_slot_is_busy(
         service.shutdown()
 
 
-def test_default_is_four_per_stream() -> None:
+def test_default_is_four_per_stream_and_at_least_sixteen() -> None:
     assert load_settings([]).max_queued_streams is None  # unset: the service's rule
     assert load_settings(["--max-queued-streams", "0"]).max_queued_streams == 0
-    assert QUEUED_PER_STREAM == 4
-    for workers in (1, 16):
+    assert (QUEUED_PER_STREAM, QUEUED_MIN) == (4, 16)
+    for workers, want in ((1, 16), (4, 16), (8, 32), (16, 64)):
         service = TtsService(lambda: None, [], workers=workers)  # type: ignore[arg-type, return-value]
-        assert service.max_queued_streams == 4 * workers
+        assert service.max_queued_streams == want
         service.shutdown()
 
 

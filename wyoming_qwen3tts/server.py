@@ -48,10 +48,13 @@ _LOGGER = logging.getLogger(__name__)
 PROGRAM_NAME = "qwen3-tts"
 
 _END = object()
-# max_queued_streams unset: this many waiting sentences per decode slot. A request that has to wait
-# then starts after about this many sentences of each slot, whatever max_streams is: a second or
-# two on a GPU, where an unbounded queue lets a burst make every later request wait longer.
+# max_queued_streams unset: this many waiting sentences per decode slot, and at least QUEUED_MIN. A
+# request that has to wait then starts after about this many sentences of each slot, whatever
+# max_streams is: a second or two on a GPU, where an unbounded queue lets a burst make every later
+# request wait longer. The floor keeps a burst of 16 requests (several satellites and the HTTP API at
+# once: issue 18's load) waiting rather than refused on the default single slot.
 QUEUED_PER_STREAM = 4
+QUEUED_MIN = 16
 
 
 def _retrieve(future: asyncio.Future) -> None:  # type: ignore[type-arg]
@@ -95,7 +98,7 @@ class TtsService:
         """workers: syntheses run at once (max_streams: the batching backend decodes them together);
         the model load and voice cloning stay on one thread of their own, first of all.
         max_queued_streams: sentences that may wait for a worker before a new request is refused
-        (None: QUEUED_PER_STREAM per worker)."""
+        (None: QUEUED_PER_STREAM per worker, at least QUEUED_MIN)."""
         self._load_engine = load_engine
         self._presets = presets
         self._default_voice = default_voice
@@ -113,7 +116,9 @@ class TtsService:
         self._tasks: set[asyncio.Task[None]] = set()  # connections' speaking tasks (one each at most)
         self.max_connections = max_connections
         self.workers = workers
-        self.max_queued_streams = QUEUED_PER_STREAM * workers if max_queued_streams is None else max_queued_streams
+        self.max_queued_streams = (
+            max(QUEUED_MIN, QUEUED_PER_STREAM * workers) if max_queued_streams is None else max_queued_streams
+        )
         self.syntheses = 0  # sentences submitted and not finished: running, or waiting for a worker
         self.connections: set[Connection] = set()
         self._no_connections = asyncio.Event()

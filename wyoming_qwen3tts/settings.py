@@ -31,7 +31,7 @@ from pydantic_settings import (
 from . import __version__
 from .options import DEFAULT_MODEL, Backend, EngineOptions
 from .request import SamplingOverrides
-from .server import QUEUED_PER_STREAM
+from .server import QUEUED_MIN, QUEUED_PER_STREAM
 from .voices import VoicePreset
 
 ENV_PREFIX = "WYOMING_QWEN3TTS_"
@@ -64,7 +64,7 @@ class Settings(BaseSettings):
     write_timeout: float = Field(60.0, gt=0, description="seconds a client may take to accept audio before it is dropped")
     drain_seconds: float = Field(8.0, ge=0, description="on SIGTERM, seconds to finish requests in progress before cancelling them")
     max_pending_requests: int = Field(8, ge=1, description="most requests one connection may have queued or in progress; one more ends it with an error")
-    max_queued_streams: int | None = Field(None, ge=0, description=f"most requests waiting for a decode slot, all connections together; one more is refused at once with an error (none: {QUEUED_PER_STREAM} x max_streams)")
+    max_queued_streams: int | None = Field(None, ge=0, description=f"most requests waiting for a decode slot, all connections together; one more is refused at once with an error (none: {QUEUED_PER_STREAM} x max_streams, at least {QUEUED_MIN})")
     # --- model ---
     model: str = Field(DEFAULT_MODEL, description="Hugging Face repo id or local directory")
     extra_models: list[str] = Field(default_factory=list, description="more models to load beside model, one of each type (e.g. a Base model for cloned voices)")
