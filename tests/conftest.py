@@ -56,3 +56,16 @@ def tiny_voice_design_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Pa
     return write_random_checkpoint(
         tmp_path_factory.mktemp("ckpt") / "tiny-voice-design", "tiny", seed=0, model_type="voice_design"
     )
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():  # noqa: ANN201
+    """One intra-op thread for a module (pytestmark = pytest.mark.usefixtures("one_torch_thread")): the tiny
+    codec runs thousands of small ops, and with several OpenMP threads on a busy 2-core machine the hand-offs
+    cost far more than the work (measured: 300 ms vs 6 ms per streamed frame)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -25,13 +25,7 @@ OPTIONS = EngineOptions(device="cpu", dtype="float32", first_chunk_frames=2, chu
 FRAMES = [30, 17, 45, 9, 24, 3]  # per request: different lengths, so different last groups
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # Thousands of tiny codec ops: intra-op threads on a busy 2-core machine cost more than the work (test_codec.py).
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -84,14 +84,7 @@ def _randomize(model: torch.nn.Module, gen: torch.Generator) -> None:
             p.copy_(new)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # The tiny model runs thousands of small ops; with several intra-op threads on a busy 2-core machine the
-    # OpenMP hand-offs cost far more than the work (measured: 300 ms vs 6 ms per streamed frame).
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

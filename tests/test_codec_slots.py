@@ -42,13 +42,7 @@ def _decoder(dtype: torch.dtype = torch.float32, size: str = "tiny", device: str
     return CodecDecoder.from_tensors(CodecDecoderConfig.from_dict(config), tensors, dtype=dtype, device=dev)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # Thousands of tiny ops: intra-op threads on a busy 2-core machine cost more than the work (test_codec.py).
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
