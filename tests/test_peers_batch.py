@@ -124,8 +124,12 @@ def test_a_peer_without_a_path_is_an_error_not_a_crash(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("Q3T_PEERS_SITE"), reason="Q3T_PEERS_SITE: a folder with the four peer packages")
 def test_the_workers_drive_both_peers_on_a_tiny_cpu_model(tmp_path: Path) -> None:
+    """Needs Q3T_PEERS_SITE, a folder with the three peer packages (.ci/run makes one; CI fails without it)."""
+    if not os.environ.get("Q3T_PEERS_SITE"):
+        if os.environ.get("CI") == "true":
+            pytest.fail("Q3T_PEERS_SITE is not set: .ci/run installs the peer packages there")
+        pytest.skip("Q3T_PEERS_SITE: a folder with the three peer packages (see .ci/run)")
     out = tmp_path / "smoke.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.environ["Q3T_PEERS_SITE"], str(REPO)]))
     proc = subprocess.run([sys.executable, str(REPO / "tests" / "peers_batch_cpu_harness.py"), str(out)], env=env,
