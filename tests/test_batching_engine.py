@@ -235,3 +235,27 @@ def test_a_codec_error_fails_only_its_request(loaded):
 def test_one_stream_backends_keep_the_codec_under_the_engine_lock(loaded):
     """The torch and batch-1 kernel backends (sessions not thread-safe) run no codec worker."""
     assert loaded._codec_worker is None
+
+
+def test_warm_up_runs_max_streams_requests_at_once(loaded):
+    """On a batching backend the warm-up speaks max_streams requests together (the batched admission, the largest
+    bucket and the codec worker's largest calls meet their first allocations there), long enough for the
+    later, larger groups; on one stream it speaks one."""
+    engine = _engine(loaded, max_streams=3)
+    peak = 0
+    seen = threading.Event()
+
+    def watch() -> None:
+        nonlocal peak
+        while not seen.is_set():
+            peak = max(peak, engine.backend.active())
+            time.sleep(0.0005)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        engine.warm_up()
+    finally:
+        seen.set()
+        watcher.join()
+    assert peak == 3
