@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..backends.torch_backend import TorchBackend
 from ..engine import Engine
@@ -191,7 +191,9 @@ def int8_copy(model: Qwen3TTSModel) -> tuple[Qwen3TTSModel, QuantReport]:
 
 
 def float32_copy(model: Qwen3TTSModel) -> Qwen3TTSModel:
-    return copy.deepcopy(model).to(torch.float32)
+    """A float32 copy, each tensor converted on its own device as the copy is made (no second bf16 copy)."""
+    converted: dict[int, Any] = {id(p): nn.Parameter(p.detach().float(), requires_grad=False) for p in model.parameters()}
+    return copy.deepcopy(model, converted)
 
 
 def _voice(engine: Engine, index: int, preferred: str, clone: ClonePrompt | None) -> tuple[str, ClonePrompt | None, str | None]:
