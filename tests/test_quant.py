@@ -180,7 +180,8 @@ def test_teacher_forcing_reproduces_the_reference_greedy_codes(int8_engine) -> N
     """Teacher-forced through its own greedy codes, a model's argmax is those codes: the check computes what
     the decode loop computes."""
     model = int8_engine.model
-    prompt = int8_engine.prepare(SynthesisRequest(text="Teacher forcing, step by step.", speaker="aiden", language="auto"))
+    request = SynthesisRequest(text="Teacher forcing, step by step.", speaker="aiden", language="auto")
+    prompt = int8_engine.prepare(request)
     sampling = SamplingParams.greedy()
     codes = TorchBackend(model).start(prompt, sampling, 0, 25).next_frames(25)
     ended = len(codes) < 25

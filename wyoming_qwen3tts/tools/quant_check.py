@@ -192,11 +192,13 @@ def int8_copy(model: Qwen3TTSModel) -> tuple[Qwen3TTSModel, QuantReport]:
 
 def float32_copy(model: Qwen3TTSModel) -> Qwen3TTSModel:
     """A float32 copy, each tensor converted on its own device as the copy is made (no second bf16 copy)."""
-    converted: dict[int, Any] = {id(p): nn.Parameter(p.detach().float(), requires_grad=False) for p in model.parameters()}
+    converted: dict[int, Any] = {id(p): nn.Parameter(p.detach().float(), requires_grad=False)
+                                 for p in model.parameters()}  # fmt: skip
     return copy.deepcopy(model, converted)
 
 
-def _voice(engine: Engine, index: int, preferred: str, clone: ClonePrompt | None) -> tuple[str, ClonePrompt | None, str | None]:
+def _voice(engine: Engine, index: int, preferred: str,
+           clone: ClonePrompt | None) -> tuple[str, ClonePrompt | None, str | None]:  # fmt: skip
     """(speaker, clone, instruct) for the model's type."""
     if engine.model_type == "custom_voice":
         speakers = engine.speakers
@@ -226,7 +228,8 @@ def run(engine: Engine, candidates: dict[str, Qwen3TTSModel], *, sentences: int,
         result: dict[str, Any] = {"language": language, "long": long, "speaker": speaker or None, "text": text,
                                   "frames": len(codes), "ended": ended}  # fmt: skip
         for name, model in candidates.items():
-            result[name] = compare(reference, teacher_forced(model, prompt, codes_t, steps, sampling.repetition_penalty))
+            forced = teacher_forced(model, prompt, codes_t, steps, sampling.repetition_penalty)
+            result[name] = compare(reference, forced)
         results.append(result)
         _LOG.info("%s: %d frames compared", language, len(codes))
     return results
@@ -243,7 +246,8 @@ def table(results: list[dict[str, Any]], name: str) -> str:
 
     for number, r in enumerate(results, 1):
         label = f"{number:>2} {r['language']}{', long' if r['long'] else ''}"
-        lines.append(row(label, f"{r['frames']}{'' if r['ended'] else '+'}", r[name]["code0"], r[name]["code_predictor"]))
+        frames = f"{r['frames']}{'' if r['ended'] else '+'}"
+        lines.append(row(label, frames, r[name]["code0"], r[name]["code_predictor"]))
     total = sum(r["frames"] for r in results)
     lines.append(row("all", str(total), _pooled([r[name] for r in results], "code0"),
                      _pooled([r[name] for r in results], "code_predictor")))  # fmt: skip
@@ -251,18 +255,20 @@ def table(results: list[dict[str, Any]], name: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m wyoming_qwen3tts.tools.quant_check", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m wyoming_qwen3tts.tools.quant_check",
+                                     description=__doc__.split("\n")[0])  # fmt: skip
     parser.add_argument("--model", required=True, help="checkpoint directory or Hugging Face repo id")
     parser.add_argument("--data-dir", type=Path, default=None, help="where downloaded models are kept")
     parser.add_argument("--device", default="auto", help="auto (a GPU when there is one), cuda, cuda:N, cpu")
     parser.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"],
                         help="the reference's dtype (auto: bfloat16 on a GPU, float32 on the CPU)")  # fmt: skip
-    parser.add_argument("--sentences", type=int, default=len(SENTENCES), help=f"how many of the {len(SENTENCES)} sentences")
+    parser.add_argument("--sentences", type=int, default=len(SENTENCES),
+                        help=f"how many of the {len(SENTENCES)} sentences")  # fmt: skip
     parser.add_argument("--frames", type=int, default=400, help="most frames a sentence (12.5 frames = 1 s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the reference's sampling")
     parser.add_argument("--greedy", action="store_true", help="the reference decodes greedily instead of sampling")
     parser.add_argument("--baseline", action="store_true",
-                        help="also compare a float32 copy of the reference (bf16's own rounding, for scale)")  # fmt: skip
+                        help="also compare a float32 copy of the reference (bf16's own rounding, for scale)")
     parser.add_argument("--reference-audio", type=Path, default=None, help="a Base model: clone this clip's voice")
     parser.add_argument("--reference-text", default=None, help="the clip's transcript (in-context cloning)")
     parser.add_argument("--json", type=Path, default=None, help="write every number here, per step included")
@@ -300,7 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    for name in candidates}  # fmt: skip
         args.json.write_text(json.dumps({
             "model": args.model, "device": engine.info.device, "dtype": engine.info.dtype, "reference_codes": how,
-            "int8": {"matrices": report.modules, "bytes_before": report.bytes_before, "bytes_after": report.bytes_after},
+            "int8": {"matrices": report.modules, "bytes_before": report.bytes_before,
+                     "bytes_after": report.bytes_after},
             "overall": summary, "sentences": results,
         }, indent=1, ensure_ascii=False))  # fmt: skip
         print(f"wrote {args.json}")
