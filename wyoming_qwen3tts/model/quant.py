@@ -25,11 +25,11 @@ shapes, bf16 weights, x with 1 % outlier channels at 10x; docs/int8.md has the s
 
     weights                                       per row      group 128    group 64
     Gaussian N(0, 0.02) (random_checkpoint's)     0.79-0.89 %  0.64-0.65 %  0.59-0.60 %
-    Student-t, nu = 5 (heavy tails)               1.47-2.19 %  0.94-0.96 %  0.80-0.81 %
+    Student-t, nu = 5 (heavy tails)               1.50-2.15 %  0.94-0.97 %  0.80-0.82 %
     Gaussian + 1 % input columns at 4x
-      + 1e-4 of elements at 10-30 sigma           2.11-3.19 %  0.96-1.13 %  0.76-0.90 %
+      + 1e-4 of elements at 10-30 sigma           2.12-3.43 %  0.89-1.13 %  0.69-0.91 %
 
-Groups cut the error to between 3/4 (Gaussian rows) and 1/3 (rows with single far-out weights); every figure
+Groups cut the error to about 3/4 (Gaussian rows) down to 1/3 (rows with single far-out weights); every figure
 stays within a few percent. Per-row int8 weight-only is the common W8A16 scheme (torchao's int8 weight-only;
 its README reports Llama-3-8B wikitext perplexity 7.345 against bf16's 7.332). Whether it holds for this model
 is measured on the real weights by `python -m wyoming_qwen3tts.tools.quant_check` (README, "8-bit weights"),
