@@ -49,6 +49,8 @@ NOT_HERE = {
     "sends the same request to one, with the OpenAI client",
     "python -m wyoming_qwen3tts.voices --data-dir DATA_DIR ": "names the user's data dir and a model from the Hugging "
     "Face hub; tests/test_voices_cli.py runs add, list, remove and design on tiny checkpoints",
+    ".venv/bin/python -m wyoming_qwen3tts.tools.quant_check --model Qwen/": "needs the real model from the Hugging "
+    "Face hub; tests/test_quant.py runs the tool on tiny checkpoints",
     ".venv/bin/wyoming-bench tts 127.0.0.1:10200": "times a server with the real model (minutes on CPU with the "
     "random checkpoint); tests/test_server.py runs wyoming-bench against the server",
 }

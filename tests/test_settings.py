@@ -171,3 +171,17 @@ def test_extra_models_from_flags_environment_and_file(tmp_path, monkeypatch) -> 
     config = tmp_path / "c.toml"
     config.write_text('extra_models = ["d/Base"]\n')
     assert load_settings(["--config", str(config)]).extra_models == ["d/Base"]
+
+
+def test_weights_from_flag_environment_and_file(tmp_path, monkeypatch) -> None:
+    assert load_settings([]).engine_options().weights == "bf16"
+    assert load_settings(["--weights", "int8"]).engine_options().weights == "int8"
+    config = tmp_path / "c.toml"
+    config.write_text('weights = "int8"\n')
+    assert load_settings(["--config", str(config)]).weights == "int8"
+    monkeypatch.setenv("WYOMING_QWEN3TTS_WEIGHTS", "bf16")
+    assert load_settings(["--config", str(config)]).weights == "bf16"  # env over file
+    with pytest.raises(SystemExit):
+        load_settings(["--weights", "int4"])
+    with pytest.raises(ValueError, match="unknown weights"):
+        EngineOptions(weights="fp8")  # type: ignore[arg-type]

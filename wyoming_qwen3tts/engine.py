@@ -31,11 +31,13 @@ from .errors import EmptyTextError, Qwen3TTSError, SynthesisCancelled, TextTooLo
 from .model.checkpoint import Checkpoint, load_checkpoint, resolve_dtype
 from .model.codec import CodecDecoder
 from .model.clone import VoiceCloner
+from .model.quant import is_quantized, quantize_model
 from .model.prompt import ClonePrompt, Prompt, Voice, build_prompt, chat_instruct, chat_text, resolve_language, resolve_speaker
 from .model.reference_audio import read_reference_audio
 from .model.talker import Qwen3TTSModel
 from .model.tokenizer import TextTokenizer
 from .metrics import METRICS
+from .native import NativeUnavailable
 from .options import EngineOptions
 from .runaway import FRAMES_PER_SECOND, LoopDetector, frame_budget
 from .sentences import clean_client_text
@@ -136,6 +138,7 @@ class EngineInfo:
     dtype: str
     backend: str
     backend_reason: str
+    weights: str = "bf16"  # EngineOptions.weights: int8 when the matrices were quantized at load
 
 
 class Engine:
@@ -267,14 +270,20 @@ class Engine:
         ckpt.codec_tensors.clear()
         ckpt.speaker_encoder_tensors.clear()
         ckpt.codec_encoder_tensors.clear()
+        if options.weights == "int8":
+            report = quantize_model(talker)
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()  # hand the freed bf16 matrices back, so the saving shows outside torch too
+            _LOGGER.info("int8 weights: %s", report)
         chosen, reason = make_backend(options.backend, talker, options.kernels, max_streams=options.max_streams,
                                       max_seq=options.max_frames + PROMPT_POSITIONS)  # fmt: skip
         device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
-        info = EngineInfo(model, f"{dev} ({device_name})", str(torch_dtype).removeprefix("torch."), chosen.name, reason)
+        info = EngineInfo(model, f"{dev} ({device_name})", str(torch_dtype).removeprefix("torch."), chosen.name, reason,
+                          options.weights)  # fmt: skip
         _LOGGER.info(
-            "Model %s (%s) loaded in %.1fs: device=%s dtype=%s backend=%s%s",
-            model, ckpt.config.model_type_name, time.monotonic() - started, info.device, info.dtype, info.backend,
-            f" ({reason})" if reason else "",
+            "Model %s (%s) loaded in %.1fs: device=%s dtype=%s weights=%s backend=%s%s",
+            model, ckpt.config.model_type_name, time.monotonic() - started, info.device, info.dtype, info.weights,
+            info.backend, f" ({reason})" if reason else "",
         )
         return cls(ckpt, talker, codec, tokenizer, chosen, options, info, cloner)
 
@@ -492,6 +501,8 @@ def make_backend(name: str, model: Qwen3TTSModel, kernels: KernelOptions | None 
     try:
         from .backends.kernels.backend import KernelBackend
 
+        if is_quantized(model):
+            raise NativeUnavailable("int8 weights need the int8 kernels (not built yet)")
         chosen = KernelBackend(model, kernels)
         lib = chosen.lib
         # Which kernel build runs: the cached library (its name carries the source hash and archs).

@@ -17,6 +17,7 @@ from .request import SamplingOverrides
 DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"
 
 Backend = Literal["auto", "kernels", "torch"]
+Weights = Literal["bf16", "int8"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,9 @@ class EngineOptions:
     device: str = "auto"  # torch device: auto, cuda, cuda:1, cpu
     dtype: str = "auto"  # weights dtype: auto (bfloat16 on a GPU, float32 on the CPU), bfloat16, float16, float32
     backend: Backend = "auto"  # decode loop: fused kernels where they load, else torch
+    # The Talker's and CodePredictor's matrices: as loaded ("bf16": in `dtype`), or int8 with a scale per row,
+    # quantized at load (model/quant.py): half the bytes a frame reads and half their memory.
+    weights: Weights = "bf16"
     first_chunk_frames: int = 2  # frames (80 ms each) in the first audio chunk
     chunk_frames: int = 12  # largest later chunk (groups double from the first up to this)
     max_frames: int = 2048  # most frames per request (12.5 frames = 1 s)
@@ -45,3 +49,5 @@ class EngineOptions:
             raise ValueError("frame counts and max_text_chars must be >= 1")
         if self.backend not in ("auto", "kernels", "torch"):
             raise ValueError(f"unknown backend {self.backend!r}: use auto, kernels or torch")
+        if self.weights not in ("bf16", "int8"):
+            raise ValueError(f"unknown weights {self.weights!r}: use bf16 or int8")

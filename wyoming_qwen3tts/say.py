@@ -31,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=EngineOptions.device, help="auto, cpu, cuda, cuda:N")
     p.add_argument("--dtype", default=EngineOptions.dtype, choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--backend", default=EngineOptions.backend, choices=["auto", "kernels", "torch"])
+    p.add_argument("--weights", default=EngineOptions.weights, choices=["bf16", "int8"],
+                   help="the Talker's and CodePredictor's matrices as loaded, or int8 (README, 8-bit weights)")  # fmt: skip
     p.add_argument("--max-frames", type=int, default=None,
                    help=f"exactly this limit on 80 ms frames (default: the sentence's own budget, at most {EngineOptions.max_frames}; "
                         "see README, What is spoken)")  # fmt: skip
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO, format="%(levelname)s %(message)s")
     try:
         options = EngineOptions(data_dir=args.data_dir, device=args.device, dtype=args.dtype, backend=args.backend,
-                                max_frames=args.max_frames or EngineOptions.max_frames,
+                                weights=args.weights, max_frames=args.max_frames or EngineOptions.max_frames,
                                 sampling=SamplingOverrides(greedy=args.greedy))  # fmt: skip
         engine = Engine.from_pretrained(args.model, options)
         request = SynthesisRequest(
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"wrote {args.out}: {seconds:.2f} s of audio, {frames} frames, {elapsed:.2f} s "
         f"(first audio {0 if first_audio is None else first_audio * 1000:.0f} ms), RTF {rtf:.3f}, "
-        f"backend {engine.info.backend} on {engine.info.device}/{engine.info.dtype}"
+        f"backend {engine.info.backend} on {engine.info.device}/{engine.info.dtype}, {engine.info.weights} weights"
     )
     return 0
 

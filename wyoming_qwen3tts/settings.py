@@ -29,7 +29,7 @@ from pydantic_settings import (
 )
 
 from . import __version__
-from .options import DEFAULT_MODEL, Backend, EngineOptions
+from .options import DEFAULT_MODEL, Backend, EngineOptions, Weights
 from .request import SamplingOverrides
 from .server import QUEUED_MIN, QUEUED_PER_STREAM
 from .voices import VoicePreset
@@ -72,6 +72,7 @@ class Settings(BaseSettings):
     device: str = Field(EngineOptions.device, description="torch device: auto, cuda, cuda:1, cpu")
     dtype: str = Field(EngineOptions.dtype, description="weights dtype: auto, bfloat16, float16, float32")
     backend: Backend = Field(EngineOptions.backend, description="decode loop: fused kernels or plain torch")
+    weights: Weights = Field(EngineOptions.weights, description="the Talker's and CodePredictor's matrices: bf16 (as loaded, in dtype) or int8 (quantized at load: half their bytes and memory)")
     max_streams: int = Field(EngineOptions.max_streams, ge=1, le=16, description="requests decoded at once on the GPU's batched kernels (1: one at a time, the fastest for a lone request)")
     # --- streaming audio ---
     first_chunk_frames: int = Field(EngineOptions.first_chunk_frames, ge=1, description="frames (80 ms each) in the first audio chunk")

@@ -281,7 +281,7 @@ class Talker(nn.Module):
         """
         table = self.model.text_embedding.weight
         rows = F.embedding(ids.to(table.device), table)
-        return self.text_projection(rows.to(self.codec_head.weight.device))
+        return self.text_projection(rows.to(self.model.norm.weight.device))
 
     def embed_codec(self, ids: Tensor) -> Tensor:
         return self.model.codec_embedding(ids)
@@ -324,14 +324,14 @@ class Qwen3TTSModel(nn.Module):
         model.load_state_dict(state, assign=True)
         return model.eval()
 
+    # Read from a norm weight: the matrices may be int8 (model/quant.py), the norms always hold the model's dtype.
     @property
     def dtype(self) -> torch.dtype:
-        return self.talker.codec_head.weight.dtype
-
+        return self.talker.model.norm.weight.dtype
 
     @property
     def device(self) -> torch.device:
-        return self.talker.codec_head.weight.device
+        return self.talker.model.norm.weight.device
 
     def new_talker_cache(self, max_seq: int) -> KVCache:
         return KVCache(self.cfg.talker, max_seq, self.dtype, self.device)
