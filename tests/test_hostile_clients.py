@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import functools
 import random
+import re
 import signal
 import string
 import time
@@ -347,7 +348,10 @@ async def test_close_cancels_pending_work_at_once_and_frees_the_slot(tmp_path: P
         await asyncio.sleep(0.3)
         log = server.log_text()
         assert log.count("Speaking 'word word") == 1 and "Speaking 'more" not in log, log[-2000:]
-        assert "(8 request(s) cancelled)" in log or "cancelling 8 request(s)" in log, log[-2000:]
+        # Every request the server had read is cancelled; how many it had read when the reset came depends on
+        # the machine's load (CI once saw 6 of the 8 read), those still in the socket are never accepted.
+        cancelled = re.findall(r"\((\d+) request\(s\) cancelled\)|cancelling (\d+) request\(s\)", log)
+        assert cancelled and 1 <= int("".join(cancelled[-1])) <= PENDING, log[-2000:]
         held = await Raw.connect(server.port)  # both slots usable again
         await held.event(Event(type="describe"))
         assert (await held.read(10)).type == "info"  # type: ignore[union-attr]
