@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run 26 (H200): the staging by cvt.rn.bf16x2, the attention merge reading its chunks at once, 4 splits
+# Run 26 (H200; run 25 ran the same steps before this tree's kernel changes, without the attention tests): the staging by cvt.rn.bf16x2, the attention merge reading its chunks at once (since removed), 4 splits
 # at 16 slots, a high-priority codec stream under batching. Build, GPU tests, kernel bench
 # (GEMV + ops), multi-stream bench, a profile of a step, the server at max_streams 16.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1

@@ -102,46 +102,23 @@ __device__ __forceinline__ void partial_out(float m, float l, const float (&acc)
     }
 }
 
-// Chunks whose (max, sum) the merge stages in shared memory: every split count the decoders use.
-constexpr int kMergeStaged = 32;
-
 // Head h's first n chunks' (max, sum, accumulator) from scratch (laid out for `splits` chunks per
 // head) into its normalised output, block-wide. Read at L2: in the split pass's last block the
-// partials come from other blocks of the same kernel. The chunks' (max, sum) pairs are read by n
-// threads at once into shared memory and the accumulators kMergeUnroll chunks at a time: a loop of
-// one dependent L2 read per chunk cost ~3 n round trips (run 25 on the H200: a 16-stream layer
-// spent most of its 45-75 us here). The sums run in chunk order as before, the same bits.
+// partials come from other blocks of the same kernel.
 __device__ void merge_head(const float* scratch, int h, int d, int splits, int n, float* __restrict__ out) {
-    constexpr int kMergeUnroll = 8;
-    __shared__ float ms_s[kMergeStaged], ls_s[kMergeStaged];
     const float* base = scratch + (size_t)h * splits * (d + 2);
-    const bool staged = n <= kMergeStaged;
-    if (staged) {
-        const int s = threadIdx.x;
-        if (s < n) {
-            ms_s[s] = q3t_ld_act(base + (size_t)s * (d + 2));
-            ls_s[s] = q3t_ld_act(base + (size_t)s * (d + 2) + 1);
-        }
-        __syncthreads();
-    }
-    const auto max_of = [&](int s) { return staged ? ms_s[s] : q3t_ld_act(base + (size_t)s * (d + 2)); };
     float M = -INFINITY;
-#pragma unroll kMergeUnroll
-    for (int s = 0; s < n; ++s) M = fmaxf(M, max_of(s));
+    for (int s = 0; s < n; ++s) M = fmaxf(M, q3t_ld_act(base + (size_t)s * (d + 2)));
     float L = 0.f;
-#pragma unroll kMergeUnroll
     for (int s = 0; s < n; ++s) {
-        const float ms = max_of(s);
-        const float ls = staged ? ls_s[s] : q3t_ld_act(base + (size_t)s * (d + 2) + 1);
-        if (ms != -INFINITY) L += ls * expf(ms - M);
+        const float ms = q3t_ld_act(base + (size_t)s * (d + 2));
+        if (ms != -INFINITY) L += q3t_ld_act(base + (size_t)s * (d + 2) + 1) * expf(ms - M);
     }
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float a = 0.f;
-#pragma unroll kMergeUnroll
         for (int s = 0; s < n; ++s) {
-            const float ms = max_of(s);
-            const float as = q3t_ld_act(base + (size_t)s * (d + 2) + 2 + i);
-            if (ms != -INFINITY) a += as * expf(ms - M);
+            const float ms = q3t_ld_act(base + (size_t)s * (d + 2));
+            if (ms != -INFINITY) a += q3t_ld_act(base + (size_t)s * (d + 2) + 2 + i) * expf(ms - M);
         }
         out[(size_t)h * d + i] = a / L;
     }
