@@ -64,7 +64,11 @@ if has sanitize_batched; then
   for tool in ${SANITIZERS:-memcheck racecheck}; do
     timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m pytest -q -x -p no:cacheprovider \
       tests/test_batched_kernels_gpu.py -k "never_mix or (split_rows and 4-2-16 and dtype0) or (rows_equal_one_stream and 2-1-16 and 3) or sample_rows or embed_sum or store" > "$OUT/san_batched_$tool.log" 2>&1
-    echo "compute-sanitizer $tool (batched) rc=$?"; tail -4 "$OUT/san_batched_$tool.log"
+    echo "compute-sanitizer $tool (batched kernels) rc=$?"; tail -4 "$OUT/san_batched_$tool.log"
+    # A whole batched decode: joins, a leave, a reused slot, padding rows (kernels/device/sanitize_batched.py).
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 python3 kernels/device/sanitize_batched.py \
+      ${SANITIZE_BATCHED_ARGS:-} > "$OUT/san_batched_decode_$tool.log" 2>&1
+    echo "compute-sanitizer $tool (batched decode) rc=$?"; tail -4 "$OUT/san_batched_decode_$tool.log"
   done
 fi
 if has bench_batched; then
