@@ -94,6 +94,41 @@ def test_streams_admitted_together_decode_their_codes_alone(tiny_checkpoint: Pat
             assert mism.size == 0, f"stream {name}: first mismatch at frame/code {mism[0].tolist()} of {frames}"
 
 
+def test_few_arrivals_are_prefilled_through_the_captured_graphs(tiny_checkpoint: Path, ops: Ops) -> None:  # noqa: F811
+    """Up to GRAPHED_ADMISSIONS streams joining together are prefilled one by one through the one-stream
+    backend's captured prefill graphs and copied into their slots; five at once take the eager batched
+    forward. Each stream's float32 greedy codes equal those of a decoder that admits every stream eagerly."""
+    from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
+    from wyoming_qwen3tts.backends.kernels.batched import GRAPHED_ADMISSIONS, Admission, BatchedDecoder
+    from wyoming_qwen3tts.model.prompt import build_prompt
+
+    model = _model(tiny_checkpoint)
+    kb = KernelBackend(model)
+    assert kb.warm_up() > 0
+    greedy = SamplingParams.greedy()
+    prompts = [build_prompt(model, _text_ids(5 + 9 * i, 10 + i), ("ryan", "vivian")[i % 2], "english")
+               for i in range(8)]  # fmt: skip
+
+    def stream(i: int, slot: int, frames: int) -> tuple[str, Admission, int]:
+        return str(i), Admission(slot, prompts[i], greedy, 0), frames
+
+    waves: list[Wave] = [(0, [stream(0, 0, 12), stream(1, 1, 20)]),
+                         (3, [stream(2, 2, 9)]),
+                         (13, [stream(3, 0, 6), stream(4, 3, 6), stream(5, 4, 6), stream(6, 5, 6), stream(7, 6, 6)])]  # fmt: skip
+    assert len(waves[2][1]) > GRAPHED_ADMISSIONS
+
+    def decoder(graphed: bool) -> BatchedDecoder:
+        extra = dict(prefills=kb.prefills, prefill_cache=kb.state.cache) if graphed else {}
+        return BatchedDecoder(model, kb.ops, kb.weights, slots=8, max_seq=160, max_trailing=64, **extra)
+
+    dec, eager = decoder(True), decoder(False)
+    graphed, reference = _decode(dec, waves), _decode(eager, waves)
+    assert dec.graphed_admissions == 3 and eager.graphed_admissions == 0
+    for name, codes in reference.items():
+        mism = np.argwhere(graphed[name] != codes)
+        assert mism.size == 0, f"stream {name}: first mismatch at frame/code {mism[0].tolist()}"
+
+
 @pytest.mark.parametrize("sampled", [False, True])
 def test_requests_queued_together_are_admitted_in_one_prefill(tiny_checkpoint: Path, sampled: bool) -> None:
     """Four requests queued while the scheduler cannot run (its condition held) are admitted by one

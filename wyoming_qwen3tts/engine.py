@@ -344,6 +344,7 @@ class Engine:
         a stuck loop, with a warning; its audio so far is kept. A request that sets max_frames
         (bench, tests) gets exactly that limit.
         """
+        entered = time.monotonic()
         prompt, text, tokens = self._prepare(request)
         max_frames = min(request.max_frames or self.max_frames, self.max_frames)
         guarded = self.stop_runaway and request.max_frames is None
@@ -394,6 +395,8 @@ class Engine:
                         pcm = audio.decode(codes)
                     else:
                         pcm = samples_to_pcm(self._decode_audio(stream, codes), self._codec_stream)
+                if frames == 0 and _LOGGER.isEnabledFor(logging.DEBUG):
+                    _log_first_chunk(session, entered, time.monotonic())
                 frames += len(codes)
                 stuck = detector.feed(codes, pcm) if detector is not None else None
                 yield AudioChunk(pcm=pcm, codes=codes)
@@ -478,6 +481,20 @@ def _stopped(kind: str, why: str, text: str) -> None:
     """A sentence cut short by the runaway guard: a warning and a count (qwen3tts_runaway_stops_total)."""
     METRICS.runaway_stops.labels(kind).inc()
     _LOGGER.warning("Sentence stopped: %s: %r", why, text if len(text) <= 80 else text[:77] + "...")
+
+
+def _log_first_chunk(session, entered: float, pcm_at: float) -> None:  # noqa: ANN001
+    """Debug: where a request's first chunk spent its time (the batching backend's sessions carry their
+    queue, admission and first-codes times; other sessions log the total only)."""
+    queued = getattr(session, "queued_at", None)
+    admitted = getattr(session, "admitted_at", None)
+    codes = getattr(session, "first_codes_at", None)
+    if queued is None or admitted is None or codes is None:
+        _LOGGER.debug("First chunk after %.1f ms", (pcm_at - entered) * 1000)
+        return
+    _LOGGER.debug("First chunk after %.1f ms: prompt %.1f, queued %.1f, admitted to first codes %.1f, codec %.1f",
+                  (pcm_at - entered) * 1000, (queued - entered) * 1000, (admitted - queued) * 1000,
+                  (codes - admitted) * 1000, (pcm_at - codes) * 1000)  # fmt: skip
 
 
 def next_group_size(previous: int, largest: int) -> int:

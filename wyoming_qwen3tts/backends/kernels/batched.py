@@ -27,10 +27,11 @@ from torch import Tensor
 from ... import native
 from ...model.layers import rope_tables
 from ...model.prompt import Prompt
-from ...model.talker import Qwen3TTSModel
+from ...model.talker import KVCache, Qwen3TTSModel
 from ...request import SamplingParams
 from .frame import MIN_NEW_TOKENS, NO_EOS, NUM_GROUPS
 from .ops import Ops
+from .prefill import PrefillGraphs
 from .weights import ModelWeights, StackWeights
 
 BUCKETS = (1, 2, 4, 8, 16)
@@ -39,6 +40,12 @@ MAX_SLOTS = BUCKETS[-1]  # Q3T_BATCH_MAX
 # prompts (~30-150 positions) go in one forward; longer ones take more, since the attention scores
 # grow with streams x positions^2 (16 prompts of 1,024 positions would hold 1 GiB of them).
 PREFILL_POSITIONS = 4096
+# At most this many streams joining at one step boundary are prefilled one by one through the one-stream
+# backend's captured prefill graphs (a graph replay each, then their K/V copied into the slot); more go
+# through one eager batched forward. A lone arrival's eager prefill is ~1,700 launches issued from Python
+# on the scheduler thread (~25 ms for the 1.7B) while its graph is a few ms of GPU time; 16 arrivals cost
+# 16 replays of a few ms but one eager forward of ~25 ms.
+GRAPHED_ADMISSIONS = 4
 
 
 def attention_splits(slots: int) -> int:
@@ -132,10 +139,14 @@ class BatchedDecoder:
     ops, weights: a KernelBackend's (backend.ops, backend.weights), so both share the weights.
     max_seq: Talker positions per slot (prompt + frames + 1); max_trailing: trailing-text rows per slot.
     attn_splits: the Talker attention's blocks per head (None: attention_splits(slots)).
-    graphs False: steps launch eagerly (tests, profiling)."""
+    graphs False: steps launch eagerly (tests, profiling).
+    prefills, prefill_cache: a one-stream backend's captured prefill graphs and the cache they write: up to
+    GRAPHED_ADMISSIONS streams joining together are prefilled through them (where their graphs are captured)
+    and their K/V copied into their slots; None: every admission runs the eager batched forward."""
 
     def __init__(self, model: Qwen3TTSModel, ops: Ops, weights: ModelWeights, *, slots: int, max_seq: int,
-                 max_trailing: int = 512, attn_splits: int | None = None, graphs: bool = True) -> None:  # fmt: skip
+                 max_trailing: int = 512, attn_splits: int | None = None, graphs: bool = True,
+                 prefills: PrefillGraphs | None = None, prefill_cache: KVCache | None = None) -> None:  # fmt: skip
         if not 1 <= slots <= MAX_SLOTS:
             raise ValueError(f"slots={slots}: 1..{MAX_SLOTS}")
         self.model, self.ops, self.w = model, ops, weights
@@ -179,6 +190,8 @@ class BatchedDecoder:
         # The batched GEMVs' split-K partials and counters (zero once; each call leaves the counters 0).
         self.gemv_scratch = torch.zeros(max(ops.batched_gemv_scratch_floats(self.matrices()), 1), **f32)
         self.active = [False] * rows
+        self.prefills, self.prefill_cache = prefills, prefill_cache
+        self.graphed_admissions = 0  # streams admitted through the prefill graphs (tests, logs)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         if graphs:
             self._capture_all()
@@ -227,11 +240,21 @@ class BatchedDecoder:
             param_records([p[1] for p in params]),
         ], model.device)  # fmt: skip
         with torch.inference_mode():
-            for rows in prefill_groups([a.prompt.length for a in streams], PREFILL_POSITIONS):
-                prompts = [streams[r].prompt.embeds.to(model.dtype) for r in rows]
-                group = index[rows.start : rows.stop]
-                hidden = model.talker.model.prefill_rows(prompts, self.cache, group)
-                self.hn.index_copy_(0, group, hidden.float())
+            if self._graphed(streams):
+                graphs, staging = self.prefills, self.prefill_cache
+                assert graphs is not None and staging is not None
+                for a in streams:  # in stream order: each replay overwrites staging after the last copy
+                    n = a.prompt.length
+                    graphs.prefill(a.prompt.embeds, staging)
+                    self.cache[a.slot, :, :, :n].copy_(staging.data[:, :, :n])
+                    self.hn[a.slot].copy_(graphs.hn)
+                self.graphed_admissions += len(streams)
+            else:
+                for rows in prefill_groups([a.prompt.length for a in streams], PREFILL_POSITIONS):
+                    prompts = [streams[r].prompt.embeds.to(model.dtype) for r in rows]
+                    group = index[rows.start : rows.stop]
+                    hidden = model.talker.model.prefill_rows(prompts, self.cache, group)
+                    self.hn.index_copy_(0, group, hidden.float())
             for a, s, m in zip(streams, slots, n_trailing):
                 self.trailing[s, :m].copy_(a.prompt.trailing[:m])
             self.pad.index_copy_(0, index, torch.stack([a.prompt.pad for a in streams]).float())
@@ -246,6 +269,12 @@ class BatchedDecoder:
             self.slot.index_copy_(0, index, slot32)
         for s in slots:
             self.active[s] = True
+
+    def _graphed(self, streams: Sequence[Admission]) -> bool:
+        """Whether these arrivals are prefilled through the captured one-stream graphs (few, all captured)."""
+        if self.prefills is None or self.prefill_cache is None or len(streams) > GRAPHED_ADMISSIONS:
+            return False
+        return all(self.prefills.captured(a.prompt.length, self.prefill_cache) for a in streams)
 
     def release(self, slot: int) -> None:
         """The slot's stream leaves: from the next step its row pads (stream-ordered, no sync)."""

@@ -46,6 +46,12 @@ class PrefillGraphs:
             cache.reset()
             self.hn.copy_(self.talker(embeds.to(self._x.dtype), cache)[-1])
 
+    def captured(self, length: int, cache: KVCache) -> bool:
+        """Whether a prompt of `length` positions into `cache` replays a graph captured already (no
+        capture, no eager run): what the batched decoder asks before it admits through these graphs."""
+        bucket = prefill_bucket(length, cache.max_seq) if self.enabled else None
+        return bucket is not None and self._cache is cache and bucket in self.graphs
+
     def warm_up(self, cache: KVCache, max_positions: int = WARM_PREFILL_POSITIONS) -> int:
         """Capture the graphs of every bucket up to `max_positions` now (a capture costs tens of
         milliseconds, paid here instead of by the first request of each length). Writes the cache

@@ -52,12 +52,19 @@ class BatchedSession:
         self.frames_done = 0
         self.cancelled = False
         self.prompt_ready: torch.cuda.Event | None = None  # recorded where the prompt was made (BatchingBackend.start)
+        # Host times (time.monotonic) for the first chunk's timeline (the engine logs it at debug level):
+        # queued, admitted (its prefill issued), first codes read back.
+        self.queued_at = time.monotonic()
+        self.admitted_at: float | None = None
+        self.first_codes_at: float | None = None
 
     # -- the scheduler's side (under its condition) ----------------------------------------------
     def _push(self, row: np.ndarray) -> bool:
         """One frame's codes; returns True when the stream has ended (EOS or its limit)."""
         if row[0] == self.scheduler.eos_id:
             return True
+        if self.first_codes_at is None:
+            self.first_codes_at = time.monotonic()
         self._codes.append(row)
         self._ready += 1
         self._received += 1
@@ -115,8 +122,11 @@ class BatchingBackend:
         self.model = single.model
         self.eos_id = single.eos_id
         self.max_streams = max_streams
+        # Few arrivals at once are prefilled through the one-stream backend's captured graphs (warm_up
+        # captures them), into its cache and then copied into their slots: that backend runs no stream itself.
         self.decoder = BatchedDecoder(single.model, single.ops, single.weights, slots=max_streams, max_seq=max_seq,
-                                      max_trailing=max_trailing)  # fmt: skip
+                                      max_trailing=max_trailing, prefills=single.prefills,
+                                      prefill_cache=single.state.cache)  # fmt: skip
         self.cond = threading.Condition()
         self._queue: collections.deque[BatchedSession] = collections.deque()
         self._slots: list[BatchedSession | None] = [None] * max_streams
@@ -149,6 +159,14 @@ class BatchingBackend:
             self._queue.append(session)
             self.cond.notify_all()
         return session
+
+    def warm_up(self) -> int:
+        """Capture the one-stream prefill graphs that admissions replay (the engine's warm-up calls this while
+        no stream runs). Returns how many were captured."""
+        with self.cond:
+            if self._queue or any(self._slots) or self._inflight:
+                raise RuntimeError("the prefill graphs are captured while no stream runs")
+            return self.single.warm_up()
 
     def queued(self) -> int:
         return len(self._queue)
@@ -196,6 +214,9 @@ class BatchingBackend:
                         if session.prompt_ready is not None:
                             self.stream.wait_event(session.prompt_ready)
                     dec.admit_all([Admission(slot, s.prompt, s.sampling, s.seed) for slot, s in admit])
+                    admitted = time.monotonic()
+                    for _slot, session in admit:
+                        session.admitted_at = admitted
                 nb = dec.nb
                 if nb:
                     dec.step(nb)
