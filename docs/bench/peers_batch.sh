@@ -3,7 +3,7 @@
 # and faster-qwen3-tts-batch 0.2.0 generate_voice_clone_batch() (Base 1.7B) at 1, 2, 4, 8, 16 streams, 200 frames per
 # stream, full-size random weights built in memory. JSON, table and log under $OUT.
 #
-# Carry the ignored folder .whl-peers (18 MB: common/ = qwen-tts 0.1.1, transformers 4.57.3, faster-qwen3-tts 0.2.4
+# Carry the ignored folder .whl-peers (19 MB: common/ = qwen-tts 0.1.1, transformers 4.57.3, faster-qwen3-tts 0.2.4
 # and the rest that both peers import; triton/ and fqb/ = the two peers). torch 2.11 brings triton 3.6 itself.
 # Time: ~6 min at most. Each peer has 160 s (--timeout) for a capture/warm-up call and ONE timed call (--runs 1) per
 # stream count, counts run 1, 16, 2, 4, 8; what a timeout cuts off is listed as "not run" in the JSON and table.
@@ -24,9 +24,13 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 
 OURS=()
 if [ "${WITH_OURS:-0}" = 1 ]; then
-  $PIP /tmp/site --upgrade .whl/*.whl || exit 1
-  export Q3T_REQUIRE=1 Q3T_CACHE_DIR=/tmp/q3t-cache
-  PYTHONPATH=/tmp/site:$PWD python3 -m wyoming_qwen3tts.native --werror --force > $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
+  # .whl-lite (our wheels without av: the bench needs no HTTP) where it was carried, else .whl; a library built
+  # beforehand in .libcache where carried (it fits the transfer with the peers' wheels), else built here.
+  WHL=.whl-lite; [ -d $WHL ] || WHL=.whl
+  $PIP /tmp/site --upgrade $WHL/*.whl || exit 1
+  export Q3T_REQUIRE=1 Q3T_CACHE_DIR=/tmp/q3t-cache; FORCE=--force
+  [ -d .libcache ] && { Q3T_CACHE_DIR=$PWD/.libcache; FORCE=; }
+  PYTHONPATH=/tmp/site:$PWD python3 -m wyoming_qwen3tts.native --werror $FORCE > $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
   [ -d /tmp/ck/1.7b ] || PYTHONPATH=/tmp/site:$PWD python3 -m wyoming_qwen3tts.tools.random_checkpoint --size 1.7b \
     --out /tmp/ck/1.7b --device cuda > /dev/null
   PYTHONPATH=/tmp/site:$PWD timeout 200 python3 -m wyoming_qwen3tts.bench.streams --model /tmp/ck/1.7b --frames 200 \
