@@ -193,7 +193,7 @@ def test_batched_gemv_rejects_bad_arguments(ops: Ops) -> None:
     with pytest.raises(native.NativeError, match="nb=17"):
         ops.batched_gemv(w, z[: 17 * 64].view(17, 64), y)
     with pytest.raises(native.NativeError, match="nb=0"):  # raw: an empty tensor has no data pointer
-        ops.lib.call("q3t_batched_gemv", native.F32, w.data_ptr(), 4, 64, z.data_ptr(), 0, None, 1e-6, None,
+        ops.lib.call("q3t_batched_gemv", native.F32, w.data_ptr(), None, 4, 64, z.data_ptr(), 0, None, 1e-6, None,
                      y.data_ptr(), native.GEMV_STORE, None, 0, torch.cuda.current_stream().cuda_stream)  # fmt: skip
     with pytest.raises(native.NativeError, match="multiple of 8"):  # bf16 rows of K = 100 are not 16-byte chunks
         ops.batched_gemv(torch.zeros(4, 100, dtype=torch.bfloat16, device=DEV), z[:200].view(2, 100), y)
