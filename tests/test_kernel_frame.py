@@ -256,3 +256,20 @@ def test_bucket_for() -> None:
     assert [bucket_for(n) for n in (1, 2, 3, 4, 5, 8, 9, 16)] == [1, 2, 4, 4, 8, 8, 16, 16]
     with pytest.raises(ValueError):
         bucket_for(17)
+
+
+def test_matrix_carries_row_scales_for_int8_only() -> None:
+    """ops.Matrix: int8 data needs float32 scales [N], other dtypes take none; a bare int8 tensor is refused
+    (it would reach the kernels without its scales)."""
+    from wyoming_qwen3tts.backends.kernels.ops import _matrix
+
+    q, scale = torch.zeros(4, 16, dtype=torch.int8), torch.ones(4)
+    m = Matrix(q, scale)
+    assert m.shape == (4, 16) and m.dtype == torch.int8
+    for bad in (lambda: Matrix(q), lambda: Matrix(q.float(), scale), lambda: Matrix(q, torch.ones(3)),
+                lambda: Matrix(q, scale.double())):  # fmt: skip
+        with pytest.raises(ValueError):
+            bad()
+    with pytest.raises(ValueError, match="row scales"):
+        _matrix(q)
+    assert _matrix(m)[2] == scale.data_ptr() and _matrix(q.float())[2] is None
