@@ -132,6 +132,9 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<W, MODE, NB, R>()))
     constexpr int SEG = 4 * Q3T_WARP;  // floats of one sum-of-squares segment (a float4 per lane)
     constexpr int kStage = M >= 16 ? 4 : 8;  // float4 loads of x in flight per lane while staging
     constexpr int kOut = (NW * R * NB + kThreads - 1) / kThreads;  // outputs per thread at most
+    // Quarters (4 weights) of a chunk widened per round of the loop below: two, and one for int8 at 64
+    // accumulators (nb 16 at four rows a lane), which spilled a few VGPRs on RDNA with two.
+    constexpr int kRound = sizeof(W) == 1 && M >= 64 ? 1 : 2;
     // Dynamic shared memory: x [NB][T], then norm_w [T], then the segment sums of squares [NB][T / SEG].
     extern __shared__ float4 sm4[];
     __shared__ float part[NW][M];  // each warp's reduced sums
@@ -233,7 +236,9 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<W, MODE, NB, R>()))
             for (int p = 0; p < P; ++p) {
                 if (p == slot) {  // the same for the whole block: one copy of the body per ring slot
                     if (c < nvec) {
-#pragma unroll
+                        // kRound quarters of the chunk per round (bf16: all of it): unrolled over int8's four,
+                        // clang loads x for all of them up front, NB * 16 floats, and spilled at nb = 16 on RDNA.
+#pragma unroll kRound
                         for (int q = 0; q < V / 4; ++q) {
                             float wf[RW][4];
 #pragma unroll
