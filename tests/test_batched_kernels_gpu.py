@@ -581,10 +581,12 @@ def test_batched_decoder_equals_one_stream_backend(tiny_checkpoint: Path, tiny_c
 
 
 
+@pytest.mark.parametrize("weights", ["bf16", "int8"])
 @pytest.mark.parametrize("size", ["tiny", "tiny-0.6b"])
-def test_batched_decoder_bf16_streams_equal_alone(tiny_checkpoint: Path, tiny_checkpoint_06b: Path, ops: Ops,
-                                                  size: str) -> None:  # fmt: skip
-    """bf16 weights (the tensor-core GEMV where the device has one, through the captured graphs):
+def test_batched_decoder_streams_equal_alone(tiny_checkpoint: Path, tiny_checkpoint_06b: Path, ops: Ops,
+                                             size: str, weights: str) -> None:  # fmt: skip
+    """bf16 weights, or a float32 model's matrices quantized to int8 (model/quant.py) (the tensor-core GEMV
+    where the device has one, through the captured graphs):
     streams joining at different steps in buckets 1-4, one leaving and a stream reusing its slot,
     each get exactly the greedy codes they get alone in a one-slot decoder (nb = 1), since no batched
     kernel lets a row see another; and seeded sampling likewise."""
@@ -594,7 +596,14 @@ def test_batched_decoder_bf16_streams_equal_alone(tiny_checkpoint: Path, tiny_ch
     from wyoming_qwen3tts.model.prompt import build_prompt
     from wyoming_qwen3tts.request import SamplingParams
 
-    model = _model(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b, torch.bfloat16)
+    from wyoming_qwen3tts.model.quant import quantize_model
+
+    path = tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b
+    if weights == "int8":
+        model = _model(path)
+        assert quantize_model(model).modules > 0
+    else:
+        model = _model(path, torch.bfloat16)
     kb = KernelBackend(model, KernelOptions(graph_prefill=False))
 
     def decoder(slots: int) -> BatchedDecoder:

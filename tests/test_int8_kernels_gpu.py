@@ -10,10 +10,12 @@ Bounds (relative, ||got - ref|| / ||ref||): against float64 on the same dequanti
 integers are exact in float32 and in bf16, so only the float32 sums round, and on tensor cores x is
 bf16 hi + lo, ~16 mantissa bits); against the float32 weights the int8 came from <= 3e-2 where there are
 many outputs (the quantization's own error, 0.8-0.9 % on these Gaussian rows: docs/int8.md; a scale
-applied to the wrong row would be ~100 %). Bit for bit: run to run; q3t_gemv_batch's vectors against
-one-vector q3t_gemv calls; q3t_batched_gemv's rows at every nb against the same rows at nb = 1.
+applied to the wrong row would be ~100 %). Bit for bit: run to run; q3t_batched_gemv's rows at every nb
+against the same rows at nb = 1 (q3t_gemv_batch's vectors against one-vector q3t_gemv calls: int8 is a case of
+test_kernels_gpu.test_gemv_batch_rows_equal_one_vector_calls).
 Backends: float32 activations, greedy: the int8 kernel backend's codes equal the torch backend's on the
-same quantized model, frame for frame; a batched decoder's int8 streams equal the same streams alone.
+same quantized model, frame for frame, also through the engine (a batched decoder's int8 streams equal the
+same streams alone: a case of test_batched_kernels_gpu.test_batched_decoder_streams_equal_alone).
 
 Run: python3 -m pytest -q -x tests/test_int8_kernels_gpu.py (Q3T_REQUIRE=1 to fail instead of skip when
 the library cannot be built; Q3T_PDL=1 launches with programmatic dependent launch).
@@ -28,10 +30,9 @@ import numpy as np
 import pytest
 import torch
 
-from test_batched_kernels_gpu import NBS, TC_TOL, _run_plan, _tc_device, assert_close, assert_equal
 from test_batched_kernels_gpu import GEMV_SHAPES as BATCHED_SHAPES
-from test_batched_kernels_gpu import _model as _model_no_eos
-from test_batched_kernels_gpu import _text_ids as _text_ids_seeded
+from test_batched_kernels_gpu import NBS, TC_TOL, _tc_device, assert_close, assert_equal
+from test_batched_kernels_gpu import _gemv_reference as _reference  # float64 y (mode) W @ xn, rows of x
 from test_kernels_gpu import GEMV_SHAPES, _greedy_parity, _model, gen, ops, rel  # noqa: F401 - ops: the fixture
 from wyoming_qwen3tts import native
 from wyoming_qwen3tts.backends.kernels.ops import ADD, STORE, SWIGLU, Matrix, Ops
@@ -54,20 +55,6 @@ def _int8(w32: torch.Tensor, offset: int = 0) -> tuple[Matrix, torch.Tensor]:
     data = buf[offset:].view(n, k)
     data.copy_(q)
     return Matrix(data, scale), q.double() * scale.double()[:, None]
-
-
-def _reference(wd: torch.Tensor, x: torch.Tensor, nw: torch.Tensor | None, bias: torch.Tensor | None,
-               y0: torch.Tensor, mode: int, eps: float) -> torch.Tensor:  # fmt: skip
-    """float64 y (mode) W @ xn for x [nb, K] (the rows of y0 ADD's residual)."""
-    xd = x.double()
-    if nw is not None:
-        xd = nw.double() * (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps))
-    r = xd @ wd.double().t()
-    if mode == SWIGLU:
-        return torch.nn.functional.silu(r[:, 0::2]) * r[:, 1::2]
-    if mode == ADD:
-        return y0.double() + r
-    return r + bias.double() if bias is not None else r
 
 
 def _inputs(n: int, k: int, mode: int, rows: int, seed: int):  # noqa: ANN202
@@ -117,27 +104,6 @@ def test_int8_gemv(ops: Ops, mode: int, with_norm: bool, n: int, k: int, aligned
     assert_close(run(split_k=True), y, F32_TOL, "split-K vs q3t_gemv")
     if k <= 4096:  # q3t_gemv is the split-K kernel there: the same bits
         assert torch.equal(run(split_k=True), y)
-
-
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("n,k", [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (2048, 1024), (64, 100),
-                                 (130, 16)])  # fmt: skip
-def test_int8_gemv_batch_rows_equal_one_vector_calls(ops: Ops, mode: int, n: int, k: int) -> None:
-    """q3t_gemv_batch with two vectors (the CodePredictor's first two positions) on int8 rows: each
-    vector's outputs bit for bit those of a one-vector q3t_gemv call."""
-    w32, x2, nw, bias, y0 = _inputs(n, k, mode, 2, n + 3 * k + mode)
-    w, _ = _int8(w32)
-    kw = dict(mode=mode, norm_w=nw, eps=1e-6, bias=bias)
-    want = y0.clone()
-    for b in range(2):
-        ops.gemv(w, x2[b], want[b], **kw)
-    got = y0.clone()
-    ops.gemv_batch(w, x2, got, **kw)
-    one = y0[:1].clone()
-    ops.gemv_batch(w, x2[:1], one, **kw)
-    assert torch.isfinite(got).all()
-    assert_equal(got, want, "two vectors vs two q3t_gemv calls")
-    assert_equal(one[0], want[0], "one vector vs q3t_gemv")
 
 
 def test_int8_gemv_scale_argument(ops: Ops) -> None:
@@ -304,39 +270,3 @@ def test_int8_engine_kernels_equal_torch(tiny_checkpoint: Path, ops: Ops) -> Non
         got = kern.backend.start(kern.prepare(request), greedy, 0, 60).next_frames(60)
         mism = np.argwhere(got != want)
         assert got.shape == want.shape and mism.size == 0, f"first mismatch at frame/code {mism[:1].tolist()}"
-
-
-@pytest.mark.parametrize("size", ["tiny", "tiny-0.6b"])
-def test_int8_batched_streams_equal_alone(tiny_checkpoint: Path, tiny_checkpoint_06b: Path, ops: Ops,
-                                          size: str) -> None:  # fmt: skip
-    """A batched decoder on int8 weights (the tensor-core GEMV where the device has one, through the captured
-    graphs): streams joining at different steps, one leaving and another reusing its slot, each get exactly
-    the codes they get alone in a one-slot decoder (nb = 1), greedy and seeded sampling. (Not compared with the
-    one-stream backend: the tensor-core GEMV keeps x to ~16 bits, where a greedy argmax of random weights may
-    flip; test_batched_kernels_gpu's float32 test covers that comparison on the FMA kernels.)"""
-    from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
-    from wyoming_qwen3tts.backends.kernels.batched import BatchedDecoder
-    from wyoming_qwen3tts.backends.kernels.options import KernelOptions
-    from wyoming_qwen3tts.model.prompt import build_prompt
-    from wyoming_qwen3tts.request import SamplingParams
-
-    model = _quantized(_model_no_eos(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b))
-    kb = KernelBackend(model, KernelOptions(graph_prefill=False))  # the decoder prefills eagerly too
-
-    def decoder(slots: int) -> BatchedDecoder:
-        return BatchedDecoder(model, kb.ops, kb.weights, slots=slots, max_seq=256, max_trailing=64,
-                              attn_splits=kb.options.attn_splits)  # fmt: skip
-
-    prompts = [build_prompt(model, _text_ids_seeded(12, 1), "ryan", "english"),
-               build_prompt(model, _text_ids_seeded(5, 2), "vivian", "chinese"),
-               build_prompt(model, _text_ids_seeded(30, 3), "ryan", "english", non_streaming_text=False),
-               build_prompt(model, _text_ids_seeded(8, 4), "vivian", "english", non_streaming_text=False)]  # fmt: skip
-    greedy, sampled = SamplingParams.greedy(), SamplingParams()
-    runs = [(prompts[0], greedy, 0, 20), (prompts[1], sampled, 11, 32), (prompts[2], greedy, 0, 24),
-            (prompts[3], sampled, 12, 18)]  # fmt: skip
-    alone = [_run_plan(decoder(1), [(0, 0, p, smp, seed, n)])[0] for p, smp, seed, n in runs]
-    plan = [(0, 0, *runs[0]), (0, 2, *runs[1]), (5, 1, *runs[2]), (22, 0, *runs[3])]
-    got = _run_plan(decoder(4), plan)
-    for i in range(len(plan)):
-        mism = np.argwhere(got[i] != alone[i])
-        assert mism.size == 0, f"stream {i}: first mismatch at frame/code {mism[0].tolist()} of {runs[i][3]}"
