@@ -93,6 +93,18 @@ def _gemv_reference(w: torch.Tensor, x: torch.Tensor, nw: torch.Tensor | None, b
     return r + bias.double() if bias is not None else r
 
 
+def rows_alone_and_batched(run, x: torch.Tensor, y0: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+    """run(rows, y) for each of the 16 rows of x alone (returned), then at every nb of NBS and again at 16: each
+    row bit for bit its nb = 1 result (row independence) and finite."""
+    alone = torch.stack([run(x[r : r + 1], y0[r : r + 1].clone())[0] for r in range(16)])
+    for nb in NBS:
+        got = run(x[:nb].contiguous(), y0[:nb].clone())
+        assert torch.isfinite(got).all(), f"nb={nb}: not finite"
+        assert_equal(got, alone[:nb], f"nb={nb} rows vs the same rows at nb=1")
+    assert_equal(run(x[:16].contiguous(), y0.clone()), alone, "a second call at nb=16")
+    return alone
+
+
 def _scratch(ops: Ops, w: torch.Tensor) -> torch.Tensor:
     """A zeroed scratch for w's shape: with it, bf16 weights take the tensor-core kernel (sm_80+)."""
     return torch.zeros(max(ops.batched_gemv_scratch_floats([w]), 1), device=DEV)
@@ -132,12 +144,7 @@ def test_batched_gemv(ops: Ops, dtype: torch.dtype, kernel: str, mode: int, with
     def run(rows: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return _batched_gemv(ops, w, rows, norm, bias, y, mode, scratch=scratch)
 
-    alone = torch.stack([run(x[r : r + 1], y0[r : r + 1].clone())[0] for r in range(16)])
-    for nb in NBS:
-        got = run(x[:nb].contiguous(), y0[:nb].clone())
-        assert torch.isfinite(got).all(), f"nb={nb}: not finite"
-        assert_equal(got, alone[:nb], f"nb={nb} rows vs the same rows at nb=1")
-    assert_equal(run(x[:16].contiguous(), y0.clone()), alone, "a second call at nb=16")
+    alone = rows_alone_and_batched(run, x, y0)
     ref = _gemv_reference(w.float(), x, norm, bias, y0, mode, 1e-6)
     assert_close(alone, ref, tol, "vs float64, same weights")
     if dtype == torch.bfloat16 and n >= 64:  # a norm over many outputs (see test_kernels_gpu.test_gemv_v2)

@@ -31,7 +31,7 @@ import pytest
 import torch
 
 from test_batched_kernels_gpu import GEMV_SHAPES as BATCHED_SHAPES
-from test_batched_kernels_gpu import NBS, TC_TOL, _tc_device, assert_close, assert_equal
+from test_batched_kernels_gpu import TC_TOL, _tc_device, assert_close, assert_equal, rows_alone_and_batched
 from test_batched_kernels_gpu import _gemv_reference as _reference  # float64 y (mode) W @ xn, rows of x
 from test_kernels_gpu import GEMV_SHAPES, _greedy_parity, _model, gen, ops, rel  # noqa: F401 - ops: the fixture
 from wyoming_qwen3tts import native
@@ -162,12 +162,7 @@ def test_int8_batched_gemv(ops: Ops, kernel: str, mode: int, with_norm: bool, n:
         ops.batched_gemv(w, rows, y, mode=mode, norm_w=norm, eps=1e-6, bias=bias, scratch=scratch)
         return y
 
-    alone = torch.stack([run(x[r : r + 1], y0[r : r + 1].clone())[0] for r in range(16)])
-    for nb in NBS:
-        got = run(x[:nb].contiguous(), y0[:nb].clone())
-        assert torch.isfinite(got).all(), f"nb={nb}: not finite"
-        assert_equal(got, alone[:nb], f"nb={nb} rows vs the same rows at nb=1")
-    assert_equal(run(x[:16].contiguous(), y0.clone()), alone, "a second call at nb=16")
+    alone = rows_alone_and_batched(run, x, y0)
     ref = _reference(wd, x, norm, bias, y0, mode, 1e-6)
     assert_close(alone, ref, tol, "vs float64, same int8 weights")
     if n >= 64:
