@@ -8,7 +8,8 @@ SGPRs, static LDS, scratch, spills and the compiler's occupancy, and fails (exit
 - on a gated arch (default gfx1201, gfx1100, gfx942), a kernel uses scratch memory, spills registers
   or has a dynamic stack (sources in EXEMPT_SOURCES aside),
 - a vectorised GEMV loads its weights in fewer 16-byte loads than it issues up front
-  (gfx11/gfx12 `global_load_b128`, gfx9/gfx10 `global_load_dwordx4`), or a bf16 one loads 16-bit values.
+  (gfx11/gfx12 `global_load_b128`, gfx9/gfx10 `global_load_dwordx4`), or a bf16 one loads 16-bit values
+  (an int8 one 8-bit values).
 
     python3 kernels/amd_gate.py --arch gfx1201,gfx1100,gfx942          # hipcc and llvm-objdump on PATH
     python3 kernels/amd_gate.py --hipcc ".ci/sid-run hipcc" --objdump ".ci/sid-run llvm-objdump-21" \\
@@ -46,9 +47,10 @@ GATED_ARCHS = ("gfx1201", "gfx1100", "gfx942")
 EXEMPT_SOURCES: set[str] = set()
 
 # A vectorised GEMV kernel: v1 k_gemv<W, MODE, true> (8 up-front 16-byte loads per lane) and
-# v2 k_gemv2 / k_gemv2x2 <W, MODE, true, PRE> (PRE up front); W t = bf16 (uint16_t), f = float.
-GEMV_VEC = re.compile(r"k_gemv(2|2x2)?I([tf])Li(\d)ELb1E(?:Li(\d+)E)?")
-GEMV_VEC_COUNT = 2 * 3 * (3 * 2 + 1)  # dtypes x modes x (PRE choices x one or two vectors, + v1)
+# v2 k_gemv2 / k_gemv2x2 <W, MODE, true, PRE> (PRE up front); W t = bf16 (uint16_t), f = float,
+# a = int8 (int8_t, Q3T_I8).
+GEMV_VEC = re.compile(r"k_gemv(2|2x2)?I([tfa])Li(\d)ELb1E(?:Li(\d+)E)?")
+GEMV_VEC_COUNT = 3 * 3 * (3 * 2 + 1)  # dtypes x modes x (PRE choices x one or two vectors, + v1)
 
 _REMARK = re.compile(
     r"^(?P<file>[^\s:][^:\n]*):\d+:\d+: remark: (?P<key>[^:\n]+?): (?P<value>\S+) "
@@ -165,6 +167,7 @@ def wide_load(arch: str) -> str:
 
 
 _NARROW16 = re.compile(r"\bglobal_load_(u16|i16|ushort|sshort|short_d16\w*|d16\w*)\b")
+_NARROW8 = re.compile(r"\bglobal_load_(u8|i8|ubyte|sbyte)\b")
 
 
 def gemv_load_problems(funcs: dict[str, list[str]], arch: str) -> tuple[list[str], list[str]]:
@@ -179,11 +182,14 @@ def gemv_load_problems(funcs: dict[str, list[str]], arch: str) -> tuple[list[str
         want = int(m.group(4)) if m.group(1) else 8
         n_wide = sum(ln.startswith(wide) for ln in lines)
         n_narrow = sum(bool(_NARROW16.match(ln)) for ln in lines)
-        report.append(f"{m.group(1) or 'v1'} {m.group(0)}: {n_wide} {wide}, {n_narrow} 16-bit loads")
+        n_bytes = sum(bool(_NARROW8.match(ln)) for ln in lines)
+        report.append(f"{m.group(1) or 'v1'} {m.group(0)}: {n_wide} {wide}, {n_narrow} 16-bit, {n_bytes} 8-bit loads")
         if n_wide < want:
             bad.append(f"{arch} {name}: {n_wide} {wide}, fewer than its {want} up-front weight loads")
         if m.group(2) == "t" and n_narrow:
             bad.append(f"{arch} {name}: {n_narrow} 16-bit global loads in a vectorised bf16 GEMV")
+        if m.group(2) == "a" and n_bytes:
+            bad.append(f"{arch} {name}: {n_bytes} 8-bit global loads in a vectorised int8 GEMV")
     if checked != GEMV_VEC_COUNT:
         bad.append(f"{arch}: found {checked} vectorised GEMV kernels, expected {GEMV_VEC_COUNT}")
     return report, bad
@@ -261,7 +267,7 @@ _DEMANGLE_CACHE: dict[str, str] = {}
 
 def short_names(names: list[str]) -> dict[str, str]:
     """Readable kernel names: demangled (c++filt, where present), without namespaces and parameters;
-    uint16_t template arguments are bf16 in this tree."""
+    uint16_t template arguments are bf16 in this tree, int8_t (signed char) ones int8 weights."""
     todo = [n for n in names if n not in _DEMANGLE_CACHE]
     cxxfilt = shutil.which("c++filt")
     demangled = todo
@@ -271,7 +277,7 @@ def short_names(names: list[str]) -> dict[str, str]:
         if len(out) == len(todo):
             demangled = out
     for raw, d in zip(todo, demangled):
-        d = d.replace("(anonymous namespace)::", "").replace("unsigned short", "bf16")
+        d = d.replace("(anonymous namespace)::", "").replace("unsigned short", "bf16").replace("signed char", "int8")
         depth, cut = 0, len(d)
         for i, ch in enumerate(d):  # drop the parameter list: the first '(' outside template brackets
             depth += ch == "<"

@@ -8,6 +8,7 @@
 # (kernels/device/bench_options.py). launch_floor: µs per kernel of an empty dependent chain in one
 # graph (kernels/device/launch_floor.cu).
 # tests_batched, sanitize_batched, bench_batched: the batched-step kernels (issue 16; kernels/README.md).
+# tests_int8: the GEMVs on int8 weights and the int8 kernel backends (issue 20; docs/int8.md).
 set -uo pipefail
 OUT=${OUT:-/tmp/q3t-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 Q3T_REQUIRE=1 Q3T_CACHE_DIR=${Q3T_CACHE_DIR:-/tmp/q3t-cache}
@@ -57,6 +58,12 @@ if has tests_batched; then
   # The batched-step kernels (tests/test_batched_kernels_gpu.py), PDL off then on.
   for pdl in 0 1; do
     Q3T_PDL=$pdl timeout 300 python3 -m pytest -q -x -p no:cacheprovider tests/test_batched_kernels_gpu.py -rs 2>&1 | tee "$OUT/pytest_batched_pdl$pdl.log" | tail -15
+  done
+fi
+if has tests_int8; then
+  # int8 weights (tests/test_int8_kernels_gpu.py), PDL off then on.
+  for pdl in 0 1; do
+    Q3T_PDL=$pdl timeout 500 python3 -m pytest -q -x -p no:cacheprovider tests/test_int8_kernels_gpu.py -rs 2>&1 | tee "$OUT/pytest_int8_pdl$pdl.log" | tail -15
   done
 fi
 if has sanitize_batched; then

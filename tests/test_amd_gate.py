@@ -159,7 +159,7 @@ def test_splits_a_disassembly_by_function() -> None:
 def _gemv_functions(wide: str) -> dict[str, list[str]]:
     """One function per vectorised GEMV kernel of the library, each with its up-front 16-byte loads."""
     funcs = {}
-    for w in "tf":
+    for w in "tfa":  # float32, bf16 bits, int8
         for mode in range(3):
             v1 = f"_ZN12_GLOBAL__N_16k_gemvI{w}Li{mode}ELb1EEEvPKT_iiPKfS5_fS5_Pf"
             funcs[v1] = [f"{wide} v[0:3], v[4:5], off"] * 8
@@ -178,16 +178,20 @@ def test_gemv_isa_check(arch: str, wide: str) -> None:
     assert len(funcs) == amd_gate.GEMV_VEC_COUNT
     report, bad = amd_gate.gemv_load_problems(funcs, arch)
     assert bad == [] and len(report) == amd_gate.GEMV_VEC_COUNT
-    # one load short of the up-front ones; 16-bit weight loads in a bf16 kernel; a kernel gone
+    # one load short of the up-front ones; 16-bit weight loads in a bf16 kernel; 8-bit ones in an int8
+    # kernel; a kernel gone
     short = "_ZN12_GLOBAL__N_17k_gemv2ItLi2ELb1ELi8EEEvPKT_iiiPKfS5_fS5_Pf"
     funcs[short] = funcs[short][1:]
     narrow = "_ZN12_GLOBAL__N_16k_gemvItLi1ELb1EEEvPKT_iiPKfS5_fS5_Pf"
     funcs[narrow] = [*funcs[narrow], "global_load_u16 v1, v[2:3], off"]
+    bytewise = "_ZN12_GLOBAL__N_17k_gemv2IaLi0ELb1ELi4EEEvPKT_iiiPKfS5_fS5_Pf"
+    funcs[bytewise] = [*funcs[bytewise], "global_load_i8 v1, v[2:3], off"]
     del funcs["_ZN12_GLOBAL__N_19k_gemv2x2IfLi0ELb1ELi2EEEvPKT_iiiPKfS5_fS5_Pf"]
     _, bad = amd_gate.gemv_load_problems(funcs, arch)
-    assert len(bad) == 3, bad
+    assert len(bad) == 4, bad
     assert any(short in b and "7 global_load" in b and "fewer than its 8 up-front" in b for b in bad)
     assert any("16-bit global loads" in b for b in bad)
+    assert any(bytewise in b and "8-bit global loads in a vectorised int8 GEMV" in b for b in bad)
     assert any(f"found {amd_gate.GEMV_VEC_COUNT - 1} vectorised GEMV kernels" in b for b in bad)
 
 

@@ -93,6 +93,18 @@ def _gemv_reference(w: torch.Tensor, x: torch.Tensor, nw: torch.Tensor | None, b
     return r + bias.double() if bias is not None else r
 
 
+def rows_alone_and_batched(run, x: torch.Tensor, y0: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+    """run(rows, y) for each of the 16 rows of x alone (returned), then at every nb of NBS and again at 16: each
+    row bit for bit its nb = 1 result (row independence) and finite."""
+    alone = torch.stack([run(x[r : r + 1], y0[r : r + 1].clone())[0] for r in range(16)])
+    for nb in NBS:
+        got = run(x[:nb].contiguous(), y0[:nb].clone())
+        assert torch.isfinite(got).all(), f"nb={nb}: not finite"
+        assert_equal(got, alone[:nb], f"nb={nb} rows vs the same rows at nb=1")
+    assert_equal(run(x[:16].contiguous(), y0.clone()), alone, "a second call at nb=16")
+    return alone
+
+
 def _scratch(ops: Ops, w: torch.Tensor) -> torch.Tensor:
     """A zeroed scratch for w's shape: with it, bf16 weights take the tensor-core kernel (sm_80+)."""
     return torch.zeros(max(ops.batched_gemv_scratch_floats([w]), 1), device=DEV)
@@ -132,12 +144,7 @@ def test_batched_gemv(ops: Ops, dtype: torch.dtype, kernel: str, mode: int, with
     def run(rows: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return _batched_gemv(ops, w, rows, norm, bias, y, mode, scratch=scratch)
 
-    alone = torch.stack([run(x[r : r + 1], y0[r : r + 1].clone())[0] for r in range(16)])
-    for nb in NBS:
-        got = run(x[:nb].contiguous(), y0[:nb].clone())
-        assert torch.isfinite(got).all(), f"nb={nb}: not finite"
-        assert_equal(got, alone[:nb], f"nb={nb} rows vs the same rows at nb=1")
-    assert_equal(run(x[:16].contiguous(), y0.clone()), alone, "a second call at nb=16")
+    alone = rows_alone_and_batched(run, x, y0)
     ref = _gemv_reference(w.float(), x, norm, bias, y0, mode, 1e-6)
     assert_close(alone, ref, tol, "vs float64, same weights")
     if dtype == torch.bfloat16 and n >= 64:  # a norm over many outputs (see test_kernels_gpu.test_gemv_v2)
@@ -193,7 +200,7 @@ def test_batched_gemv_rejects_bad_arguments(ops: Ops) -> None:
     with pytest.raises(native.NativeError, match="nb=17"):
         ops.batched_gemv(w, z[: 17 * 64].view(17, 64), y)
     with pytest.raises(native.NativeError, match="nb=0"):  # raw: an empty tensor has no data pointer
-        ops.lib.call("q3t_batched_gemv", native.F32, w.data_ptr(), 4, 64, z.data_ptr(), 0, None, 1e-6, None,
+        ops.lib.call("q3t_batched_gemv", native.F32, w.data_ptr(), None, 4, 64, z.data_ptr(), 0, None, 1e-6, None,
                      y.data_ptr(), native.GEMV_STORE, None, 0, torch.cuda.current_stream().cuda_stream)  # fmt: skip
     with pytest.raises(native.NativeError, match="multiple of 8"):  # bf16 rows of K = 100 are not 16-byte chunks
         ops.batched_gemv(torch.zeros(4, 100, dtype=torch.bfloat16, device=DEV), z[:200].view(2, 100), y)
@@ -581,10 +588,12 @@ def test_batched_decoder_equals_one_stream_backend(tiny_checkpoint: Path, tiny_c
 
 
 
+@pytest.mark.parametrize("weights", ["bf16", "int8"])
 @pytest.mark.parametrize("size", ["tiny", "tiny-0.6b"])
-def test_batched_decoder_bf16_streams_equal_alone(tiny_checkpoint: Path, tiny_checkpoint_06b: Path, ops: Ops,
-                                                  size: str) -> None:  # fmt: skip
-    """bf16 weights (the tensor-core GEMV where the device has one, through the captured graphs):
+def test_batched_decoder_streams_equal_alone(tiny_checkpoint: Path, tiny_checkpoint_06b: Path, ops: Ops,
+                                             size: str, weights: str) -> None:  # fmt: skip
+    """bf16 weights, or a float32 model's matrices quantized to int8 (model/quant.py) (the tensor-core GEMV
+    where the device has one, through the captured graphs):
     streams joining at different steps in buckets 1-4, one leaving and a stream reusing its slot,
     each get exactly the greedy codes they get alone in a one-slot decoder (nb = 1), since no batched
     kernel lets a row see another; and seeded sampling likewise."""
@@ -594,7 +603,14 @@ def test_batched_decoder_bf16_streams_equal_alone(tiny_checkpoint: Path, tiny_ch
     from wyoming_qwen3tts.model.prompt import build_prompt
     from wyoming_qwen3tts.request import SamplingParams
 
-    model = _model(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b, torch.bfloat16)
+    from wyoming_qwen3tts.model.quant import quantize_model
+
+    path = tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b
+    if weights == "int8":
+        model = _model(path)
+        assert quantize_model(model).modules > 0
+    else:
+        model = _model(path, torch.bfloat16)
     kb = KernelBackend(model, KernelOptions(graph_prefill=False))
 
     def decoder(slots: int) -> BatchedDecoder:

@@ -27,6 +27,22 @@ def test_frame_bytes_match_the_model_doc() -> None:
     assert big["kv_per_token"] == small["kv_per_token"] == 114_688
 
 
+def test_frame_bytes_of_int8_weights() -> None:
+    """weights="int8": every matrix one byte an element and four a row (its scale); norms and the projection's bias
+    as before. So a frame reads a little over half the bf16 bytes."""
+    for size in ("1.7b", "0.6b"):
+        cfg = model_config_dict(size)
+        bf16, int8 = roofline.frame_bytes(cfg), roofline.frame_bytes(cfg, weights="int8")
+        tc = cfg["talker_config"]
+        h, i, hd, layers = tc["hidden_size"], tc["intermediate_size"], tc["head_dim"], tc["num_hidden_layers"]
+        q, kv = tc["num_attention_heads"] * hd, tc["num_key_value_heads"] * hd
+        elements = layers * (h * (q + 2 * kv) + q * h + 3 * h * i) + tc["vocab_size"] * h
+        rows = layers * (q + 2 * kv + h + 2 * i + h) + tc["vocab_size"]
+        assert bf16["talker"] - int8["talker"] == elements - 4 * rows  # two bytes an element -> one, plus scales
+        assert 0.5 < int8["weights"] / bf16["weights"] < 0.51
+        assert int8["kv_per_token"] == bf16["kv_per_token"]
+
+
 def test_no_eos_wrapper_keeps_the_torch_session_going(tiny_checkpoint: Path) -> None:
     from wyoming_qwen3tts.engine import Engine, EngineOptions
     from wyoming_qwen3tts.request import SamplingParams, SynthesisRequest
@@ -87,6 +103,7 @@ def test_bench_cli_runs_torch_and_reports_peers_that_cannot_run(tiny_checkpoint:
     assert 0 < t["ttfa_ms"] < 1e3 * max(t["raw"]["e2e_s"]) * 10
     assert t["peak_alloc_gib"] is None  # CPU: no GPU memory to report
     assert t["first_chunk_frames"] == 2 and t["prompt_positions"] > 9
+    assert t["weights"] == results["meta"]["weights"] == "bf16"
 
     # A backend or a peer that cannot run becomes a row with the reason, not a crash.
     assert not rows["kernels"]["ok"] and "needs a GPU" in rows["kernels"]["reason"]
@@ -99,6 +116,18 @@ def test_bench_cli_runs_torch_and_reports_peers_that_cannot_run(tiny_checkpoint:
     png = (out / "results.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     assert "==== fq" in (out / "workers.log").read_text()
+
+
+def test_bench_worker_quantizes_with_weights_int8(tiny_checkpoint: Path) -> None:
+    """--weights int8 reaches our engine as the setting: the matrices quantized at load, recorded in the row."""
+    from wyoming_qwen3tts.bench.common import WorkerArgs
+    from wyoming_qwen3tts.bench.ours import run_ours
+
+    w = WorkerArgs(engine="torch", model=str(tiny_checkpoint), device="cpu", frames=3, sentence_frames=2, runs=1,
+                   warmup=0, context=8, text="Hello there.", speaker="vivian", language="english", seed=1,
+                   weights="int8")  # fmt: skip
+    res = run_ours(w)
+    assert res["weights"] == "int8" and res["decode_fps"] > 0
 
 
 def test_merge_combines_runs_and_recomputes_ratios(tmp_path: Path) -> None:

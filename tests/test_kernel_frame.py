@@ -1,8 +1,9 @@
 """The kernel backend's launch list (backends/kernels/frame.py) on the CPU: every q3t entry point is
 replaced by a torch version of what kernels/include/q3t.h says it computes, shapes checked at each
 call, and the frame's launches must then give the torch backend's greedy codes for 40 frames, with
-(tiny) and without (tiny-0.6b) the Talker -> CodePredictor projection, and under teacher forcing the
-same logits. What this cannot see, the kernels themselves, tests/test_kernels_gpu.py checks on a GPU."""
+(tiny) and without (tiny-0.6b) the Talker -> CodePredictor projection, with the matrices as they
+load and quantized to int8 (model/quant.py: the launch list must hand every GEMV its row scales), and
+under teacher forcing the same logits. What this cannot see, the kernels themselves, tests/test_kernels_gpu.py checks on a GPU."""
 
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ import torch
 from torch import Tensor
 
 from wyoming_qwen3tts.backends.kernels.frame import NUM_GROUPS, FrameState, launch_frame
-from wyoming_qwen3tts.backends.kernels.ops import ADD, STORE, SWIGLU
+from wyoming_qwen3tts.backends.kernels.ops import ADD, STORE, SWIGLU, Matrix
 from wyoming_qwen3tts.backends.kernels.prefill import PrefillGraphs
 from wyoming_qwen3tts.backends.kernels.weights import ModelWeights
 from wyoming_qwen3tts.backends.torch_backend import TorchBackend
 from wyoming_qwen3tts.model.checkpoint import load_checkpoint
 from wyoming_qwen3tts.model.layers import rms_norm
 from wyoming_qwen3tts.model.prompt import build_prompt
+from wyoming_qwen3tts.model.quant import dequantize_rows, quantize_model
 from wyoming_qwen3tts.model.talker import Qwen3TTSModel, apply_rope
 from wyoming_qwen3tts.request import SamplingParams
 
@@ -35,24 +37,26 @@ class TorchOps:
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
 
-    def gemv(self, w: Tensor, x: Tensor, y: Tensor, *, mode: int = STORE, norm_w: Tensor | None = None,
+    def gemv(self, w: Matrix, x: Tensor, y: Tensor, *, mode: int = STORE, norm_w: Tensor | None = None,
              eps: float = 0.0, bias: Tensor | None = None, stream: int | None = None) -> None:  # fmt: skip
         self.calls["gemv"] += 1
         self._gemv(w, x[None], y.view(1, -1), mode, norm_w, eps, bias)
 
-    def gemv_batch(self, w: Tensor, x: Tensor, y: Tensor, *, mode: int = STORE, norm_w: Tensor | None = None,
+    def gemv_batch(self, w: Matrix, x: Tensor, y: Tensor, *, mode: int = STORE, norm_w: Tensor | None = None,
                    eps: float = 0.0, bias: Tensor | None = None, stream: int | None = None) -> None:  # fmt: skip
         self.calls["gemv_batch"] += 1
         assert x.ndim == 2 and y.shape[0] == x.shape[0]
         self._gemv(w, x, y, mode, norm_w, eps, bias)
 
     @staticmethod
-    def _gemv(w: Tensor, x: Tensor, y: Tensor, mode: int, norm_w: Tensor | None, eps: float, bias: Tensor | None) -> None:
+    def _gemv(w: Matrix, x: Tensor, y: Tensor, mode: int, norm_w: Tensor | None, eps: float, bias: Tensor | None) -> None:
         n, k = w.shape
         assert x.shape[1] == k and y.shape[1] == (n // 2 if mode == SWIGLU else n), (w.shape, x.shape, y.shape)
         assert x.dtype == y.dtype == torch.float32 and (bias is None or mode == STORE)
+        assert isinstance(w, Matrix) and (w.scale is not None) == (w.dtype == torch.int8)
+        dense = dequantize_rows(w.data, w.scale) if w.scale is not None else w.data.float()
         xn = rms_norm(x, norm_w, eps) if norm_w is not None else x
-        r = xn @ w.float().t()
+        r = xn @ dense.t()
         if mode == SWIGLU:
             y.copy_(torch.nn.functional.silu(r[:, 0::2]) * r[:, 1::2])
         elif mode == ADD:
@@ -174,12 +178,19 @@ def _prefilled(model: Qwen3TTSModel, prompt) -> FrameState:  # noqa: ANN001
     return state
 
 
+@pytest.mark.parametrize("matrices_as", ["float32", "int8"])
 @pytest.mark.parametrize("size", ["tiny", "tiny-0.6b"])
-def test_launch_list_gives_the_torch_backends_greedy_codes(tiny_checkpoint, tiny_checkpoint_06b, size):
+def test_launch_list_gives_the_torch_backends_greedy_codes(tiny_checkpoint, tiny_checkpoint_06b, size, matrices_as):
     model = _model(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b)
+    if matrices_as == "int8":  # both sides read the same integers: the torch backend through QuantLinear
+        assert quantize_model(model).modules > 0
     prompt = _prompt(model)
     want = TorchBackend(model).start(prompt, GREEDY, 0, FRAMES).next_frames(FRAMES)
     weights, state, ops = ModelWeights.from_model(model), _prefilled(model, prompt), TorchOps()
+    stacks = (*weights.talker.layers, *weights.code_predictor.layers)
+    matrices = [*(m for L in stacks for m in (L.qkv, L.o, L.gate_up, L.down)), weights.codec_head, *weights.lm_heads,
+                *([weights.proj_w] if weights.proj_w is not None else [])]  # fmt: skip
+    assert {m.dtype for m in matrices} == {torch.int8 if matrices_as == "int8" else torch.float32}
     with torch.inference_mode():
         for _ in range(FRAMES):
             launch_frame(ops, weights, state, GREEDY, stream=0)  # type: ignore[arg-type]
@@ -245,3 +256,20 @@ def test_bucket_for() -> None:
     assert [bucket_for(n) for n in (1, 2, 3, 4, 5, 8, 9, 16)] == [1, 2, 4, 4, 8, 8, 16, 16]
     with pytest.raises(ValueError):
         bucket_for(17)
+
+
+def test_matrix_carries_row_scales_for_int8_only() -> None:
+    """ops.Matrix: int8 data needs float32 scales [N], other dtypes take none; a bare int8 tensor is refused
+    (it would reach the kernels without its scales)."""
+    from wyoming_qwen3tts.backends.kernels.ops import _matrix
+
+    q, scale = torch.zeros(4, 16, dtype=torch.int8), torch.ones(4)
+    m = Matrix(q, scale)
+    assert m.shape == (4, 16) and m.dtype == torch.int8
+    for bad in (lambda: Matrix(q), lambda: Matrix(q.float(), scale), lambda: Matrix(q, torch.ones(3)),
+                lambda: Matrix(q, scale.double())):  # fmt: skip
+        with pytest.raises(ValueError):
+            bad()
+    with pytest.raises(ValueError, match="row scales"):
+        _matrix(q)
+    assert _matrix(m)[2] == scale.data_ptr() and _matrix(q.float())[2] is None

@@ -157,17 +157,23 @@ def test_gemv_rejects_oversized_k(ops: Ops) -> None:
         ops.gemv(w, x, torch.zeros(1, device=DEV))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8])
 @pytest.mark.parametrize("mode", [STORE, ADD, SWIGLU])
-@pytest.mark.parametrize("n,k", [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (64, 100), (130, 16)])
+@pytest.mark.parametrize("n,k", [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (2048, 1024), (64, 100),
+                                 (130, 16)])  # fmt: skip
 def test_gemv_batch_rows_equal_one_vector_calls(ops: Ops, dtype: torch.dtype, mode: int, n: int, k: int) -> None:
     """q3t_gemv_batch with two input vectors (the CodePredictor's positions 0 and 1) against two
     q3t_gemv calls on fresh random inputs: each vector's outputs bit for bit (each gets its own
-    RMSNorm; ADD adds to its own row); nb = 1 is a q3t_gemv call."""
+    RMSNorm; ADD adds to its own row); nb = 1 is a q3t_gemv call. int8: the weights quantized per row
+    (model/quant.py), with their scales."""
+    from wyoming_qwen3tts.backends.kernels.ops import Matrix
+    from wyoming_qwen3tts.model.quant import quantize_rows
+
     if mode == SWIGLU and n % 2:
         pytest.skip("SwiGLU takes gate/up row pairs")
     g = gen(n + 3 * k + mode)
-    w = (torch.randn(n, k, device=DEV, generator=g) * 0.05).to(dtype)
+    w32 = torch.randn(n, k, device=DEV, generator=g) * 0.05
+    w = Matrix(*quantize_rows(w32)) if dtype == torch.int8 else w32.to(dtype)
     x2 = torch.randn(2, k, device=DEV, generator=g)
     x2[1] *= 3.0  # a different RMS scale per row
     nw = torch.rand(k, device=DEV, generator=g) + 0.5

@@ -63,6 +63,7 @@ def test_constants_match_header() -> None:
     for name, value in {
         "Q3T_F32": native.F32,
         "Q3T_BF16": native.BF16,
+        "Q3T_I8": native.I8,
         "Q3T_GEMV_STORE": native.GEMV_STORE,
         "Q3T_GEMV_ADD": native.GEMV_ADD,
         "Q3T_GEMV_SWIGLU": native.GEMV_SWIGLU,
@@ -167,7 +168,7 @@ def test_gemv_sass_loads_weights_before_the_grid_wait(tmp_path: Path, monkeypatc
     funcs = _sass_functions(lib, tools)
     checked = 0
     for name, lines in funcs.items():
-        m = re.search(r"k_gemv(2|2x2)?I([tf])Li(\d)ELb1E(?:Li(\d+)E)?", name)
+        m = re.search(r"k_gemv(2|2x2)?I([tfa])Li(\d)ELb1E(?:Li(\d+)E)?", name)  # f32, bf16 bits, int8
         if not m:
             continue
         loads = [i for i, ln in enumerate(lines) if "LDG.E.128" in ln]
@@ -183,12 +184,12 @@ def test_gemv_sass_loads_weights_before_the_grid_wait(tmp_path: Path, monkeypatc
         checked += 1
         # no local memory (spills or run-time-indexed arrays) in any GEMV kernel
         assert not any(re.search(r"\b(LDL|STL)\b", ln) for ln in lines), f"{name}: local memory"
-    want = 2 * 3 * (3 * 2 + 1)  # dtypes x modes x (PRE choices x one or two input vectors, + v1)
+    want = 3 * 3 * (3 * 2 + 1)  # dtypes x modes x (PRE choices x one or two input vectors, + v1)
     assert checked == want, f"checked {checked} vectorised GEMV kernels, expected {want}"
     # The batched GEMV (gemv_batched.cu): its ring of 8 loads per lane goes out before the wait, it
-    # triggers after it, and it has no local memory; 64 kernels (dtypes x modes x nb buckets x rows per warp).
+    # triggers after it, and it has no local memory; 96 kernels (3 dtypes x 32: modes x nb buckets x rows per warp).
     batched = [n for n in funcs if "k_bgemv" in n and "k_bgemv_mma" not in n]
-    assert len(batched) == 64, len(batched)
+    assert len(batched) == 96, len(batched)
     for name in batched:
         lines = funcs[name]
         wait = next(i for i, ln in enumerate(lines) if re.search(r"\bACQBULK\b", ln))
@@ -198,17 +199,20 @@ def test_gemv_sass_loads_weights_before_the_grid_wait(tmp_path: Path, monkeypatc
         assert trigger > wait, f"{name}: PREEXIT (launch_dependents) not after ACQBULK"
         assert not any(re.search(r"\b(LDL|STL)\b", ln) for ln in lines), f"{name}: local memory"
     # The tensor-core batched GEMV (gemv_batched_mma.cu): all 2 C weight loads of a lane before the
-    # wait, 4 C MMAs per column tile, no local memory; 18 kernels (modes x C in 2, 4, 8 x column tiles).
-    mma = {n: re.search(r"k_bgemv_mmaILi(\d)ELi(\d)ELi(\d)E", n) for n in funcs if "k_bgemv_mma" in n}
-    assert len(mma) == 18, len(mma)
+    # wait, 4 MMAs per column tile and 8 k of a load (bf16: 4 C, int8: 8 C), no local memory; 36 kernels
+    # (bf16, int8 x modes x C in 2, 4, 8 (bf16) or 1, 2, 4 (int8) x column tiles).
+    mma = {n: re.search(r"k_bgemv_mmaI([ta])Li(\d)ELi(\d)ELi(\d)E", n) for n in funcs if "k_bgemv_mma" in n}
+    assert len(mma) == 36, len(mma)
+    assert {m.group(1) for m in mma.values()} == {"t", "a"}
     for name, m in mma.items():
-        lines, c, nt = funcs[name], int(m.group(2)), int(m.group(3))
+        lines, c, nt = funcs[name], int(m.group(3)), int(m.group(4))
+        loads_k = 16 if m.group(1) == "a" else 8  # k per 16-byte load: int8, bf16
         wait = next(i for i, ln in enumerate(lines) if re.search(r"\bACQBULK\b", ln))
         trigger = next(i for i, ln in enumerate(lines) if re.search(r"\bPREEXIT\b", ln))
         before = sum(i < wait for i, ln in enumerate(lines) if "LDG.E.128" in ln)
         assert before == 2 * c, f"{name}: {before} LDG.E.128 before ACQBULK, want {2 * c}"
         assert trigger > wait, f"{name}: PREEXIT (launch_dependents) not after ACQBULK"
-        assert sum("HMMA" in ln for ln in lines) == 4 * c * nt, f"{name}: MMA count"
+        assert sum("HMMA" in ln for ln in lines) == 4 * c * nt * loads_k // 8, f"{name}: MMA count"
         assert not any(re.search(r"\b(LDL|STL)\b", ln) for ln in lines), f"{name}: local memory"
     # Every other kernel of the frame lets its successor launch first (common.cuh).
     others = [n for n in funcs

@@ -15,7 +15,6 @@ from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, Synth
 from wyoming_qwen3tts.model.checkpoint import load_checkpoint
 from wyoming_qwen3tts.model.quant import QuantLinear, is_quantized, quantize_model, quantize_rows
 from wyoming_qwen3tts.model.talker import Qwen3TTSModel
-from wyoming_qwen3tts.native import NativeUnavailable
 from wyoming_qwen3tts.tools import quant_check
 
 # Thousands of tiny ops: one thread is faster than several on a busy 2-core machine (conftest.one_torch_thread).
@@ -166,11 +165,26 @@ class _GpuModel(nn.Module):
         self.head = QuantLinear.from_linear(nn.Linear(4, 4))
 
 
-def test_the_kernels_refuse_int8_weights_until_they_read_them() -> None:
-    with pytest.raises(NativeUnavailable, match="int8 weights need the int8 kernels"):
-        make_backend("kernels", _GpuModel())  # type: ignore[arg-type]
-    backend, reason = make_backend("auto", _GpuModel())  # type: ignore[arg-type]
-    assert backend.name == "torch" and "int8 kernels" in reason
+def test_the_kernel_backend_takes_int8_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    """make_backend hands a quantized model to the kernel backend (the GEMVs read int8, q3t.h Q3T_I8) instead of
+    refusing it; here a stand-in records the model, as no GPU builds the real one."""
+    from wyoming_qwen3tts.backends.kernels import backend as kernel_backend
+
+    built: list[nn.Module] = []
+
+    class FakeKernelBackend:
+        name = "kernels"
+        lib = type("Lib", (), {"path": type("P", (), {"name": "libq3t-test.so"})(), "warp_size": 32, "sm_count": 1})()
+
+        def __init__(self, model: nn.Module, options: object = None) -> None:
+            built.append(model)
+
+    monkeypatch.setattr(kernel_backend, "KernelBackend", FakeKernelBackend)
+    model = _GpuModel()
+    backend, reason = make_backend("kernels", model)  # type: ignore[arg-type]
+    assert backend.name == "kernels" and built == [model] and "libq3t-test.so" in reason
+    backend, _ = make_backend("auto", model)  # type: ignore[arg-type]
+    assert backend.name == "kernels" and built == [model, model]
 
 
 # -- the quality check -------------------------------------------------------------------------------------------

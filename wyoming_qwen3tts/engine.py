@@ -31,13 +31,12 @@ from .errors import EmptyTextError, Qwen3TTSError, SynthesisCancelled, TextTooLo
 from .model.checkpoint import Checkpoint, load_checkpoint, resolve_dtype
 from .model.codec import CodecDecoder
 from .model.clone import VoiceCloner
-from .model.quant import is_quantized, quantize_model
+from .model.quant import quantize_model
 from .model.prompt import ClonePrompt, Prompt, Voice, build_prompt, chat_instruct, chat_text, resolve_language, resolve_speaker
 from .model.reference_audio import read_reference_audio
 from .model.talker import Qwen3TTSModel
 from .model.tokenizer import TextTokenizer
 from .metrics import METRICS
-from .native import NativeUnavailable
 from .options import EngineOptions
 from .runaway import FRAMES_PER_SECOND, LoopDetector, frame_budget
 from .sentences import clean_client_text
@@ -518,8 +517,6 @@ def make_backend(name: str, model: Qwen3TTSModel, kernels: KernelOptions | None 
     try:
         from .backends.kernels.backend import KernelBackend
 
-        if is_quantized(model):
-            raise NativeUnavailable("int8 weights need the int8 kernels (not built yet)")
         chosen = KernelBackend(model, kernels)
         lib = chosen.lib
         # Which kernel build runs: the cached library (its name carries the source hash and archs).

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-ABI_VERSION = 7  # must equal Q3T_ABI_VERSION in kernels/include/q3t.h
+ABI_VERSION = 8  # must equal Q3T_ABI_VERSION in kernels/include/q3t.h
 
 # The kernel sources: inside the package when installed from a wheel or non-editable (setup.py puts
 # them there), else the checkout's kernels/ (editable installs, the Docker images, tests).
@@ -39,6 +39,7 @@ DEFAULT_CUDA_ARCHS = ("sm_90",)
 # dtype codes and flags of q3t.h
 F32 = 0
 BF16 = 1
+I8 = 2  # GEMV matrices only: int8 rows with a float32 scale each (w_scale)
 GEMV_STORE = 0
 GEMV_ADD = 1
 GEMV_SWIGLU = 2
@@ -71,8 +72,8 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
     "q3t_init": (_c_int, [_c_int, ctypes.POINTER(_c_int), ctypes.POINTER(_c_int)]),
     "q3t_set_pdl": (_c_int, [_c_int]),
     "q3t_rmsnorm": (_c_int, [_p, _p, _p, _c_int, _c_float, _p]),
-    "q3t_gemv": (_c_int, [_c_int, _p, _c_int, _c_int, _p, _p, _c_float, _p, _p, _c_int, _p]),
-    "q3t_gemv_batch": (_c_int, [_c_int, _p, _c_int, _c_int, _p, _c_int, _p, _c_float, _p, _p, _c_int, _p]),
+    "q3t_gemv": (_c_int, [_c_int, _p, _p, _c_int, _c_int, _p, _p, _c_float, _p, _p, _c_int, _p]),
+    "q3t_gemv_batch": (_c_int, [_c_int, _p, _p, _c_int, _c_int, _p, _c_int, _p, _c_float, _p, _p, _c_int, _p]),
     "q3t_rope_attention": (
         _c_int,
         [_c_int, _p, _p, _p, _c_float, _p, _p, _p, _c_int, _c_int, _c_int, _c_int, _c_int, _c_float, _p, _p, _p, _p],
@@ -102,7 +103,7 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
     # The batched decode step (q3t.h, last section).
     "q3t_batched_gemv": (
         _c_int,
-        [_c_int, _p, _c_int, _c_int, _p, _c_int, _p, _c_float, _p, _p, _c_int, _p, ctypes.c_longlong, _p],
+        [_c_int, _p, _p, _c_int, _c_int, _p, _c_int, _p, _c_float, _p, _p, _c_int, _p, ctypes.c_longlong, _p],
     ),
     "q3t_batched_gemv_scratch_floats": (ctypes.c_longlong, [_c_int, _c_int, _c_int]),
     "q3t_batched_rope_attention_split": (

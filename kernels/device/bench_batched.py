@@ -110,15 +110,15 @@ def _bench_shape(lib: native.Native, g: torch.Generator, copy_gbs: float, label:
     rec: dict = {"part": "gemv", "shape": label, "n": n, "k": k, "mode": mode, "mb": round(nbytes / 1e6, 2),
                  "per_step_1.7b": per_step[0], "per_step_0.6b": per_step[1]}  # fmt: skip
     rec["us_one_vector"] = round(time_graph(lambda i: lib.call(
-        "q3t_gemv", native.BF16, w[i % copies].data_ptr(), n, k, x.data_ptr(), ptrs[0], 1e-6, ptrs[1], y.data_ptr(),
-        mode, stream()), launches), 3)  # fmt: skip
+        "q3t_gemv", native.BF16, w[i % copies].data_ptr(), None, n, k, x.data_ptr(), ptrs[0], 1e-6, ptrs[1],
+        y.data_ptr(), mode, stream()), launches), 3)  # fmt: skip
     # The step's kernel (tensor cores where the device has them: with scratch), then the FMA kernel.
     floats = lib.lib.q3t_batched_gemv_scratch_floats(native.BF16, n, k)
     scratch = torch.zeros(max(floats, 1), device="cuda")
     for nb in NBS:
         for key, scr in (("", scratch), ("fma_", None)):
             us = time_graph(lambda i, nb=nb, scr=scr: lib.call(
-                "q3t_batched_gemv", native.BF16, w[i % copies].data_ptr(), n, k, x.data_ptr(), nb, ptrs[0], 1e-6,
+                "q3t_batched_gemv", native.BF16, w[i % copies].data_ptr(), None, n, k, x.data_ptr(), nb, ptrs[0], 1e-6,
                 ptrs[1], y.data_ptr(), mode, None if scr is None else scr.data_ptr(), 0 if scr is None else scr.numel(),
                 stream()), launches)  # fmt: skip
             rec[f"us_{key}nb{nb}"] = round(us, 3)

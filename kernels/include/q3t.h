@@ -9,7 +9,8 @@
  * stays valid for every frame.
  *
  * Activations, norm weights, biases and logits are float32. Matrix weights and the KV cache
- * are Q3T_F32 or Q3T_BF16 (the `dtype` argument); accumulation is float32.
+ * are Q3T_F32 or Q3T_BF16 (the `dtype` argument); the GEMVs' matrices may also be Q3T_I8;
+ * accumulation is float32.
  * Every function returns 0 on success or -1, after which q3t_last_error() describes it
  * (it carries the CUDA/HIP error string when the runtime reported one).
  *
@@ -30,10 +31,15 @@ extern "C" {
 #endif
 
 /* Bump on any change of a prototype, of a constant below or of a function's meaning. */
-#define Q3T_ABI_VERSION 7
+#define Q3T_ABI_VERSION 8
 
 #define Q3T_F32 0
 #define Q3T_BF16 1
+/* Weight-only int8 (the GEMVs' matrices only): q [N, K] int8 in [-127, 127] and one float32 scale per
+ * row (w_scale [N], per physical row, so SwiGLU's interleaved gate/up rows have one each). The GEMVs
+ * compute y[n] = (sum_k q[n, k] * xn[k]) * w_scale[n] (+ bias): the integers widened exactly in
+ * registers, float32 sums, the scale once per row after the sum (model/quant.py quantizes). */
+#define Q3T_I8 2
 
 /* q3t_gemv modes */
 #define Q3T_GEMV_STORE 0    /* y[n] = dot(W[n], xn) (+ bias[n]) */
@@ -54,13 +60,15 @@ Q3T_API int q3t_set_pdl(int enable);
 /* y = RMSNorm(x) * w over n elements (statistics in float32). */
 Q3T_API int q3t_rmsnorm(const float* x, const float* w, float* y, int n, float eps, void* stream);
 
-/* y (mode) W[N, K] @ xn, xn = norm_w ? RMSNorm(x) * norm_w : x. bias may be NULL. K <= 8192. */
-Q3T_API int q3t_gemv(int dtype, const void* w, int n_rows, int k, const float* x, const float* norm_w, float eps, const float* bias, float* y, int mode, void* stream);
+/* y (mode) W[N, K] @ xn, xn = norm_w ? RMSNorm(x) * norm_w : x. bias may be NULL. K <= 8192.
+ * w_scale: NULL, except for dtype Q3T_I8, which needs it (W = q * w_scale per row, above). Any K; rows
+ * whose start is 16-byte aligned (K a multiple of 16 / 8 / 4 for int8 / bf16 / f32) take 16-byte loads. */
+Q3T_API int q3t_gemv(int dtype, const void* w, const float* w_scale, int n_rows, int k, const float* x, const float* norm_w, float eps, const float* bias, float* y, int mode, void* stream);
 
 /* q3t_gemv (its split-K kernel, for any K) for nb = 1 or 2 input vectors at once:
  * x [nb, k] -> y [nb, N] (SwiGLU: [nb, N / 2]), each weight row read once; each vector gets its own
  * RMSNorm and its outputs are those of a one-vector call, bit for bit. nb * k <= 12288. */
-Q3T_API int q3t_gemv_batch(int dtype, const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps, const float* bias, float* y, int mode, void* stream);
+Q3T_API int q3t_gemv_batch(int dtype, const void* w, const float* w_scale, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps, const float* bias, float* y, int mode, void* stream);
 
 /* The attention step of one query position, for the Talker's long context: qkv [(hq + 2 hkv) * d]
  * -> per-head RMSNorm of q and k, rotate-half RoPE at position pos = (*pos_ptr if pos_ptr) + pos_add,
@@ -150,13 +158,15 @@ typedef struct q3t_sample_params {
 
 /* q3t_gemv for nb (1..Q3T_BATCH_MAX) input vectors: x [nb, k] -> y [nb, N] (SwiGLU: [nb, N / 2]),
  * each weight row read once; each vector gets its own RMSNorm; ADD adds to its own row of y.
- * k a multiple of 8 (bf16) or 4 (f32); w, x, norm_w 16-byte aligned; y must not overlap x.
+ * k a multiple of 16 (int8), 8 (bf16) or 4 (f32); w, x, norm_w 16-byte aligned; y must not overlap x;
+ * w_scale as for q3t_gemv (int8 only).
  * scratch: NULL, or scratch_floats floats of device memory, zero before its first use (each call
- * leaves it so), of at least q3t_batched_gemv_scratch_floats(dtype, n_rows, k): with it, bf16 weights
- * on CUDA sm_80+ take the tensor-core kernel (another fixed order of summation: a vector's bits
- * still never depend on nb or its batch-mates); without it, or elsewhere, the FMA kernel. One
- * scratch serves calls in sequence on one stream, not concurrent ones. */
-Q3T_API int q3t_batched_gemv(int dtype, const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps, const float* bias, float* y, int mode, float* scratch, long long scratch_floats, void* stream);
+ * leaves it so), of at least q3t_batched_gemv_scratch_floats(dtype, n_rows, k): with it, bf16 and int8
+ * weights on CUDA sm_80+ take the tensor-core kernel (int8 widened exactly to bf16 in registers;
+ * another fixed order of summation: a vector's bits still never depend on nb or its batch-mates);
+ * without it, or elsewhere, the FMA kernel. One scratch serves calls in sequence on one stream, not
+ * concurrent ones. */
+Q3T_API int q3t_batched_gemv(int dtype, const void* w, const float* w_scale, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps, const float* bias, float* y, int mode, float* scratch, long long scratch_floats, void* stream);
 
 /* The scratch floats q3t_batched_gemv needs for this shape to take the tensor-core kernel (0: none,
  * also where that kernel does not apply); -1 on bad arguments. */

@@ -22,12 +22,19 @@ int q3t_host_cc_major();
 // The tensor-core batched GEMV (gemv_batched_mma.cu): whether it takes this call, the scratch floats
 // it needs, and the launch (arguments already checked).
 bool q3t_batched_gemv_mma_usable(int dtype, int n_rows);
-size_t q3t_batched_gemv_mma_scratch_floats(int n_rows, int k);
-int q3t_batched_gemv_mma(const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps,
+size_t q3t_batched_gemv_mma_scratch_floats(int dtype, int n_rows, int k);
+int q3t_batched_gemv_mma(int dtype, const void* w, const float* w_scale, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps,
                          const float* bias, float* y, int mode, float* scratch, cudaStream_t s);
 #endif
+// The GEMVs' w_scale argument: required with Q3T_I8 weights, NULL with the others (a scale passed for
+// bf16 weights is a caller's mistake, not something to ignore). 0, or q3t_fail's -1.
+inline int q3t_check_w_scale(const char* what, int dtype, const float* w_scale) {
+    if (dtype == Q3T_I8 && !w_scale) return q3t_fail("%s: int8 weights need w_scale", what);
+    if (dtype != Q3T_I8 && w_scale) return q3t_fail("%s: w_scale is for int8 weights only (dtype %d)", what, dtype);
+    return 0;
+}
 // The split-K GEMV (gemv_splitk.cu) for nb = 1 or 2 input vectors, arguments already checked.
-int q3t_gemv_splitk(int dtype, const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w,
+int q3t_gemv_splitk(int dtype, const void* w, const float* w_scale, int n_rows, int k, const float* x, int nb, const float* norm_w,
                     float eps, const float* bias, float* y, int mode, cudaStream_t s);
 
 // Programmatic dependent launch (CUDA, sm_90+): with it on, the next kernel in the stream (or
@@ -118,6 +125,55 @@ template <> struct WeightVec16<uint16_t> {
         return s;
     }
 };
+// int8 weights (Q3T_I8), four to a 32-bit word, as exact float32. Without the int-to-float instruction,
+// which NVIDIA runs at a quarter of the FMA rate (an int8 GEMV converts one weight per FMA, and at
+// the memory's pace that is ~36 weights per clock per SM on an H200): the byte, biased to unsigned
+// (q ^ 0x80 = q + 128), becomes the low mantissa bits of 2^23, i.e. the float 2^23 + q + 128 exactly,
+// and one subtraction of 2^23 + 128 (exact: the result is an integer of |q| <= 128) leaves q. AMD
+// converts an unsigned byte to float in one full-rate instruction (v_cvt_f32_ubyte0..3).
+__device__ __forceinline__ void i8x4_to_f32(uint32_t u, float (&f)[4]) {
+    const uint32_t b = u ^ 0x80808080u;
+#if defined(Q3T_CUDA)
+    f[0] = __uint_as_float(__byte_perm(b, 0x4b000000u, 0x7650)) - 8388736.f;
+    f[1] = __uint_as_float(__byte_perm(b, 0x4b000000u, 0x7651)) - 8388736.f;
+    f[2] = __uint_as_float(__byte_perm(b, 0x4b000000u, 0x7652)) - 8388736.f;
+    f[3] = __uint_as_float(__byte_perm(b, 0x4b000000u, 0x7653)) - 8388736.f;
+#else
+    f[0] = (float)(b & 0xffu) - 128.f;
+    f[1] = (float)((b >> 8) & 0xffu) - 128.f;
+    f[2] = (float)((b >> 16) & 0xffu) - 128.f;
+    f[3] = (float)(b >> 24) - 128.f;
+#endif
+}
+template <> struct WeightVec16<int8_t> {
+    static constexpr int N = 16;
+    __device__ static __forceinline__ float dot(const uint4& u, const float* x) {
+        const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+        float s = 0.f;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const float4 a = *reinterpret_cast<const float4*>(x + 4 * q);
+            float f[4];
+            i8x4_to_f32(words[q], f);
+            if (q == 0) {
+                s = f[0] * a.x;  // the first product as bf16's and float32's dot start theirs
+            } else {
+                s += f[0] * a.x;
+            }
+            s += f[1] * a.y;
+            s += f[2] * a.z;
+            s += f[3] * a.w;
+        }
+        return s;
+    }
+};
+
+// Whether weights of type W are int8 with a float32 scale per row (Q3T_I8), applied once to each row's
+// float32 sum: y = (sum_k q[k] xn[k]) * scale. A run-time `if` on it, not `if constexpr`: the
+// kernels of the other dtypes then still name their w_scale argument (hipcc -Werror=unused-parameter)
+// and the compiler drops the branch all the same.
+template <typename W> __host__ __device__ constexpr bool row_scaled() { return sizeof(W) == 1; }
+
 __device__ __forceinline__ float bf16_to_f32(uint16_t u) { return __uint_as_float(((uint32_t)u) << 16); }
 __device__ __forceinline__ uint16_t f32_to_bf16(float f) {
     uint32_t u = __float_as_uint(f);
@@ -130,6 +186,9 @@ template <typename T> struct Elem;
 template <> struct Elem<float> {
     __device__ static __forceinline__ float load(const float* p, int i) { return p[i]; }
     __device__ static __forceinline__ void store(float* p, int i, float v) { p[i] = v; }
+};
+template <> struct Elem<int8_t> {  // weights only: read, never written
+    __device__ static __forceinline__ float load(const int8_t* p, int i) { return (float)p[i]; }
 };
 template <> struct Elem<uint16_t> {
     __device__ static __forceinline__ float load(const uint16_t* p, int i) { return bf16_to_f32(p[i]); }

@@ -9,9 +9,10 @@
 //
 // The row kernel: one warp per output (two weight rows for SwiGLU), 256-thread blocks. The input
 // vector is normalised once per block into shared memory; each lane then streams its share of
-// the weight row in 16-byte loads (8 bf16 or 4 f32), the first eight issued before the kernel
-// even waits for its input (see k_gemv), then four at a time. Accumulation is float32 in a
-// fixed order, so results are run-to-run identical.
+// the weight row in 16-byte loads (16 int8, 8 bf16 or 4 f32), the first eight issued before the
+// kernel even waits for its input (see k_gemv), then four at a time. Accumulation is float32 in a
+// fixed order, so results are run-to-run identical. int8 rows (Q3T_I8) are widened in registers and
+// their row scale multiplies the finished sum.
 #include "common.cuh"
 
 namespace {
@@ -22,7 +23,8 @@ constexpr int kUnroll = 4;
 template <typename W> using Vec = WeightVec16<W>;
 
 template <typename W, int MODE, bool VEC>
-__global__ void __launch_bounds__(kThreads) k_gemv(const W* __restrict__ w, int n_out, int k, const float* __restrict__ x,
+__global__ void __launch_bounds__(kThreads) k_gemv(const W* __restrict__ w, const float* __restrict__ w_scale,
+                                                   int n_out, int k, const float* __restrict__ x,
                                                    const float* __restrict__ norm_w, float eps,
                                                    const float* __restrict__ bias, float* __restrict__ y) {
     constexpr int NR = MODE == Q3T_GEMV_SWIGLU ? 2 : 1;  // weight rows per output
@@ -49,6 +51,11 @@ __global__ void __launch_bounds__(kThreads) k_gemv(const W* __restrict__ w, int 
             const int c = lane + j * Q3T_WARP;
             pre[r][j] = (VEC && active && c < nvec) ? reinterpret_cast<const uint4*>(rows[r])[c] : make_uint4(0, 0, 0, 0);
         }
+
+    // The row scales (int8) are weights too: lane 0 loads them with the rows.
+    float ws[NR];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) ws[r] = row_scaled<W>() && active && lane == 0 ? w_scale[NR * out + r] : 1.f;
 
     float y_old = 0.f;
     // Behind a branch on an argument that always holds, so ptxas keeps the loads above the wait
@@ -103,6 +110,10 @@ __global__ void __launch_bounds__(kThreads) k_gemv(const W* __restrict__ w, int 
 #pragma unroll
     for (int r = 0; r < NR; ++r) acc[r] = warp_sum(acc[r]);
     if (lane != 0) return;
+    if (row_scaled<W>()) {
+#pragma unroll
+        for (int r = 0; r < NR; ++r) acc[r] = __fmul_rn(acc[r], ws[r]);  // not contracted into the bias or add
+    }
     if (MODE == Q3T_GEMV_SWIGLU) {
         // silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), in float32 as torch does it.
         const float g = acc[0], u = acc[NR - 1];
@@ -115,7 +126,7 @@ __global__ void __launch_bounds__(kThreads) k_gemv(const W* __restrict__ w, int 
 }
 
 template <typename W, int MODE>
-int launch(const void* w, int n_rows, int k, const float* x, const float* norm_w, float eps, const float* bias, float* y,
+int launch(const void* w, const float* w_scale, int n_rows, int k, const float* x, const float* norm_w, float eps, const float* bias, float* y,
            cudaStream_t s) {
     const int n_out = MODE == Q3T_GEMV_SWIGLU ? n_rows / 2 : n_rows;
     const int per_block = kThreads / q3t_host_warp();
@@ -124,44 +135,47 @@ int launch(const void* w, int n_rows, int k, const float* x, const float* norm_w
     const bool vec = (k % Vec<W>::N) == 0 && (reinterpret_cast<uintptr_t>(w) % 16) == 0;
     const W* wp = static_cast<const W*>(w);
     if (vec)
-        q3t_launch(k_gemv<W, MODE, true>, grid, kThreads, smem, s, wp, n_out, k, x, norm_w, eps, bias, y);
+        q3t_launch(k_gemv<W, MODE, true>, grid, kThreads, smem, s, wp, w_scale, n_out, k, x, norm_w, eps, bias, y);
     else
-        q3t_launch(k_gemv<W, MODE, false>, grid, kThreads, smem, s, wp, n_out, k, x, norm_w, eps, bias, y);
+        q3t_launch(k_gemv<W, MODE, false>, grid, kThreads, smem, s, wp, w_scale, n_out, k, x, norm_w, eps, bias, y);
     return q3t_check_launch("q3t_gemv");
 }
 
 }  // namespace
 
-extern "C" Q3T_API int q3t_gemv(int dtype, const void* w, int n_rows, int k, const float* x, const float* norm_w,
-                                float eps, const float* bias, float* y, int mode, void* stream) {
+extern "C" Q3T_API int q3t_gemv(int dtype, const void* w, const float* w_scale, int n_rows, int k, const float* x,
+                                const float* norm_w, float eps, const float* bias, float* y, int mode, void* stream) {
     if (!w || !x || !y || n_rows <= 0 || k <= 0) return q3t_fail("q3t_gemv: bad arguments (n=%d k=%d)", n_rows, k);
+    if (q3t_check_w_scale("q3t_gemv", dtype, w_scale)) return -1;
     if (k > 8192) return q3t_fail("q3t_gemv: k=%d exceeds 8192 (the input vector lives in shared memory)", k);
     if (mode == Q3T_GEMV_SWIGLU && (n_rows % 2)) return q3t_fail("q3t_gemv: SwiGLU needs an even row count, got %d", n_rows);
     if (mode != Q3T_GEMV_STORE && bias) return q3t_fail("q3t_gemv: bias is only supported with Q3T_GEMV_STORE");
     cudaStream_t s = Q3T_STREAM(stream);
-    if (k <= 4096) return q3t_gemv_splitk(dtype, w, n_rows, k, x, 1, norm_w, eps, bias, y, mode, s);
-#define Q3T_GEMV_CASE(T)                                                                  \
-    switch (mode) {                                                                       \
-        case Q3T_GEMV_STORE: return launch<T, Q3T_GEMV_STORE>(w, n_rows, k, x, norm_w, eps, bias, y, s); \
-        case Q3T_GEMV_ADD: return launch<T, Q3T_GEMV_ADD>(w, n_rows, k, x, norm_w, eps, bias, y, s);     \
-        case Q3T_GEMV_SWIGLU: return launch<T, Q3T_GEMV_SWIGLU>(w, n_rows, k, x, norm_w, eps, bias, y, s); \
-        default: return q3t_fail("q3t_gemv: unknown mode %d", mode);                     \
+    if (k <= 4096) return q3t_gemv_splitk(dtype, w, w_scale, n_rows, k, x, 1, norm_w, eps, bias, y, mode, s);
+#define Q3T_GEMV_CASE(T)                                                                                   \
+    switch (mode) {                                                                                        \
+        case Q3T_GEMV_STORE: return launch<T, Q3T_GEMV_STORE>(w, w_scale, n_rows, k, x, norm_w, eps, bias, y, s);   \
+        case Q3T_GEMV_ADD: return launch<T, Q3T_GEMV_ADD>(w, w_scale, n_rows, k, x, norm_w, eps, bias, y, s);       \
+        case Q3T_GEMV_SWIGLU: return launch<T, Q3T_GEMV_SWIGLU>(w, w_scale, n_rows, k, x, norm_w, eps, bias, y, s); \
+        default: return q3t_fail("q3t_gemv: unknown mode %d", mode);                                      \
     }
     if (dtype == Q3T_F32) { Q3T_GEMV_CASE(float) }
     if (dtype == Q3T_BF16) { Q3T_GEMV_CASE(uint16_t) }
+    if (dtype == Q3T_I8) { Q3T_GEMV_CASE(int8_t) }
 #undef Q3T_GEMV_CASE
     return q3t_fail("q3t_gemv: unknown dtype %d", dtype);
 }
 
-extern "C" Q3T_API int q3t_gemv_batch(int dtype, const void* w, int n_rows, int k, const float* x, int nb,
-                                      const float* norm_w, float eps, const float* bias, float* y, int mode,
+extern "C" Q3T_API int q3t_gemv_batch(int dtype, const void* w, const float* w_scale, int n_rows, int k, const float* x,
+                                      int nb, const float* norm_w, float eps, const float* bias, float* y, int mode,
                                       void* stream) {
     if (!w || !x || !y || n_rows <= 0 || k <= 0) return q3t_fail("q3t_gemv_batch: bad arguments (n=%d k=%d)", n_rows, k);
+    if (q3t_check_w_scale("q3t_gemv_batch", dtype, w_scale)) return -1;
     if (nb < 1 || nb > 2) return q3t_fail("q3t_gemv_batch: nb=%d, expected 1 or 2", nb);
     if (nb * k > 12288)  // the input vectors live in shared memory (48 KiB)
         return q3t_fail("q3t_gemv_batch: nb * k = %d exceeds 12288", nb * k);
     if (mode == Q3T_GEMV_SWIGLU && (n_rows % 2))
         return q3t_fail("q3t_gemv_batch: SwiGLU needs an even row count, got %d", n_rows);
     if (mode != Q3T_GEMV_STORE && bias) return q3t_fail("q3t_gemv_batch: bias is only supported with Q3T_GEMV_STORE");
-    return q3t_gemv_splitk(dtype, w, n_rows, k, x, nb, norm_w, eps, bias, y, mode, Q3T_STREAM(stream));
+    return q3t_gemv_splitk(dtype, w, w_scale, n_rows, k, x, nb, norm_w, eps, bias, y, mode, Q3T_STREAM(stream));
 }

@@ -17,6 +17,8 @@
 // ahead across tiles; the first P go out before the kernel waits for its predecessor (PDL).
 // RMSNorm: x is staged as it is (its sum of squares taken on the way, in fixed segments), norm_w
 // multiplies the widened weights (once per weight, for all nb vectors), the RMS scale the sums.
+// int8 weights (Q3T_I8): 16 to a 16-byte chunk (bf16: 8), widened exactly in registers like bf16's;
+// each row's scale multiplies its finished sum after the RMS scale.
 //
 // Row independence (q3t.h): the order in which one vector's products are summed is fixed by
 // (n_rows, k, dtype, mode) and the device (SM count, warp width), never by nb, the other vectors or
@@ -38,13 +40,16 @@ constexpr int kPortableSmem = 40 * 1024;  // dynamic shared memory without opt-i
 
 template <typename W> using Pack = WeightVec16<W>;
 
-// Weights 4q..4q+3 of a 16-byte load as float32 (bf16: q = 0, 1; float32: q = 0).
+// Weights 4q..4q+3 of a 16-byte load as float32 (int8: q = 0..3; bf16: q = 0, 1; float32: q = 0).
 template <typename W> __device__ __forceinline__ void widen4(const uint4& u, int q, float (&f)[4]);
 template <> __device__ __forceinline__ void widen4<float>(const uint4& u, int, float (&f)[4]) {
     f[0] = __uint_as_float(u.x);
     f[1] = __uint_as_float(u.y);
     f[2] = __uint_as_float(u.z);
     f[3] = __uint_as_float(u.w);
+}
+template <> __device__ __forceinline__ void widen4<int8_t>(const uint4& u, int q, float (&f)[4]) {
+    i8x4_to_f32(q == 0 ? u.x : q == 1 ? u.y : q == 2 ? u.z : u.w, f);
 }
 template <> __device__ __forceinline__ void widen4<uint16_t>(const uint4& u, int q, float (&f)[4]) {
     const uint32_t a = q ? u.z : u.x, b = q ? u.w : u.y;
@@ -63,9 +68,13 @@ template <int RW> __host__ __device__ constexpr int ring() { return kMaxLoads / 
 
 // Blocks per SM the kernel asks registers for: two (so one block's x staging overlaps the other's
 // FMAs), one where the NB * R * rows-per-unit accumulators or the NB x values in flight would spill
-// at the 128 registers two blocks leave each thread (ptxas -v, sm_90).
-template <int MODE, int NB, int R>
-constexpr int min_blocks() { return NB >= 16 || NB * R * (MODE == Q3T_GEMV_SWIGLU ? 2 : 1) >= 32 ? 1 : 2; }
+// at the 128 registers two blocks leave each thread (ptxas -v, sm_90). int8 widens 16 weights a chunk
+// where bf16 widens 8, and spilled a few bytes at 128 from 16 accumulators (nb 8, two rows a lane) on.
+template <typename W, int MODE, int NB, int R>
+constexpr int min_blocks() {
+    const int accumulators = NB * R * (MODE == Q3T_GEMV_SWIGLU ? 2 : 1);
+    return NB >= 16 || accumulators >= (sizeof(W) == 1 ? 16 : 32) ? 1 : 2;
+}
 
 // The butterfly of warp_sum over each of M values (M a power of two), as a reduce-scatter: at each
 // of the first log2(M) masks a lane keeps half of its values and sends the other half, so the warp
@@ -110,8 +119,9 @@ __device__ __forceinline__ void warp_reduce_scatter(float (&v)[M], float* out) {
 }
 
 template <typename W, int MODE, int NB, int R>
-__global__ void __launch_bounds__(kThreads, (min_blocks<MODE, NB, R>()))
-    k_bgemv(const W* __restrict__ w, int n_out, int k, int splits, int d, const float* __restrict__ x, int nb,
+__global__ void __launch_bounds__(kThreads, (min_blocks<W, MODE, NB, R>()))
+    k_bgemv(const W* __restrict__ w, const float* __restrict__ w_scale, int n_out, int k, int splits, int d,
+            const float* __restrict__ x, int nb,
             const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, float* __restrict__ y) {
     constexpr int NR = MODE == Q3T_GEMV_SWIGLU ? 2 : 1;  // weight rows per unit
     constexpr int RW = R * NR;                           // weight rows per lane
@@ -122,6 +132,9 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<MODE, NB, R>()))
     constexpr int SEG = 4 * Q3T_WARP;  // floats of one sum-of-squares segment (a float4 per lane)
     constexpr int kStage = M >= 16 ? 4 : 8;  // float4 loads of x in flight per lane while staging
     constexpr int kOut = (NW * R * NB + kThreads - 1) / kThreads;  // outputs per thread at most
+    // Quarters (4 weights) of a chunk widened per round of the loop below: two, and one for int8 at 64
+    // accumulators (nb 16 at four rows a lane), which spilled a few VGPRs on RDNA with two.
+    constexpr int kRound = sizeof(W) == 1 && M >= 64 ? 1 : 2;
     // Dynamic shared memory: x [NB][T], then norm_w [T], then the segment sums of squares [NB][T / SEG].
     extern __shared__ float4 sm4[];
     __shared__ float part[NW][M];  // each warp's reduced sums
@@ -158,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<MODE, NB, R>()))
             wb[p][rr] = (c < nvec && live[rr]) ? reinterpret_cast<const uint4*>(rows[rr])[c] : make_uint4(0, 0, 0, 0);
     }
     // Behind a branch on an argument (k > 0 always holds), so ptxas keeps the loads above the wait
-    // (as in gemv_v2.cu). The residual-add values go out right after it.
+    // (as in gemv_splitk.cu). The residual-add values go out right after it.
     float y_old[kOut];
 #pragma unroll
     for (int i = 0; i < kOut; ++i) y_old[i] = 0.f;
@@ -223,7 +236,9 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<MODE, NB, R>()))
             for (int p = 0; p < P; ++p) {
                 if (p == slot) {  // the same for the whole block: one copy of the body per ring slot
                     if (c < nvec) {
-#pragma unroll
+                        // kRound quarters of the chunk per round (bf16: all of it): unrolled over int8's four,
+                        // clang loads x for all of them up front, NB * 16 floats, and spilled at nb = 16 on RDNA.
+#pragma unroll kRound
                         for (int q = 0; q < V / 4; ++q) {
                             float wf[RW][4];
 #pragma unroll
@@ -260,6 +275,17 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<MODE, NB, R>()))
             }
         }
     }
+    // The row scales (int8) of the outputs this thread finishes: loaded here, not with the weights, where
+    // they would hold registers through the loop above (ptxas spilled the nb 4 and 8 kernels at 128); the
+    // reduction below covers most of their latency.
+    float ws[kOut][NR];
+#pragma unroll
+    for (int i = 0; i < kOut; ++i) {
+        const int o = tid + i * kThreads, b = o / per_block, unit = blockIdx.x * per_block + o % per_block;
+#pragma unroll
+        for (int nr = 0; nr < NR; ++nr)
+            ws[i][nr] = row_scaled<W>() && b < nb && unit < n_out ? w_scale[(size_t)NR * unit + nr] : 1.f;
+    }
     if (tid < NB) scale_s[tid] = gv ? rsqrtf(ss / (float)k + eps) : 1.f;
     warp_reduce_scatter<M>(acc, part[warp]);
     __syncthreads();
@@ -277,6 +303,7 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<MODE, NB, R>()))
                 float s = 0.f;
                 for (int sp = 0; sp < splits; ++sp) s += part[g0 + sp][e + nr];
                 sum[nr] = s * scale_s[b];
+                if (row_scaled<W>()) sum[nr] = __fmul_rn(sum[nr], ws[i][nr]);  // not contracted into the bias or add
             }
             float* yb = y + (size_t)b * n_out;
             if (MODE == Q3T_GEMV_SWIGLU) {
@@ -326,13 +353,13 @@ size_t tile_bytes(int nb_rows, int d, int lanes, int v, int warp) {
 }
 
 template <typename W, int MODE, int NB, int R>
-int launch_r(const W* w, int n_out, int k, int splits, const float* x, int nb, const float* norm_w, float eps,
+int launch_r(const W* w, const float* w_scale, int n_out, int k, int splits, const float* x, int nb, const float* norm_w, float eps,
              const float* bias, float* y, cudaStream_t s) {
     constexpr int V = Pack<W>::N;
     const auto kernel = k_bgemv<W, MODE, NB, R>;
     const int warp = q3t_host_warp(), nwarps = kThreads / warp;
     const SmemBudget sb = smem_budget();
-    const int budget = min_blocks<MODE, NB, R>() == 1 ? sb.one_block : sb.two_blocks;
+    const int budget = min_blocks<W, MODE, NB, R>() == 1 ? sb.one_block : sb.two_blocks;
 #if defined(Q3T_CUDA)
     // Past 48 KiB a kernel must opt in, once.
     static const cudaError_t opted = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, budget);
@@ -343,8 +370,8 @@ int launch_r(const W* w, int n_out, int k, int splits, const float* x, int nb, c
     int d = cmax;
     while (d > 1 && tile_bytes(NB, d, lanes, V, warp) > (size_t)budget) d = d > 8 ? d - d / 8 : d - 1;
     const dim3 grid(cdiv(n_out, (nwarps / splits) * R));
-    q3t_launch(kernel, grid, kThreads, tile_bytes(NB, d, lanes, V, warp), s, w, n_out, k, splits, d, x, nb, norm_w,
-               eps, bias, y);
+    q3t_launch(kernel, grid, kThreads, tile_bytes(NB, d, lanes, V, warp), s, w, w_scale, n_out, k, splits, d, x, nb,
+               norm_w, eps, bias, y);
     return q3t_check_launch("q3t_batched_gemv");
 }
 
@@ -354,7 +381,7 @@ int launch_r(const W* w, int n_out, int k, int splits, const float* x, int nb, c
 // fits). R (units per warp) and the tile change no sum's order: R is the most the bucket's registers
 // take, halved while the grid would leave SMs idle.
 template <typename W, int MODE, int NB>
-int launch_nb(const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps,
+int launch_nb(const void* w, const float* w_scale, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps,
               const float* bias, float* y, cudaStream_t s) {
     constexpr int NR = MODE == Q3T_GEMV_SWIGLU ? 2 : 1;
     constexpr int V = Pack<W>::N;
@@ -371,30 +398,30 @@ int launch_nb(const void* w, int n_rows, int k, const float* x, int nb, const fl
     while (r > 1 && cdiv(n_out, (nwarps / splits) * r) < fill) r /= 2;
     const W* wp = static_cast<const W*>(w);
     if constexpr (max_units<NB, NR>() >= 4)
-        if (r == 4) return launch_r<W, MODE, NB, 4>(wp, n_out, k, splits, x, nb, norm_w, eps, bias, y, s);
+        if (r == 4) return launch_r<W, MODE, NB, 4>(wp, w_scale, n_out, k, splits, x, nb, norm_w, eps, bias, y, s);
     if constexpr (max_units<NB, NR>() >= 2)
-        if (r == 2) return launch_r<W, MODE, NB, 2>(wp, n_out, k, splits, x, nb, norm_w, eps, bias, y, s);
-    return launch_r<W, MODE, NB, 1>(wp, n_out, k, splits, x, nb, norm_w, eps, bias, y, s);
+        if (r == 2) return launch_r<W, MODE, NB, 2>(wp, w_scale, n_out, k, splits, x, nb, norm_w, eps, bias, y, s);
+    return launch_r<W, MODE, NB, 1>(wp, w_scale, n_out, k, splits, x, nb, norm_w, eps, bias, y, s);
 }
 
 template <typename W, int MODE>
-int launch_mode(const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps,
+int launch_mode(const void* w, const float* w_scale, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps,
                 const float* bias, float* y, cudaStream_t s) {
     // The vector count's bucket: the kernel computes NB rows and stores the first nb.
-    if (nb <= 1) return launch_nb<W, MODE, 1>(w, n_rows, k, x, nb, norm_w, eps, bias, y, s);
-    if (nb <= 2) return launch_nb<W, MODE, 2>(w, n_rows, k, x, nb, norm_w, eps, bias, y, s);
-    if (nb <= 4) return launch_nb<W, MODE, 4>(w, n_rows, k, x, nb, norm_w, eps, bias, y, s);
-    if (nb <= 8) return launch_nb<W, MODE, 8>(w, n_rows, k, x, nb, norm_w, eps, bias, y, s);
-    return launch_nb<W, MODE, 16>(w, n_rows, k, x, nb, norm_w, eps, bias, y, s);
+    if (nb <= 1) return launch_nb<W, MODE, 1>(w, w_scale, n_rows, k, x, nb, norm_w, eps, bias, y, s);
+    if (nb <= 2) return launch_nb<W, MODE, 2>(w, w_scale, n_rows, k, x, nb, norm_w, eps, bias, y, s);
+    if (nb <= 4) return launch_nb<W, MODE, 4>(w, w_scale, n_rows, k, x, nb, norm_w, eps, bias, y, s);
+    if (nb <= 8) return launch_nb<W, MODE, 8>(w, w_scale, n_rows, k, x, nb, norm_w, eps, bias, y, s);
+    return launch_nb<W, MODE, 16>(w, w_scale, n_rows, k, x, nb, norm_w, eps, bias, y, s);
 }
 
 template <typename W>
-int launch_dtype(const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps,
+int launch_dtype(const void* w, const float* w_scale, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps,
                  const float* bias, float* y, int mode, cudaStream_t s) {
     switch (mode) {
-        case Q3T_GEMV_STORE: return launch_mode<W, Q3T_GEMV_STORE>(w, n_rows, k, x, nb, norm_w, eps, bias, y, s);
-        case Q3T_GEMV_ADD: return launch_mode<W, Q3T_GEMV_ADD>(w, n_rows, k, x, nb, norm_w, eps, bias, y, s);
-        case Q3T_GEMV_SWIGLU: return launch_mode<W, Q3T_GEMV_SWIGLU>(w, n_rows, k, x, nb, norm_w, eps, bias, y, s);
+        case Q3T_GEMV_STORE: return launch_mode<W, Q3T_GEMV_STORE>(w, w_scale, n_rows, k, x, nb, norm_w, eps, bias, y, s);
+        case Q3T_GEMV_ADD: return launch_mode<W, Q3T_GEMV_ADD>(w, w_scale, n_rows, k, x, nb, norm_w, eps, bias, y, s);
+        case Q3T_GEMV_SWIGLU: return launch_mode<W, Q3T_GEMV_SWIGLU>(w, w_scale, n_rows, k, x, nb, norm_w, eps, bias, y, s);
         default: return q3t_fail("q3t_batched_gemv: unknown mode %d", mode);
     }
 }
@@ -404,23 +431,26 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }  // namespace
 
 extern "C" Q3T_API long long q3t_batched_gemv_scratch_floats(int dtype, int n_rows, int k) {
-    if (n_rows <= 0 || k <= 0 || (dtype != Q3T_F32 && dtype != Q3T_BF16)) {
+    if (n_rows <= 0 || k <= 0 || (dtype != Q3T_F32 && dtype != Q3T_BF16 && dtype != Q3T_I8)) {
         q3t_fail("q3t_batched_gemv_scratch_floats: bad arguments (dtype=%d n=%d k=%d)", dtype, n_rows, k);
         return -1;
     }
 #if defined(Q3T_CUDA)
-    if (q3t_batched_gemv_mma_usable(dtype, n_rows)) return (long long)q3t_batched_gemv_mma_scratch_floats(n_rows, k);
+    if (q3t_batched_gemv_mma_usable(dtype, n_rows))
+        return (long long)q3t_batched_gemv_mma_scratch_floats(dtype, n_rows, k);
 #endif
     return 0;
 }
 
-extern "C" Q3T_API int q3t_batched_gemv(int dtype, const void* w, int n_rows, int k, const float* x, int nb,
-                                        const float* norm_w, float eps, const float* bias, float* y, int mode,
-                                        float* scratch, long long scratch_floats, void* stream) {
+extern "C" Q3T_API int q3t_batched_gemv(int dtype, const void* w, const float* w_scale, int n_rows, int k,
+                                        const float* x, int nb, const float* norm_w, float eps, const float* bias,
+                                        float* y, int mode, float* scratch, long long scratch_floats, void* stream) {
     if (!w || !x || !y || n_rows <= 0 || k <= 0) return q3t_fail("q3t_batched_gemv: bad arguments (n=%d k=%d)", n_rows, k);
     if (nb < 1 || nb > kMaxNB) return q3t_fail("q3t_batched_gemv: nb=%d, expected 1..%d", nb, kMaxNB);
-    if (dtype != Q3T_F32 && dtype != Q3T_BF16) return q3t_fail("q3t_batched_gemv: unknown dtype %d", dtype);
-    const int v = dtype == Q3T_F32 ? 4 : 8;
+    if (dtype != Q3T_F32 && dtype != Q3T_BF16 && dtype != Q3T_I8)
+        return q3t_fail("q3t_batched_gemv: unknown dtype %d", dtype);
+    if (q3t_check_w_scale("q3t_batched_gemv", dtype, w_scale)) return -1;
+    const int v = dtype == Q3T_F32 ? 4 : dtype == Q3T_BF16 ? 8 : 16;  // weights per 16-byte chunk
     if (k % v || !aligned16(w) || !aligned16(x) || !aligned16(norm_w))
         return q3t_fail("q3t_batched_gemv: k=%d must be a multiple of %d and w, x, norm_w 16-byte aligned", k, v);
     if (mode == Q3T_GEMV_SWIGLU && (n_rows % 2))
@@ -432,12 +462,13 @@ extern "C" Q3T_API int q3t_batched_gemv(int dtype, const void* w, int n_rows, in
     (void)scratch_floats;
 #else
     if (scratch && q3t_batched_gemv_mma_usable(dtype, n_rows)) {
-        const long long need = (long long)q3t_batched_gemv_mma_scratch_floats(n_rows, k);
+        const long long need = (long long)q3t_batched_gemv_mma_scratch_floats(dtype, n_rows, k);
         if (scratch_floats < need)
             return q3t_fail("q3t_batched_gemv: scratch of %lld floats, %d x %d needs %lld", scratch_floats, n_rows, k, need);
-        return q3t_batched_gemv_mma(w, n_rows, k, x, nb, norm_w, eps, bias, y, mode, scratch, s);
+        return q3t_batched_gemv_mma(dtype, w, w_scale, n_rows, k, x, nb, norm_w, eps, bias, y, mode, scratch, s);
     }
 #endif
-    if (dtype == Q3T_F32) return launch_dtype<float>(w, n_rows, k, x, nb, norm_w, eps, bias, y, mode, s);
-    return launch_dtype<uint16_t>(w, n_rows, k, x, nb, norm_w, eps, bias, y, mode, s);
+    if (dtype == Q3T_F32) return launch_dtype<float>(w, w_scale, n_rows, k, x, nb, norm_w, eps, bias, y, mode, s);
+    if (dtype == Q3T_BF16) return launch_dtype<uint16_t>(w, w_scale, n_rows, k, x, nb, norm_w, eps, bias, y, mode, s);
+    return launch_dtype<int8_t>(w, w_scale, n_rows, k, x, nb, norm_w, eps, bias, y, mode, s);
 }

@@ -1,4 +1,4 @@
-// q3t_batched_gemv on tensor cores (CUDA, sm_80+, bf16 weights): the function of gemv_batched.cu's
+// q3t_batched_gemv on tensor cores (CUDA, sm_80+, bf16 or int8 weights): the function of gemv_batched.cu's
 // kernel (y[b] (mode) W @ xn[b] for nb <= 16 vectors, RMSNorm fused), computed with mma.sync
 // m16n8k16 (bf16 in, float32 accumulation) where that kernel spends one FMA per weight and vector.
 //
@@ -19,6 +19,12 @@
 // Activations stay float32: each x value (times norm_w) is staged as bf16 hi + bf16 lo (hi = x
 // rounded, lo = the rest rounded), and W x = W hi + W lo, two MMAs, so x keeps ~16 mantissa bits
 // (the weights are bf16 already: no further rounding of the products).
+// int8 weights (Q3T_I8): a lane's 16-byte load holds 16 of them, k = 64 c + 16 t .. + 15 of rows g and
+// g + 8 (a chunk is 64 k), widened in registers to bf16 pairs, exactly (|q| <= 127 needs 7 bits of
+// bf16's 8), and fed to the same MMAs: 8 per chunk and column tile where bf16 has 4, the x fragments
+// read at the same 16 t. So a lane's loads per k halve, and C is at most 4 (bf16: 8) to keep the k a
+// block stages, and its shared memory, as bf16's. Each row's scale multiplies its finished sum after
+// the RMS scale; the scale is loaded with the weights, before the wait.
 // Split K across blocks: ks_count blocks share a row tile; each writes its 16 x 64 partial sums (and
 // its slice's sums of squares) to scratch, and the last to arrive (a counter per row tile, left 0
 // again) adds them in ks order and applies the mode: one launch, no atomics on data, run-to-run
@@ -38,7 +44,9 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kTileRows = 64;     // weight rows per block: four MMA row tiles of 16
-constexpr int kChunk = 32;        // k per chunk: one 16-byte load per lane and row pair
+template <typename W> constexpr int kLoadK = WeightVec16<W>::N;  // k per 16-byte load: 8 bf16, 16 int8
+template <typename W> constexpr int kChunk = 4 * kLoadK<W>;       // k per chunk: one load per lane and row pair
+template <typename W> constexpr int kMaxC = 8 * 32 / kChunk<W>;   // chunks per warp at most: a 512-k slice
 constexpr int kMaxCols = 16;      // vectors: two MMA column tiles of 8
 constexpr int kPartStride = kTileRows + 1;
 constexpr int kRecord = kMaxCols * kTileRows + kMaxCols;  // a block's partials in scratch: sums, sums of squares
@@ -74,11 +82,32 @@ __device__ __forceinline__ void split_bf16(float4 v, uint2& hi, uint2& lo) {
                     pack_bf16x2(__fsub_rn(v.z, bf16_lo(h1)), __fsub_rn(v.w, bf16_hi(h1))));
 }
 
+// The 16-byte weight load u of one row as the MMA's A operand: bf16 pairs in k order (p[i] holds k 2i in
+// its low half, 2i + 1 in its high half). bf16: u itself. int8: each weight widened exactly (common.cuh),
+// its float32's high half the bf16 (|q| <= 128 leaves the low half zero), two packed per PRMT.
+template <typename W> __device__ __forceinline__ void bf16_pairs(const uint4& u, uint32_t (&p)[kLoadK<W> / 2]);
+template <> __device__ __forceinline__ void bf16_pairs<uint16_t>(const uint4& u, uint32_t (&p)[4]) {
+    p[0] = u.x;
+    p[1] = u.y;
+    p[2] = u.z;
+    p[3] = u.w;
+}
+template <> __device__ __forceinline__ void bf16_pairs<int8_t>(const uint4& u, uint32_t (&p)[8]) {
+    const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        float f[4];
+        i8x4_to_f32(words[q], f);
+        p[2 * q] = __byte_perm(__float_as_uint(f[0]), __float_as_uint(f[1]), 0x7632);
+        p[2 * q + 1] = __byte_perm(__float_as_uint(f[2]), __float_as_uint(f[3]), 0x7632);
+    }
+}
+
 // Shared memory of one block: x hi and lo [ROWS][SK] bf16 and the squares [ROWS][F4] while
 // staging; the two warp halves' sums [2][16][kPartStride] floats after the MMAs (same bytes).
-template <int C, int NT> struct Smem {
+template <typename W, int C, int NT> struct Smem {
     static constexpr int kRows = NT * 8;                  // vectors staged
-    static constexpr int kSlice = 2 * C * kChunk;         // k per block
+    static constexpr int kSlice = 2 * C * kChunk<W>;      // k per block
     static constexpr int kStride = kSlice + 8;            // bf16 per staged row: 16 bytes of padding
                                                           // make the fragment loads conflict-free
     static constexpr int kF4 = kSlice / 4;                // float4s per row of the slice
@@ -88,12 +117,13 @@ template <int C, int NT> struct Smem {
     static constexpr size_t kBytes = kStage > kPart ? kStage : kPart;
 };
 
-template <int MODE, int C, int NT>
+template <typename W, int MODE, int C, int NT>
 __global__ void __launch_bounds__(kThreads, 2)
-    k_bgemv_mma(const uint16_t* __restrict__ w, int n_rows, int k, int ks_count, const float* __restrict__ x, int nb,
-                const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, float* __restrict__ y,
-                float* __restrict__ scratch) {
-    using S = Smem<C, NT>;
+    k_bgemv_mma(const W* __restrict__ w, const float* __restrict__ w_scale, int n_rows, int k, int ks_count,
+                const float* __restrict__ x, int nb, const float* __restrict__ norm_w, float eps,
+                const float* __restrict__ bias, float* __restrict__ y, float* __restrict__ scratch) {
+    using S = Smem<W, C, NT>;
+    constexpr int V = kLoadK<W>, CK = kChunk<W>;
     constexpr int ROWS = S::kRows, SK = S::kStride, F4 = S::kF4;
     constexpr int PER = ROWS * F4 / kThreads;  // float4s of x a thread stages (F4 divides 256: its f is fixed)
     static_assert(ROWS * F4 % kThreads == 0 && kThreads % F4 == 0, "staging layout");
@@ -113,14 +143,14 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int k0 = ks * S::kSlice;  // the block's first k
     const int r0 = tile * kTileRows + mt * 16 + g;
     const bool live0 = r0 < n_rows, live1 = r0 + 8 < n_rows;
-    const uint16_t* w0 = w + (size_t)(live0 ? r0 : 0) * k;
-    const uint16_t* w1 = w + (size_t)(live1 ? r0 + 8 : 0) * k;
+    const W* w0 = w + (size_t)(live0 ? r0 : 0) * k;
+    const W* w1 = w + (size_t)(live1 ? r0 + 8 : 0) * k;
 
     // Weights never change: all of the lane's loads go out before the wait.
     uint4 wa[C], wb[C];
 #pragma unroll
     for (int i = 0; i < C; ++i) {
-        const int kk = k0 + (half * C + i) * kChunk + 8 * t;
+        const int kk = k0 + (half * C + i) * CK + V * t;
         wa[i] = make_uint4(0, 0, 0, 0);
         wb[i] = make_uint4(0, 0, 0, 0);
         if (kk < k) {
@@ -131,6 +161,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int f = tid % F4, kf = k0 + 4 * f;  // this thread's float4 of the slice, the same for every row
     float4 gv = make_float4(1.f, 1.f, 1.f, 1.f);
     if (norm_w && kf < k) gv = *reinterpret_cast<const float4*>(norm_w + kf);
+    // The scale of the row whose sums this thread finishes (idx % 64 = tid % 64 for each of its sums).
+    const int ws_row = tile * kTileRows + tid % kTileRows;
+    const float ws = row_scaled<W>() && ws_row < n_rows ? w_scale[ws_row] : 1.f;
 
     // Behind a branch on an argument (k > 0 always holds), so ptxas keeps the loads above the wait.
     if (k > 0) q3t_grid_dep();
@@ -173,15 +206,23 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
 #pragma unroll
     for (int i = 0; i < C; ++i) {
-        const int kl = (half * C + i) * kChunk + 8 * t;
+        const int kl = (half * C + i) * CK + V * t;
+        uint32_t a0[V / 2], a1[V / 2];  // rows g and g + 8
+        bf16_pairs<W>(wa[i], a0);
+        bf16_pairs<W>(wb[i], a1);
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
-            const uint4 bh = *reinterpret_cast<const uint4*>(xh + (8 * j + g) * SK + kl);
-            const uint4 bl = *reinterpret_cast<const uint4*>(xl + (8 * j + g) * SK + kl);
-            mma_bf16(acc[j], wa[i].x, wb[i].x, wa[i].y, wb[i].y, bh.x, bh.y);
-            mma_bf16(acc[j], wa[i].x, wb[i].x, wa[i].y, wb[i].y, bl.x, bl.y);
-            mma_bf16(acc[j], wa[i].z, wb[i].z, wa[i].w, wb[i].w, bh.z, bh.w);
-            mma_bf16(acc[j], wa[i].z, wb[i].z, wa[i].w, wb[i].w, bl.z, bl.w);
+#pragma unroll
+            for (int h = 0; h < V / 8; ++h) {  // 8 k of the load: two MMAs' k-halves, x rounded hi and lo
+                const uint4 bh = *reinterpret_cast<const uint4*>(xh + (8 * j + g) * SK + kl + 8 * h);
+                const uint4 bl = *reinterpret_cast<const uint4*>(xl + (8 * j + g) * SK + kl + 8 * h);
+                const uint32_t* p = a0 + 4 * h;
+                const uint32_t* q = a1 + 4 * h;
+                mma_bf16(acc[j], p[0], q[0], p[1], q[1], bh.x, bh.y);
+                mma_bf16(acc[j], p[0], q[0], p[1], q[1], bl.x, bl.y);
+                mma_bf16(acc[j], p[2], q[2], p[3], q[3], bh.z, bh.w);
+                mma_bf16(acc[j], p[2], q[2], p[3], q[3], bl.z, bl.w);
+            }
         }
     }
     __syncthreads();  // x is read by every warp: part takes its bytes only now
@@ -249,7 +290,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int o = 0; o < OUT; ++o) {
         const int idx = tid + o * kThreads, col = idx / kTileRows, row = tile * kTileRows + idx % kTileRows;
-        const float v = __fmul_rn(s[o], scale_s[col]);  // not contracted into the bias or residual add
+        float v = __fmul_rn(s[o], scale_s[col]);  // not contracted into the bias or residual add
+        if (row_scaled<W>()) v = __fmul_rn(v, ws);
         if (MODE == Q3T_GEMV_SWIGLU) {
             const float up = __shfl_xor_sync(0xffffffffu, v, 1);  // row + 1 is the next lane's
             if (row % 2 == 0 && col < nb && row < n_rows) {
@@ -266,69 +308,87 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 inline int cdiv(int a, int b) { return (a + b - 1) / b; }
 
-// The plan of a shape: C chunks per warp (2, 4 or 8: 2C 16-byte loads per lane) and ks_count blocks
-// per row tile. Fewest splits that keep a lane at <= 8 chunks, then more (C halved) while the grid
-// would leave SMs without two blocks and a tile's partials stay <= 8 (the last block reads them all). From (n_rows, k, SMs) alone.
+// The plan of a shape: C chunks per warp (2C 16-byte loads per lane; bf16 2, 4 or 8, int8 1, 2 or 4: the
+// same k per block) and ks_count blocks per row tile. Fewest splits that keep a lane at <= kMaxC chunks,
+// then more (C halved) while the grid would leave SMs without two blocks and a tile's partials stay <= 8
+// (the last block reads them all). From (dtype, n_rows, k, SMs) alone.
 struct Plan {
     int c, ks;
 };
-Plan plan_for(int n_rows, int k) {
-    const int chunks = cdiv(k, kChunk), tiles = cdiv(n_rows, kTileRows);
+Plan plan_for(int dtype, int n_rows, int k) {
+    const int chunk = dtype == Q3T_I8 ? kChunk<int8_t> : kChunk<uint16_t>;
+    const int c_max = dtype == Q3T_I8 ? kMaxC<int8_t> : kMaxC<uint16_t>, c_min = c_max / 4;
+    const int chunks = cdiv(k, chunk), tiles = cdiv(n_rows, kTileRows);
     const int sms = q3t_host_sms() > 0 ? q3t_host_sms() : 1;
-    int c = 8;
-    while (c > 2 && chunks <= c) c /= 2;  // short rows: no block of mostly empty chunks
+    int c = c_max;
+    while (c > c_min && chunks <= c) c /= 2;  // short rows: no block of mostly empty chunks
     int ks = cdiv(chunks, 2 * c);
-    while (c > 2 && tiles * ks < 2 * sms && cdiv(chunks, c) <= 8) {
+    while (c > c_min && tiles * ks < 2 * sms && cdiv(chunks, c) <= 8) {
         c /= 2;
         ks = cdiv(chunks, 2 * c);
     }
     return Plan{c, ks};
 }
 
-template <int MODE, int C, int NT>
-int launch(const uint16_t* w, int n_rows, int k, int ks, const float* x, int nb, const float* norm_w, float eps,
-           const float* bias, float* y, float* scratch, cudaStream_t s) {
+template <typename W, int MODE, int C, int NT>
+int launch(const W* w, const float* w_scale, int n_rows, int k, int ks, const float* x, int nb, const float* norm_w,
+           float eps, const float* bias, float* y, float* scratch, cudaStream_t s) {
     const dim3 grid(cdiv(n_rows, kTileRows), ks);
-    q3t_launch(k_bgemv_mma<MODE, C, NT>, grid, kThreads, Smem<C, NT>::kBytes, s, w, n_rows, k, ks, x, nb, norm_w,
-               eps, bias, y, scratch);
+    q3t_launch(k_bgemv_mma<W, MODE, C, NT>, grid, kThreads, Smem<W, C, NT>::kBytes, s, w, w_scale, n_rows, k, ks, x,
+               nb, norm_w, eps, bias, y, scratch);
     return q3t_check_launch("q3t_batched_gemv (tensor cores)");
 }
 
-template <int MODE, int NT>
-int launch_c(const uint16_t* w, int n_rows, int k, Plan p, const float* x, int nb, const float* norm_w, float eps,
-             const float* bias, float* y, float* scratch, cudaStream_t s) {
-    if (p.c == 8) return launch<MODE, 8, NT>(w, n_rows, k, p.ks, x, nb, norm_w, eps, bias, y, scratch, s);
-    if (p.c == 4) return launch<MODE, 4, NT>(w, n_rows, k, p.ks, x, nb, norm_w, eps, bias, y, scratch, s);
-    return launch<MODE, 2, NT>(w, n_rows, k, p.ks, x, nb, norm_w, eps, bias, y, scratch, s);
+template <typename W, int MODE, int NT>
+int launch_c(const W* w, const float* w_scale, int n_rows, int k, Plan p, const float* x, int nb,
+             const float* norm_w, float eps, const float* bias, float* y, float* scratch, cudaStream_t s) {
+    constexpr int C = kMaxC<W>;
+    if (p.c == C) return launch<W, MODE, C, NT>(w, w_scale, n_rows, k, p.ks, x, nb, norm_w, eps, bias, y, scratch, s);
+    if (p.c == C / 2)
+        return launch<W, MODE, C / 2, NT>(w, w_scale, n_rows, k, p.ks, x, nb, norm_w, eps, bias, y, scratch, s);
+    return launch<W, MODE, C / 4, NT>(w, w_scale, n_rows, k, p.ks, x, nb, norm_w, eps, bias, y, scratch, s);
 }
 
-template <int MODE>
-int launch_mode(const uint16_t* w, int n_rows, int k, Plan p, const float* x, int nb, const float* norm_w, float eps,
-                const float* bias, float* y, float* scratch, cudaStream_t s) {
-    if (nb <= 8) return launch_c<MODE, 1>(w, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
-    return launch_c<MODE, 2>(w, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
+template <typename W, int MODE>
+int launch_mode(const W* w, const float* w_scale, int n_rows, int k, Plan p, const float* x, int nb,
+                const float* norm_w, float eps, const float* bias, float* y, float* scratch, cudaStream_t s) {
+    if (nb <= 8) return launch_c<W, MODE, 1>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
+    return launch_c<W, MODE, 2>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
+}
+
+template <typename W>
+int launch_dtype(const void* w, const float* w_scale, int n_rows, int k, Plan p, const float* x, int nb,
+                 const float* norm_w, float eps, const float* bias, float* y, int mode, float* scratch,
+                 cudaStream_t s) {
+    const W* wp = static_cast<const W*>(w);
+    switch (mode) {
+        case Q3T_GEMV_STORE:
+            return launch_mode<W, Q3T_GEMV_STORE>(wp, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
+        case Q3T_GEMV_ADD:
+            return launch_mode<W, Q3T_GEMV_ADD>(wp, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
+        default:
+            return launch_mode<W, Q3T_GEMV_SWIGLU>(wp, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
+    }
 }
 
 }  // namespace
 
 bool q3t_batched_gemv_mma_usable(int dtype, int n_rows) {
-    return dtype == Q3T_BF16 && q3t_host_cc_major() >= 8 && cdiv(n_rows, kTileRows) <= kCounters;
+    return (dtype == Q3T_BF16 || dtype == Q3T_I8) && q3t_host_cc_major() >= 8 && cdiv(n_rows, kTileRows) <= kCounters;
 }
 
-size_t q3t_batched_gemv_mma_scratch_floats(int n_rows, int k) {
-    const Plan p = plan_for(n_rows, k);
+size_t q3t_batched_gemv_mma_scratch_floats(int dtype, int n_rows, int k) {
+    const Plan p = plan_for(dtype, n_rows, k);
     return p.ks > 1 ? (size_t)kCounters + (size_t)cdiv(n_rows, kTileRows) * p.ks * kRecord : 0;
 }
 
-int q3t_batched_gemv_mma(const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps,
-                         const float* bias, float* y, int mode, float* scratch, cudaStream_t s) {
-    const Plan p = plan_for(n_rows, k);
-    const uint16_t* wp = static_cast<const uint16_t*>(w);
-    switch (mode) {
-        case Q3T_GEMV_STORE: return launch_mode<Q3T_GEMV_STORE>(wp, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
-        case Q3T_GEMV_ADD: return launch_mode<Q3T_GEMV_ADD>(wp, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
-        default: return launch_mode<Q3T_GEMV_SWIGLU>(wp, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
-    }
+int q3t_batched_gemv_mma(int dtype, const void* w, const float* w_scale, int n_rows, int k, const float* x, int nb,
+                         const float* norm_w, float eps, const float* bias, float* y, int mode, float* scratch,
+                         cudaStream_t s) {
+    const Plan p = plan_for(dtype, n_rows, k);
+    if (dtype == Q3T_I8)
+        return launch_dtype<int8_t>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, mode, scratch, s);
+    return launch_dtype<uint16_t>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, mode, scratch, s);
 }
 
 #endif  // Q3T_CUDA

@@ -25,6 +25,9 @@
 //   rsqrt(mean(x^2) + eps) at the end. One barrier before the dot products instead of three and
 //   one dependent global round trip instead of two; the result differs from the row kernel only by
 //   float32 rounding (rs * sum(w * (g * x)) vs sum(w * (g * (x * rs)))).
+// - int8 weights (Q3T_I8): a 16-byte load holds 16 of them (bf16: 8), so a row takes half the loads;
+//   each is widened in registers (common.cuh), and the row's scale multiplies its finished sum, after
+//   the RMS scale. The scales are loaded with the weights, before the wait.
 #include "common.cuh"
 
 #include <mutex>
@@ -87,7 +90,7 @@ __device__ __forceinline__ void stage_x_pair(const float* __restrict__ x, const 
 }
 
 template <typename W, int MODE, bool VEC, int PRE, int NB>
-__device__ __forceinline__ void gemv2(const W* __restrict__ w, int n_out, int k, int splits, const float* __restrict__ x,
+__device__ __forceinline__ void gemv2(const W* __restrict__ w, const float* __restrict__ w_scale, int n_out, int k, int splits, const float* __restrict__ x,
                                       const float* __restrict__ norm_w, float eps, const float* __restrict__ bias,
                                       float* __restrict__ y) {
     constexpr int NR = MODE == Q3T_GEMV_SWIGLU ? 2 : 1;  // weight rows per output
@@ -119,6 +122,15 @@ __device__ __forceinline__ void gemv2(const W* __restrict__ w, int n_out, int k,
             const int c = first + j * step;
             pre[r][j] = (VEC && active && c < nvec) ? reinterpret_cast<const uint4*>(rows[r])[c] : make_uint4(0, 0, 0, 0);
         }
+
+    // The row scales of the output this thread finishes (int8; weights too, so loaded before the wait).
+    float ws[NR];
+    {
+        const int mine = (int)(blockIdx.x * per_block + threadIdx.x);
+#pragma unroll
+        for (int r = 0; r < NR; ++r)
+            ws[r] = row_scaled<W>() && (int)threadIdx.x < per_block && mine < n_out ? w_scale[(size_t)NR * mine + r] : 1.f;
+    }
 
     // ptxas schedules griddepcontrol.wait (SASS: ACQBULK) above independent loads of the same
     // basic block, so the "early" weight loads would in fact be issued after the wait. Behind a
@@ -230,6 +242,7 @@ __device__ __forceinline__ void gemv2(const W* __restrict__ w, int n_out, int k,
             float t = 0.f;
             for (int j = 0; j < splits; ++j) t += part[threadIdx.x * splits + j][b][r];
             sum[r] = t * scale;
+            if (row_scaled<W>()) sum[r] = __fmul_rn(sum[r], ws[r]);  // not contracted into the bias or add
         }
         float* yb = y + (size_t)b * n_out;
         if (MODE == Q3T_GEMV_SWIGLU) {
@@ -255,29 +268,32 @@ __device__ __forceinline__ void gemv2(const W* __restrict__ w, int n_out, int k,
 // 0.6B gate/up: 384 blocks) run in one wave on the H200's 132 SMs.
 template <typename W, int PRE>
 constexpr int x1_min_blocks() {
-    return PRE == kMaxPre && sizeof(W) == 2 ? 3 : 0;  // 0: no minimum, ptxas chooses
+    return PRE == kMaxPre && sizeof(W) <= 2 ? 3 : 0;  // 0: no minimum, ptxas chooses (int8 as bf16)
 }
 template <typename W, int MODE, bool VEC, int PRE>
 __global__ void Q3T_LAUNCH_BOUNDS(kThreads, (x1_min_blocks<W, PRE>()))
-    k_gemv2(const W* __restrict__ w, int n_out, int k, int splits, const float* __restrict__ x,
-            const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, float* __restrict__ y) {
-    gemv2<W, MODE, VEC, PRE, 1>(w, n_out, k, splits, x, norm_w, eps, bias, y);
+    k_gemv2(const W* __restrict__ w, const float* __restrict__ w_scale, int n_out, int k, int splits,
+            const float* __restrict__ x, const float* __restrict__ norm_w, float eps, const float* __restrict__ bias,
+            float* __restrict__ y) {
+    gemv2<W, MODE, VEC, PRE, 1>(w, w_scale, n_out, k, splits, x, norm_w, eps, bias, y);
 }
 template <typename W, int PRE>
 constexpr int x2_min_blocks() {
-    return PRE == kMaxPre ? (sizeof(W) == 2 ? 3 : 2) : (sizeof(W) == 2 ? 4 : 3);
+    return PRE == kMaxPre ? (sizeof(W) <= 2 ? 3 : 2) : (sizeof(W) <= 2 ? 4 : 3);
 }
 template <typename W, int MODE, bool VEC, int PRE>
 __global__ void Q3T_LAUNCH_BOUNDS(kThreads, (x2_min_blocks<W, PRE>()))
-    k_gemv2x2(const W* __restrict__ w, int n_out, int k, int splits, const float* __restrict__ x,
-              const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, float* __restrict__ y) {
-    gemv2<W, MODE, VEC, PRE, 2>(w, n_out, k, splits, x, norm_w, eps, bias, y);
+    k_gemv2x2(const W* __restrict__ w, const float* __restrict__ w_scale, int n_out, int k, int splits,
+              const float* __restrict__ x, const float* __restrict__ norm_w, float eps, const float* __restrict__ bias,
+              float* __restrict__ y) {
+    gemv2<W, MODE, VEC, PRE, 2>(w, w_scale, n_out, k, splits, x, norm_w, eps, bias, y);
 }
 
 inline int cdiv(int a, int b) { return (a + b - 1) / b; }
 
 template <typename W>
-using GemvKernel = void (*)(const W*, int, int, int, const float*, const float*, float, const float*, float*);
+using GemvKernel = void (*)(const W*, const float*, int, int, int, const float*, const float*, float, const float*,
+                            float*);
 
 // The kernel for NB input vectors with `loads` 16-byte weight loads per lane (rounded up to 2, 4 or 8).
 template <typename W, int MODE, int NB>
@@ -312,7 +328,7 @@ int blocks_per_sm(const void* kernel, size_t smem) {
 }
 
 template <typename W, int MODE, int NB>
-int launch2(const void* w, int n_rows, int k, const float* x, const float* norm_w, float eps, const float* bias,
+int launch2(const void* w, const float* w_scale, int n_rows, int k, const float* x, const float* norm_w, float eps, const float* bias,
             float* y, cudaStream_t s) {
     constexpr int NR = MODE == Q3T_GEMV_SWIGLU ? 2 : 1;
     const int n_out = n_rows / NR;
@@ -347,7 +363,8 @@ int launch2(const void* w, int n_rows, int k, const float* x, const float* norm_
     const dim3 grid(cdiv(n_out, nwarps / splits));
     const size_t smem = (size_t)NB * k * sizeof(float);
     const auto kernel = pick_kernel<W, MODE, NB>(vec, NR * cdiv(chunks, splits));
-    q3t_launch(kernel, grid, kThreads, smem, s, static_cast<const W*>(w), n_out, k, splits, x, norm_w, eps, bias, y);
+    q3t_launch(kernel, grid, kThreads, smem, s, static_cast<const W*>(w), w_scale, n_out, k, splits, x, norm_w, eps,
+               bias, y);
     return q3t_check_launch(NB == 1 ? "q3t_gemv" : "q3t_gemv_batch");
 }
 
@@ -355,14 +372,14 @@ int launch2(const void* w, int n_rows, int k, const float* x, const float* norm_
 
 // Called by q3t_gemv (gemv.cu) for K <= 4096 after it has checked the arguments, and by
 // q3t_gemv_batch (nb 1 or 2).
-int q3t_gemv_splitk(int dtype, const void* w, int n_rows, int k, const float* x, int nb, const float* norm_w,
-                    float eps, const float* bias, float* y, int mode, cudaStream_t s) {
-#define Q3T_GEMV2_CASE(T, NB)                                                                                 \
-    switch (mode) {                                                                                           \
-        case Q3T_GEMV_STORE: return launch2<T, Q3T_GEMV_STORE, NB>(w, n_rows, k, x, norm_w, eps, bias, y, s);   \
-        case Q3T_GEMV_ADD: return launch2<T, Q3T_GEMV_ADD, NB>(w, n_rows, k, x, norm_w, eps, bias, y, s);       \
-        case Q3T_GEMV_SWIGLU: return launch2<T, Q3T_GEMV_SWIGLU, NB>(w, n_rows, k, x, norm_w, eps, bias, y, s); \
-        default: return q3t_fail("q3t_gemv: unknown mode %d", mode);                                           \
+int q3t_gemv_splitk(int dtype, const void* w, const float* w_scale, int n_rows, int k, const float* x, int nb,
+                    const float* norm_w, float eps, const float* bias, float* y, int mode, cudaStream_t s) {
+#define Q3T_GEMV2_CASE(T, NB)                                                                                          \
+    switch (mode) {                                                                                                    \
+        case Q3T_GEMV_STORE: return launch2<T, Q3T_GEMV_STORE, NB>(w, w_scale, n_rows, k, x, norm_w, eps, bias, y, s);   \
+        case Q3T_GEMV_ADD: return launch2<T, Q3T_GEMV_ADD, NB>(w, w_scale, n_rows, k, x, norm_w, eps, bias, y, s);       \
+        case Q3T_GEMV_SWIGLU: return launch2<T, Q3T_GEMV_SWIGLU, NB>(w, w_scale, n_rows, k, x, norm_w, eps, bias, y, s); \
+        default: return q3t_fail("q3t_gemv: unknown mode %d", mode);                                                    \
     }
     if (nb != 1 && nb != 2) return q3t_fail("q3t_gemv_batch: nb=%d, expected 1 or 2", nb);
     if (dtype == Q3T_F32) {
@@ -372,6 +389,10 @@ int q3t_gemv_splitk(int dtype, const void* w, int n_rows, int k, const float* x,
     if (dtype == Q3T_BF16) {
         if (nb == 1) { Q3T_GEMV2_CASE(uint16_t, 1) }
         Q3T_GEMV2_CASE(uint16_t, 2)
+    }
+    if (dtype == Q3T_I8) {
+        if (nb == 1) { Q3T_GEMV2_CASE(int8_t, 1) }
+        Q3T_GEMV2_CASE(int8_t, 2)
     }
 #undef Q3T_GEMV2_CASE
     return q3t_fail("q3t_gemv: unknown dtype %d", dtype);

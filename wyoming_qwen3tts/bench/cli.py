@@ -47,6 +47,7 @@ def worker_main(args: argparse.Namespace) -> int:
         engine=args.worker, model=args.model, device=args.device, frames=args.frames,
         sentence_frames=args.sentence_frames, runs=args.runs, warmup=args.warmup, context=args.context,
         text=args.text, speaker=args.speaker, language=args.language, seed=args.seed, ref_seconds=args.ref_seconds,
+        weights=args.weights,
     )  # fmt: skip
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
@@ -110,6 +111,7 @@ def run_worker(engine: str, model: str, args: argparse.Namespace, frames: int, r
             "--sentence-frames", str(args.sentence_frames), "--runs", str(runs), "--warmup", str(args.warmup),
             "--context", str(args.context), "--text", args.text, "--speaker", args.speaker,
             "--language", args.language, "--seed", str(args.seed), "--ref-seconds", str(args.ref_seconds),
+            "--weights", args.weights,
         ]  # fmt: skip
         started = time.perf_counter()
         try:
@@ -198,6 +200,8 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--language", default="english")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--weights", choices=("bf16", "int8"), default="bf16",
+                    help="our engines' matrices: bf16, or int8 quantized at load (the weights setting); peers as released")
     ap.add_argument("--ref-path", default=None, help="PYTHONPATH for the reference (qwen-tts + transformers 4.57)")
     ap.add_argument("--fq-path", default=None, help="PYTHONPATH for faster-qwen3-tts (+ qwen-tts-hf)")
     ap.add_argument("--worker-timeout", type=float, default=300.0)
@@ -246,6 +250,7 @@ def main(argv: Iterable[str] | None = None) -> int:
             "context": args.context,
             "sentence_frames": args.sentence_frames,
             "warmup": args.warmup,
+            "weights": args.weights,
         },
         "rows": [],
         "roofline": [],

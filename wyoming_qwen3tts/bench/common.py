@@ -68,6 +68,7 @@ class WorkerArgs:
     language: str
     seed: int
     ref_seconds: float = 10.0  # a Base model's reference clip (a cloned voice, in context)
+    weights: str = "bf16"  # our engines' matrices: as loaded (bf16), or int8 quantized at load (the setting)
 
 
 def summary(decode_s: list[float], e2e_s: list[float], ttfa_s: list[float], frames: int) -> dict[str, Any]:

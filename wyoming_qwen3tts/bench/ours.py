@@ -15,7 +15,7 @@ def run_ours(w: WorkerArgs) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     options = EngineOptions(device=w.device, backend=w.engine, max_frames=max(w.context, w.frames),  # type: ignore[arg-type]
-                            local_files_only=True)  # fmt: skip
+                            local_files_only=True, weights=w.weights)  # type: ignore[arg-type]  # fmt: skip
     engine = Engine.from_pretrained(w.model, options)
     if engine.backend.name != w.engine:
         raise RuntimeError(f"engine chose backend {engine.backend.name!r}: {engine.info.backend_reason}")
@@ -85,6 +85,7 @@ def run_ours(w: WorkerArgs) -> dict[str, Any]:
         prompt_positions=prompt.length,
         first_chunk_frames=engine.first_chunk_frames,
         dtype=engine.info.dtype,
+        weights=engine.info.weights,
         model_type=engine.model_type,
         notes=f"decode sessions sized for {w.context} frames; TTFA chunk {engine.first_chunk_frames} frames"
         + (f"; cloned voice from a {w.ref_seconds:g} s clip, in context" if engine.model_type == "base" else ""),

@@ -1,7 +1,7 @@
 """Multi-stream decode benchmark: 1, 2, 4, 8, 16 streams stepping together on the batched kernels.
 
     python -m wyoming_qwen3tts.bench.streams --model DIR [--streams 1,2,4,8,16] [--frames 200] [--runs 2]
-        [--context 2048] [--out results.json]
+        [--context 2048] [--weights bf16|int8] [--out results.json]
 
 For each stream count N: N streams (one prompt, each its own seed, the checkpoint's sampling with end of
 speech masked so every stream decodes --frames frames) are admitted into a BatchedDecoder and stepped
@@ -10,7 +10,8 @@ speech masked so every stream decodes --frames frames) are admitted into a Batch
 streams in one admit_all (arriving together), and one admit after another (arriving at different steps).
 In the same process and the same run, the batch-1 KernelBackend decodes the same prompt: the one-stream
 path the server uses for a lone request. Peak GPU memory is read after the decoder for 16 slots of
---context positions is built. Medians of --runs timed runs after one warm-up.
+--context positions is built. Medians of --runs timed runs after one warm-up. --weights int8 quantizes the
+matrices at load, as the `weights = "int8"` setting does (model/quant.py), before the backends are built.
 """
 
 from __future__ import annotations
@@ -26,15 +27,16 @@ from typing import Any
 from .common import gpu_name, memory, sync
 
 
-def run(model_dir: str, streams: list[int], frames: int, runs: int, context: int, text: str) -> dict[str, Any]:
+def run(model_dir: str, streams: list[int], frames: int, runs: int, context: int, text: str,
+        weights: str = "bf16") -> dict[str, Any]:  # fmt: skip
     import torch
 
     from ..backends.kernels.batched import Admission, BatchedDecoder
     from ..engine import Engine, EngineOptions
     from ..request import SynthesisRequest
 
-    engine = Engine.from_pretrained(model_dir, EngineOptions(backend="kernels", max_frames=context,
-                                                             local_files_only=True))  # fmt: skip
+    options = EngineOptions(backend="kernels", max_frames=context, local_files_only=True, weights=weights)  # type: ignore[arg-type]
+    engine = Engine.from_pretrained(model_dir, options)
     kb = engine.backend
     sampling = replace(engine.default_sampling, suppress_eos=True)
     speaker = engine.speakers[0] if engine.speakers else ""
@@ -100,10 +102,10 @@ def run(model_dir: str, streams: list[int], frames: int, runs: int, context: int
               f"{step_s / frames * 1e3:.3f} ms/step, admit {one_by_one_s / n * 1e3:.1f} ms/stream one by one, "
               f"{together_s * 1e3:.1f} ms all {n} together", flush=True)  # fmt: skip
     print(f"batch-1 backend: {frames / alone:.1f} frames/s", flush=True)
-    return dict(model=model_dir, gpu=gpu_name(), torch=torch.__version__, frames=frames, runs=runs,
-                prompt_positions=prompt.length, context=context, slots=max(streams), decoder_build_s=build_s,
-                weights_gib=weights_gib, peak_with_decoder_gib=mem["peak_alloc_gib"], batch1_fps=frames / alone,
-                rows=rows)  # fmt: skip
+    return dict(model=model_dir, gpu=gpu_name(), torch=torch.__version__, weights=engine.info.weights, frames=frames,
+                runs=runs, prompt_positions=prompt.length, context=context, slots=max(streams),
+                decoder_build_s=build_s, weights_gib=weights_gib, peak_with_decoder_gib=mem["peak_alloc_gib"],
+                batch1_fps=frames / alone, rows=rows)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,10 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=2, help="timed runs per row (default 2)")
     p.add_argument("--context", type=int, default=2048, help="frames of context each slot holds (default 2048)")
     p.add_argument("--text", default="The quick brown fox jumps over the lazy dog while the kettle starts to sing.")
+    p.add_argument("--weights", choices=("bf16", "int8"), default="bf16",
+                   help="the matrices: bf16 as loaded, or int8 quantized at load (default bf16)")
     p.add_argument("--out", type=Path, help="write the results here as JSON")
     args = p.parse_args(argv)
     streams = [int(s) for s in args.streams.split(",") if s.strip()]
-    result = run(args.model, streams, args.frames, args.runs, args.context, args.text)
+    result = run(args.model, streams, args.frames, args.runs, args.context, args.text, args.weights)
     text = json.dumps(result, indent=1)
     if args.out:
         args.out.write_text(text)

@@ -30,7 +30,7 @@ from ...model.prompt import Prompt
 from ...model.talker import KVCache, Qwen3TTSModel
 from ...request import SamplingParams
 from .frame import MIN_NEW_TOKENS, NO_EOS, NUM_GROUPS
-from .ops import Ops
+from .ops import Matrix, Ops
 from .prefill import PrefillGraphs
 from .weights import ModelWeights, StackWeights
 
@@ -196,15 +196,15 @@ class BatchedDecoder:
         if graphs:
             self._capture_all()
 
-    def matrices(self) -> list[Tensor]:
+    def matrices(self) -> list[Matrix]:
         """Every weight matrix a step multiplies (the GEMV scratch covers the largest need)."""
         w = self.w
         layers = (*w.talker.layers, *w.code_predictor.layers)
         mats = [m for L in layers for m in (L.qkv, L.o, L.gate_up, L.down)]
         return [*mats, w.codec_head, *w.lm_heads, *([w.proj_w] if w.proj_w is not None else [])]
 
-    def gemv(self, w: Tensor, x: Tensor, y: Tensor, stream: int, **kw) -> None:  # noqa: ANN003
-        """ops.batched_gemv on the decoder's scratch (the tensor-core kernel for bf16 on CUDA)."""
+    def gemv(self, w: Matrix, x: Tensor, y: Tensor, stream: int, **kw) -> None:  # noqa: ANN003
+        """ops.batched_gemv on the decoder's scratch (the tensor-core kernel for bf16 and int8 on CUDA)."""
         self.ops.batched_gemv(w, x, y, scratch=self.gemv_scratch, stream=stream, **kw)
 
     # -- streams -------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ What each entry point computes is documented once, in kernels/include/q3t.h.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -20,12 +21,47 @@ STORE, ADD, SWIGLU = native.GEMV_STORE, native.GEMV_ADD, native.GEMV_SWIGLU
 
 
 def dtype_code(dtype: torch.dtype) -> int:
-    """q3t's code for a weight / KV-cache dtype."""
+    """q3t's code for a weight / KV-cache dtype (int8: GEMV matrices only, with their row scales)."""
     if dtype == torch.float32:
         return native.F32
     if dtype == torch.bfloat16:
         return native.BF16
-    raise native.NativeUnavailable(f"the kernels take float32 or bfloat16, not {dtype}")
+    if dtype == torch.int8:
+        return native.I8
+    raise native.NativeUnavailable(f"the kernels take float32, bfloat16 or (GEMV matrices) int8, not {dtype}")
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A GEMV's weight matrix: `data` [N, K] (float32, bf16, or int8 with `scale`, float32 [N]: row n
+    stands for data[n] * scale[n], model/quant.py's QuantLinear)."""
+
+    data: Tensor
+    scale: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if (self.data.dtype == torch.int8) != (self.scale is not None):
+            raise ValueError(f"a {self.data.dtype} matrix {'needs' if self.scale is None else 'takes no'} row scales")
+        if self.scale is not None and (self.scale.dtype != torch.float32 or self.scale.shape != self.data.shape[:1]):
+            raise ValueError(f"row scales must be float32 [{self.data.shape[0]}], not {self.scale.dtype} "
+                             f"{tuple(self.scale.shape)}")  # fmt: skip
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.data.shape
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.data.dtype
+
+
+def _matrix(w: Tensor | Matrix) -> tuple[int, int, int | None]:
+    """(dtype code, data pointer, scale pointer or None) of a weight matrix."""
+    if isinstance(w, Matrix):
+        return dtype_code(w.dtype), w.data.data_ptr(), _ptr(w.scale)
+    if w.dtype == torch.int8:
+        raise ValueError("an int8 matrix goes with its row scales: pass a Matrix")
+    return dtype_code(w.dtype), w.data_ptr(), None
 
 
 def _ptr(t: Tensor | None) -> int | None:
@@ -50,19 +86,22 @@ class Ops:
     def rmsnorm(self, x: Tensor, weight: Tensor, out: Tensor, *, eps: float, stream: int | None = None) -> None:
         self.lib.call("q3t_rmsnorm", x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.numel(), eps, _stream(stream))
 
-    def gemv(self, w: Tensor, x: Tensor, y: Tensor, *, mode: int = STORE, norm_w: Tensor | None = None,
+    def gemv(self, w: Tensor | Matrix, x: Tensor, y: Tensor, *, mode: int = STORE, norm_w: Tensor | None = None,
              eps: float = 0.0, bias: Tensor | None = None, stream: int | None = None) -> None:  # fmt: skip
         """y (mode) w [N, K] @ x [K], x RMS-normed with norm_w first when given."""
         n, k = w.shape
-        self.lib.call("q3t_gemv", dtype_code(w.dtype), w.data_ptr(), n, k, x.data_ptr(), _ptr(norm_w), eps, _ptr(bias),
+        code, w_ptr, scale_ptr = _matrix(w)
+        self.lib.call("q3t_gemv", code, w_ptr, scale_ptr, n, k, x.data_ptr(), _ptr(norm_w), eps, _ptr(bias),
                       y.data_ptr(), mode, _stream(stream))  # fmt: skip
 
-    def gemv_batch(self, w: Tensor, x: Tensor, y: Tensor, *, mode: int = STORE, norm_w: Tensor | None = None,
-                   eps: float = 0.0, bias: Tensor | None = None, stream: int | None = None) -> None:  # fmt: skip
+    def gemv_batch(self, w: Tensor | Matrix, x: Tensor, y: Tensor, *, mode: int = STORE,
+                   norm_w: Tensor | None = None, eps: float = 0.0, bias: Tensor | None = None,
+                   stream: int | None = None) -> None:  # fmt: skip
         """gemv for each row of x [nb, K] into the rows of y, each weight row read once."""
         n, k = w.shape
-        self.lib.call("q3t_gemv_batch", dtype_code(w.dtype), w.data_ptr(), n, k, x.data_ptr(), x.shape[0],
-                      _ptr(norm_w), eps, _ptr(bias), y.data_ptr(), mode, _stream(stream))  # fmt: skip
+        code, w_ptr, scale_ptr = _matrix(w)
+        self.lib.call("q3t_gemv_batch", code, w_ptr, scale_ptr, n, k, x.data_ptr(), x.shape[0], _ptr(norm_w), eps,
+                      _ptr(bias), y.data_ptr(), mode, _stream(stream))  # fmt: skip
 
     def rope_attention_split(self, qkv: Tensor, q_norm: Tensor, k_norm: Tensor, cos: Tensor, sin: Tensor,
                              k_cache: Tensor, v_cache: Tensor, out: Tensor, *, eps: float, scale: float, splits: int,
@@ -138,19 +177,20 @@ class Ops:
 
     # -- the batched decode step: nb <= 16 rows (streams), per-slot state (q3t.h, last section) ------------
 
-    def batched_gemv(self, w: Tensor, x: Tensor, y: Tensor, *, mode: int = STORE, norm_w: Tensor | None = None,
-                     eps: float = 0.0, bias: Tensor | None = None, scratch: Tensor | None = None,
-                     stream: int | None = None) -> None:  # fmt: skip
+    def batched_gemv(self, w: Tensor | Matrix, x: Tensor, y: Tensor, *, mode: int = STORE,
+                     norm_w: Tensor | None = None, eps: float = 0.0, bias: Tensor | None = None,
+                     scratch: Tensor | None = None, stream: int | None = None) -> None:  # fmt: skip
         """gemv for each row of x [nb, K] into y [nb, ...], each weight row read once for all rows,
         each row's sums in an order that does not depend on nb or the other rows. With `scratch`
-        (float32, zeroed once, batched_gemv_scratch_floats long) bf16 weights take the tensor-core
-        kernel where the device has one."""
+        (float32, zeroed once, batched_gemv_scratch_floats long) bf16 and int8 weights take the
+        tensor-core kernel where the device has one."""
         n, k = w.shape
-        self.lib.call("q3t_batched_gemv", dtype_code(w.dtype), w.data_ptr(), n, k, x.data_ptr(), x.shape[0],
-                      _ptr(norm_w), eps, _ptr(bias), y.data_ptr(), mode, _ptr(scratch),
-                      0 if scratch is None else scratch.numel(), _stream(stream))  # fmt: skip
+        code, w_ptr, scale_ptr = _matrix(w)
+        self.lib.call("q3t_batched_gemv", code, w_ptr, scale_ptr, n, k, x.data_ptr(), x.shape[0], _ptr(norm_w), eps,
+                      _ptr(bias), y.data_ptr(), mode, _ptr(scratch), 0 if scratch is None else scratch.numel(),
+                      _stream(stream))  # fmt: skip
 
-    def batched_gemv_scratch_floats(self, weights: Sequence[Tensor]) -> int:
+    def batched_gemv_scratch_floats(self, weights: Sequence[Tensor | Matrix]) -> int:
         """The scratch (float32 elements) batched_gemv needs for every one of these matrices."""
         need = 0
         for n, k, code in {(w.shape[0], w.shape[1], dtype_code(w.dtype)) for w in weights}:

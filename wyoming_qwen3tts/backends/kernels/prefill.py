@@ -6,6 +6,11 @@ A graph writes cache positions 0..bucket-1 (the pads' K/V past the prompt are ov
 decode steps before the attention kernel reads them) and `hn`, the final-normed hidden state of the
 prompt's last position, gathered through a device index so one graph serves every length in its
 bucket. Longer prompts, buckets past the cache, and runtimes that cannot capture run eagerly.
+
+With int8 weights (model/quant.py) the Talker's QuantLinears dequantize each matrix into a temporary as
+they run, in the graph as eagerly: the replay recomputes it from the int8 weights (they never move), so the
+graphs stay correct, at the cost of that work per prefill and the largest temporaries in the graphs' pool
+(docs/int8.md).
 """
 
 from __future__ import annotations

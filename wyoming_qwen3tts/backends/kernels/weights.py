@@ -5,6 +5,10 @@ interleaved, model/talker.py), so nothing large is copied; small vectors (norm w
 projection bias) get float32 copies, and on the 1.7B the CodePredictor's input tables are projected
 once through small_to_mtp_projection (float32, +130 MB), so a drawn code's row goes straight into
 the CodePredictor stream instead of through a projection GEMV per position and frame.
+
+Each matrix is an ops.Matrix: the module's weight, and for a model quantized at load (model/quant.py,
+`weights = "int8"`) its int8 weight with the QuantLinear's float32 row scales, which the GEMVs apply
+to each row's sum (q3t.h, Q3T_I8).
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ import torch
 from torch import Tensor
 
 from ...model.config import TransformerConfig
+from ...model.quant import QuantLinear
 from ...model.talker import Qwen3TTSModel
+from .ops import Matrix
 
 
 def _f32(t: Tensor) -> Tensor:
@@ -26,12 +32,23 @@ def _mat(t: Tensor) -> Tensor:
     return t.detach().contiguous()  # the model's own tensor (already contiguous)
 
 
+def _matrix(linear: torch.nn.Module) -> Matrix:
+    """A Linear's or QuantLinear's weight as the GEMVs read it (the module's own tensors)."""
+    if isinstance(linear, QuantLinear):
+        return Matrix(_mat(linear.weight), _mat(linear.scale))
+    return Matrix(_mat(linear.weight))
+
+
+def _is_linear(module: torch.nn.Module) -> bool:
+    return isinstance(module, torch.nn.Linear | QuantLinear)
+
+
 @dataclass(frozen=True)
 class LayerWeights:
-    qkv: Tensor  # rows q, k, v
-    o: Tensor
-    gate_up: Tensor  # rows interleaved: gate_0, up_0, gate_1, up_1, ...
-    down: Tensor
+    qkv: Matrix  # rows q, k, v
+    o: Matrix
+    gate_up: Matrix  # rows interleaved: gate_0, up_0, gate_1, up_1, ... (int8: a scale for each)
+    down: Matrix
     in_norm: Tensor  # float32 from here on
     post_norm: Tensor
     q_norm: Tensor
@@ -49,10 +66,10 @@ class StackWeights:
     def from_layers(cls, cfg: TransformerConfig, layers: torch.nn.ModuleList) -> StackWeights:
         return cls(cfg, tuple(
             LayerWeights(
-                qkv=_mat(blk.self_attn.qkv_proj.weight),
-                o=_mat(blk.self_attn.o_proj.weight),
-                gate_up=_mat(blk.mlp.gate_up_proj.weight),
-                down=_mat(blk.mlp.down_proj.weight),
+                qkv=_matrix(blk.self_attn.qkv_proj),
+                o=_matrix(blk.self_attn.o_proj),
+                gate_up=_matrix(blk.mlp.gate_up_proj),
+                down=_matrix(blk.mlp.down_proj),
                 in_norm=_f32(blk.input_layernorm.weight),
                 post_norm=_f32(blk.post_attention_layernorm.weight),
                 q_norm=_f32(blk.self_attn.q_norm.weight),
@@ -68,8 +85,8 @@ class ModelWeights:
     code_predictor: StackWeights
     final_norm: Tensor  # float32
     cp_norm: Tensor  # float32
-    codec_head: Tensor
-    lm_heads: tuple[Tensor, ...]  # one per code 1..15
+    codec_head: Matrix
+    lm_heads: tuple[Matrix, ...]  # one per code 1..15
     # The 16 tables summed into the next Talker input (codec embedding, then the CodePredictor's 15),
     # and their data pointers as the device array q3t_embed_sum reads.
     embeddings: tuple[Tensor, ...]
@@ -77,7 +94,7 @@ class ModelWeights:
     # CodePredictor position j's input row comes from cp_inputs[j - 1] (j = 1..15): the embedding
     # tables at the CodePredictor's width (projected, float32, where the widths differ).
     cp_inputs: tuple[Tensor, ...]
-    proj_w: Tensor | None  # small_to_mtp_projection (None: the widths are equal), for the Talker's hn
+    proj_w: Matrix | None  # small_to_mtp_projection (None: the widths are equal), for the Talker's hn
     proj_b: Tensor | None  # float32
 
     @classmethod
@@ -87,20 +104,21 @@ class ModelWeights:
         with torch.no_grad():
             embeddings = (_mat(talker.model.codec_embedding.weight), *(_mat(e.weight) for e in cp.model.codec_embedding))
             proj = cp.small_to_mtp_projection
-            proj_w = _mat(proj.weight) if isinstance(proj, torch.nn.Linear) else None
-            proj_b = _f32(proj.bias) if isinstance(proj, torch.nn.Linear) else None
+            proj_w = _matrix(proj) if _is_linear(proj) else None
+            proj_b = _f32(proj.bias) if _is_linear(proj) else None
             if proj_w is None:
                 cp_inputs = embeddings[:-1]
             else:
-                w32 = proj_w.float()
+                # The matrix the projection stands for (int8: q * scale per row, QuantLinear's own dequantization).
+                w32 = proj.dequantized() if isinstance(proj, QuantLinear) else proj_w.data.float()
                 cp_inputs = tuple(torch.addmm(proj_b, t.float(), w32.t()).contiguous() for t in embeddings[:-1])
         return cls(
             talker=StackWeights.from_layers(model.cfg.talker, talker.model.layers),
             code_predictor=StackWeights.from_layers(model.cfg.code_predictor, cp.model.layers),
             final_norm=_f32(talker.model.norm.weight),
             cp_norm=_f32(cp.model.norm.weight),
-            codec_head=_mat(talker.codec_head.weight),
-            lm_heads=tuple(_mat(h.weight) for h in cp.lm_head),
+            codec_head=_matrix(talker.codec_head),
+            lm_heads=tuple(_matrix(h) for h in cp.lm_head),
             embeddings=embeddings,
             embedding_ptrs=torch.tensor([t.data_ptr() for t in embeddings], dtype=torch.int64, device=model.device),
             cp_inputs=cp_inputs,
