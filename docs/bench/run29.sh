@@ -36,5 +36,5 @@ head -4 $R/first-chunks.log; echo ...; sed -n '5,16p' $R/first-chunks.log | tail
 echo "server done $((SECONDS - t)) s"
 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_batched_admission_gpu.py tests/test_batching_engine_gpu.py -rs > $R/admission-gpu-tests.log 2>&1
 tail -3 $R/admission-gpu-tests.log
-tar czf $OUT/run29.tgz -C $OUT r
+tar czf $OUT/run29.tgz -C $OUT r && rm -rf $R
 echo "total $((SECONDS - t)) s"
