@@ -18,6 +18,7 @@ import torch
 
 from fake_batching import FakeBatchingBackend
 from wyoming_qwen3tts.codec_worker import CodecWorker
+from wyoming_qwen3tts.model.codec import padded_rows
 from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, SynthesisRequest, pcm16
 from wyoming_qwen3tts.errors import SynthesisCancelled
 
@@ -259,3 +260,26 @@ def test_warm_up_runs_max_streams_requests_at_once(loaded):
         seen.set()
         watcher.join()
     assert peak == 3
+
+
+def test_warm_up_meets_every_codec_call_shape_first(loaded):
+    """Before the warm-up's synthesis, the codec worker's thread decodes once at every padded batch size up to its
+    slots and every group length of the first-to-largest ladder (2, 4, 8 here), so no request's call is the first
+    at its shape (a first call costs ~200 ms more on a GPU); the warm-up's own requests then find them all."""
+    engine = _engine(loaded, max_streams=3)
+    slots = engine._codec_worker.slots
+    calls: list[tuple[str, int, int]] = []
+    decode = slots.decode
+
+    def spy(ids, codes):  # noqa: ANN001, ANN202
+        calls.append((threading.current_thread().name, padded_rows(len(ids)), codes.shape[1]))
+        return decode(ids, codes)
+
+    slots.decode = spy
+    engine.warm_up()
+    warmed = {(rows, n) for rows in (1, 2, 4) for n in (2, 4, 8)}
+    assert {(rows, n) for _, rows, n in calls[: len(warmed)]} == warmed
+    assert {thread for thread, _, _ in calls} == {"qwen3tts-codec"}
+    later = {(rows, n) for _, rows, n in calls[len(warmed) :]}
+    assert later and later <= warmed, later - warmed
+    assert slots.in_use() == 0

@@ -234,3 +234,35 @@ def test_launches_per_call_do_not_grow_with_the_batch(decoder):
         counts[b] = launches(lambda: slots.decode(ids, rng.integers(0, 2048, (b, 12, 16))))  # noqa: B023
     assert counts[1] == counts[4] == counts[16], counts
     assert one <= counts[1] <= one + 16, (one, counts)
+
+
+def test_calls_run_at_padded_batch_sizes(decoder):
+    """A call of b streams computes next-power-of-two rows (copies of its first stream), so the GPU meets few
+    shapes; only the b real rows come back and only their slots move on."""
+    from wyoming_qwen3tts.model.codec import padded_rows
+
+    assert [padded_rows(b) for b in (1, 2, 3, 4, 5, 8, 9, 16)] == [1, 2, 4, 4, 8, 8, 16, 16]
+    check = _Check(decoder, CodecSlots(decoder, 8), seed=4)
+    for name in "abcde":
+        check.open(name)
+    check.call(["a", "b", "c", "d", "e"], 3)  # 8 rows
+    check.call(["c", "e", "a"], 5)  # 4 rows: c's copy rides along; b and d are not in the call
+    check.call(["b", "d"], 2)
+    assert [check.slots.frames[check.slot[x]] for x in "abcde"] == [8, 5, 8, 5, 8]
+    for name in "abcde":
+        assert check.worst(name) <= F32_BOUND["tiny"], name
+
+
+def test_warm_up_meets_every_shape_and_leaves_the_slots_as_they_were(decoder):
+    check = _Check(decoder, CodecSlots(decoder, 2), seed=8)
+    check.open("a")
+    check.call(["a"], 12)
+    shapes = []
+    decode = check.slots.decode
+    check.slots.decode = lambda slots, codes: shapes.append(codes.shape[:2]) or decode(slots, codes)  # type: ignore[method-assign]
+    assert check.slots.warm_up([2, 4, 2], most_rows=5) == 8
+    check.slots.decode = decode  # type: ignore[method-assign]
+    assert shapes == [(1, 2), (1, 4), (2, 2), (2, 4), (4, 2), (4, 4), (8, 2), (8, 4)]
+    assert check.slots.in_use() == 1
+    check.call(["a"], 4)  # continues as if the warm-up never happened
+    assert check.worst("a") <= F32_BOUND["tiny"]

@@ -12,11 +12,14 @@ again stream by stream, so a group that cannot be decoded fails its own request 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -25,6 +28,7 @@ from .engine import int16_samples
 from .model.codec import CodecDecoder, CodecSlots, CodecStream
 
 _LOGGER = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEPTH = 2  # calls queued on the GPU at once
 MAX_ROWS = 16  # streams per call: bounds a call's activations and how long a newcomer may wait behind it
@@ -90,12 +94,34 @@ class CodecWorker:
         self.waiting: list[WorkerStream] = []  # streams with a group to decode, oldest first
         self.released: list[int] = []  # slots of closed streams, to give back on the worker thread
         self._inflight: collections.deque[_Call] = collections.deque()
+        self._jobs: list[tuple[Callable[[], object], concurrent.futures.Future]] = []  # run on the worker thread
         self._thread = threading.Thread(target=self._run, name="qwen3tts-codec", daemon=True)
         self._thread.start()
 
     def open(self, start: CodecStream) -> WorkerStream:
         """A stream for one request that continues `start` (a fresh CodecStream, or a cloned voice's context)."""
         return WorkerStream(self, start)
+
+    def warm_up(self, frames: Iterable[int]) -> int:
+        """Meet every call shape the worker will use (CodecSlots.warm_up: padded batch sizes up to MAX_ROWS and
+        these group lengths) on the worker thread and its CUDA stream, waiting for it; returns the shapes."""
+        most_rows = min(MAX_ROWS, self.slots.capacity)
+
+        def job() -> int:
+            shapes = self.slots.warm_up(frames, most_rows)
+            if self.cuda_stream is not None:
+                self.cuda_stream.synchronize()
+            return shapes
+
+        return self._on_worker(job)
+
+    def _on_worker(self, job: Callable[[], T]) -> T:
+        """Run job on the worker thread between calls; its result or its exception comes back here."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self.cond:
+            self._jobs.append((job, future))
+            self.cond.notify_all()
+        return future.result()
 
     # -- the worker thread ------------------------------------------------------------------------
     def _run(self) -> None:
@@ -118,12 +144,18 @@ class CodecWorker:
         """Give back released slots, then launch the next call, or hand out the oldest call's PCM once it is
         ready, or sleep a moment."""
         with self.cond:
-            while not (self.waiting or self._inflight or self.released):
+            while not (self.waiting or self._inflight or self.released or self._jobs):
                 self.cond.wait()
+            jobs, self._jobs = self._jobs, []
             for slot in self.released:
                 self.slots.close(slot)
             self.released.clear()
-            streams = self._pick() if len(self._inflight) < DEPTH else []
+            streams = self._pick() if len(self._inflight) < DEPTH and not jobs else []
+        for job, future in jobs:
+            try:
+                future.set_result(job())
+            except Exception as err:
+                future.set_exception(err)
         if streams:
             self._launch(streams)
             return

@@ -435,6 +435,14 @@ class Engine:
         """One short greedy synthesis so the first real request finds kernels built, graphs
         captured and allocator pools warm. Returns the seconds it took."""
         started = time.monotonic()
+        if self._codec_worker is not None:
+            # Every batch size and group length the codec worker's calls take, before any request meets one.
+            ladder = [self.first_chunk_frames]
+            while ladder[-1] < self.chunk_frames:
+                ladder.append(next_group_size(ladder[-1], self.chunk_frames))
+            shapes = self._codec_worker.warm_up(ladder)
+            _LOGGER.info("Codec warmed up at %d call shapes (group lengths %s) in %.0f ms", shapes,
+                         ",".join(map(str, ladder)), (time.monotonic() - started) * 1000)  # fmt: skip
         # A Base model warms up with a zero speaker embedding: any x-vector prompt has the same shape.
         clone = ClonePrompt(torch.zeros(self.config.talker.hidden_size)) if self.model_type == "base" else None
         request = SynthesisRequest(

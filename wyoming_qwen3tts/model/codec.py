@@ -20,6 +20,7 @@ in the model dtype, RMSNorm statistics in fp32, RoPE tables in fp32 cast to the 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TypeAlias
 
 import numpy as np
@@ -500,11 +501,17 @@ class CodecSlots:
         n = codes.shape[1]
         if n == 0 or b == 0:
             return torch.zeros(b, 0, dtype=torch.float32, device=dec.device)
-        # One host-to-device copy carries the codes, the rows and their positions.
-        host = np.empty((b, n * nq + 2), dtype=np.int64)
-        host[:, :-2] = codes.reshape(b, -1)
-        host[:, -2] = slots
-        host[:, -1] = [self.frames[s] for s in slots]
+        # One host-to-device copy carries the codes, the rows and their positions.  The batch is padded to a power
+        # of two with copies of row 0 (computed, never written back): a (batch, frames) shape's first call costs
+        # ~200 ms more than the next (cuDNN's per-shape setup, allocations; H200, run 29: codec 250-470 ms in a first
+        # wave of arrivals, ~40 ms when the same load came again), so calls keep to a few shapes, which warm_up()
+        # meets before the first request.
+        padded = padded_rows(b)
+        host = np.empty((padded, n * nq + 2), dtype=np.int64)
+        host[:b, :-2] = codes.reshape(b, -1)
+        host[:b, -2] = slots
+        host[:b, -1] = [self.frames[s] for s in slots]
+        host[b:] = host[0]
         packed = torch.from_numpy(host)
         if dec.device.type == "cuda":
             packed = packed.pin_memory()  # so the copy does not wait for the host, nor the host for the GPU
@@ -513,11 +520,28 @@ class CodecSlots:
         rows = _SlotRows(self, self.state.index_select(0, index))
         x = dec.pre_conv(dec._dequantize(packed[:, :-2].unflatten(1, (n, nq))), rows)
         x = self._transformer(x.transpose(1, 2), rows, first).transpose(1, 2)
-        wav = dec._upsample_and_vocode(x, rows)[:, 0].float()
-        self.state.index_copy_(0, index, rows.data)  # last, so that a call which raises changes no slot
+        wav = dec._upsample_and_vocode(x, rows)[:b, 0].float()
+        self.state.index_copy_(0, index[:b], rows.data[:b])  # last, so that a call which raises changes no slot
         for s in slots:
             self.frames[s] += n
         return wav
+
+    @torch.inference_mode()
+    def warm_up(self, frames: Iterable[int], most_rows: int) -> int:
+        """Decode zeros once at every padded batch size up to most_rows and every group length in `frames`, on
+        slots opened for it and closed again, so a request's first call at those shapes is not the first there.
+        Returns the number of shapes."""
+        shapes = 0
+        for rows in sorted({padded_rows(b) for b in range(1, most_rows + 1)}):
+            ids = [self.open() for _ in range(rows)]
+            try:
+                for n in sorted(set(frames)):
+                    self.decode(ids, np.zeros((rows, n, self.decoder.cfg.num_quantizers), dtype=np.int64))
+                    shapes += 1
+            finally:
+                for slot in ids:
+                    self.close(slot)
+        return shapes
 
     def _transformer(self, x: Tensor, rows: "_SlotRows", first: Tensor) -> Tensor:
         """x [B, n, latent], row r's frames at positions first[r].. : each row attends to its own cached window."""
@@ -539,6 +563,11 @@ class CodecSlots:
             past[1].copy_(v[:, :, n:])
         h = rms_norm(h, dec.final_norm, cfg.rms_norm_eps)
         return F.linear(h, dec.out_proj, dec.out_proj_b)
+
+
+def padded_rows(b: int) -> int:
+    """The batch a CodecSlots call of b streams runs at: the next power of two."""
+    return 1 << max(b - 1, 0).bit_length()
 
 
 class _SlotRows:
