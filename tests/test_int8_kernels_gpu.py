@@ -33,7 +33,7 @@ import torch
 from test_batched_kernels_gpu import GEMV_SHAPES as BATCHED_SHAPES
 from test_batched_kernels_gpu import TC_TOL, _tc_device, assert_close, assert_equal, rows_alone_and_batched
 from test_batched_kernels_gpu import _gemv_reference as _reference  # float64 y (mode) W @ xn, rows of x
-from test_kernels_gpu import GEMV_SHAPES, _greedy_parity, _model, gen, ops, rel  # noqa: F401 - ops: the fixture
+from test_kernels_gpu import GEMV_SHAPES, MODE_SHAPES, _greedy_parity, _model, gen, ops, rel  # noqa: F401 - ops: the fixture
 from wyoming_qwen3tts import native
 from wyoming_qwen3tts.backends.kernels.ops import ADD, STORE, SWIGLU, Matrix, Ops
 from wyoming_qwen3tts.model.quant import quantize_model, quantize_rows
@@ -72,16 +72,13 @@ def _inputs(n: int, k: int, mode: int, rows: int, seed: int):  # noqa: ANN202
 
 
 @pytest.mark.parametrize("aligned", [True, False])
-@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("with_norm", [False, True])
-@pytest.mark.parametrize("n,k", GEMV_SHAPES)
+@pytest.mark.parametrize("mode,n,k", MODE_SHAPES)
 def test_int8_gemv(ops: Ops, mode: int, with_norm: bool, n: int, k: int, aligned: bool) -> None:
     """q3t_gemv on int8 rows (16-byte loads of 16 weights where K % 16 == 0 and the rows are aligned, the
     scalar path otherwise: odd K, or rows 3 bytes into their buffer) against float64 on the same dequantized
     weights, run-to-run identical, and the split-K kernel (q3t_gemv_batch, one vector) at any K within the
     same bound."""
-    if mode == SWIGLU and n % 2:
-        pytest.skip("SwiGLU takes gate/up row pairs")
     w32, x, nw, bias, y0 = _inputs(n, k, mode, 1, 7000 + n * 7 + k + 3 * mode + int(with_norm))
     w, wd = _int8(w32, offset=0 if aligned else 3)
     norm = nw if with_norm else None
