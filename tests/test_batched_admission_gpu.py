@@ -166,3 +166,40 @@ def test_requests_queued_together_are_admitted_in_one_prefill(tiny_checkpoint: P
         assert alone[i].shape == (frames[i], 16)
         assert np.array_equal(together[i], alone[i]), f"request {i}: codes changed when admitted with others"
     assert backend.active() == 0 and backend.queued() == 0
+
+
+def test_many_arrivals_are_prefilled_through_captured_batched_graphs(tiny_checkpoint: Path, ops: Ops) -> None:  # noqa: F811
+    """More than GRAPHED_ADMISSIONS streams joining together replay a captured batched prefill (capture_prefills:
+    8 and 16 rows, prompts right-padded to their bucket, spare rows repeating the first): six at once take the
+    8-row graph, then ten at once the 16-row one, into slots that earlier streams used. Each stream's float32
+    greedy codes equal those of a decoder that admits every stream through the eager batched forward."""
+    from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
+    from wyoming_qwen3tts.backends.kernels.batched import GRAPHED_ADMISSIONS, Admission, BatchedDecoder
+    from wyoming_qwen3tts.model.prompt import build_prompt
+
+    model = _model(tiny_checkpoint)
+    kb = KernelBackend(model)
+    greedy = SamplingParams.greedy()
+    prompts = [build_prompt(model, _text_ids(3 + 5 * i, 20 + i), ("ryan", "vivian")[i % 2], ("english", "chinese")[i % 3 == 0],
+                            non_streaming_text=i % 4 != 1)
+               for i in range(16)]  # fmt: skip
+    assert len({p.length for p in prompts}) > 8  # lengths differ: rows pad differently within a bucket
+
+    def stream(i: int, slot: int, frames: int) -> tuple[str, Admission, int]:
+        return str(i), Admission(slot, prompts[i], greedy, 0), frames
+
+    waves: list[Wave] = [(0, [stream(i, i, 8 + i) for i in range(6)]),
+                         (14, [stream(6 + i, (i * 5) % 11, 7 + i) for i in range(10)])]  # fmt: skip
+    assert min(len(w) for _, w in waves) > GRAPHED_ADMISSIONS
+
+    def decoder() -> BatchedDecoder:
+        return BatchedDecoder(model, kb.ops, kb.weights, slots=12, max_seq=160, max_trailing=64)
+
+    dec, eager = decoder(), decoder()
+    captured = dec.capture_prefills()
+    assert captured > 0 and {r for r, _ in dec.batch_prefills.graphs} == {8, 16}  # type: ignore[union-attr]
+    graphed, reference = _decode(dec, waves), _decode(eager, waves)
+    assert dec.batch_graphed_admissions == 16 and eager.batch_graphed_admissions == 0
+    for name, codes in reference.items():
+        mism = np.argwhere(graphed[name] != codes)
+        assert mism.size == 0, f"stream {name}: first mismatch at frame/code {mism[0].tolist()}"

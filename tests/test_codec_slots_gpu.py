@@ -61,12 +61,52 @@ def test_slots_equal_streams_on_cuda(size, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bf16"])
+def test_captured_calls_equal_eager_calls_bit_for_bit(dtype):
+    """CodecSlots with its call shapes captured (warm_up(capture=True)) against one without, on one decoder and the
+    same calls: every waveform and every open slot's state equal bit for bit through calls at captured shapes
+    (2, 4 and 12 frames, 1-4 rows padded to 1, 2 or 4), one at an uncaptured length (5 frames: eager), a slot
+    reused, and the state grown (which drops the graphs: the calls go on eagerly and still agree)."""
+    dec = _decoder(dtype, size="1.7b", device="cuda")
+    eager, graphed = CodecSlots(dec, 4), CodecSlots(dec, 4)
+    assert graphed.warm_up([2, 4, 12], most_rows=4, capture=True) == 9
+    assert graphed.graphs == 9 and eager.graphs == 0
+    rng = np.random.default_rng(5)
+    slot: dict[str, tuple[int, int]] = {}
+
+    def call(names: str, n: int) -> None:
+        codes = rng.integers(0, 2048, (len(names), n, 16))
+        want = eager.decode([slot[x][0] for x in names], codes)
+        got = graphed.decode([slot[x][1] for x in names], codes)
+        assert got.shape == want.shape == (len(names), n * 1920)
+        assert torch.equal(got, want), f"{names} x {n}: max |diff| {(got - want).abs().max().item()}"
+
+    for name in "abc":
+        slot[name] = (eager.open(), graphed.open())
+    for names, n in (("abc", 2), ("a", 4), ("cb", 12), ("abc", 5), ("b", 2), ("bca", 12)):
+        call(names, n)
+    for s_e, s_g in (slot.pop("a"),):
+        eager.close(s_e)
+        graphed.close(s_g)
+    slot["d"] = (eager.open(), graphed.open())
+    call("dc", 4)
+    call("bdc", 12)
+    for name in "ef":  # the fifth open stream grows the state
+        slot[name] = (eager.open(), graphed.open())
+    assert graphed.graphs == 0 and graphed.capacity == 8
+    call("bcdef", 4)
+    torch.cuda.synchronize()
+    for name, (s_e, s_g) in slot.items():
+        assert torch.equal(eager.state[s_e], graphed.state[s_g]), name
+        assert eager.frames[s_e] == graphed.frames[s_g], name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bf16"])
 def test_worker_on_cuda_equals_streams(dtype):
     """Six threads, each a stream of groups 2, 4, 8, 8, 5 through one worker on its own CUDA stream: each gets the
     PCM its own CodecStream gives (float32: within F32_BOUND, a step or two; bf16: BF16_MAX / BF16_RMS), and calls
     batched."""
     dec = _decoder(dtype, size="1.7b", device="cuda")
-    worker = CodecWorker(dec, torch.cuda.Stream(), 4)
+    worker = CodecWorker(dec, torch.cuda.Stream(), 8)
     calls: list[int] = []
     decode = worker.slots.decode
 
@@ -74,6 +114,8 @@ def test_worker_on_cuda_equals_streams(dtype):
         calls.append(len(ids))
         return decode(ids, codes)
 
+    assert worker.warm_up([2, 4, 8]) == 12  # captured: the groups of 2, 4 and 8 replay graphs, the 5s run eagerly
+    assert worker.slots.graphs == 12
     worker.slots.decode = recording  # type: ignore[method-assign]
     groups = [2, 4, 8, 8, 5]
     codes = np.random.default_rng(3).integers(0, 2048, (6, sum(groups), 16))
@@ -117,6 +159,7 @@ def test_worker_on_cuda_equals_streams(dtype):
     else:
         assert worst <= BF16_MAX * 32767 and rms <= BF16_RMS * 32767
     assert max(calls) >= 2
+    assert worker.slots.graphs == 12  # six streams fit the eight slots: no growth dropped the graphs
     deadline = time.monotonic() + 5  # the slots go back on the worker thread
     while worker.slots.in_use() and time.monotonic() < deadline:
         time.sleep(0.01)

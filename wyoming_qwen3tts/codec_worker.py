@@ -104,11 +104,12 @@ class CodecWorker:
 
     def warm_up(self, frames: Iterable[int]) -> int:
         """Meet every call shape the worker will use (CodecSlots.warm_up: padded batch sizes up to MAX_ROWS and
-        these group lengths) on the worker thread and its CUDA stream, waiting for it; returns the shapes."""
+        these group lengths) on the worker thread and its CUDA stream, and capture each (on a GPU), waiting for
+        it; returns the shapes."""
         most_rows = min(MAX_ROWS, self.slots.capacity)
 
         def job() -> int:
-            shapes = self.slots.warm_up(frames, most_rows)
+            shapes = self.slots.warm_up(frames, most_rows, capture=self.cuda_stream is not None)
             if self.cuda_stream is not None:
                 self.cuda_stream.synchronize()
             return shapes

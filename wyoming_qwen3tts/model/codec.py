@@ -21,6 +21,7 @@ in the model dtype, RMSNorm statistics in fp32, RoPE tables in fp32 cast to the 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TypeAlias
 
 import numpy as np
@@ -445,13 +446,28 @@ class CodecSlots:
         self._kv = [(width + 2 * i * kv, width + (2 * i + 1) * kv) for i in range(len(decoder.layers))]  # K, V offsets
         self._kv_size = kv
         self.width = width + 2 * kv * len(decoder.layers)
-        self.state = torch.zeros(slots, self.width, dtype=decoder.dtype, device=decoder.device)
+        # One row more than the slots: the padding rows of a call write their state there, never read.
+        self.state = torch.zeros(slots + 1, self.width, dtype=decoder.dtype, device=decoder.device)
         self.frames = [0] * slots  # per slot: frames decoded == RoPE position of its next frame
         self._free = list(range(slots))
+        # Captured calls, by (padded batch, frames): a replay is one launch where an eager call issues ~670 small
+        # kernels from Python, contending for the GIL with the scheduler and the request threads.
+        self._graphs: dict[tuple[int, int], _CodecGraph] = {}
+        self._pool: tuple[int, int] | None = None
 
     @property
     def capacity(self) -> int:
-        return self.state.shape[0]
+        return self.state.shape[0] - 1
+
+    @property
+    def _spare(self) -> int:
+        """The row the padding rows of a call write to."""
+        return self.state.shape[0] - 1
+
+    @property
+    def graphs(self) -> int:
+        """Call shapes captured (capture())."""
+        return len(self._graphs)
 
     def in_use(self) -> int:
         return self.capacity - len(self._free)
@@ -461,9 +477,10 @@ class CodecSlots:
         """A slot for a new stream, fresh or in `start`'s state; with every slot taken the state grows (doubles)."""
         if not self._free:
             grown = self.capacity
-            self.state = torch.cat([self.state, torch.zeros_like(self.state)])
+            self.state = torch.cat([self.state[:grown], torch.zeros_like(self.state)])
             self.frames += [0] * grown
             self._free = list(range(grown, 2 * grown))
+            self._graphs.clear()  # they read and write the old tensor; calls run eagerly until captured again
         slot = self._free.pop(0)
         row = self.state[slot]
         row.zero_()
@@ -501,47 +518,81 @@ class CodecSlots:
         n = codes.shape[1]
         if n == 0 or b == 0:
             return torch.zeros(b, 0, dtype=torch.float32, device=dec.device)
-        # One host-to-device copy carries the codes, the rows and their positions.  The batch is padded to a power
-        # of two with copies of row 0 (computed, never written back): a (batch, frames) shape's first call costs
-        # ~200 ms more than the next (cuDNN's per-shape setup, allocations; H200, run 29: codec 250-470 ms in a first
-        # wave of arrivals, ~40 ms when the same load came again), so calls keep to a few shapes, which warm_up()
-        # meets before the first request.
+        # One host-to-device copy carries the codes, the rows to read and write, and their positions.  The batch is
+        # padded to a power of two with copies of row 0 whose state goes to the spare row: a (batch, frames) shape's
+        # first call costs ~200 ms more than the next (cuDNN's per-shape setup, allocations; H200, run 29: codec
+        # 250-470 ms in a first wave of arrivals, ~40 ms when the same load came again), so calls keep to a few
+        # shapes, which warm_up() meets (and captures) before the first request.
         padded = padded_rows(b)
-        host = np.empty((padded, n * nq + 2), dtype=np.int64)
-        host[:b, :-2] = codes.reshape(b, -1)
-        host[:b, -2] = slots
+        host = np.empty((padded, n * nq + 3), dtype=np.int64)
+        host[:b, :-3] = codes.reshape(b, -1)
+        host[:b, -3] = slots  # the rows read
+        host[:b, -2] = slots  # the rows written
         host[:b, -1] = [self.frames[s] for s in slots]
         host[b:] = host[0]
+        host[b:, -2] = self._spare
         packed = torch.from_numpy(host)
         if dec.device.type == "cuda":
             packed = packed.pin_memory()  # so the copy does not wait for the host, nor the host for the GPU
-        packed = packed.to(dec.device, non_blocking=True)
-        index, first = packed[:, -2], packed[:, -1]
-        rows = _SlotRows(self, self.state.index_select(0, index))
-        x = dec.pre_conv(dec._dequantize(packed[:, :-2].unflatten(1, (n, nq))), rows)
-        x = self._transformer(x.transpose(1, 2), rows, first).transpose(1, 2)
-        wav = dec._upsample_and_vocode(x, rows)[:b, 0].float()
-        self.state.index_copy_(0, index[:b], rows.data[:b])  # last, so that a call which raises changes no slot
+        graph = self._graphs.get((padded, n))
+        if graph is not None:
+            graph.packed.copy_(packed, non_blocking=True)
+            graph.cuda_graph.replay()
+            wav = graph.wav[:b].clone()  # the graph's output is overwritten by its next replay
+        else:
+            wav = self._run(packed.to(dec.device, non_blocking=True), n)[:b]
         for s in slots:
             self.frames[s] += n
         return wav
 
+    def _run(self, packed: Tensor, n: int) -> Tensor:
+        """One call on device inputs (decode's packed rows): every row's waveform, its state written last, so that
+        a call which raises changes no slot.  What a captured call replays."""
+        dec = self.decoder
+        nq = dec.cfg.num_quantizers
+        read, write, first = packed[:, -3], packed[:, -2], packed[:, -1]
+        rows = _SlotRows(self, self.state.index_select(0, read))
+        x = dec.pre_conv(dec._dequantize(packed[:, :-3].unflatten(1, (n, nq))), rows)
+        x = self._transformer(x.transpose(1, 2), rows, first).transpose(1, 2)
+        wav = dec._upsample_and_vocode(x, rows)[:, 0].float()
+        self.state.index_copy_(0, write, rows.data)
+        return wav
+
     @torch.inference_mode()
-    def warm_up(self, frames: Iterable[int], most_rows: int) -> int:
+    def warm_up(self, frames: Iterable[int], most_rows: int, capture: bool = False) -> int:
         """Decode zeros once at every padded batch size up to most_rows and every group length in `frames`, on
-        slots opened for it and closed again, so a request's first call at those shapes is not the first there.
-        Returns the number of shapes."""
+        slots opened for it and closed again, so a request's first call at those shapes is not the first there;
+        with `capture` (CUDA only) also capture each shape's call, which later calls replay.  Returns the number
+        of shapes."""
         shapes = 0
         for rows in sorted({padded_rows(b) for b in range(1, most_rows + 1)}):
             ids = [self.open() for _ in range(rows)]
             try:
                 for n in sorted(set(frames)):
                     self.decode(ids, np.zeros((rows, n, self.decoder.cfg.num_quantizers), dtype=np.int64))
+                    if capture:
+                        self._capture(rows, n)
                     shapes += 1
             finally:
                 for slot in ids:
                     self.close(slot)
         return shapes
+
+    def _capture(self, rows: int, n: int) -> None:
+        """Capture the call for `rows` padded rows of n frames (after an eager call at that shape: cuDNN and the
+        allocator have met it).  The calls share one memory pool: they run one after another on one stream."""
+        dec = self.decoder
+        if dec.device.type != "cuda" or (rows, n) in self._graphs:
+            return
+        packed = torch.zeros((rows, n * dec.cfg.num_quantizers + 3), dtype=torch.int64, device=dec.device)
+        packed[:, -3:-1] = self._spare  # any valid row: a capture launches nothing
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: the scheduler's and request threads' CUDA calls are theirs, not this capture's.
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+            wav = self._run(packed, n)
+        self._graphs[(rows, n)] = _CodecGraph(graph, packed, wav)
 
     def _transformer(self, x: Tensor, rows: "_SlotRows", first: Tensor) -> Tensor:
         """x [B, n, latent], row r's frames at positions first[r].. : each row attends to its own cached window."""
@@ -563,6 +614,15 @@ class CodecSlots:
             past[1].copy_(v[:, :, n:])
         h = rms_norm(h, dec.final_norm, cfg.rms_norm_eps)
         return F.linear(h, dec.out_proj, dec.out_proj_b)
+
+
+@dataclass
+class _CodecGraph:
+    """One captured CodecSlots call: its input buffer (decode's packed rows), the graph, its output waveforms."""
+
+    cuda_graph: torch.cuda.CUDAGraph
+    packed: Tensor
+    wav: Tensor
 
 
 def padded_rows(b: int) -> int:

@@ -172,11 +172,11 @@ def build_prompt(
     parts: list[Tensor] = []
     if instruct_ids:
         if cfg.supports_instruct:
-            parts.append(talker.embed_text(ids(instruct_ids)))
+            parts.append(talker.embed_text(instruct_ids))
         else:
             _LOGGER.warning("instruct is ignored: the %s %s model does not take one", cfg.tts_model_size, cfg.model_type_name)
 
-    special = talker.embed_text(ids([cfg.tts_bos_token_id, cfg.tts_eos_token_id, cfg.tts_pad_token_id]))
+    special = talker.embed_text([cfg.tts_bos_token_id, cfg.tts_eos_token_id, cfg.tts_pad_token_id])
     tts_bos, tts_eos, tts_pad = special[0:1], special[1:2], special[2:3]
 
     if language_id is None:
@@ -192,7 +192,7 @@ def build_prompt(
     else:
         codec = talker.embed_codec(ids(prefill + tail))
 
-    parts.append(talker.embed_text(ids(text_ids[:3])))  # role
+    parts.append(talker.embed_text(text_ids[:3]))  # role
     control_text = torch.cat([tts_pad.expand(codec.shape[0] - 2, -1), tts_bos], dim=0)
     parts.append(control_text + codec[:-1])
 
@@ -201,13 +201,13 @@ def build_prompt(
         icl, trailing = _in_context_part(model, clone, body, tts_pad, tts_eos, non_streaming_text)
         parts.append(icl)
     elif non_streaming_text:
-        text = torch.cat([talker.embed_text(ids(body)), tts_eos], dim=0)
+        text = torch.cat([talker.embed_text(body), tts_eos], dim=0)
         parts.append(text + talker.embed_codec(ids([tc.codec_pad_id] * (len(body) + 1))))
         parts.append(tts_pad + talker.embed_codec(ids([tc.codec_bos_id])))
         trailing = tts_pad
     else:
-        parts.append(talker.embed_text(ids(text_ids[3:4])) + codec[-1:])
-        trailing = torch.cat([talker.embed_text(ids(text_ids[4:-5])), tts_eos], dim=0)
+        parts.append(talker.embed_text(text_ids[3:4]) + codec[-1:])
+        trailing = torch.cat([talker.embed_text(text_ids[4:-5]), tts_eos], dim=0)
     return Prompt(
         embeds=torch.cat(parts, dim=0),
         trailing=trailing,
@@ -229,7 +229,7 @@ def _in_context_part(
         raise VoiceError(f"the clone's codes have {clone.ref_codes.shape[1]} groups; this model uses {tc.num_code_groups}")
     # The reference slices the tokenized chat_ref_text by position: transcript = ids[3:-2].
     transcript = clone.ref_text_ids[3:-2]
-    text = talker.embed_text(torch.tensor(transcript + body, dtype=torch.long, device=device))
+    text = talker.embed_text(transcript + body)
     text = torch.cat([text, tts_eos], dim=0)
 
     codes = clone.ref_codes.to(device=device, dtype=torch.long)

@@ -188,12 +188,13 @@ class Transformer(nn.Module):
         cache.length = start + n
         return h[n - 1 : n] if last is None else h.index_select(0, last)
 
-    def prefill_rows(self, prompts: list[Tensor], cache: Tensor, slots: Tensor) -> Tensor:
+    def prefill_rows(self, prompts: list[Tensor], cache: Tensor, slots: Tensor, last: Tensor | None = None) -> Tensor:
         """Several prompts in one forward, each from position 0 into its own slot of a slot-major cache
         (the batched decoder's): prompts [L_b, H] each, cache [slots, layers, 2, max_seq, kv_heads,
         head_dim], slots int64 [B] on the cache's device, one per prompt. Returns the final-normed
-        hidden state of each prompt's last position [B, H]. Only the given slots' positions
-        0..max(L_b)-1 are written.
+        hidden state of each prompt's last position [B, H] (last: those positions, int64 [B] on the
+        cache's device, if the caller has them there). Only the given slots' positions 0..max(L_b)-1
+        are written.
 
         The prompts are stacked right-padded with zero rows to the longest. Why row b equals
         forward() of its prompt alone (up to rounding): attention is causal, so a row's positions
@@ -204,16 +205,24 @@ class Transformer(nn.Module):
         of L_b, and BLAS may block and sum differently.
         """
         lengths = [p.shape[0] for p in prompts]
-        t = max(lengths)
-        if t > cache.shape[3]:
-            raise RuntimeError(f"KV cache full: {t} positions > {cache.shape[3]}")
-        x = prompts[0].new_zeros(len(prompts), t, prompts[0].shape[1])
+        x = prompts[0].new_zeros(len(prompts), max(lengths), prompts[0].shape[1])
         for b, p in enumerate(prompts):
             x[b, : lengths[b]] = p
+        if last is None:
+            last = torch.tensor([n - 1 for n in lengths], device=x.device)
+        return self.prefill_padded(x, cache, slots, last)
+
+    def prefill_padded(self, x: Tensor, cache: Tensor, slots: Tensor, last: Tensor) -> Tensor:
+        """prefill_rows on prompts already stacked and right-padded: x [B, T, H]; last int64 [B] on x's
+        device, each row's last real position. Takes no host values, so a captured graph replays it for
+        any prompts that fit its T (backends/kernels/prefill.py)."""
+        t = x.shape[1]
+        if t > cache.shape[3]:
+            raise RuntimeError(f"KV cache full: {t} positions > {cache.shape[3]}")
         cos, sin = rope_tables(torch.arange(t, device=x.device), self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, cache[:, i], 0, slots)
-        return self.norm(torch.stack([x[b, n - 1] for b, n in enumerate(lengths)]))
+        return self.norm(x[torch.arange(x.shape[0], device=x.device), last])
 
 
 # Prompt lengths are padded up to one of these for prefill_bucketed (8 + 12 = 20 buckets at most).
@@ -273,14 +282,16 @@ class Talker(nn.Module):
         self.codec_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.code_predictor = CodePredictor(cp_cfg, cfg.hidden_size)
 
-    def embed_text(self, ids: Tensor) -> Tensor:
+    def embed_text(self, ids: Tensor | list[int]) -> Tensor:
         """Et(ids): text embedding then projection to the talker width. ids [T] -> [T, H].
 
         The 151936-row text table may live in host memory (only prompt rows are ever read):
-        gather there, project on the model's device.
+        gather there, project on the model's device. Ids given as a list go straight to the
+        table's device: ids made on the GPU for a host table cost a device sync to bring back.
         """
         table = self.model.text_embedding.weight
-        rows = F.embedding(ids.to(table.device), table)
+        ids = torch.as_tensor(ids, dtype=torch.long).to(table.device)
+        rows = F.embedding(ids, table)
         return self.text_projection(rows.to(self.model.norm.weight.device))
 
     def embed_codec(self, ids: Tensor) -> Tensor:

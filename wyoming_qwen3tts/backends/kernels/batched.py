@@ -31,7 +31,7 @@ from ...model.talker import KVCache, Qwen3TTSModel
 from ...request import SamplingParams
 from .frame import MIN_NEW_TOKENS, NO_EOS, NUM_GROUPS
 from .ops import Matrix, Ops
-from .prefill import PrefillGraphs
+from .prefill import WARM_PREFILL_POSITIONS, BatchedPrefillGraphs, PrefillGraphs
 from .weights import ModelWeights, StackWeights
 
 BUCKETS = (1, 2, 4, 8, 16)
@@ -42,10 +42,13 @@ MAX_SLOTS = BUCKETS[-1]  # Q3T_BATCH_MAX
 PREFILL_POSITIONS = 4096
 # At most this many streams joining at one step boundary are prefilled one by one through the one-stream
 # backend's captured prefill graphs (a graph replay each, then their K/V copied into the slot); more go
-# through one eager batched forward. A lone arrival's eager prefill is ~1,700 launches issued from Python
-# on the scheduler thread (~25 ms for the 1.7B) while its graph is a few ms of GPU time; 16 arrivals cost
-# 16 replays of a few ms but one eager forward of ~25 ms.
+# through one batched forward: a captured one (capture_prefills) where their count and lengths fit one,
+# else eager. A lone arrival's eager prefill is ~1,700 launches issued from Python on the scheduler thread
+# (~25 ms for the 1.7B) while its graph is a few ms of GPU time; 16 arrivals cost 16 replays of a few ms
+# but one batched forward.
 GRAPHED_ADMISSIONS = 4
+# The row counts of the captured batched prefills: 5-8 arrivals replay the 8-row graph, 9-16 the 16-row one.
+BATCHED_PREFILL_ROWS = (8, 16)
 
 
 def attention_splits(slots: int) -> int:
@@ -191,7 +194,9 @@ class BatchedDecoder:
         self.gemv_scratch = torch.zeros(max(ops.batched_gemv_scratch_floats(self.matrices()), 1), **f32)
         self.active = [False] * rows
         self.prefills, self.prefill_cache = prefills, prefill_cache
-        self.graphed_admissions = 0  # streams admitted through the prefill graphs (tests, logs)
+        self.graphed_admissions = 0  # streams admitted through the one-stream prefill graphs (tests, logs)
+        self.batch_prefills: BatchedPrefillGraphs | None = None  # capture_prefills()
+        self.batch_graphed_admissions = 0  # streams admitted through a captured batched prefill (tests, logs)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         if graphs:
             self._capture_all()
@@ -253,7 +258,14 @@ class BatchedDecoder:
                 for rows in prefill_groups([a.prompt.length for a in streams], PREFILL_POSITIONS):
                     prompts = [streams[r].prompt.embeds.to(model.dtype) for r in rows]
                     group = index[rows.start : rows.stop]
-                    hidden = model.talker.model.prefill_rows(prompts, self.cache, group)
+                    last = pos[rows.start : rows.stop].long() - 1
+                    shape = self.batch_prefills.shape([p.shape[0] for p in prompts]) if self.batch_prefills else None
+                    if shape is not None:
+                        assert self.batch_prefills is not None
+                        hidden = self.batch_prefills.prefill(prompts, group, last, shape)
+                        self.batch_graphed_admissions += len(prompts)
+                    else:
+                        hidden = model.talker.model.prefill_rows(prompts, self.cache, group, last)
                     self.hn.index_copy_(0, group, hidden.float())
             for a, s, m in zip(streams, slots, n_trailing):
                 self.trailing[s, :m].copy_(a.prompt.trailing[:m])
@@ -269,6 +281,22 @@ class BatchedDecoder:
             self.slot.index_copy_(0, index, slot32)
         for s in slots:
             self.active[s] = True
+
+    def capture_prefills(self, max_positions: int = WARM_PREFILL_POSITIONS) -> int:
+        """Capture the batched prefills that more than GRAPHED_ADMISSIONS arrivals at once replay: 8 and 16 rows
+        (those the decoder's slots cover), every bucket up to max_positions within PREFILL_POSITIONS padded
+        positions. Only while no stream runs (the warm-up runs write slots 0..15). Returns how many."""
+        if any(self.active):
+            raise RuntimeError("the batched prefill graphs are captured while no stream runs")
+        if self.model.device.type != "cuda":
+            return 0
+        rows = tuple(r for r in BATCHED_PREFILL_ROWS if r <= self.rows)
+        if not rows:
+            return 0
+        if self.batch_prefills is None:
+            self.batch_prefills = BatchedPrefillGraphs(self.model.talker.model, self.cache, rows,
+                                                       min(max_positions, self.max_seq))  # fmt: skip
+        return self.batch_prefills.capture_all(PREFILL_POSITIONS)
 
     def _graphed(self, streams: Sequence[Admission]) -> bool:
         """Whether these arrivals are prefilled through the captured one-stream graphs (few, all captured)."""

@@ -119,20 +119,102 @@ class PrefillGraphs:
             self._pool = torch.cuda.graph_pool_handle()
         if self._stream is None:
             self._stream = torch.cuda.Stream(device=self.hn.device)
-        side = self._stream
-        # Warm-up on the side stream (cuBLAS handle and its per-stream workspace, lazily loaded
-        # kernels), as the CUDA-graph docs ask: torch.cuda.graph itself only syncs and empties the
-        # allocator cache. Capturing on that same stream reuses the workspace made here (outside the
-        # graphs' pool); one stream for all buckets makes one workspace, not one per bucket. Every
-        # graph shares one pool: they keep no live tensors in it (outputs go to the cache and hn) and
-        # replay one at a time on one stream, so the pool holds one bucket's activations, not 20.
-        current = torch.cuda.current_stream(self.hn.device)
-        side.wait_stream(current)
-        with torch.cuda.stream(side):
-            run()
-        current.wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool, stream=side):
-            run()
-        current.wait_stream(side)
-        return graph
+        return capture_graph(run, self._pool, self._stream)
+
+
+def capture_graph(run: Callable[[], None], pool: tuple[int, int], side: torch.cuda.Stream) -> torch.cuda.CUDAGraph:
+    """`run` captured into `pool` on `side`, after one warm-up run there that writes what the replay will.
+
+    Warm-up on the side stream (cuBLAS handle and its per-stream workspace, lazily loaded kernels), as
+    the CUDA-graph docs ask: torch.cuda.graph itself only syncs and empties the allocator cache.
+    Capturing on that same stream reuses the workspace made here (outside the graphs' pool); one stream
+    for all of a set's graphs makes one workspace, not one per graph. A set's graphs share one pool:
+    they keep no live tensors in it (outputs go to static buffers) and replay one at a time on one
+    stream, so the pool holds one graph's activations, not all of them."""
+    current = torch.cuda.current_stream(side.device)
+    side.wait_stream(current)
+    with torch.cuda.stream(side):
+        run()
+    current.wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool, stream=side):
+        run()
+    current.wait_stream(side)
+    return graph
+
+
+class BatchedPrefillGraphs:
+    """Many prompts prefilled into a slot-major cache (the batched decoder's) in one replay: one graph per
+    (rows, bucket), Transformer.prefill_padded over a static input where each prompt is right-padded with
+    zeros to the bucket and the rows past the last prompt repeat the first (its slot, its prompt: they
+    write what that row writes, bit for bit, since a row of a matmul does not depend on the others).
+
+    Eagerly, 16 arrivals at once cost ~1,700 launches issued from Python on the scheduler thread (~25-40 ms
+    of host time contending for the GIL with the codec worker and request threads, run 31), then the GPU
+    work; a replay is one launch."""
+
+    def __init__(self, talker: Transformer, cache: Tensor, rows: tuple[int, ...], max_positions: int) -> None:
+        """rows: the row counts to capture (each <= the cache's slots); max_positions: the largest bucket."""
+        self.talker, self.cache, self.rows = talker, cache, rows
+        self.max_positions = max_positions
+        most = max(rows)
+        dev, hidden = cache.device, talker.norm.weight.shape[0]
+        self._x = torch.zeros(most, max_positions, hidden, dtype=cache.dtype, device=dev)  # static input
+        self._slots = torch.zeros(most, dtype=torch.int64, device=dev)
+        self._last = torch.zeros(most, dtype=torch.int64, device=dev)
+        self.hn = torch.zeros(most, hidden, dtype=torch.float32, device=dev)  # each row's last hidden state
+        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self._pool: tuple[int, int] | None = None
+        self._stream: torch.cuda.Stream | None = None
+
+    def shape(self, lengths: list[int]) -> tuple[int, int] | None:
+        """The captured (rows, bucket) that prefills prompts of these lengths, or None (run them eagerly)."""
+        rows = next((r for r in sorted(self.rows) if r >= len(lengths)), None)
+        bucket = prefill_bucket(max(lengths), self.max_positions) if lengths else None
+        return (rows, bucket) if rows is not None and bucket is not None and (rows, bucket) in self.graphs else None
+
+    def prefill(self, prompts: list[Tensor], slots: Tensor, last: Tensor, shape: tuple[int, int]) -> Tensor:
+        """Replay shape's graph (from shape()) for prompts [L_b, H] into slots (int64 [B], device) whose last
+        positions are `last` (int64 [B], device). Returns the rows' final-normed hidden states [B, H] (float32,
+        a view of a static buffer: valid until the next replay). Queued on the current stream, no host wait."""
+        rows, bucket = shape
+        n = len(prompts)
+        x = self._x[:rows, :bucket]
+        x.zero_()
+        for b, p in enumerate(prompts):
+            x[b, : p.shape[0]].copy_(p)
+        self._slots[:n].copy_(slots)
+        self._last[:n].copy_(last)
+        if n < rows:  # the spare rows repeat the first: same slot, same prompt, same writes
+            x[n:rows].copy_(x[0].expand(rows - n, -1, -1))
+            self._slots[n:rows].copy_(slots[:1].expand(rows - n))
+            self._last[n:rows].copy_(last[:1].expand(rows - n))
+        self.graphs[shape].replay()
+        return self.hn[:n]
+
+    def capture_all(self, budget: int) -> int:
+        """Capture every (rows, bucket) with rows x bucket <= budget padded positions, writing slots 0..rows-1
+        (their streams must not be running). Returns how many graphs were captured."""
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+            self._stream = torch.cuda.Stream(device=self.cache.device)
+        assert self._stream is not None
+        before = len(self.graphs)
+        for rows in self.rows:
+            for bucket in PREFILL_BUCKETS:
+                if bucket > self.max_positions or rows * bucket > budget or (rows, bucket) in self.graphs:
+                    continue
+                self._x.zero_()
+                self._slots[:rows].copy_(torch.arange(rows, device=self.cache.device))
+                self._last[:rows].fill_(bucket - 1)
+                self.graphs[(rows, bucket)] = capture_graph(self._body(rows, bucket), self._pool, self._stream)
+        return len(self.graphs) - before
+
+    def _body(self, rows: int, bucket: int) -> Callable[[], None]:
+        x, slots, last = self._x[:rows, :bucket], self._slots[:rows], self._last[:rows]
+        hn, talker, cache = self.hn[:rows], self.talker, self.cache
+
+        def run() -> None:
+            hn.copy_(talker.prefill_padded(x, cache, slots, last))  # copy_ casts to float32
+
+        return run

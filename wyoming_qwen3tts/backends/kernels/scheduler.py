@@ -161,12 +161,17 @@ class BatchingBackend:
         return session
 
     def warm_up(self) -> int:
-        """Capture the one-stream prefill graphs that admissions replay (the engine's warm-up calls this while
-        no stream runs). Returns how many were captured."""
+        """Capture the prefill graphs that admissions replay: the one-stream backend's (a few arrivals at once)
+        and the decoder's batched ones (more), while no stream runs (the engine's warm-up calls this). Returns
+        how many were captured."""
         with self.cond:
             if self._queue or any(self._slots) or self._inflight:
                 raise RuntimeError("the prefill graphs are captured while no stream runs")
-            return self.single.warm_up()
+            captured = self.single.warm_up()
+            with torch.cuda.stream(self.stream):  # where the scheduler replays them
+                captured += self.decoder.capture_prefills()
+            self.stream.synchronize()
+            return captured
 
     def queued(self) -> int:
         return len(self._queue)
