@@ -373,3 +373,26 @@ async def test_service_runs_max_streams_syntheses_at_once(workers: int) -> None:
     assert engine.most == min(workers, 6)
     if workers == 4:
         assert elapsed < 0.2 + 6 * 0.15 * 0.75, elapsed  # overlapped, not one after another
+
+
+async def test_synthesis_threads_are_started_and_warmed_before_serving() -> None:
+    """With several synthesis threads, the load starts all of them and calls the engine's warm_thread once on
+    each (its first CUDA work there, not in a request), before any synthesis runs."""
+    import threading
+
+    from wyoming_qwen3tts.request import SynthesisRequest
+    from wyoming_qwen3tts.server import TtsService
+
+    engine = _OverlapEngine()
+    warmed: list[int] = []
+    engine.warm_thread = lambda: warmed.append(threading.get_ident())  # type: ignore[attr-defined]
+    service = TtsService(lambda: engine, [], workers=4)  # type: ignore[arg-type, return-value]
+    try:
+        await service.start_loading()
+        assert len(warmed) == 4 and len(set(warmed)) == 4  # four threads, each warmed once
+        frames = 0
+        async for chunk in service.synthesize(SynthesisRequest(text="hi", speaker="ryan"), threading.Event()):
+            frames += chunk.num_frames
+        assert frames == 3 and len(warmed) == 4  # requests do not warm again
+    finally:
+        service.shutdown()

@@ -196,7 +196,9 @@ class Engine:
         if getattr(backend, "thread_safe_sessions", False):
             from .codec_worker import CodecWorker  # imports this module
 
-            self._codec_worker = CodecWorker(codec, self._codec_stream, getattr(backend, "max_streams", 1))
+            # Twice the streams: a request's codec slot goes back when it ends, which may be after the next
+            # request has opened its own; the slots growing would drop the captured calls (CodecSlots.open).
+            self._codec_worker = CodecWorker(codec, self._codec_stream, 2 * getattr(backend, "max_streams", 1))
 
     # -- what the model offers ------------------------------------------------------------
     @property
@@ -472,6 +474,13 @@ class Engine:
                 _LOGGER.info("Captured %d prefill graphs in %.0f ms", captured, (time.monotonic() - t0) * 1000)
             elapsed = time.monotonic() - started
         return elapsed
+
+    def warm_thread(self) -> None:
+        """Meet this thread's first CUDA work here rather than in a request: a prompt's text projection (cuBLAS in
+        the model's dtype, on the thread's current stream). The server calls it on each synthesis thread before
+        serving (TtsService._start_synthesis_threads)."""
+        with torch.inference_mode():
+            self.model.talker.embed_text([self.model.cfg.tts_pad_token_id])
 
     def synthesize_all(self, request: SynthesisRequest) -> tuple[bytes, np.ndarray]:
         """The whole utterance at once: (s16le PCM, codes [T, 16])."""

@@ -93,3 +93,7 @@ class EngineSet:
 
     def warm_up(self) -> float:
         return sum(engine.warm_up() for engine in self.engines)
+
+    def warm_thread(self) -> None:
+        for engine in self.engines:
+            engine.warm_thread()

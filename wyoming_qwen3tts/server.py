@@ -17,6 +17,7 @@ import asyncio
 import gc
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
@@ -147,12 +148,36 @@ class TtsService:
     def _load(self) -> Engine:
         try:
             self._engine = self._load_engine()
+            self._start_synthesis_threads(self._engine)
         except BaseException as err:
             self._load_error = err
             raise
         finally:
             self._load_done.set()
         return self._engine
+
+    def _start_synthesis_threads(self, engine: Engine) -> None:
+        """Start every synthesis thread before serving and let each meet its first CUDA work there
+        (Engine.warm_thread), so a burst of requests waits neither for threads to start nor for their
+        first GPU calls: on the H200 (run 32, max_streams 16) the first round of 16 simultaneous requests,
+        on threads new to the process, got first audio at 260 ms, the next round at 60-105 ms."""
+        warm = getattr(engine, "warm_thread", None)
+        if self._synth_executor is None or warm is None:
+            return
+        started = time.monotonic()
+        barrier = threading.Barrier(self.workers)
+
+        def job() -> int:
+            warm()
+            barrier.wait(timeout=30)  # held until every job has a thread: the executor starts one each
+            return threading.get_ident()
+
+        try:
+            threads = {f.result() for f in [self._synth_executor.submit(job) for _ in range(self.workers)]}
+        except Exception as err:  # not worth failing the load for: requests then start threads as they come
+            _LOGGER.warning("Could not start the synthesis threads ahead: %s", err)
+            return
+        _LOGGER.info("Started %d synthesis threads in %.0f ms", len(threads), (time.monotonic() - started) * 1000)
 
     def _on_loaded(self, future: asyncio.Future[Engine]) -> None:
         if future.cancelled() or future.exception() is not None:

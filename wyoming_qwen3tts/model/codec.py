@@ -566,10 +566,11 @@ class CodecSlots:
         of shapes."""
         shapes = 0
         for rows in sorted({padded_rows(b) for b in range(1, most_rows + 1)}):
-            ids = [self.open() for _ in range(rows)]
+            # As few streams as make `rows` (a call pads them to it), so no more slots open than calls can use.
+            ids = [self.open() for _ in range(min(rows, most_rows))]
             try:
                 for n in sorted(set(frames)):
-                    self.decode(ids, np.zeros((rows, n, self.decoder.cfg.num_quantizers), dtype=np.int64))
+                    self.decode(ids, np.zeros((len(ids), n, self.decoder.cfg.num_quantizers), dtype=np.int64))
                     if capture:
                         self._capture(rows, n)
                     shapes += 1

@@ -200,14 +200,17 @@ class BatchedPrefillGraphs:
             self._stream = torch.cuda.Stream(device=self.cache.device)
         assert self._stream is not None
         before = len(self.graphs)
-        for rows in self.rows:
-            for bucket in PREFILL_BUCKETS:
-                if bucket > self.max_positions or rows * bucket > budget or (rows, bucket) in self.graphs:
-                    continue
-                self._x.zero_()
-                self._slots[:rows].copy_(torch.arange(rows, device=self.cache.device))
-                self._last[:rows].fill_(bucket - 1)
-                self.graphs[(rows, bucket)] = capture_graph(self._body(rows, bucket), self._pool, self._stream)
+        # Inference mode: with autograd recording, each warm-up run's activations (~5 GiB at 16 x 256 positions
+        # of the 1.7B) stay referenced from the static output, one set per graph (H200, run 32: out of memory).
+        with torch.inference_mode():
+            for rows in self.rows:
+                for bucket in PREFILL_BUCKETS:
+                    if bucket > self.max_positions or rows * bucket > budget or (rows, bucket) in self.graphs:
+                        continue
+                    self._x.zero_()
+                    self._slots[:rows].copy_(torch.arange(rows, device=self.cache.device))
+                    self._last[:rows].fill_(bucket - 1)
+                    self.graphs[(rows, bucket)] = capture_graph(self._body(rows, bucket), self._pool, self._stream)
         return len(self.graphs) - before
 
     def _body(self, rows: int, bucket: int) -> Callable[[], None]:
