@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Run 33 (H200, twelfth session): run 32 again after the synthesis threads are started and warmed before serving
+# (TtsService._start_synthesis_threads) and the codec worker holds slots for twice the streams (420c269).
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl-lite/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 Q3T_CACHE_DIR=$PWD/.libcache Q3T_REQUIRE=1
+R=$OUT/r; mkdir -p $R
+t=$SECONDS
+python3 -m wyoming_qwen3tts.native > $R/build.log 2>&1 || { tail -20 $R/build.log; exit 1; }
+python3 -m wyoming_qwen3tts.tools.random_checkpoint --size 1.7b --out /tmp/ck/1.7b --device cuda > /dev/null 2>&1
+echo "checkpoint $((SECONDS - t)) s"
+timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_codec_slots_gpu.py tests/test_batched_admission_gpu.py -rs -s > $R/graphs-gpu-tests.log 2>&1
+grep -E "passed|failed|Error|assert" $R/graphs-gpu-tests.log | tail -6
+echo "graph tests $((SECONDS - t)) s"
+# The engine's logger at debug level (the first-chunk timeline), the rest as the server sets it.
+python3 -c "import logging, runpy, sys
+logging.getLogger('wyoming_qwen3tts.engine').setLevel(logging.DEBUG)
+sys.argv = ['wyoming_qwen3tts', *sys.argv[1:]]
+runpy.run_module('wyoming_qwen3tts', run_name='__main__')" --model /tmp/ck/1.7b --uri tcp://127.0.0.1:10200 \
+  --max-streams 16 --max-connections 128 --max-frames 150 > $R/server.log 2>&1 &
+srv=$!
+for i in $(seq 120); do grep -q "Ready" $R/server.log && break; sleep 1; done
+echo "ready after $i s"
+load() {  # name, then bench.load arguments
+  local name=$1; shift
+  timeout 45 python3 -m wyoming_qwen3tts.bench.load --wyoming tcp://127.0.0.1:10200 --json "$@" > $R/$name.json 2>/dev/null
+  python3 -c "
+import json; r=json.load(open('$R/$name.json')); o=r['overall']
+print('$name', r['sent'], r['served'], r['failed'], 'ttfa p50/p95', o['ttfa_p50_ms'], o['ttfa_p95_ms'], 'done p50/p95', o['completion_p50_ms'], o['completion_p95_ms'], 'fps', o['frames_per_s'])" 2>&1 | tail -1
+}
+load alone --clients 1 --rounds 4
+load wyoming-4 --clients 4 --rounds 3
+load wyoming-16 --clients 16 --rounds 2
+load poisson-16 --clients 16 --arrivals poisson --rate 8
+kill $srv; wait $srv 2>/dev/null
+grep -E "Traceback|Error|Warm-up|prefill graphs|Codec warmed|synthesis threads" $R/server.log | tail -6 | cut -c1-220
+grep "First chunk" $R/server.log | sed 's/.*First chunk/First chunk/' > $R/first-chunks.log
+head -4 $R/first-chunks.log; echo ...; sed -n '5,16p' $R/first-chunks.log | tail -3; echo ...; tail -4 $R/first-chunks.log
+echo "server done $((SECONDS - t)) s"
+timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_batching_engine_gpu.py tests/test_prefill_gpu.py -rs > $R/engine-gpu-tests.log 2>&1
+tail -3 $R/engine-gpu-tests.log
+tar czf $OUT/run33.tgz -C $OUT r && rm -rf $R
+echo "total $((SECONDS - t)) s"
