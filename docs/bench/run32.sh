@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Run 32 (H200, twelfth session): the codec calls and the batched prefill of many arrivals replayed as captured graphs;
 # first their GPU tests, then run 29's server load with the first-chunk timeline, then the batching engine GPU tests.
+# Run 33 is the same script after the synthesis threads are started before serving: `bash docs/bench/run32.sh run33`.
+NAME=${1:-run32}  # the archive that comes back: $OUT/NAME.tgz
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl-lite/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 Q3T_CACHE_DIR=$PWD/.libcache Q3T_REQUIRE=1
 R=$OUT/r; mkdir -p $R
@@ -32,11 +34,11 @@ load wyoming-4 --clients 4 --rounds 3
 load wyoming-16 --clients 16 --rounds 2
 load poisson-16 --clients 16 --arrivals poisson --rate 8
 kill $srv; wait $srv 2>/dev/null
-grep -E "Traceback|Error|Warm-up|prefill graphs|Codec warmed" $R/server.log | tail -6 | cut -c1-220
+grep -E "Traceback|Error|Warm-up|prefill graphs|Codec warmed|synthesis threads" $R/server.log | tail -6 | cut -c1-220
 grep "First chunk" $R/server.log | sed 's/.*First chunk/First chunk/' > $R/first-chunks.log
 head -4 $R/first-chunks.log; echo ...; sed -n '5,16p' $R/first-chunks.log | tail -3; echo ...; tail -4 $R/first-chunks.log
 echo "server done $((SECONDS - t)) s"
 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_batching_engine_gpu.py tests/test_prefill_gpu.py -rs > $R/engine-gpu-tests.log 2>&1
 tail -3 $R/engine-gpu-tests.log
-tar czf $OUT/run32.tgz -C $OUT r && rm -rf $R
+tar czf $OUT/$NAME.tgz -C $OUT r && rm -rf $R
 echo "total $((SECONDS - t)) s"
