@@ -73,6 +73,25 @@ class Connection(Protocol):
         """Cancel all work, tell the client `err` and drop the connection, in a bounded time."""
 
 
+def _log_long_collections() -> None:
+    """Warn when a garbage collection stops every thread for long (a stall no request timeline shows)."""
+    started: list[float] = []
+
+    def callback(phase: str, info: dict) -> None:
+        if phase == "start":
+            started[:] = [time.monotonic()]
+        elif started:
+            ms = (time.monotonic() - started[0]) * 1000
+            if ms >= GC_WARN_MS:
+                _LOGGER.warning("Garbage collection of generation %s paused every thread for %.0f ms",
+                                info.get("generation"), ms)  # fmt: skip
+
+    gc.callbacks.append(callback)
+
+
+GC_WARN_MS = 20
+
+
 def release_gpu_memory() -> None:
     """Drop unreferenced tensors and hand the allocator's cached blocks back to the driver."""
     gc.collect()
@@ -111,6 +130,8 @@ class TtsService:
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="qwen3tts-synth") if workers > 1 else None
         )
         self._load_done = threading.Event()
+        if not any(getattr(cb, "__qualname__", "").startswith("_log_long_collections") for cb in gc.callbacks):
+            _log_long_collections()
         self._engine: Engine | None = None
         self._load_error: BaseException | None = None
         self.loaded: asyncio.Future[Engine] | None = None
@@ -149,6 +170,10 @@ class TtsService:
         try:
             self._engine = self._load_engine()
             self._start_synthesis_threads(self._engine)
+            # Everything loaded so far lives as long as the process: out of the collector's sight, a full
+            # collection (which stops every thread) walks only what requests make.
+            gc.collect()
+            gc.freeze()
         except BaseException as err:
             self._load_error = err
             raise
@@ -281,8 +306,13 @@ class TtsService:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[object] = asyncio.Queue()
 
+        submitted = time.monotonic()
+
         def job() -> None:
             import torch  # already loaded with the engine; imported here to keep startup light
+
+            _LOGGER.debug("Synthesis thread took the sentence %.1f ms after it was submitted",
+                          (time.monotonic() - submitted) * 1000)  # fmt: skip
 
             # Runs on the worker thread, after every job submitted before it (or, with several
             # synthesis threads, once the model load has ended).
