@@ -9,6 +9,7 @@ Engine.from_pretrained exists.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import shutil
 import socket
@@ -390,9 +391,27 @@ async def test_synthesis_threads_are_started_and_warmed_before_serving() -> None
     try:
         await service.start_loading()
         assert len(warmed) == 4 and len(set(warmed)) == 4  # four threads, each warmed once
+        assert gc.get_freeze_count() > 0  # what the load made is out of the collector's sight
         frames = 0
         async for chunk in service.synthesize(SynthesisRequest(text="hi", speaker="ryan"), threading.Event()):
             frames += chunk.num_frames
         assert frames == 3 and len(warmed) == 4  # requests do not warm again
     finally:
         service.shutdown()
+
+
+def test_a_long_garbage_collection_is_logged(monkeypatch, caplog) -> None:
+    """The service registers one gc callback (however many services start) that warns when a collection takes
+    GC_WARN_MS or more: here every collection does (0 ms)."""
+    import logging
+
+    from wyoming_qwen3tts import server
+    from wyoming_qwen3tts.server import TtsService
+
+    for _ in range(2):
+        TtsService(lambda: None, []).shutdown()  # type: ignore[arg-type, return-value]
+    assert gc.callbacks.count(server._warn_long_collection) == 1
+    monkeypatch.setattr(server, "GC_WARN_MS", 0)
+    with caplog.at_level(logging.WARNING, logger="wyoming_qwen3tts.server"):
+        gc.collect()
+    assert any("Garbage collection of generation 2 paused every thread" in r.getMessage() for r in caplog.records)

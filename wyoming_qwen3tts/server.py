@@ -73,23 +73,19 @@ class Connection(Protocol):
         """Cancel all work, tell the client `err` and drop the connection, in a bounded time."""
 
 
-def _log_long_collections() -> None:
-    """Warn when a garbage collection stops every thread for long (a stall no request timeline shows)."""
-    started: list[float] = []
-
-    def callback(phase: str, info: dict) -> None:
-        if phase == "start":
-            started[:] = [time.monotonic()]
-        elif started:
-            ms = (time.monotonic() - started[0]) * 1000
-            if ms >= GC_WARN_MS:
-                _LOGGER.warning("Garbage collection of generation %s paused every thread for %.0f ms",
-                                info.get("generation"), ms)  # fmt: skip
-
-    gc.callbacks.append(callback)
-
-
 GC_WARN_MS = 20
+_collection_started: list[float] = []  # when the collection in progress began
+
+
+def _warn_long_collection(phase: str, info: dict) -> None:
+    """gc callback: warn when a collection stops every thread for long (a stall no request timeline shows)."""
+    if phase == "start":
+        _collection_started[:] = [time.monotonic()]
+    elif _collection_started:
+        ms = (time.monotonic() - _collection_started[0]) * 1000
+        if ms >= GC_WARN_MS:
+            _LOGGER.warning("Garbage collection of generation %s paused every thread for %.0f ms",
+                            info.get("generation"), ms)  # fmt: skip
 
 
 def release_gpu_memory() -> None:
@@ -130,8 +126,8 @@ class TtsService:
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="qwen3tts-synth") if workers > 1 else None
         )
         self._load_done = threading.Event()
-        if not any(getattr(cb, "__qualname__", "").startswith("_log_long_collections") for cb in gc.callbacks):
-            _log_long_collections()
+        if _warn_long_collection not in gc.callbacks:
+            gc.callbacks.append(_warn_long_collection)
         self._engine: Engine | None = None
         self._load_error: BaseException | None = None
         self.loaded: asyncio.Future[Engine] | None = None
