@@ -180,3 +180,28 @@ def test_prefill_groups() -> None:
     assert prefill_groups([300] * 16, 4096) == [range(0, 13), range(13, 16)]  # 13 x 300 <= 4096 < 14 x 300
     assert prefill_groups([10, 5000, 10], 4096) == [range(0, 1), range(1, 2), range(2, 3)]  # the long one alone
     assert prefill_groups([40, 20, 20], 60) == [range(0, 1), range(1, 3)]
+
+
+def test_row_bytes_is_what_each_decoder_row_holds(model: Qwen3TTSModel) -> None:
+    """BatchedDecoder.row_bytes (max_streams auto sizes the decoder by it) counts each row's cache, CodePredictor
+    cache, trailing text, code history and penalty set: exactly what the decoder allocates for them."""
+    no_kernels = SimpleNamespace(batched_gemv_scratch_floats=lambda matrices: 0)
+    dec = BatchedDecoder(model, no_kernels, ModelWeights.from_model(model), slots=3, max_seq=MAX_SEQ,  # type: ignore[arg-type]
+                         max_trailing=16, graphs=False, lone=False)  # fmt: skip
+    held = sum(t.numel() * t.element_size() for t in (dec.cache, dec.cp_cache, dec.trailing, dec.history, dec.seen))
+    assert dec.rows == 4 and held == 4 * BatchedDecoder.row_bytes(model.cfg, model.dtype, MAX_SEQ, 16)
+
+
+def test_streams_for_memory_fits_half_the_free_memory_less_the_reserve() -> None:
+    from wyoming_qwen3tts.backends.kernels.scheduler import WORK_RESERVE_BYTES, streams_for_memory
+
+    gib = 1 << 30
+    row = gib // 4  # ~ the 1.7B's row at 2,048 frames (bf16)
+    assert WORK_RESERVE_BYTES == 2 * gib
+    assert streams_for_memory(120 * gib, row)[0] == 16  # an H200: capped at 16
+    assert streams_for_memory(27 * gib, row)[0] == 16  # an R9700 (32 GB) after the 1.7B
+    assert streams_for_memory(6 * gib, row)[0] == 8  # min(6 - 2, 3) GiB: 12 rows fit, a bucket of 8
+    assert streams_for_memory(int(2.5 * gib), row)[0] == 2  # 0.5 GiB: two rows
+    assert streams_for_memory(gib, row)[0] == 1  # less than the reserve: one stream (the batch-1 backend)
+    streams, why = streams_for_memory(6 * gib, row)
+    assert "12 stream(s) of 0.25 GiB fit in 3.0 GiB" in why and "6.0 GiB free" in why

@@ -133,11 +133,11 @@ def test_few_arrivals_are_prefilled_through_the_captured_graphs(tiny_checkpoint:
 def test_requests_queued_together_are_admitted_in_one_prefill(tiny_checkpoint: Path, sampled: bool) -> None:
     """Four requests queued while the scheduler cannot run (its condition held) are admitted by one
     admit_all into slots 0-3; each one's codes (greedy, or sampled with its seed) are those it gets
-    when it runs alone on the same backend."""
+    when it runs alone on the same backend (sampled: batch_invariant, so alone is the batched step too)."""
     base = SamplingParams() if sampled else SamplingParams.greedy()
     sampling = replace(base, suppress_eos=True)
     frames = [30, 20, 40, 12]
-    engine = _engine(tiny_checkpoint, 4)
+    engine = _engine(tiny_checkpoint, 4, batch_invariant=sampled)
     backend = engine.backend
     requests = [_request(i, sampling, frames[i]) for i in range(4)]
     prompts = [engine.prepare(r) for r in requests]

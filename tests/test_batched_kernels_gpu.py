@@ -14,6 +14,8 @@ Run: python3 -m pytest -q -x tests/test_batched_kernels_gpu.py (seconds on an H2
 
 from __future__ import annotations
 
+from functools import partial
+
 from pathlib import Path
 
 import numpy as np
@@ -538,16 +540,18 @@ def _model(path: Path, dtype: torch.dtype = torch.float32):  # noqa: ANN202
     return model
 
 
+@pytest.mark.parametrize("lone", [False, True])
 @pytest.mark.parametrize("graphs", [False, True])
 @pytest.mark.parametrize("size", ["tiny", "tiny-0.6b"])
 def test_batched_decoder_equals_one_stream_backend(tiny_checkpoint: Path, tiny_checkpoint_06b: Path, ops: Ops,
-                                                   size: str, graphs: bool) -> None:  # fmt: skip
-    """BatchedDecoder (eager, and through its captured graphs): streams of different speakers, languages
-    and prompt lengths joining at different steps, one leaving early and a fourth taking its slot
-    (a reused slot carries nothing over), the step bucket growing past padding rows: float32 greedy
-    codes of each equal the one-stream kernel backend's, frame for frame. Then seeded sampling: a
-    stream's codes are the same alone as next to others (they do not depend on their batch-mates),
-    and another seed changes them."""
+                                                   size: str, graphs: bool, lone: bool) -> None:  # fmt: skip
+    """BatchedDecoder (eager, and through its captured graphs; with and without lone steps, where the last
+    stream runs alone for its last 8 frames): streams of different speakers, languages and prompt lengths
+    joining at different steps, one leaving early and a fourth taking its slot (a reused slot carries
+    nothing over), the step bucket growing past padding rows: float32 greedy codes of each equal the
+    one-stream kernel backend's, frame for frame. Then seeded sampling, every step batched (lone off: batch
+    invariant): a stream's codes are the same alone as next to others (they do not depend on their
+    batch-mates), and another seed changes them."""
     from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
     from wyoming_qwen3tts.backends.kernels.batched import BatchedDecoder
     from wyoming_qwen3tts.backends.kernels.options import KernelOptions
@@ -565,19 +569,23 @@ def test_batched_decoder_equals_one_stream_backend(tiny_checkpoint: Path, tiny_c
     frames = [20, 32, 24, 18]
     want = [kb.start(p, greedy, 0, n).next_frames(n) for p, n in zip(prompts, frames)]
 
-    def decoder(slots: int) -> BatchedDecoder:
+    def decoder(slots: int, lone: bool = lone) -> BatchedDecoder:
         return BatchedDecoder(model, kb.ops, kb.weights, slots=slots, max_seq=256, max_trailing=64,
-                              attn_splits=kb.options.attn_splits, graphs=graphs)  # fmt: skip
+                              attn_splits=kb.options.attn_splits, graphs=graphs, lone=lone,
+                              lone_splits=kb.options.attn_splits)  # fmt: skip
 
     # Slot 0 from step 0 to 20, slot 2 from 0 (bucket 4, slot 1 padding until step 5), slot 1 from
-    # step 5; slot 0 again from step 22 (a new stream in a used slot).
+    # step 5; slot 0 again from step 22 (a new stream in a used slot), alone from step 32.
     plan = [(0, 0, prompts[0], greedy, 0, frames[0]), (0, 2, prompts[1], greedy, 0, frames[1]),
             (5, 1, prompts[2], greedy, 0, frames[2]), (22, 0, prompts[3], greedy, 0, frames[3])]  # fmt: skip
-    got = _run_plan(decoder(5), plan)
+    dec = decoder(5)
+    got = _run_plan(dec, plan)
     for i in range(len(plan)):
         mism = np.argwhere(got[i] != want[i])
         assert mism.size == 0, f"stream {i}: first mismatch at frame/code {mism[0].tolist()} of {frames[i]}"
+    assert dec.lone_steps == (8 if lone else 0), dec.lone_steps
 
+    decoder = partial(decoder, lone=False)
     sampled = SamplingParams()
     alone = _run_plan(decoder(1), [(0, 0, prompts[0], sampled, 42, 24)])
     mates = _run_plan(decoder(5), [(0, 1, prompts[1], sampled, 7, 30), (2, 4, prompts[0], sampled, 42, 24),
@@ -596,7 +604,9 @@ def test_batched_decoder_streams_equal_alone(tiny_checkpoint: Path, tiny_checkpo
     where the device has one, through the captured graphs):
     streams joining at different steps in buckets 1-4, one leaving and a stream reusing its slot,
     each get exactly the greedy codes they get alone in a one-slot decoder (nb = 1), since no batched
-    kernel lets a row see another; and seeded sampling likewise."""
+    kernel lets a row see another; and seeded sampling likewise (lone steps off: batch invariant). With
+    lone steps, a stream alone decodes exactly what the one-stream kernel backend decodes, greedy and
+    sampled: the same GEMV, attention and norm kernels, and draws that q3t_sample makes bit for bit."""
     from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
     from wyoming_qwen3tts.backends.kernels.batched import BatchedDecoder
     from wyoming_qwen3tts.backends.kernels.options import KernelOptions
@@ -615,7 +625,7 @@ def test_batched_decoder_streams_equal_alone(tiny_checkpoint: Path, tiny_checkpo
 
     def decoder(slots: int) -> BatchedDecoder:
         return BatchedDecoder(model, kb.ops, kb.weights, slots=slots, max_seq=256, max_trailing=64,
-                              attn_splits=kb.options.attn_splits)  # fmt: skip
+                              attn_splits=kb.options.attn_splits, lone=False)  # fmt: skip
 
     prompts = [build_prompt(model, _text_ids(12, 1), "ryan", "english"),
                build_prompt(model, _text_ids(5, 2), "vivian", "chinese"),
@@ -630,3 +640,15 @@ def test_batched_decoder_streams_equal_alone(tiny_checkpoint: Path, tiny_checkpo
     for i in range(len(plan)):
         mism = np.argwhere(got[i] != alone[i])
         assert mism.size == 0, f"stream {i}: first mismatch at frame/code {mism[0].tolist()} of {runs[i][3]}"
+    # Lone steps against the one-stream backend, both prompts prefilled by the same captured graph.
+    single = KernelBackend(model)
+    assert single.warm_up() > 0
+    lone = BatchedDecoder(model, single.ops, single.weights, slots=4, max_seq=256, max_trailing=64,
+                          prefills=single.prefills, prefill_cache=single.state.cache,
+                          lone_splits=single.options.attn_splits)  # fmt: skip
+    for i, (p, smp, seed, n) in enumerate(runs):
+        want = single.start(p, smp, seed, n).next_frames(n)
+        got_lone = _run_plan(lone, [(0, 3 - i, p, smp, seed, n)])[0]  # slots 3..0: each slot's own graph
+        mism = np.argwhere(got_lone != want)
+        assert mism.size == 0, f"lone stream {i}: first mismatch at frame/code {mism[0].tolist()} of {n}"
+    assert lone.lone_steps == sum(n for *_, n in runs) and lone.graphed_admissions == len(runs)

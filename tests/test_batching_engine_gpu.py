@@ -25,9 +25,10 @@ TEXTS = [
 ]
 
 
-def _engine(path, max_streams: int, backend: str = "kernels") -> Engine:  # noqa: ANN001
+def _engine(path, max_streams: int, backend: str = "kernels", batch_invariant: bool = False) -> Engine:  # noqa: ANN001
     options = EngineOptions(device="cuda", dtype="float32", backend=backend, first_chunk_frames=2, chunk_frames=8,
-                            max_streams=max_streams, max_frames=256)  # type: ignore[arg-type]  # fmt: skip
+                            max_streams=max_streams, max_frames=256,
+                            batch_invariant=batch_invariant)  # type: ignore[arg-type]  # fmt: skip
     engine = Engine.from_pretrained(str(path), options)
     if backend == "kernels" and max_streams > 1 and engine.info.backend != "kernels-batched":
         pytest.fail(f"batching backend did not load: {engine.info.backend_reason}")
@@ -64,11 +65,14 @@ def _concurrently(engine: Engine, requests: list[SynthesisRequest], delays: list
 @pytest.mark.parametrize("sampled", [False, True])
 def test_batched_requests_equal_their_codes_alone(tiny_checkpoint, sampled: bool) -> None:
     """Four requests from four threads, joining 0-60 ms apart: each one's codes (greedy, or sampled
-    with its seed) are the codes it gets alone on the same engine; greedy also the torch engine's."""
+    with its seed) are the codes it gets alone on the same engine; greedy also the torch engine's.
+    Greedy with the default lone steps (a request alone decodes on the batch-1 frame's kernels, which
+    round differently: float32 greedy codes still agree); sampled with batch_invariant, where a stream's
+    codes cannot depend on its batch-mates at all (every step batched, rows independent)."""
     base = SamplingParams() if sampled else SamplingParams.greedy()
     sampling = replace(base, suppress_eos=True)
     frames = [30, 20, 48, 12]
-    engine = _engine(tiny_checkpoint, 4)
+    engine = _engine(tiny_checkpoint, 4, batch_invariant=sampled)
     requests = [_request(i, sampling, frames[i]) for i in range(4)]
     alone = [engine.synthesize_all(r)[1] for r in requests]
     together = _concurrently(engine, requests, [0.0, 0.01, 0.06, 0.03])
@@ -76,6 +80,8 @@ def test_batched_requests_equal_their_codes_alone(tiny_checkpoint, sampled: bool
         assert alone[i].shape == (frames[i], 16)
         assert np.array_equal(together[i], alone[i]), f"request {i}: codes changed next to its batch-mates"
     assert engine.backend.active() == 0 and engine.backend.queued() == 0
+    lone_steps = engine.backend.decoder.lone_steps
+    assert lone_steps == 0 if sampled else lone_steps >= sum(frames), lone_steps  # alone: every frame lone
     if not sampled:
         torch_engine = _engine(tiny_checkpoint, 1, backend="torch")
         for i in range(4):

@@ -15,6 +15,8 @@ import pytest
 import torch
 from torch import Tensor
 
+from wyoming_qwen3tts import native
+from wyoming_qwen3tts.backends.kernels.batched import Admission, BatchedDecoder
 from wyoming_qwen3tts.backends.kernels.frame import NUM_GROUPS, FrameState, launch_frame
 from wyoming_qwen3tts.backends.kernels.ops import ADD, STORE, SWIGLU, Matrix
 from wyoming_qwen3tts.backends.kernels.prefill import PrefillGraphs
@@ -128,23 +130,29 @@ class TorchOps:
                row_out: Tensor | None = None, stream: int | None = None) -> None:  # fmt: skip
         self.calls["sample"] += 1
         assert not do_sample, "greedy only here"
-        x = logits.clone()
-        if seen is not None and penalty != 1.0:
-            ids = seen.nonzero().flatten()
-            x[ids] = torch.where(x[ids] < 0, x[ids] * penalty, x[ids] / penalty)
-        if eos >= 0 and (int(step[0]) if step is not None else 0) < min_new_tokens:
-            x[eos] = float("-inf")
-        keep = x[eos].clone() if 0 <= eos < x.numel() else None
-        x[suppress[0] : suppress[1]] = float("-inf")
-        if keep is not None:
-            x[eos] = keep
-        code = int(torch.argmax(x))
+        at = int(step[0]) if step is not None else 0
+        code = self._greedy(logits, seen, penalty, eos, min_new_tokens, at, suppress)
         out_code.fill_(code)
         if seen is not None:
             seen[code] = 1
         if row_table is not None:
             assert row_out is not None and row_out.shape == (row_table.shape[1],)
             row_out.copy_(row_table[code].float())
+
+    @staticmethod
+    def _greedy(logits: Tensor, seen: Tensor | None, penalty: float, eos: int, min_new_tokens: int, step: int,
+                suppress: tuple[int, int]) -> int:  # fmt: skip
+        x = logits.clone()
+        if seen is not None and penalty != 1.0:
+            ids = seen.nonzero().flatten()
+            x[ids] = torch.where(x[ids] < 0, x[ids] * penalty, x[ids] / penalty)
+        if eos >= 0 and step < min_new_tokens:
+            x[eos] = float("-inf")
+        keep = x[eos].clone() if 0 <= eos < x.numel() else None
+        x[suppress[0] : suppress[1]] = float("-inf")
+        if keep is not None:
+            x[eos] = keep
+        return int(torch.argmax(x))
 
     def store_row(self, src: Tensor, dst: Tensor, row: Tensor, *, stream: int | None = None) -> None:
         self.calls["store_row"] += 1
@@ -155,6 +163,67 @@ class TorchOps:
     def add_i32(self, counters: Tensor, delta: int, *, stream: int | None = None) -> None:
         self.calls["add_i32"] += 1
         counters.add_(delta)
+
+    # -- the batched entry points a lone step uses (q3t.h: row r works on slot slot[r]'s state) --
+    def use_pdl(self, want: bool) -> bool:
+        return False
+
+    def batched_gemv_scratch_floats(self, matrices) -> int:  # noqa: ANN001
+        return 0
+
+    def batched_sample(self, logits: Tensor, out_codes: Tensor, *, slot: Tensor, params: Tensor, seed: Tensor,
+                       step: Tensor, seen: Tensor | None = None, suppress: tuple[int, int] = (0, 0),
+                       stream_id: int = 0, out_stride: int = 1, row_table: Tensor | None = None,
+                       row_out: Tensor | None = None, row_stride: int = 0, stream: int | None = None) -> None:  # fmt: skip
+        self.calls["batched_sample"] += 1
+        nb, v = logits.shape
+        records = params.numpy().view(native.SAMPLE_PARAMS_DTYPE)
+        out = out_codes.as_strided((nb,), (out_stride,), out_codes.storage_offset())  # out_codes[r * out_stride]
+        for r in range(nb):
+            s = int(slot[r])
+            if s < 0:
+                continue
+            rec = records[s]
+            assert not rec["flags"] & native.SAMPLE_DO_SAMPLE, "greedy only here"
+            seen_s = seen[s] if seen is not None else None
+            code = self._greedy(logits[r], seen_s, float(rec["penalty"]), int(rec["eos"]), int(rec["min_new_tokens"]),
+                                int(step[s]), suppress)  # fmt: skip
+            out[r] = code
+            if seen_s is not None:
+                seen_s[code] = 1
+            if row_table is not None:
+                assert row_out is not None
+                h = row_table.shape[1]
+                row_out.view(-1)[r * row_stride : r * row_stride + h] = row_table[code].float()
+
+    def batched_store_codes(self, codes: Tensor, history: Tensor, *, slot: Tensor, step: Tensor,
+                            stream: int | None = None) -> None:  # fmt: skip
+        self.calls["batched_store_codes"] += 1
+        for r, s in enumerate(slot.tolist()):
+            if s >= 0 and 0 <= int(step[s]) < history.shape[1]:
+                history[s, int(step[s])] = codes[r]
+
+    def batched_embed_sum(self, tables, table_ptrs: Tensor, codes: Tensor, out: Tensor, *, slot: Tensor,  # noqa: ANN001
+                          trailing: Tensor, n_trailing: Tensor, pad: Tensor, step: Tensor,
+                          stream: int | None = None) -> None:  # fmt: skip
+        self.calls["batched_embed_sum"] += 1
+        assert table_ptrs.tolist() == [t.data_ptr() for t in tables] and codes.shape[1] == len(tables)
+        for r, s in enumerate(slot.tolist()):
+            if s < 0:
+                out[r] = 0
+                continue
+            at = int(step[s])
+            text = trailing[s, at] if at < int(n_trailing[s]) else pad[s]
+            out[r] = sum(t[int(c)].float() for t, c in zip(tables, codes[r])) + text
+
+    def batched_advance(self, slot: Tensor, *, pos: Tensor | None, step: Tensor | None,
+                        stream: int | None = None) -> None:  # fmt: skip
+        self.calls["batched_advance"] += 1
+        for s in slot.tolist():
+            if s >= 0:
+                for counters in (pos, step):
+                    if counters is not None:
+                        counters[s] += 1
 
 
 def _model(path) -> Qwen3TTSModel:  # noqa: ANN001
@@ -248,6 +317,55 @@ def test_teacher_forced_frames_write_each_row_after_the_hook(tiny_checkpoint, ti
         for _ in range(frames):
             launch_frame(TorchOps(), weights, free, GREEDY, stream=0)  # type: ignore[arg-type]
     assert torch.equal(free.history[:frames], plain.history[:frames])
+
+
+@pytest.mark.parametrize("size", ["tiny", "tiny-0.6b"])
+def test_a_lone_slot_steps_on_the_batch1_frame_over_its_own_state(tiny_checkpoint, tiny_checkpoint_06b, size):
+    """lone.py: the one busy slot of a batched decoder decodes the torch backend's greedy codes through the
+    batch-1 frame's launch list over that slot's cache, counters, penalty set and history (the draw, store,
+    embedding sum and advance being the batched entry points at one row), and leaves the other slots alone."""
+    model = _model(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b)
+    prompt = _prompt(model)
+    want = TorchBackend(model).start(prompt, GREEDY, 0, FRAMES).next_frames(FRAMES)
+    ops = TorchOps()
+    dec = BatchedDecoder(model, ops, ModelWeights.from_model(model), slots=4, max_seq=prompt.length + FRAMES + 1,  # type: ignore[arg-type]
+                         max_trailing=8, graphs=False, lone_splits=4)  # fmt: skip
+    slot = 2
+    with torch.inference_mode():
+        dec.admit_all([Admission(slot, prompt, GREEDY, 0)])
+        assert dec.lone_slot() == slot and dec.nb == 4
+        for _ in range(FRAMES):
+            dec.step()
+    assert dec.lone_steps == FRAMES
+    np.testing.assert_array_equal(dec.history[slot, :FRAMES].numpy(), want)
+    assert (dec.history[[0, 1, 3]] == -1).all() and (dec.history[slot, FRAMES:] == -1).all()
+    assert dec.pos.tolist() == [0, 0, prompt.length + FRAMES, 0] and dec.step_index.tolist() == [0, 0, FRAMES, 0]
+    assert dec.seen[slot].sum() > 0 and dec.seen[[0, 1, 3]].sum() == 0
+    # The batch-1 frame's launches (positions 0 and 1 of the CodePredictor together), the batched ones at one row.
+    layers, cp_layers = model.cfg.talker.num_hidden_layers, model.cfg.code_predictor.num_hidden_layers
+    per_frame = {
+        "gemv": 1 + int(dec.w.proj_w is not None) + 4 * cp_layers * 14 + 15 + 4 * layers,
+        "gemv_batch": 4 * cp_layers,
+        "rope_attention_first": cp_layers,
+        "rope_attention": 14 * cp_layers,
+        "rope_attention_split": layers,
+        "batched_sample": 16,
+        "batched_store_codes": 1,
+        "batched_embed_sum": 1,
+        "rmsnorm": 1,
+        "batched_advance": 1,
+    }
+    assert dict(ops.calls) == {name: n * FRAMES for name, n in per_frame.items()}
+    # A second busy slot: no lone slot, the next step is the batched one.
+    with torch.inference_mode():
+        dec.admit_all([Admission(0, prompt, GREEDY, 1)])
+    assert dec.lone_slot() is None
+    dec.release(0)
+    assert dec.lone_slot() == slot
+    off = BatchedDecoder(model, ops, dec.w, slots=4, max_seq=prompt.length + 2, graphs=False, lone=False)  # type: ignore[arg-type]
+    with torch.inference_mode():
+        off.admit_all([Admission(1, prompt, GREEDY, 0)])
+    assert off.lone is None and off.lone_slot() is None
 
 
 def test_bucket_for() -> None:

@@ -376,6 +376,42 @@ async def test_service_runs_max_streams_syntheses_at_once(workers: int) -> None:
         assert elapsed < 0.2 + 6 * 0.15 * 0.75, elapsed  # overlapped, not one after another
 
 
+async def test_workers_zero_takes_the_engines_max_streams_once_loaded() -> None:
+    """workers 0 (max_streams auto): the engine decides how many requests run at once; requests made while it
+    loads queue behind the load one at a time, those after it overlap up to the engine's max_streams, and the
+    queue limit follows (QUEUED_PER_STREAM per stream, at least QUEUED_MIN)."""
+    import threading
+
+    from wyoming_qwen3tts.request import SynthesisRequest
+    from wyoming_qwen3tts.server import QUEUED_MIN, QUEUED_PER_STREAM, TtsService
+
+    engine = _OverlapEngine()
+    engine.max_streams = 5  # type: ignore[attr-defined]
+
+    def load() -> _OverlapEngine:
+        time.sleep(0.2)
+        return engine
+
+    service = TtsService(load, [], workers=0)  # type: ignore[arg-type]
+
+    async def one() -> int:
+        frames = 0
+        async for chunk in service.synthesize(SynthesisRequest(text="hi", speaker="ryan"), threading.Event()):
+            frames += chunk.num_frames
+        return frames
+
+    try:
+        assert service.workers == 1
+        service.start_loading()
+        assert await asyncio.gather(*(one() for _ in range(3))) == [3] * 3  # made during the load
+        assert engine.most == 1 and service.workers == 5
+        assert service.max_queued_streams == max(QUEUED_MIN, QUEUED_PER_STREAM * 5)
+        assert await asyncio.gather(*(one() for _ in range(8))) == [3] * 8
+        assert engine.most == 5
+    finally:
+        service.shutdown()
+
+
 async def test_synthesis_threads_are_started_and_warmed_before_serving() -> None:
     """With several synthesis threads, the load starts all of them and calls the engine's warm_thread once on
     each (its first CUDA work there, not in a request), before any synthesis runs."""

@@ -214,6 +214,11 @@ class Engine:
         return self.config.supports_instruct
 
     @property
+    def max_streams(self) -> int:
+        """Requests this engine decodes at once (its backend's streams; 1 where it runs one at a time)."""
+        return getattr(self.backend, "max_streams", 1) if getattr(self.backend, "concurrent_sessions", False) else 1
+
+    @property
     def model_type(self) -> str:
         """custom_voice (preset speakers), base (cloned voices) or voice_design (described voices)."""
         return self.config.tts_model_type
@@ -277,7 +282,8 @@ class Engine:
                 torch.cuda.empty_cache()  # hand the freed bf16 matrices back, so the saving shows outside torch too
             _LOGGER.info("int8 weights: %s", report)
         chosen, reason = make_backend(options.backend, talker, options.kernels, max_streams=options.max_streams,
-                                      max_seq=options.max_frames + PROMPT_POSITIONS)  # fmt: skip
+                                      max_seq=options.max_frames + PROMPT_POSITIONS,
+                                      batch_invariant=options.batch_invariant)  # fmt: skip
         device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
         info = EngineInfo(model, f"{dev} ({device_name})", str(torch_dtype).removeprefix("torch."), chosen.name, reason,
                           options.weights)  # fmt: skip
@@ -520,9 +526,11 @@ def next_group_size(previous: int, largest: int) -> int:
 
 
 def make_backend(name: str, model: Qwen3TTSModel, kernels: KernelOptions | None = None, *, max_streams: int = 1,
-                 max_seq: int = EngineOptions.max_frames + PROMPT_POSITIONS) -> tuple[DecodeBackend, str]:  # fmt: skip
+                 max_seq: int = EngineOptions.max_frames + PROMPT_POSITIONS,
+                 batch_invariant: bool = False) -> tuple[DecodeBackend, str]:  # fmt: skip
     """The decode backend asked for; 'auto' takes the fused kernels where they load, else torch.
-    max_streams > 1 on the kernels: the batching backend (continuous batching, max_seq positions a stream)."""
+    max_streams > 1 on the kernels: the batching backend (continuous batching, max_seq positions a stream);
+    0: as many streams as the GPU's free memory holds (1 means the one-stream backend)."""
     from .backends.torch_backend import TorchBackend
 
     if name == "torch":
@@ -538,14 +546,21 @@ def make_backend(name: str, model: Qwen3TTSModel, kernels: KernelOptions | None 
         lib = chosen.lib
         # Which kernel build runs: the cached library (its name carries the source hash and archs).
         reason = f"kernels {lib.path.name}, warp {lib.warp_size}, {lib.sm_count} compute units"
+        if max_streams == 0:
+            from .backends.kernels.batched import BatchedDecoder
+            from .backends.kernels.scheduler import streams_for_memory
+
+            free, _total = torch.cuda.mem_get_info(model.device)
+            max_streams, why = streams_for_memory(free, BatchedDecoder.row_bytes(model.cfg, model.dtype, max_seq))
+            _LOGGER.info("max_streams auto: %d (%s)", max_streams, why)
         if max_streams > 1:
             from .backends.kernels.scheduler import BatchingBackend
 
-            batching = BatchingBackend(chosen, max_streams, max_seq)
+            batching = BatchingBackend(chosen, max_streams, max_seq, lone=not batch_invariant)
             cache_gib = batching.decoder.cache.numel() * batching.decoder.cache.element_size() / 1024**3
             _LOGGER.info("Continuous batching: up to %d streams of %d positions each (KV cache %.2f GiB)",
                          max_streams, max_seq, cache_gib)  # fmt: skip
-            return batching, reason + f", {max_streams} streams batched"
+            return batching, reason + f", {max_streams} streams batched" + (", batch-invariant" if batch_invariant else "")
         return chosen, reason
     except Exception as err:  # a missing toolchain or a failed build must not stop the service
         if name == "kernels":

@@ -64,6 +64,11 @@ class EngineSet:
         return custom.supports_instruct if custom is not None else True
 
     @property
+    def max_streams(self) -> int:
+        """Requests decoded at once, all engines together (each routes its voices' requests to its own slots)."""
+        return sum(engine.max_streams for engine in self.engines)
+
+    @property
     def clone_prompts(self) -> dict[str, object]:
         base = self.by_kind.get("base")
         return base.clone_prompts if base is not None else {}  # the Base engine's own: the server adds and removes

@@ -35,16 +35,21 @@ class EngineOptions:
     max_frames: int = 2048  # most frames per request (12.5 frames = 1 s)
     max_text_chars: int = 5000  # longest text accepted per request
     # Streams decoded together on the batched kernels (continuous batching); 1: one request at a time on
-    # the batch-1 frame, which is faster for a lone request (docs/performance.md, run 22).
-    max_streams: int = 1
+    # the batch-1 frame; 0 ("auto"): as many as the GPU's free memory holds (scheduler.streams_for_memory),
+    # 1 on the CPU. A stream decoding alone runs the batch-1 frame's kernels either way (lone.py).
+    max_streams: int = 0
+    # Every stream on the batched step even when it decodes alone: a stream's codes then never depend on
+    # other requests (with it off they can, through float32 rounding, at frames where it ran alone), and a
+    # lone request decodes about a third slower.
+    batch_invariant: bool = False
     stop_runaway: bool = True  # end a sentence at a budget from its length, or on a stuck loop (runaway.py)
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)  # over generation_config.json
     kernels: KernelOptions | None = None  # None: KernelOptions.from_env()
     voice_cache_dir: Path | None = None  # Base models: clone prompts kept here (None: computed at every start)
 
     def __post_init__(self) -> None:
-        if not 1 <= self.max_streams <= 16:
-            raise ValueError("max_streams must be 1..16")
+        if not 0 <= self.max_streams <= 16:
+            raise ValueError("max_streams must be 0 (auto) or 1..16")
         if min(self.first_chunk_frames, self.chunk_frames, self.max_frames, self.max_text_chars) < 1:
             raise ValueError("frame counts and max_text_chars must be >= 1")
         if self.backend not in ("auto", "kernels", "torch"):

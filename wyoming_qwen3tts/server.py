@@ -112,7 +112,8 @@ class TtsService:
         max_queued_streams: int | None = None,
     ) -> None:
         """workers: syntheses run at once (max_streams: the batching backend decodes them together);
-        the model load and voice cloning stay on one thread of their own, first of all.
+        0: the engine's max_streams, known once it has loaded (until then requests queue behind the load
+        and run one at a time); the model load and voice cloning stay on one thread of their own, first of all.
         max_queued_streams: sentences that may wait for a worker before a new request is refused
         (None: QUEUED_PER_STREAM per worker, at least QUEUED_MIN)."""
         self._load_engine = load_engine
@@ -122,9 +123,8 @@ class TtsService:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qwen3tts-engine")
         # More than one: syntheses get threads of their own, which wait for the load to end; they
         # start in the order they were submitted (the executor's queue) as threads come free.
-        self._synth_executor = (
-            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="qwen3tts-synth") if workers > 1 else None
-        )
+        self._workers_from_engine = workers == 0
+        self._synth_executor: ThreadPoolExecutor | None = None
         self._load_done = threading.Event()
         if _warn_long_collection not in gc.callbacks:
             gc.callbacks.append(_warn_long_collection)
@@ -133,10 +133,10 @@ class TtsService:
         self.loaded: asyncio.Future[Engine] | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # connections' speaking tasks (one each at most)
         self.max_connections = max_connections
-        self.workers = workers
-        self.max_queued_streams = (
-            max(QUEUED_MIN, QUEUED_PER_STREAM * workers) if max_queued_streams is None else max_queued_streams
-        )
+        self._queued_setting = max_queued_streams
+        self.workers = 1
+        self.max_queued_streams = 0
+        self._set_workers(max(workers, 1))
         self.syntheses = 0  # sentences submitted and not finished: running, or waiting for a worker
         self.connections: set[Connection] = set()
         self._no_connections = asyncio.Event()
@@ -162,9 +162,20 @@ class TtsService:
         self.loaded.add_done_callback(self._on_loaded)
         return self.loaded
 
+    def _set_workers(self, workers: int) -> None:
+        """Syntheses run at once, and the queue limit that follows from them."""
+        self.workers = workers
+        if workers > 1 and self._synth_executor is None:
+            self._synth_executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="qwen3tts-synth")
+        queued = self._queued_setting
+        self.max_queued_streams = max(QUEUED_MIN, QUEUED_PER_STREAM * workers) if queued is None else queued
+
     def _load(self) -> Engine:
         try:
             self._engine = self._load_engine()
+            if self._workers_from_engine:
+                self._set_workers(max(int(getattr(self._engine, "max_streams", 1)), 1))
+                _LOGGER.info("Serving %d request(s) at once (max_streams)", self.workers)
             self._start_synthesis_threads(self._engine)
             # Everything loaded so far lives as long as the process: out of the collector's sight, a full
             # collection (which stops every thread) walks only what requests make.

@@ -5,7 +5,8 @@
 
 For each stream count N: N streams (one prompt, each its own seed, the checkpoint's sampling with end of
 speech masked so every stream decodes --frames frames) are admitted into a BatchedDecoder and stepped
---frames times; aggregate frames/s = N * frames / wall time, per-stream frames/s = frames / wall time
+--frames times (one stream alone runs the lone step, the batch-1 frame's kernels on its slot, as in the
+server; the batched step at one stream is timed beside it); aggregate frames/s = N * frames / wall time, per-stream frames/s = frames / wall time
 (every stream advances one frame per step). Admission (the prompts' prefill) is timed apart: all N
 streams in one admit_all (arriving together), and one admit after another (arriving at different steps).
 In the same process and the same run, the batch-1 KernelBackend decodes the same prompt: the one-stream
@@ -28,7 +29,7 @@ from .common import gpu_name, memory, sync
 
 
 def run(model_dir: str, streams: list[int], frames: int, runs: int, context: int, text: str,
-        weights: str = "bf16") -> dict[str, Any]:  # fmt: skip
+        weights: str = "bf16", batch_invariant: bool = False) -> dict[str, Any]:  # fmt: skip
     import torch
 
     from ..backends.kernels.batched import Admission, BatchedDecoder
@@ -44,8 +45,10 @@ def run(model_dir: str, streams: list[int], frames: int, runs: int, context: int
     weights_gib = torch.cuda.memory_allocated() / 1024**3
     torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
+    # As the server builds it (scheduler.BatchingBackend): the one-stream backend's PDL and attention splits.
     dec = BatchedDecoder(kb.model, kb.ops, kb.weights, slots=max(streams), max_seq=prompt.length + context + 1,
-                         max_trailing=max(prompt.trailing.shape[0], 1))  # fmt: skip
+                         max_trailing=max(prompt.trailing.shape[0], 1), pdl=kb.pdl, lone=not batch_invariant,
+                         lone_splits=kb.options.attn_splits)  # fmt: skip
     build_s = time.perf_counter() - t0
     mem = memory()
 
@@ -88,6 +91,12 @@ def run(model_dir: str, streams: list[int], frames: int, runs: int, context: int
 
     one_stream()
     alone = statistics.median(one_stream() for _ in range(runs))
+    batched_one = None
+    if dec.lone is not None and 1 in streams:  # the batched step at one stream too, the lone step set aside
+        lone, dec.lone = dec.lone, None
+        batched(1, 1000)
+        batched_one = frames / statistics.median(batched(1, 100 * r) for r in range(runs))
+        dec.lone = lone
     rows = []
     for n in streams:
         batched(n, 1000)
@@ -102,10 +111,13 @@ def run(model_dir: str, streams: list[int], frames: int, runs: int, context: int
               f"{step_s / frames * 1e3:.3f} ms/step, admit {one_by_one_s / n * 1e3:.1f} ms/stream one by one, "
               f"{together_s * 1e3:.1f} ms all {n} together", flush=True)  # fmt: skip
     print(f"batch-1 backend: {frames / alone:.1f} frames/s", flush=True)
+    if batched_one is not None:
+        print(f"one stream on the batched step (lone steps off): {batched_one:.1f} frames/s", flush=True)
     return dict(model=model_dir, gpu=gpu_name(), torch=torch.__version__, weights=engine.info.weights, frames=frames,
                 runs=runs, prompt_positions=prompt.length, context=context, slots=max(streams),
                 decoder_build_s=build_s, weights_gib=weights_gib, peak_with_decoder_gib=mem["peak_alloc_gib"],
-                batch1_fps=frames / alone, rows=rows)  # fmt: skip
+                batch1_fps=frames / alone, pdl=dec.pdl, lone_steps=dec.lone is not None,
+                one_stream_batched_step_fps=batched_one, rows=rows)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,10 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--text", default="The quick brown fox jumps over the lazy dog while the kettle starts to sing.")
     p.add_argument("--weights", choices=("bf16", "int8"), default="bf16",
                    help="the matrices: bf16 as loaded, or int8 quantized at load (default bf16)")
+    p.add_argument("--batch-invariant", action="store_true",
+                   help="no lone steps: one stream runs the batched step too (the batch_invariant setting)")
     p.add_argument("--out", type=Path, help="write the results here as JSON")
     args = p.parse_args(argv)
     streams = [int(s) for s in args.streams.split(",") if s.strip()]
-    result = run(args.model, streams, args.frames, args.runs, args.context, args.text, args.weights)
+    result = run(args.model, streams, args.frames, args.runs, args.context, args.text, args.weights,
+                 args.batch_invariant)  # fmt: skip
     text = json.dumps(result, indent=1)
     if args.out:
         args.out.write_text(text)

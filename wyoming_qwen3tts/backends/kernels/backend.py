@@ -114,11 +114,7 @@ class KernelBackend:
         launch_frame(self.ops, self.weights, self.state, sampling, stream, hook)
 
     def _apply_pdl(self) -> None:
-        try:
-            self.ops.set_pdl(self.pdl)
-        except native.NativeError:  # HIP, or a CUDA device before sm_90
-            self.pdl = False
-            self.ops.set_pdl(False)
+        self.pdl = self.ops.use_pdl(self.pdl)
 
     def _capture(self, sampling: SamplingParams) -> torch.cuda.CUDAGraph:
         # One eager frame first (it loads every kernel before the capture), on the state it would

@@ -8,7 +8,9 @@ its block, between steps) or leaves (release) without touching the others and wi
 Row r of every per-row buffer (hidden states, codes, logits, the CodePredictor's short cache)
 belongs to slot r; a step runs the first `nb` rows, nb a bucket (1, 2, 4, 8, 16) covering the
 highest slot in use, and rows whose slot is free pad (slot -1: the kernels skip their writes to
-per-slot state). One graph is captured per bucket at construction.
+per-slot state). One graph is captured per bucket at construction. While exactly one slot is busy,
+its step is the batch-1 frame's kernels over that slot's state instead (lone.py: a lone stream at
+the batch-1 frame's speed), one graph per slot.
 
 The CodePredictor's positions 0 and 1 run one after the other here (the batch-1 frame runs them
 together); every row's numbers depend only on its own inputs (q3t.h's row independence), so a
@@ -25,11 +27,13 @@ import torch
 from torch import Tensor
 
 from ... import native
+from ...model.config import Qwen3TTSConfig
 from ...model.layers import rope_tables
 from ...model.prompt import Prompt
 from ...model.talker import KVCache, Qwen3TTSModel
 from ...request import SamplingParams
 from .frame import MIN_NEW_TOKENS, NO_EOS, NUM_GROUPS
+from .lone import LoneStep
 from .ops import Matrix, Ops
 from .prefill import WARM_PREFILL_POSITIONS, BatchedPrefillGraphs, PrefillGraphs
 from .weights import ModelWeights, StackWeights
@@ -145,11 +149,15 @@ class BatchedDecoder:
     graphs False: steps launch eagerly (tests, profiling).
     prefills, prefill_cache: a one-stream backend's captured prefill graphs and the cache they write: up to
     GRAPHED_ADMISSIONS streams joining together are prefilled through them (where their graphs are captured)
-    and their K/V copied into their slots; None: every admission runs the eager batched forward."""
+    and their K/V copied into their slots; None: every admission runs the eager batched forward.
+    pdl: launch with programmatic dependent launch where the device has it (KernelOptions.pdl).
+    lone: a lone busy slot steps on the batch-1 frame's kernels (lone.py), its Talker attention in
+    lone_splits chunks per head (KernelOptions.attn_splits); False: every step is the batched one."""
 
     def __init__(self, model: Qwen3TTSModel, ops: Ops, weights: ModelWeights, *, slots: int, max_seq: int,
                  max_trailing: int = 512, attn_splits: int | None = None, graphs: bool = True,
-                 prefills: PrefillGraphs | None = None, prefill_cache: KVCache | None = None) -> None:  # fmt: skip
+                 prefills: PrefillGraphs | None = None, prefill_cache: KVCache | None = None, pdl: bool = True,
+                 lone: bool = True, lone_splits: int = 32) -> None:  # fmt: skip
         if not 1 <= slots <= MAX_SLOTS:
             raise ValueError(f"slots={slots}: 1..{MAX_SLOTS}")
         self.model, self.ops, self.w = model, ops, weights
@@ -198,8 +206,21 @@ class BatchedDecoder:
         self.batch_prefills: BatchedPrefillGraphs | None = None  # capture_prefills()
         self.batch_graphed_admissions = 0  # streams admitted through a captured batched prefill (tests, logs)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.lone = LoneStep(self, lone_splits) if lone else None
+        self.lone_steps = 0  # steps run as a lone slot's batch-1 frame (tests, logs)
+        self.pdl = pdl if model.device.type == "cuda" else False
         if graphs:
             self._capture_all()
+
+    @staticmethod
+    def row_bytes(cfg: Qwen3TTSConfig, dtype: torch.dtype, max_seq: int, max_trailing: int = 512) -> int:
+        """Device bytes one row (slot) of a decoder holds: its Talker KV cache, which is nearly all of it, its
+        trailing text, code history, penalty set and CodePredictor cache (the row vectors, a few KiB, left out)."""
+        tc, cc = cfg.talker, cfg.code_predictor
+        elem = torch.empty(0, dtype=dtype).element_size()
+        cache = tc.num_hidden_layers * 2 * max_seq * tc.num_key_value_heads * tc.head_dim * elem
+        cp_cache = cc.num_hidden_layers * 2 * NUM_GROUPS * cc.num_key_value_heads * cc.head_dim * elem
+        return cache + cp_cache + max_trailing * tc.hidden_size * 4 + max_seq * NUM_GROUPS * 4 + tc.vocab_size
 
     def matrices(self) -> list[Matrix]:
         """Every weight matrix a step multiplies (the GEMV scratch covers the largest need)."""
@@ -315,23 +336,42 @@ class BatchedDecoder:
         busy = [s for s in range(self.slots) if self.active[s]]
         return bucket_for(busy[-1] + 1) if busy else 0
 
+    def lone_slot(self) -> int | None:
+        """The busy slot when exactly one is busy and lone steps are on: its step is the batch-1 frame."""
+        if self.lone is None:
+            return None
+        busy = [s for s in range(self.slots) if self.active[s]]
+        return busy[0] if len(busy) == 1 else None
+
     # -- the step --------------------------------------------------------------------------------
     def step(self, nb: int | None = None) -> None:
-        """One frame for every busy slot (rows [0, nb)); the codes land in history[slot, frame]."""
+        """One frame for every busy slot (rows [0, nb)); the codes land in history[slot, frame] and, for
+        slot s, in cur[s]."""
         nb = self.nb if nb is None else nb
         if nb == 0:
+            return
+        lone = self.lone_slot()
+        if lone is not None:
+            assert self.lone is not None
+            if not self.lone.graphs:
+                self.ops.use_pdl(self.pdl)
+            self.lone.step(lone)
+            self.lone_steps += 1
             return
         graph = self.graphs.get(nb)
         if graph is not None:
             graph.replay()
         else:
+            self.ops.use_pdl(self.pdl)
             self.launch_step(nb, torch.cuda.current_stream(self.model.device).cuda_stream)
 
     def _capture_all(self) -> None:
-        """One graph per bucket, captured while no slot is busy (an eager step first loads the kernels;
-        with every row padding, neither it nor the captures write any slot's state)."""
+        """One graph per bucket, and per slot for lone steps, captured while no slot is busy (an eager step
+        first loads the kernels; with every row padding, neither it nor the captures write any slot's
+        state), with PDL as asked (the library's one flag, read at each launch and capture)."""
         assert not any(self.active)
         device = self.model.device
+        self.pdl = self.ops.use_pdl(self.pdl)
         side = torch.cuda.Stream(device=device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
@@ -348,6 +388,8 @@ class BatchedDecoder:
                 self.launch_step(nb, torch.cuda.current_stream(device).cuda_stream)
             pool = graph.pool()
             self.graphs[nb] = graph
+        if self.lone is not None:
+            self.lone.capture_all(pool)
 
     def _layers(self, stack: StackWeights, x: Tensor, nb: int, stream: int, pos_add: int | None) -> None:
         """Every layer of a stack for rows [0, nb): the Talker (pos_add None: each row's slot and

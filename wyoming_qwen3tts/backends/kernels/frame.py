@@ -11,6 +11,7 @@ captured graph of these launches replays for every frame.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import torch
@@ -44,13 +45,14 @@ class StackBuffers:
     """KV cache, RoPE tables and work buffers of one stack; rows 0 and 1 of the work buffers hold the
     CodePredictor's first two positions, which run together (row 0 alone serves one position)."""
 
-    def __init__(self, cfg: TransformerConfig, cache: KVCache, splits: int, short: bool) -> None:
-        f32 = dict(dtype=torch.float32, device=cache.data.device)
+    def __init__(self, cfg: TransformerConfig, cache: Tensor, splits: int, short: bool) -> None:
+        """cache: [layers, 2, max_seq, kv_heads, head_dim] (a KVCache's data, or one slot's block of a batched cache)."""
+        f32 = dict(dtype=torch.float32, device=cache.device)
         hq, hkv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        self.cache = cache.data  # [layers, 2, max_seq, kv_heads, head_dim]
+        self.cache = cache
         self.splits = splits
         self.short = short  # the one-launch short attention (the CodePredictor), else the split one
-        cos, sin = rope_tables(torch.arange(cache.max_seq, device=cache.data.device), hd, cfg.rope_theta, torch.float32)
+        cos, sin = rope_tables(torch.arange(cache.shape[2], device=cache.device), hd, cfg.rope_theta, torch.float32)
         self.cos, self.sin = cos.contiguous(), sin.contiguous()
         self.scale = hd**-0.5
         self.qkv2 = torch.zeros(2, (hq + 2 * hkv) * hd, **f32)
@@ -59,6 +61,14 @@ class StackBuffers:
         self.qkv, self.attn, self.mlp = self.qkv2[0], self.attn2[0], self.mlp2[0]
         # The split attention's partials, then one int32 counter per head (zero; the last-block merge).
         self.scratch = torch.zeros(hq * splits * (hd + 2) + hq, **f32) if splits > 1 else None
+
+    def on(self, cache: Tensor) -> StackBuffers:
+        """These buffers over another cache of the same shape (a batched decoder's slots share one set)."""
+        if cache.shape != self.cache.shape:
+            raise ValueError(f"a cache of {tuple(cache.shape)}, not {tuple(self.cache.shape)}")
+        other = copy.copy(self)
+        other.cache = cache
+        return other
 
 
 class FrameState:
@@ -82,14 +92,14 @@ class FrameState:
         self.logits = torch.zeros(tc.vocab_size, **f32)
         self.cp_logits = torch.zeros(cc.vocab_size, **f32)
         self.pad = torch.zeros(tc.hidden_size, **f32)
-        self.code_predictor = StackBuffers(cc, KVCache(cc, NUM_GROUPS, dtype, device), 1, short=True)
+        self.code_predictor = StackBuffers(cc, KVCache(cc, NUM_GROUPS, dtype, device).data, 1, short=True)
         self.grow(capacity)
 
     def grow(self, capacity: int) -> None:
         tc = self.cfg.talker
         self.capacity = capacity
         self.cache = KVCache(tc, capacity, self.dtype, self.device)
-        self.talker = StackBuffers(tc, self.cache, self.attn_splits, short=False)
+        self.talker = StackBuffers(tc, self.cache.data, self.attn_splits, short=False)
         self.history = torch.zeros(capacity, NUM_GROUPS, dtype=torch.int32, device=self.device)  # every frame's codes
         # Trailing text rows, padded with PAD to `capacity` rows so the graph needs no per-prompt length.
         self.trailing = torch.zeros(capacity, tc.hidden_size, dtype=torch.float32, device=self.device)
@@ -109,8 +119,9 @@ class FrameState:
         return self.state, self.seen, self.codes, self.hn, self.x
 
 
-def _layers(ops: Ops, w: StackWeights, b: StackBuffers, x: Tensor, stream: int, *, pos: Tensor | None = None,
+def launch_layers(ops: Ops, w: StackWeights, b: StackBuffers, x: Tensor, stream: int, *, pos: Tensor | None = None,
             pos_add: int = 0) -> None:  # fmt: skip
+    """Every layer of a stack for the one vector x, at position (*pos if pos else 0) + pos_add."""
     eps = w.cfg.rms_norm_eps
     for i, L in enumerate(w.layers):
         kc, vc = b.cache[i, 0], b.cache[i, 1]
@@ -126,7 +137,7 @@ def _layers(ops: Ops, w: StackWeights, b: StackBuffers, x: Tensor, stream: int, 
         ops.gemv(L.down, b.mlp, x, mode=ADD, stream=stream)
 
 
-def _first_two_positions(ops: Ops, w: StackWeights, b: StackBuffers, x2: Tensor, stream: int) -> None:
+def launch_first_two_positions(ops: Ops, w: StackWeights, b: StackBuffers, x2: Tensor, stream: int) -> None:
     """Positions 0 and 1 of the empty short cache through every layer together: x2 [2, H]."""
     eps = w.cfg.rms_norm_eps
     for i, L in enumerate(w.layers):
@@ -164,10 +175,10 @@ def _code_predictor(ops: Ops, w: ModelWeights, s: FrameState, sp: SamplingParams
                 s.cx.copy_(s.hn)
             else:
                 ops.gemv(w.proj_w, s.hn, s.cx, bias=w.proj_b, stream=stream)
-            _first_two_positions(ops, w.code_predictor, s.code_predictor, s.cx2, stream)
+            launch_first_two_positions(ops, w.code_predictor, s.code_predictor, s.cx2, stream)
             x = s.cx2[1]
         else:
-            _layers(ops, w.code_predictor, s.code_predictor, s.cx, stream, pos_add=j)
+            launch_layers(ops, w.code_predictor, s.code_predictor, s.cx, stream, pos_add=j)
             x = s.cx
         ops.gemv(w.lm_heads[j - 1], x, s.cp_logits, norm_w=w.cp_norm, eps=cc.rms_norm_eps, stream=stream)
         ops.sample(s.cp_logits, s.codes[j : j + 1], do_sample=sp.subtalker_do_sample,
@@ -193,6 +204,6 @@ def launch_frame(ops: Ops, w: ModelWeights, s: FrameState, sp: SamplingParams, s
     ops.store_row(s.codes, s.history, s.frame, stream=stream)
     # The next Talker input: 16 embeddings + trailing text (PAD past its end), then the Talker step.
     ops.embed_sum(w.embeddings, w.embedding_ptrs, s.codes, s.trailing, s.pad, s.frame, s.x, stream=stream)
-    _layers(ops, w.talker, s.talker, s.x, stream, pos=s.position)
+    launch_layers(ops, w.talker, s.talker, s.x, stream, pos=s.position)
     ops.rmsnorm(s.x, w.final_norm, s.hn, eps=tc.rms_norm_eps, stream=stream)
     ops.add_i32(s.state, 1, stream=stream)

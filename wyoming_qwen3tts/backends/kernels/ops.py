@@ -83,6 +83,16 @@ class Ops:
         native.NativeError where the device has none (HIP, or CUDA before sm_90)."""
         self.lib.call("q3t_set_pdl", int(enable))
 
+    def use_pdl(self, want: bool) -> bool:
+        """set_pdl(want) where the device has PDL, else off; returns whether it is on. Launches and captures
+        take the setting current when they are made (one flag for the whole library)."""
+        try:
+            self.set_pdl(want)
+            return want
+        except native.NativeError:  # HIP, or a CUDA device before sm_90
+            self.set_pdl(False)
+            return False
+
     def rmsnorm(self, x: Tensor, weight: Tensor, out: Tensor, *, eps: float, stream: int | None = None) -> None:
         self.lib.call("q3t_rmsnorm", x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.numel(), eps, _stream(stream))
 

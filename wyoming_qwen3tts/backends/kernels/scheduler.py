@@ -23,7 +23,7 @@ import torch
 
 from ...model.prompt import Prompt
 from ...request import SamplingParams
-from .batched import Admission, BatchedDecoder
+from .batched import BUCKETS, MAX_SLOTS, Admission, BatchedDecoder
 from .frame import NUM_GROUPS
 
 _LOGGER = logging.getLogger(__name__)
@@ -34,6 +34,25 @@ IN_FLIGHT = 3  # steps launched ahead of the last one whose codes were read
 # issuing codec ops) to reach the switch interval, 5 ms by default: a few such waits per step
 # starve every stream (run 24 on the H200: 4 clients at max_streams 16 got ~12 frames/s each).
 SWITCH_INTERVAL_S = 0.0005
+# max_streams "auto" (0): the streams whose decoder rows fit in at most FREE_SHARE of the GPU memory free after
+# the model loaded, less WORK_RESERVE_BYTES for what grows while serving (prefill activations, the codec's
+# batched calls and graphs, the allocator's slack), rounded down to a step bucket (the decoder allocates rows
+# for the bucket its slots need). Half, so that a GPU shared with another service (an LLM beside the speech)
+# keeps room for it; 16 streams of the 1.7B at 2,048 frames take ~4 GiB.
+FREE_SHARE = 0.5
+WORK_RESERVE_BYTES = 2 << 30
+
+
+def streams_for_memory(free_bytes: int, row_bytes: int) -> tuple[int, str]:
+    """max_streams "auto": how many streams a GPU with free_bytes free can batch, and why (for the log)."""
+    budget = min(free_bytes - WORK_RESERVE_BYTES, free_bytes * FREE_SHARE)
+    fits = max(int(budget // row_bytes), 0) if row_bytes > 0 else 0
+    streams = max((b for b in BUCKETS if b <= fits), default=1)
+    gib = 1024**3
+    why = (f"{fits} stream(s) of {row_bytes / gib:.2f} GiB fit in {max(budget, 0) / gib:.1f} GiB: "
+           f"{FREE_SHARE:.0%} of the {free_bytes / gib:.1f} GiB free after loading, keeping "
+           f"{WORK_RESERVE_BYTES / gib:.0f} GiB for work memory; at most {MAX_SLOTS}, a power of two")  # fmt: skip
+    return streams, why
 
 
 class BatchedSession:
@@ -116,8 +135,10 @@ class BatchingBackend:
     concurrent_sessions = True
     thread_safe_sessions = True  # collect() may be called without the engine's lock
 
-    def __init__(self, single, max_streams: int, max_seq: int, max_trailing: int = 512) -> None:  # noqa: ANN001
-        """single: the KernelBackend whose weights and ops this shares (it stays usable on its own)."""
+    def __init__(self, single, max_streams: int, max_seq: int, max_trailing: int = 512,  # noqa: ANN001
+                 lone: bool = True) -> None:  # fmt: skip
+        """single: the KernelBackend whose weights, ops and options this shares (it stays usable on its own).
+        lone: a stream decoding alone runs the batch-1 frame's kernels (lone.py); False: always the batched step."""
         self.single = single
         self.model = single.model
         self.eos_id = single.eos_id
@@ -126,7 +147,8 @@ class BatchingBackend:
         # captures them), into its cache and then copied into their slots: that backend runs no stream itself.
         self.decoder = BatchedDecoder(single.model, single.ops, single.weights, slots=max_streams, max_seq=max_seq,
                                       max_trailing=max_trailing, prefills=single.prefills,
-                                      prefill_cache=single.state.cache)  # fmt: skip
+                                      prefill_cache=single.state.cache, pdl=single.pdl, lone=lone,
+                                      lone_splits=single.options.attn_splits)  # fmt: skip
         self.cond = threading.Condition()
         self._queue: collections.deque[BatchedSession] = collections.deque()
         self._slots: list[BatchedSession | None] = [None] * max_streams
