@@ -248,7 +248,7 @@ def test_int8_engine_kernels_equal_torch(tiny_checkpoint: Path, ops: Ops) -> Non
     from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, SynthesisRequest
 
     def engine(backend: str) -> Engine:
-        options = EngineOptions(device="cuda", dtype="float32", backend=backend, weights="int8")  # type: ignore[arg-type]
+        options = EngineOptions(device="cuda", dtype="float32", backend=backend, weights="int8", max_streams=1)  # type: ignore[arg-type]
         e = Engine.from_pretrained(str(tiny_checkpoint), options)
         assert e.info.backend == backend, e.info.backend_reason
         return e

@@ -43,7 +43,7 @@ def _request(text: str, sampling: SamplingParams = GREEDY, **kw) -> SynthesisReq
 
 def _engine(path, backend: str, dtype: str = "float32", graph: bool = True) -> Engine:
     options = EngineOptions(device="cuda", dtype=dtype, backend=backend, first_chunk_frames=2, chunk_frames=8,  # type: ignore[arg-type]
-                            kernels=KernelOptions(graph_prefill=graph))  # fmt: skip
+                            kernels=KernelOptions(graph_prefill=graph), max_streams=1)  # fmt: skip
     engine = Engine.from_pretrained(str(path), options)
     if backend == "kernels":
         if engine.info.backend != "kernels":

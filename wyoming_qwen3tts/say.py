@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         options = EngineOptions(data_dir=args.data_dir, device=args.device, dtype=args.dtype, backend=args.backend,
                                 weights=args.weights, max_frames=args.max_frames or EngineOptions.max_frames,
-                                sampling=SamplingOverrides(greedy=args.greedy))  # fmt: skip
+                                sampling=SamplingOverrides(greedy=args.greedy), max_streams=1)  # one request: no batching  # fmt: skip
         engine = Engine.from_pretrained(args.model, options)
         request = SynthesisRequest(
             text=args.text,

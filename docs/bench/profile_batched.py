@@ -15,7 +15,7 @@ from wyoming_qwen3tts.request import SynthesisRequest
 
 model = sys.argv[1]
 nbs = [int(a) for a in sys.argv[2:]] or [1, 16]
-engine = Engine.from_pretrained(model, EngineOptions(backend="kernels", local_files_only=True))
+engine = Engine.from_pretrained(model, EngineOptions(backend="kernels", local_files_only=True, max_streams=1))
 kb = engine.backend
 sampling = replace(engine.default_sampling, suppress_eos=True)
 prompt = engine.prepare(SynthesisRequest(text="The quick brown fox jumps over the lazy dog.", speaker=engine.speakers[0],

@@ -15,7 +15,7 @@ def run_ours(w: WorkerArgs) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     options = EngineOptions(device=w.device, backend=w.engine, max_frames=max(w.context, w.frames),  # type: ignore[arg-type]
-                            local_files_only=True, weights=w.weights)  # type: ignore[arg-type]  # fmt: skip
+                            local_files_only=True, weights=w.weights, max_streams=1)  # type: ignore[arg-type]  # fmt: skip
     engine = Engine.from_pretrained(w.model, options)
     if engine.backend.name != w.engine:
         raise RuntimeError(f"engine chose backend {engine.backend.name!r}: {engine.info.backend_reason}")

@@ -36,7 +36,8 @@ def run(model_dir: str, streams: list[int], frames: int, runs: int, context: int
     from ..engine import Engine, EngineOptions
     from ..request import SynthesisRequest
 
-    options = EngineOptions(backend="kernels", max_frames=context, local_files_only=True, weights=weights)  # type: ignore[arg-type]
+    options = EngineOptions(backend="kernels", max_frames=context, local_files_only=True, weights=weights,  # type: ignore[arg-type]
+                            max_streams=1)  # the one-stream backend; the decoder is built below
     engine = Engine.from_pretrained(model_dir, options)
     kb = engine.backend
     sampling = replace(engine.default_sampling, suppress_eos=True)

@@ -42,7 +42,7 @@ def _check_name(name: str) -> None:
 def _clone_now(model: str, data_dir: Path | None, folder: Path, preset: VoicePreset) -> None:
     from ..engine import Engine, EngineOptions
 
-    engine = Engine.from_pretrained(model, EngineOptions(data_dir=data_dir, voice_cache_dir=folder / ".prompts"))
+    engine = Engine.from_pretrained(model, EngineOptions(data_dir=data_dir, voice_cache_dir=folder / ".prompts", max_streams=1))
     prompt = engine.clone_voice(preset.reference_audio, preset.reference_text, x_vector_only=preset.x_vector_only)  # type: ignore[arg-type]
     mode = "from the voice alone (x-vector)" if prompt.ref_codes is None else f"in context ({len(prompt.ref_codes)} clip frames)"
     print(f"cloned {preset.name!r} with {model}, {mode}; the prompt is cached in {folder / '.prompts'}")
@@ -120,7 +120,7 @@ def cmd_design(args: argparse.Namespace) -> int:
     if voice_exists(folder, args.name):
         raise SystemExit(f"error: a voice {args.name!r} exists in {folder}; remove it first")
     try:
-        designer = Engine.from_pretrained(args.model, EngineOptions(data_dir=args.data_dir))
+        designer = Engine.from_pretrained(args.model, EngineOptions(data_dir=args.data_dir, max_streams=1))
         if designer.model_type != "voice_design":
             raise SystemExit(f"error: --model must be a VoiceDesign model; {args.model} is {designer.config.model_type_name}")
         request = SynthesisRequest(text=args.text, speaker="", language=args.language or "auto", instruct=args.description,
