@@ -12,9 +12,12 @@ per-slot state). One graph is captured per bucket at construction. While exactly
 its step is the batch-1 frame's kernels over that slot's state instead (lone.py: a lone stream at
 the batch-1 frame's speed), one graph per slot.
 
-The CodePredictor's positions 0 and 1 run one after the other here (the batch-1 frame runs them
-together); every row's numbers depend only on its own inputs (q3t.h's row independence), so a
-stream decodes the same codes alone and next to any batch-mates.
+The CodePredictor's positions 0 and 1 run together, as in the batch-1 frame, where their 2 x nb vectors fit
+one batched GEMV (nb <= 8), else one after the other; every row's numbers depend only on its own inputs
+(q3t.h's row independence), and with lone=False (batch invariance) the positions always run one after the
+other, so a stream then decodes the same codes alone and next to any batch-mates, bit for bit. With lone
+steps on, a stream's sums may round differently with the kernels its step count of streams takes (the
+batch-1 frame alone, positions paired up to 8 streams): float32 rounding, not its batch-mates' data.
 """
 
 from __future__ import annotations
@@ -53,6 +56,10 @@ PREFILL_POSITIONS = 4096
 GRAPHED_ADMISSIONS = 4
 # The row counts of the captured batched prefills: 5-8 arrivals replay the 8-row graph, 9-16 the 16-row one.
 BATCHED_PREFILL_ROWS = (8, 16)
+# Up to this many rows, the CodePredictor's positions 0 and 1 go through its layers together: 2 x 8 vectors
+# are the most one batched GEMV takes (Q3T_BATCH_MAX). Saves one of its 16 passes (H200, 1.7B: ~3 % of a step).
+PAIRED_ROWS = MAX_SLOTS // 2
+PAIRED = -1  # _layers' pos_add for positions 0 and 1 together
 
 
 def attention_splits(slots: int) -> int:
@@ -152,7 +159,9 @@ class BatchedDecoder:
     and their K/V copied into their slots; None: every admission runs the eager batched forward.
     pdl: launch with programmatic dependent launch where the device has it (KernelOptions.pdl).
     lone: a lone busy slot steps on the batch-1 frame's kernels (lone.py), its Talker attention in
-    lone_splits chunks per head (KernelOptions.attn_splits); False: every step is the batched one."""
+    lone_splits chunks per head (KernelOptions.attn_splits), and up to PAIRED_ROWS streams run the
+    CodePredictor's first two positions together; False (batch invariance): every step is the batched one,
+    the positions one after the other."""
 
     def __init__(self, model: Qwen3TTSModel, ops: Ops, weights: ModelWeights, *, slots: int, max_seq: int,
                  max_trailing: int = 512, attn_splits: int | None = None, graphs: bool = True,
@@ -191,11 +200,15 @@ class BatchedDecoder:
         self.cx, self.e1 = torch.zeros(rows, cc.hidden_size, **f32), torch.zeros(rows, cc.hidden_size, **f32)
         self.cur = torch.zeros(rows, NUM_GROUPS, **i32)
         self.logits, self.cp_logits = torch.zeros(rows, tc.vocab_size, **f32), torch.zeros(rows, cc.vocab_size, **f32)
-        self.work = {id(cfg): (torch.zeros(rows, (cfg.num_attention_heads + 2 * cfg.num_key_value_heads)
+        # The CodePredictor's work buffers hold positions 0 and 1 of up to PAIRED_ROWS rows at once.
+        self.paired = lone  # batch invariance (lone=False) keeps the positions apart at every nb
+        cp_rows = max(rows, 2 * min(rows, PAIRED_ROWS)) if self.paired else rows
+        self.work = {id(cfg): (torch.zeros(n, (cfg.num_attention_heads + 2 * cfg.num_key_value_heads)
                                            * cfg.head_dim, **f32),
-                               torch.zeros(rows, cfg.num_attention_heads * cfg.head_dim, **f32),
-                               torch.zeros(rows, cfg.intermediate_size, **f32))
-                     for cfg in (tc, cc)}  # fmt: skip
+                               torch.zeros(n, cfg.num_attention_heads * cfg.head_dim, **f32),
+                               torch.zeros(n, cfg.intermediate_size, **f32))
+                     for cfg, n in ((tc, rows), (cc, cp_rows))}  # fmt: skip
+        self.cx2 = torch.zeros(min(rows, PAIRED_ROWS), 2, cc.hidden_size, **f32)  # row r: positions 0 and 1
         hq = tc.num_attention_heads
         self.scratch = torch.zeros(rows * (hq * self.splits * (tc.head_dim + 2) + hq), **f32)
         # The batched GEMVs' split-K partials and counters (zero once; each call leaves the counters 0).
@@ -393,15 +406,21 @@ class BatchedDecoder:
 
     def _layers(self, stack: StackWeights, x: Tensor, nb: int, stream: int, pos_add: int | None) -> None:
         """Every layer of a stack for rows [0, nb): the Talker (pos_add None: each row's slot and
-        position) or the CodePredictor at position pos_add of each row's short cache."""
+        position) or the CodePredictor at position pos_add of each row's short cache (PAIRED: positions
+        0 and 1 together, x [2 nb, H] row-major by row then position)."""
         ops, c = self.ops, stack.cfg
         eps, scale = c.rms_norm_eps, c.head_dim**-0.5
         cos, sin = self.rope[id(c)]
-        qkv, attn, mlp = (t[:nb] for t in self.work[id(c)])
+        qkv, attn, mlp = (t[: x.shape[0]] for t in self.work[id(c)])
         gemv = self.gemv
         for i, L in enumerate(stack.layers):
             gemv(L.qkv, x, qkv, stream, norm_w=L.in_norm, eps=eps)
-            if pos_add is None:
+            if pos_add == PAIRED:  # x [2 nb, H]: each row's positions 0 and 1 (its short cache empty)
+                ops.batched_rope_attention_first(qkv.view(nb, 2, -1), L.q_norm, L.k_norm, cos, sin,
+                                                 self.cp_cache[0, i, 0], self.cp_cache[0, i, 1], attn.view(nb, 2, -1),
+                                                 row_rows=self.cp_cache.shape[1] * 2 * NUM_GROUPS, eps=eps,
+                                                 scale=scale, stream=stream)  # fmt: skip
+            elif pos_add is None:
                 ops.batched_rope_attention_split(qkv, L.q_norm, L.k_norm, cos, sin, self.cache[0, i, 0],
                                                  self.cache[0, i, 1], attn, slot=self.slot[:nb], pos=self.pos,
                                                  slot_rows=self.cache.shape[1] * 2 * self.max_seq, eps=eps,
@@ -422,18 +441,28 @@ class BatchedDecoder:
         slot, hn, x, cx, e1, cur = self.slot[:nb], self.hn[:nb], self.x[:nb], self.cx[:nb], self.e1[:nb], self.cur[:nb]
         state = dict(slot=slot, seed=self.seed, step=self.step_index, stream=stream)
         self.gemv(w.codec_head, hn, self.logits[:nb], stream)
-        # Code 0; its CodePredictor input row waits in e1 until position 0 has run.
+        # Code 0; its CodePredictor input row goes beside position 0 (paired), or waits in e1 until it has run.
+        paired = self.paired and nb <= PAIRED_ROWS
+        x2 = self.cx2[:nb]
+        drawn = dict(row_out=x2[:, 1], row_stride=2 * cc.hidden_size) if paired else dict(row_out=e1,
+                                                                                        row_stride=cc.hidden_size)
         ops.batched_sample(self.logits[:nb], cur, params=self.params_code0, seen=self.seen,
                            suppress=(tc.vocab_size - 1024, tc.vocab_size), stream_id=0, out_stride=NUM_GROUPS,
-                           row_table=w.cp_inputs[0], row_out=e1, row_stride=cc.hidden_size, **state)  # fmt: skip
+                           row_table=w.cp_inputs[0], **drawn, **state)  # fmt: skip
         if w.proj_w is not None:
             self.gemv(w.proj_w, hn, cx, stream, bias=w.proj_b)
         else:
             cx.copy_(hn)
-        self._layers(w.code_predictor, cx, nb, stream, 0)
-        cx.copy_(e1)
+        if paired:  # positions 0 (the projected hn) and 1 (code 0's row) through the layers together
+            x2[:, 0].copy_(cx)
+            self._layers(w.code_predictor, x2.view(2 * nb, -1), nb, stream, PAIRED)
+            cx.copy_(x2[:, 1])
+        else:
+            self._layers(w.code_predictor, cx, nb, stream, 0)
+            cx.copy_(e1)
         for j in range(1, NUM_GROUPS):
-            self._layers(w.code_predictor, cx, nb, stream, j)
+            if j > 1 or not paired:
+                self._layers(w.code_predictor, cx, nb, stream, j)
             self.gemv(w.lm_heads[j - 1], cx, self.cp_logits[:nb], stream, norm_w=w.cp_norm, eps=cc.rms_norm_eps)
             row = dict(row_table=w.cp_inputs[j], row_out=cx, row_stride=cc.hidden_size) if j + 1 < NUM_GROUPS else {}
             ops.batched_sample(self.cp_logits[:nb], cur[:, j:], params=self.params_sub, stream_id=j,
