@@ -451,3 +451,26 @@ def test_a_long_garbage_collection_is_logged(monkeypatch, caplog) -> None:
     with caplog.at_level(logging.WARNING, logger="wyoming_qwen3tts.server"):
         gc.collect()
     assert any("Garbage collection of generation 2 paused every thread" in r.getMessage() for r in caplog.records)
+
+
+async def test_the_loads_own_collection_is_logged_not_warned(monkeypatch, caplog) -> None:
+    """The load ends with a full collection of its own (then gc.freeze): one info line with its time, not the
+    warning meant for collections that stall requests (automatic ones are off here, so only the load's runs)."""
+    import logging
+
+    from wyoming_qwen3tts import server
+    from wyoming_qwen3tts.server import TtsService
+
+    monkeypatch.setattr(server, "GC_WARN_MS", 0)
+    service = TtsService(lambda: _OverlapEngine(), [])  # type: ignore[arg-type, return-value]
+    gc.disable()
+    try:
+        with caplog.at_level(logging.INFO, logger="wyoming_qwen3tts.server"):
+            await service.start_loading()
+            gc.collect()  # one that is not the load's: warned
+    finally:
+        gc.enable()
+        service.shutdown()
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("Collected the load's garbage" in m for m in messages) == 1, messages
+    assert sum("paused every thread" in m for m in messages) == 1, messages

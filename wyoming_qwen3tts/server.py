@@ -75,10 +75,13 @@ class Connection(Protocol):
 
 GC_WARN_MS = 20
 _collection_started: list[float] = []  # when the collection in progress began
+_deliberate = threading.local()  # .on: this thread's own gc.collect() (the load's), logged by its caller
 
 
 def _warn_long_collection(phase: str, info: dict) -> None:
     """gc callback: warn when a collection stops every thread for long (a stall no request timeline shows)."""
+    if getattr(_deliberate, "on", False):
+        return
     if phase == "start":
         _collection_started[:] = [time.monotonic()]
     elif _collection_started:
@@ -179,8 +182,14 @@ class TtsService:
             self._start_synthesis_threads(self._engine)
             # Everything loaded so far lives as long as the process: out of the collector's sight, a full
             # collection (which stops every thread) walks only what requests make.
-            gc.collect()
-            gc.freeze()
+            started, _deliberate.on = time.monotonic(), True
+            try:
+                gc.collect()
+                gc.freeze()
+            finally:
+                _deliberate.on = False
+            _LOGGER.info("Collected the load's garbage and set %d objects out of the collector's sight in %.0f ms",
+                         gc.get_freeze_count(), (time.monotonic() - started) * 1000)  # fmt: skip
         except BaseException as err:
             self._load_error = err
             raise
