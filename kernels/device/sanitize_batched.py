@@ -4,7 +4,8 @@ Usage: python kernels/device/sanitize_batched.py [SIZE ...] [float32|bfloat16 ..
 
 Three streams join a 4-slot BatchedDecoder at steps 0, 0 and 2 (two admitted in one batched prefill, one
 greedy and two sampled), the first leaves after 3 steps and a fourth takes its slot: the kernels see padding
-rows, every bucket up to 4, a reused slot and both the tensor-core (bf16) and FMA (float32) GEMVs.
+rows, every bucket up to 4 (the CodePredictor's first two positions paired), a reused slot and both the
+tensor-core (bf16) and FMA (float32) GEMVs; then the others leave and three lone steps run (lone.py).
 Eager by default (the sanitizer sees each launch; graphs replays the captured buckets instead).
 """
 
@@ -46,6 +47,11 @@ for size in sizes:
             if step == 4:
                 dec.admit_all([admission(0, 6, "vivian", False, 4)])
             dec.step()
+        dec.release(1)
+        dec.release(2)
+        for _ in range(3):  # slot 0 alone: lone steps (the batch-1 frame's kernels over its slot)
+            dec.step()
+        assert dec.lone_steps == 3
         torch.cuda.synchronize()
         print(size, dtype, "graphs" if graphs else "eager", dec.history[:3, :4, 0].tolist(), flush=True)
 print("sanitize_batched: done")
