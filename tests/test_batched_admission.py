@@ -187,7 +187,7 @@ def test_row_bytes_is_what_each_decoder_row_holds(model: Qwen3TTSModel) -> None:
     cache, trailing text, code history and penalty set: exactly what the decoder allocates for them."""
     no_kernels = SimpleNamespace(batched_gemv_scratch_floats=lambda matrices: 0)
     dec = BatchedDecoder(model, no_kernels, ModelWeights.from_model(model), slots=3, max_seq=MAX_SEQ,  # type: ignore[arg-type]
-                         max_trailing=16, graphs=False, lone=False)  # fmt: skip
+                         max_trailing=16, graphs=False, invariant=True)  # fmt: skip
     held = sum(t.numel() * t.element_size() for t in (dec.cache, dec.cp_cache, dec.trailing, dec.history, dec.seen))
     assert dec.rows == 4 and held == 4 * BatchedDecoder.row_bytes(model.cfg, model.dtype, MAX_SEQ, 16)
 

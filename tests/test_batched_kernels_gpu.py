@@ -571,7 +571,7 @@ def test_batched_decoder_equals_one_stream_backend(tiny_checkpoint: Path, tiny_c
 
     def decoder(slots: int, lone: bool = lone) -> BatchedDecoder:
         return BatchedDecoder(model, kb.ops, kb.weights, slots=slots, max_seq=256, max_trailing=64,
-                              attn_splits=kb.options.attn_splits, graphs=graphs, lone=lone,
+                              attn_splits=kb.options.attn_splits, graphs=graphs, invariant=not lone,
                               lone_splits=kb.options.attn_splits)  # fmt: skip
 
     # Slot 0 from step 0 to 20, slot 2 from 0 (bucket 4, slot 1 padding until step 5), slot 1 from
@@ -625,7 +625,7 @@ def test_batched_decoder_streams_equal_alone(tiny_checkpoint: Path, tiny_checkpo
 
     def decoder(slots: int) -> BatchedDecoder:
         return BatchedDecoder(model, kb.ops, kb.weights, slots=slots, max_seq=256, max_trailing=64,
-                              attn_splits=kb.options.attn_splits, lone=False)  # fmt: skip
+                              attn_splits=kb.options.attn_splits, invariant=True)  # fmt: skip
 
     prompts = [build_prompt(model, _text_ids(12, 1), "ryan", "english"),
                build_prompt(model, _text_ids(5, 2), "vivian", "chinese"),

@@ -362,7 +362,7 @@ def test_a_lone_slot_steps_on_the_batch1_frame_over_its_own_state(tiny_checkpoin
     assert dec.lone_slot() is None
     dec.release(0)
     assert dec.lone_slot() == slot
-    off = BatchedDecoder(model, ops, dec.w, slots=4, max_seq=prompt.length + 2, graphs=False, lone=False)  # type: ignore[arg-type]
+    off = BatchedDecoder(model, ops, dec.w, slots=4, max_seq=prompt.length + 2, graphs=False, invariant=True)  # type: ignore[arg-type]
     with torch.inference_mode():
         off.admit_all([Admission(1, prompt, GREEDY, 0)])
     assert off.lone is None and off.lone_slot() is None

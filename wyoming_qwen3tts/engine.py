@@ -556,7 +556,7 @@ def make_backend(name: str, model: Qwen3TTSModel, kernels: KernelOptions | None 
         if max_streams > 1:
             from .backends.kernels.scheduler import BatchingBackend
 
-            batching = BatchingBackend(chosen, max_streams, max_seq, lone=not batch_invariant)
+            batching = BatchingBackend(chosen, max_streams, max_seq, invariant=batch_invariant)
             cache_gib = batching.decoder.cache.numel() * batching.decoder.cache.element_size() / 1024**3
             _LOGGER.info("Continuous batching: up to %d streams of %d positions each (KV cache %.2f GiB)",
                          max_streams, max_seq, cache_gib)  # fmt: skip

@@ -137,9 +137,7 @@ class TtsService:
         self._tasks: set[asyncio.Task[None]] = set()  # connections' speaking tasks (one each at most)
         self.max_connections = max_connections
         self._queued_setting = max_queued_streams
-        self.workers = 1
-        self.max_queued_streams = 0
-        self._set_workers(max(workers, 1))
+        self._set_workers(max(workers, 1))  # sets workers and max_queued_streams
         self.syntheses = 0  # sentences submitted and not finished: running, or waiting for a worker
         self.connections: set[Connection] = set()
         self._no_connections = asyncio.Event()

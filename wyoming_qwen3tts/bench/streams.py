@@ -48,7 +48,7 @@ def run(model_dir: str, streams: list[int], frames: int, runs: int, context: int
     t0 = time.perf_counter()
     # As the server builds it (scheduler.BatchingBackend): the one-stream backend's PDL and attention splits.
     dec = BatchedDecoder(kb.model, kb.ops, kb.weights, slots=max(streams), max_seq=prompt.length + context + 1,
-                         max_trailing=max(prompt.trailing.shape[0], 1), pdl=kb.pdl, lone=not batch_invariant,
+                         max_trailing=max(prompt.trailing.shape[0], 1), pdl=kb.pdl, invariant=batch_invariant,
                          lone_splits=kb.options.attn_splits)  # fmt: skip
     build_s = time.perf_counter() - t0
     mem = memory()

@@ -14,8 +14,8 @@ the batch-1 frame's speed), one graph per slot.
 
 The CodePredictor's positions 0 and 1 run together, as in the batch-1 frame, where their 2 x nb vectors fit
 one batched GEMV (nb <= 8), else one after the other; every row's numbers depend only on its own inputs
-(q3t.h's row independence), and with lone=False (batch invariance) the positions always run one after the
-other, so a stream then decodes the same codes alone and next to any batch-mates, bit for bit. With lone
+(q3t.h's row independence), and with invariant=True (batch invariance) the positions always run one after
+the other, so a stream then decodes the same codes alone and next to any batch-mates, bit for bit. With lone
 steps on, a stream's sums may round differently with the kernels its step count of streams takes (the
 batch-1 frame alone, positions paired up to 8 streams): float32 rounding, not its batch-mates' data.
 """
@@ -158,15 +158,15 @@ class BatchedDecoder:
     GRAPHED_ADMISSIONS streams joining together are prefilled through them (where their graphs are captured)
     and their K/V copied into their slots; None: every admission runs the eager batched forward.
     pdl: launch with programmatic dependent launch where the device has it (KernelOptions.pdl).
-    lone: a lone busy slot steps on the batch-1 frame's kernels (lone.py), its Talker attention in
+    invariant False: a lone busy slot steps on the batch-1 frame's kernels (lone.py), its Talker attention in
     lone_splits chunks per head (KernelOptions.attn_splits), and up to PAIRED_ROWS streams run the
-    CodePredictor's first two positions together; False (batch invariance): every step is the batched one,
-    the positions one after the other."""
+    CodePredictor's first two positions together; True (batch invariance, the batch_invariant setting): every
+    step is the batched one, the positions one after the other."""
 
     def __init__(self, model: Qwen3TTSModel, ops: Ops, weights: ModelWeights, *, slots: int, max_seq: int,
                  max_trailing: int = 512, attn_splits: int | None = None, graphs: bool = True,
                  prefills: PrefillGraphs | None = None, prefill_cache: KVCache | None = None, pdl: bool = True,
-                 lone: bool = True, lone_splits: int = 32) -> None:  # fmt: skip
+                 invariant: bool = False, lone_splits: int = 32) -> None:  # fmt: skip
         if not 1 <= slots <= MAX_SLOTS:
             raise ValueError(f"slots={slots}: 1..{MAX_SLOTS}")
         self.model, self.ops, self.w = model, ops, weights
@@ -201,7 +201,7 @@ class BatchedDecoder:
         self.cur = torch.zeros(rows, NUM_GROUPS, **i32)
         self.logits, self.cp_logits = torch.zeros(rows, tc.vocab_size, **f32), torch.zeros(rows, cc.vocab_size, **f32)
         # The CodePredictor's work buffers hold positions 0 and 1 of up to PAIRED_ROWS rows at once.
-        self.paired = lone  # batch invariance (lone=False) keeps the positions apart at every nb
+        self.paired = not invariant  # batch invariance keeps the positions apart at every nb
         cp_rows = max(rows, 2 * min(rows, PAIRED_ROWS)) if self.paired else rows
         self.work = {id(cfg): (torch.zeros(n, (cfg.num_attention_heads + 2 * cfg.num_key_value_heads)
                                            * cfg.head_dim, **f32),
@@ -219,7 +219,7 @@ class BatchedDecoder:
         self.batch_prefills: BatchedPrefillGraphs | None = None  # capture_prefills()
         self.batch_graphed_admissions = 0  # streams admitted through a captured batched prefill (tests, logs)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.lone = LoneStep(self, lone_splits) if lone else None
+        self.lone = None if invariant else LoneStep(self, lone_splits)
         self.lone_steps = 0  # steps run as a lone slot's batch-1 frame (tests, logs)
         self.pdl = pdl if model.device.type == "cuda" else False
         if graphs:
@@ -351,10 +351,9 @@ class BatchedDecoder:
 
     def lone_slot(self) -> int | None:
         """The busy slot when exactly one is busy and lone steps are on: its step is the batch-1 frame."""
-        if self.lone is None:
+        if self.lone is None or self.active.count(True) != 1:
             return None
-        busy = [s for s in range(self.slots) if self.active[s]]
-        return busy[0] if len(busy) == 1 else None
+        return self.active.index(True)
 
     # -- the step --------------------------------------------------------------------------------
     def step(self, nb: int | None = None) -> None:
@@ -363,11 +362,11 @@ class BatchedDecoder:
         nb = self.nb if nb is None else nb
         if nb == 0:
             return
+        if not self.graphs:  # eager steps (graphs=False) launch with the decoder's PDL setting
+            self.ops.use_pdl(self.pdl)
         lone = self.lone_slot()
         if lone is not None:
             assert self.lone is not None
-            if not self.lone.graphs:
-                self.ops.use_pdl(self.pdl)
             self.lone.step(lone)
             self.lone_steps += 1
             return
@@ -375,7 +374,6 @@ class BatchedDecoder:
         if graph is not None:
             graph.replay()
         else:
-            self.ops.use_pdl(self.pdl)
             self.launch_step(nb, torch.cuda.current_stream(self.model.device).cuda_stream)
 
     def _capture_all(self) -> None:

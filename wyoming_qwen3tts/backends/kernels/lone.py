@@ -12,7 +12,7 @@ its sampling settings from its slot's records.
 
 What differs from the batched step is only the order of float32 sums inside the GEMVs and the Talker
 attention (both kernels agree to float32 rounding): a stream's codes may depend on whether it had
-batch-mates at some frame, where logits tie to within that rounding. `BatchedDecoder(lone=False)` (the
+batch-mates at some frame, where logits tie to within that rounding. `BatchedDecoder(invariant=True)` (the
 `batch_invariant` setting) keeps every stream on the batched step, whose codes never depend on
 batch-mates.
 """

@@ -136,9 +136,9 @@ class BatchingBackend:
     thread_safe_sessions = True  # collect() may be called without the engine's lock
 
     def __init__(self, single, max_streams: int, max_seq: int, max_trailing: int = 512,  # noqa: ANN001
-                 lone: bool = True) -> None:  # fmt: skip
+                 invariant: bool = False) -> None:  # fmt: skip
         """single: the KernelBackend whose weights, ops and options this shares (it stays usable on its own).
-        lone: a stream decoding alone runs the batch-1 frame's kernels (lone.py); False: always the batched step."""
+        invariant: the batch_invariant setting (BatchedDecoder): no lone steps, no paired positions."""
         self.single = single
         self.model = single.model
         self.eos_id = single.eos_id
@@ -147,7 +147,7 @@ class BatchingBackend:
         # captures them), into its cache and then copied into their slots: that backend runs no stream itself.
         self.decoder = BatchedDecoder(single.model, single.ops, single.weights, slots=max_streams, max_seq=max_seq,
                                       max_trailing=max_trailing, prefills=single.prefills,
-                                      prefill_cache=single.state.cache, pdl=single.pdl, lone=lone,
+                                      prefill_cache=single.state.cache, pdl=single.pdl, invariant=invariant,
                                       lone_splits=single.options.attn_splits)  # fmt: skip
         self.cond = threading.Condition()
         self._queue: collections.deque[BatchedSession] = collections.deque()
