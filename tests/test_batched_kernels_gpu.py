@@ -196,6 +196,62 @@ def test_batched_gemv_tensor_cores_take_bf16_with_scratch(ops: Ops) -> None:
         ops.batched_gemv(w, x, y0.clone(), scratch=torch.zeros(need - 1, device=DEV))
 
 
+# The split shapes of a 1.7B / 0.6B step whose row tiles run as thread-block clusters on sm_90 (2..8 splits):
+# Talker qkv, CodePredictor qkv, o, gate_up, down (6 splits) and lm_head; Talker down (12) keeps the scratch path.
+CLUSTER_SHAPES = [(4096, 2048), (4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (2048, 1024), (2048, 6144)]
+_CLUSTER_CHILD = """
+import sys, torch
+from wyoming_qwen3tts import native
+from wyoming_qwen3tts.backends.kernels.ops import Ops
+ops = Ops(native.load(0))
+ops.use_pdl(sys.argv[2] == "1")
+args = torch.load(sys.argv[1], weights_only=False)
+out = []
+for w, x, nw, bias, y, mode in args:
+    scratch = torch.zeros(max(ops.batched_gemv_scratch_floats([w]), 1), device="cuda")
+    for nb in (1, 5, 8, 16):
+        yy = y[:nb].clone()
+        ops.batched_gemv(w, x[:nb].contiguous(), yy, mode=mode, norm_w=nw, eps=1e-6, bias=bias, scratch=scratch)
+        out.append(yy.cpu())
+torch.save(out, sys.argv[1] + ".out")
+"""
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+def test_batched_gemv_clusters_equal_scratch_path(ops: Ops, tmp_path: Path, pdl: bool) -> None:
+    """On sm_90 the tensor-core kernel splits K across a cluster's blocks (distributed shared memory) where
+    the plan has 2..8 splits; with Q3T_GEMV_CLUSTER=0 it keeps the partials in global scratch. Both sum
+    in the same order: bf16 and int8 weights, every mode, nb 1..16, with and without PDL, bit for bit."""
+    import os
+    import subprocess
+    import sys
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("thread-block clusters need sm_90")
+    from wyoming_qwen3tts.backends.kernels.ops import Matrix
+    from wyoming_qwen3tts.model.quant import quantize_rows
+
+    args = []
+    for i, (n, k) in enumerate(CLUSTER_SHAPES):
+        mode = (native.GEMV_STORE, native.GEMV_ADD, native.GEMV_SWIGLU)[i % 3]
+        w, w32, x, nw, bias, y0 = _gemv_inputs(n, k, torch.bfloat16, mode, 700 + i)
+        args.append((w, x, nw if i % 2 == 0 else None, bias, y0, mode))
+        args.append((Matrix(*quantize_rows(w32)), x, nw if i % 2 == 1 else None, bias, y0, mode))
+    path = tmp_path / "args.pt"
+    torch.save(args, path)
+    outs = {}
+    for cluster in ("1", "0"):
+        env = {**os.environ, "Q3T_GEMV_CLUSTER": cluster}
+        subprocess.run([sys.executable, "-c", _CLUSTER_CHILD, str(path), "1" if pdl else "0"], env=env, check=True,
+                       timeout=300)  # fmt: skip
+        outs[cluster] = torch.load(str(path) + ".out")
+    assert len(outs["1"]) == 2 * 4 * len(CLUSTER_SHAPES)
+    for i, (a, b) in enumerate(zip(outs["1"], outs["0"])):
+        what = f"shape {CLUSTER_SHAPES[i // 8]} {('bf16', 'int8')[i // 4 % 2]}, call {i % 4}"
+        assert torch.isfinite(a).all(), f"{what}: not finite"
+        assert_equal(a, b, f"{what}: clusters vs scratch")
+
+
 def test_batched_gemv_rejects_bad_arguments(ops: Ops) -> None:
     z = torch.zeros(17 * 64 + 4, device=DEV)
     w, y = z[: 4 * 64].view(4, 64), z[: 17 * 4].view(17, 4)

@@ -31,6 +31,11 @@
 // identical. Blocks cover few rows without it, so each block would read all of x (nb * k * 4 bytes
 // for 64 * k * 2 of weights); split, a block reads the slice of x its weights need.
 //
+// On sm_90 (Hopper) a row tile's ks_count <= 8 blocks run as one thread-block cluster instead: each keeps
+// its record in its own shared memory, and after one cluster barrier every block sums a share of the
+// tile's sums from all of them (distributed shared memory), in the same ks order. Same bits as the
+// scratch path; no round trips to L2 for the record, the fence, the counter and the gather, which in the
+// CodePredictor's small GEMVs (8-10 us a launch at 16 vectors) are a large part of a launch.
 // Row independence (q3t.h): a vector's sums are fixed by (n_rows, k, the SM count): the plan (C,
 // ks_count) depends on nothing else; the two column tiles are separate MMAs (a column's products
 // meet only its own accumulators); the partials meet in a fixed order; the sums of squares go in
@@ -39,6 +44,7 @@
 #include "common.cuh"
 
 #if defined(Q3T_CUDA)
+#include <cooperative_groups.h>
 
 namespace {
 
@@ -117,7 +123,34 @@ template <typename W, int C, int NT> struct Smem {
     static constexpr size_t kBytes = kStage > kPart ? kStage : kPart;
 };
 
-template <typename W, int MODE, int C, int NT>
+// The finished sum of vector col, row `row` of the matrix: RMS scale, row scale, then the mode.
+// SWIGLU pairs rows (row, row + 1) of lanes (l, l ^ 1): every lane of the warp calls it.
+template <typename W, int MODE>
+__device__ __forceinline__ void store_sum(float s, float rms, float ws, int col, int row, int nb, int n_rows,
+                                          const float* __restrict__ bias, float* __restrict__ y) {
+    float v = __fmul_rn(s, rms);  // not contracted into the bias or residual add
+    if (row_scaled<W>()) v = __fmul_rn(v, ws);
+    if (MODE == Q3T_GEMV_SWIGLU) {
+        const float up = __shfl_xor_sync(0xffffffffu, v, 1);  // row + 1 is the next lane's
+        if (row % 2 == 0 && col < nb && row < n_rows) {
+            const int n_out = n_rows / 2;
+            y[(size_t)col * n_out + row / 2] = (v / (1.0f + expf(-v))) * up;  // silu in float32, as torch
+        }
+    } else if (col < nb && row < n_rows) {
+        float* out = y + (size_t)col * n_rows + row;
+        if (MODE == Q3T_GEMV_ADD) *out = __ldcg(out) + v;
+        else *out = bias ? v + bias[row] : v;
+    }
+}
+
+__device__ __forceinline__ void cluster_barrier() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+// CL: split K across the blocks of a cluster (gridDim.y = ks_count <= 8 blocks per cluster, sm_90).
+template <typename W, int MODE, int C, int NT, bool CL>
 __global__ void __launch_bounds__(kThreads, 2)
     k_bgemv_mma(const W* __restrict__ w, const float* __restrict__ w_scale, int n_rows, int k, int ks_count,
                 const float* __restrict__ x, int nb, const float* __restrict__ norm_w, float eps,
@@ -164,6 +197,15 @@ __global__ void __launch_bounds__(kThreads, 2)
     // The scale of the row whose sums this thread finishes (idx % 64 = tid % 64 for each of its sums).
     const int ws_row = tile * kTileRows + tid % kTileRows;
     const float ws = row_scaled<W>() && ws_row < n_rows ? w_scale[ws_row] : 1.f;
+    // The cluster path finishes rows lane and lane + 32 of the tile (its warps take 32 sums at a time).
+    float ws_lane[2] = {1.f, 1.f};
+    if (CL && row_scaled<W>()) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = tile * kTileRows + 32 * h + lane;
+            if (r < n_rows) ws_lane[h] = w_scale[r];
+        }
+    }
 
     // Behind a branch on an argument (k > 0 always holds), so ptxas keeps the loads above the wait.
     if (k > 0) q3t_grid_dep();
@@ -245,6 +287,44 @@ __global__ void __launch_bounds__(kThreads, 2)
         s[o] = __fadd_rn(part[col * kPartStride + row], part[(kMaxCols + col) * kPartStride + row]);
     }
     float ss = (norm_w && tid < ROWS) ? ss_s[tid] : 0.f;
+    if (CL) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        __shared__ float rec_s[kRecord];
+#pragma unroll
+        for (int o = 0; o < OUT; ++o) rec_s[tid + o * kThreads] = s[o];
+        if (tid < ROWS) rec_s[kMaxCols * kTileRows + tid] = ss;
+        namespace cg = cooperative_groups;
+        cg::cluster_group cluster = cg::this_cluster();
+        cluster_barrier();  // every block's record written and visible to the cluster
+        const float* recs[8];
+#pragma unroll
+        for (int q = 0; q < 8; ++q) recs[q] = cluster.map_shared_rank(rec_s, q < ks_count ? q : 0);
+        // 32 sums per warp at a time: units u = 32 sums of vector u / 2, rows 32 (u % 2) + lane; block ks takes
+        // units ks, ks + ks_count, ... (its warps in turn); units of vectors past nb are skipped.
+        const int units = 2 * (nb < ROWS ? nb : ROWS);
+        for (int u = ks + ks_count * warp; u < units; u += ks_count * (kThreads / 32)) {
+            const int col = u / 2, row = 32 * (u % 2) + lane, idx = col * kTileRows + row;
+            float r[8], rs[8];
+#pragma unroll
+            for (int q = 0; q < 8; ++q) {
+                r[q] = q < ks_count ? recs[q][idx] : 0.f;
+                rs[q] = q < ks_count && norm_w ? recs[q][kMaxCols * kTileRows + col] : 0.f;
+            }
+            float sum = 0.f, sq_sum = 0.f;  // in ks order, as the scratch path
+#pragma unroll
+            for (int q = 0; q < 8; ++q) {
+                if (q < ks_count) {
+                    sum = __fadd_rn(sum, r[q]);
+                    sq_sum = __fadd_rn(sq_sum, rs[q]);
+                }
+            }
+            const float rms = norm_w ? rsqrtf(sq_sum / (float)k + eps) : 1.f;
+            store_sum<W, MODE>(sum, rms, ws_lane[u % 2], col, tile * kTileRows + row, nb, n_rows, bias, y);
+        }
+        cluster_barrier();  // no block leaves while another may still read its record
+#endif
+        return;
+    }
     if (ks_count > 1) {
         unsigned* counters = reinterpret_cast<unsigned*>(scratch);
         float* records = scratch + kCounters;
@@ -290,19 +370,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int o = 0; o < OUT; ++o) {
         const int idx = tid + o * kThreads, col = idx / kTileRows, row = tile * kTileRows + idx % kTileRows;
-        float v = __fmul_rn(s[o], scale_s[col]);  // not contracted into the bias or residual add
-        if (row_scaled<W>()) v = __fmul_rn(v, ws);
-        if (MODE == Q3T_GEMV_SWIGLU) {
-            const float up = __shfl_xor_sync(0xffffffffu, v, 1);  // row + 1 is the next lane's
-            if (row % 2 == 0 && col < nb && row < n_rows) {
-                const int n_out = n_rows / 2;
-                y[(size_t)col * n_out + row / 2] = (v / (1.0f + expf(-v))) * up;  // silu in float32, as torch
-            }
-        } else if (col < nb && row < n_rows) {
-            float* out = y + (size_t)col * n_rows + row;
-            if (MODE == Q3T_GEMV_ADD) *out = __ldcg(out) + v;
-            else *out = bias ? v + bias[row] : v;
-        }
+        store_sum<W, MODE>(s[o], scale_s[col], ws, col, row, nb, n_rows, bias, y);
     }
 }
 
@@ -330,23 +398,47 @@ Plan plan_for(int dtype, int n_rows, int k) {
     return Plan{c, ks};
 }
 
+// Whether a plan's row tiles run as clusters: sm_90+, 2..8 blocks (the portable cluster size), and not
+// turned off (Q3T_GEMV_CLUSTER=0, read at q3t_init: the A/B against the scratch path).
+bool clustered(Plan p) { return q3t_gemv_cluster_enabled() && q3t_host_cc_major() >= 9 && p.ks >= 2 && p.ks <= 8; }
+
 template <typename W, int MODE, int C, int NT>
-int launch(const W* w, const float* w_scale, int n_rows, int k, int ks, const float* x, int nb, const float* norm_w,
+int launch(const W* w, const float* w_scale, int n_rows, int k, Plan p, const float* x, int nb, const float* norm_w,
            float eps, const float* bias, float* y, float* scratch, cudaStream_t s) {
-    const dim3 grid(cdiv(n_rows, kTileRows), ks);
-    q3t_launch(k_bgemv_mma<W, MODE, C, NT>, grid, kThreads, Smem<W, C, NT>::kBytes, s, w, w_scale, n_rows, k, ks, x,
-               nb, norm_w, eps, bias, y, scratch);
-    return q3t_check_launch("q3t_batched_gemv (tensor cores)");
+    const dim3 grid(cdiv(n_rows, kTileRows), p.ks);
+    if (!clustered(p)) {
+        q3t_launch(k_bgemv_mma<W, MODE, C, NT, false>, grid, kThreads, Smem<W, C, NT>::kBytes, s, w, w_scale, n_rows,
+                   k, p.ks, x, nb, norm_w, eps, bias, y, scratch);
+        return q3t_check_launch("q3t_batched_gemv (tensor cores)");
+    }
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = p.ks;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = kThreads;
+    cfg.dynamicSmemBytes = Smem<W, C, NT>::kBytes;
+    cfg.stream = s;
+    cfg.attrs = attr;
+    cfg.numAttrs = q3t_pdl_enabled() ? 2 : 1;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, k_bgemv_mma<W, MODE, C, NT, true>, w, w_scale, n_rows, k, p.ks, x,
+                                             nb, norm_w, eps, bias, y, scratch);
+    if (e != cudaSuccess) return q3t_fail("q3t_batched_gemv (tensor cores, clusters of %d): %s", p.ks, cudaGetErrorString(e));
+    return q3t_check_launch("q3t_batched_gemv (tensor cores, clusters)");
 }
 
 template <typename W, int MODE, int NT>
 int launch_c(const W* w, const float* w_scale, int n_rows, int k, Plan p, const float* x, int nb,
              const float* norm_w, float eps, const float* bias, float* y, float* scratch, cudaStream_t s) {
     constexpr int C = kMaxC<W>;
-    if (p.c == C) return launch<W, MODE, C, NT>(w, w_scale, n_rows, k, p.ks, x, nb, norm_w, eps, bias, y, scratch, s);
+    if (p.c == C) return launch<W, MODE, C, NT>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
     if (p.c == C / 2)
-        return launch<W, MODE, C / 2, NT>(w, w_scale, n_rows, k, p.ks, x, nb, norm_w, eps, bias, y, scratch, s);
-    return launch<W, MODE, C / 4, NT>(w, w_scale, n_rows, k, p.ks, x, nb, norm_w, eps, bias, y, scratch, s);
+        return launch<W, MODE, C / 2, NT>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
+    return launch<W, MODE, C / 4, NT>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
 }
 
 template <typename W, int MODE>
