@@ -8,7 +8,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 Q3T_CACHE_DIR=$PWD/.libcache
 R=$OUT/r; mkdir -p $R
 t=$SECONDS
 python3 -m wyoming_qwen3tts.native > $R/build.log 2>&1 || { tail -20 $R/build.log; exit 1; }
-M=gpu__time_duration.sum,launch__grid_size,launch__cluster_dim_y,launch__occupancy_limit_registers,sm__warps_active.avg.pct_of_peak_sustained_active,dram__bytes_read.sum,lts__t_bytes.sum,smsp__inst_executed.sum
+M=gpu__time_duration.sum,launch__grid_size,launch__occupancy_limit_registers,sm__warps_active.avg.pct_of_peak_sustained_active,dram__bytes_read.sum,lts__t_bytes.sum,smsp__inst_executed.sum
 for s in long_scoreboard barrier membar short_scoreboard mio_throttle lg_throttle wait math_pipe_throttle no_instruction dispatch_stall imc_miss branch_resolving sleeping; do
   M=$M,smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio; done
 for c in 1 0; do
@@ -28,7 +28,7 @@ for c in (1, 0):
         if i % 3 == 0:
             continue  # the warm launch of each shape
         stalls = sorted(((float(v[m].replace(',', '')), m.split('stalled_')[1].split('_per')[0]) for m in v if 'stalled' in m), reverse=True)[:4]
-        print(f"  {v['name']:40s} grid {v.get('launch__grid_size')} cl {v.get('launch__cluster_dim_y')} "
+        print(f"  {v['name']:40s} grid {v.get('launch__grid_size')} "
               f"t {v['gpu__time_duration.sum']} occ {float(v['sm__warps_active.avg.pct_of_peak_sustained_active']):.0f}% "
               f"dram {float(v['dram__bytes_read.sum'].replace(',', '')) / 1e6:.1f}MB inst {v['smsp__inst_executed.sum']} "
               + " ".join(f"{n}={s:.1f}" for s, n in stalls))
