@@ -395,18 +395,29 @@ Plan plan_for(int dtype, int n_rows, int k) {
         c /= 2;
         ks = cdiv(chunks, 2 * c);
     }
+    const int forced = q3t_gemv_chunks_override();  // Q3T_GEMV_C: plan sweeps only (docs/bench/run43.sh)
+    if (forced >= c_min && forced <= c_max && (forced & (forced - 1)) == 0) {
+        c = forced;
+        ks = cdiv(chunks, 2 * c);
+    }
     return Plan{c, ks};
 }
 
-// Whether a plan's row tiles run as clusters: sm_90+, 2..8 blocks (the portable cluster size), and not
-// turned off (Q3T_GEMV_CLUSTER=0, read at q3t_init: the A/B against the scratch path).
-bool clustered(Plan p) { return q3t_gemv_cluster_enabled() && q3t_host_cc_major() >= 9 && p.ks >= 2 && p.ks <= 8; }
+// Whether a plan's row tiles run as clusters: sm_90+, 2..8 blocks (the portable cluster size), a grid of at most
+// two blocks per SM, and not turned off (Q3T_GEMV_CLUSTER=0, read at q3t_init: the A/B against the scratch path).
+// Larger grids lost with clusters (run 42, ncu, H200: the CodePredictor's qkv at 512 blocks 8.2 -> 9.7 us, its
+// gate_up at 384 9.3 -> 10.8), small ones won (its o at 128 blocks 7.6 -> 6.4, down at 96 8.2 -> 7.2).
+bool clustered(Plan p, int n_rows) {
+    const int blocks = cdiv(n_rows, kTileRows) * p.ks;
+    return q3t_gemv_cluster_enabled() && q3t_host_cc_major() >= 9 && p.ks >= 2 && p.ks <= 8 &&
+           blocks <= 2 * q3t_host_sms();
+}
 
 template <typename W, int MODE, int C, int NT>
 int launch(const W* w, const float* w_scale, int n_rows, int k, Plan p, const float* x, int nb, const float* norm_w,
            float eps, const float* bias, float* y, float* scratch, cudaStream_t s) {
     const dim3 grid(cdiv(n_rows, kTileRows), p.ks);
-    if (!clustered(p)) {
+    if (!clustered(p, n_rows)) {
         q3t_launch(k_bgemv_mma<W, MODE, C, NT, false>, grid, kThreads, Smem<W, C, NT>::kBytes, s, w, w_scale, n_rows,
                    k, p.ks, x, nb, norm_w, eps, bias, y, scratch);
         return q3t_check_launch("q3t_batched_gemv (tensor cores)");

@@ -1,0 +1,84 @@
+"""The batched GEMVs of one step as a chain, captured in one graph with PDL: the CodePredictor's 16 positions x 5
+layers (qkv, o, gate_up, down) plus its 15 lm_heads, and the Talker's 28 layers, at 1.7B shapes and full-size
+random bf16 weights; attention, draws and the rest of the step left out. Prints ms per chain at nb 4, 8 and 16.
+The plan and cluster switches are read by the library at load (Q3T_GEMV_C, Q3T_GEMV_CLUSTER): run once per setting.
+
+    python kernels/device/bench_gemv_chain.py LABEL
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+
+from wyoming_qwen3tts import native
+from wyoming_qwen3tts.backends.kernels.ops import Ops
+
+STACKS = {  # name: (layers, passes, hidden, qkv rows, attention width, intermediate, lm_heads)
+    "cp": (5, 16, 1024, 4096, 2048, 3072, 15),
+    "talker": (28, 1, 2048, 4096, 2048, 6144, 0),
+}
+
+
+def main() -> None:
+    label = sys.argv[1] if len(sys.argv) > 1 else "default"
+    ops = Ops(native.load(0))
+    assert ops.use_pdl(True)
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def w(n: int, k: int) -> torch.Tensor:
+        return (torch.randn(n, k, device="cuda", generator=g) * 0.02).bfloat16()
+
+    out = {"label": label}
+    for name, (n_layers, passes, h, nqkv, na, ni, heads) in STACKS.items():
+        layers = [(w(nqkv, h), w(na and h, na), w(2 * ni, h), w(h, ni)) for _ in range(n_layers)]
+        lm = [w(2048, h) for _ in range(heads)]
+        norm = torch.rand(h, device="cuda", generator=g) + 0.5
+        mats = [m for L in layers for m in L] + lm
+        scratch = torch.zeros(max(ops.batched_gemv_scratch_floats(mats), 1), device="cuda")
+        x = torch.randn(16, h, device="cuda", generator=g)
+        qkv, attn = torch.zeros(16, nqkv, device="cuda"), torch.randn(16, na, device="cuda", generator=g)
+        mlp, logits = torch.zeros(16, ni, device="cuda"), torch.zeros(16, 2048, device="cuda")
+
+        def chain(nb: int) -> None:
+            xs, q, a, m, lg = x[:nb], qkv[:nb], attn[:nb], mlp[:nb], logits[:nb]
+            for p in range(passes):
+                for wq, wo, wg, wd in layers:
+                    ops.batched_gemv(wq, xs, q, norm_w=norm, eps=1e-6, scratch=scratch)
+                    ops.batched_gemv(wo, a, xs, mode=native.GEMV_ADD, scratch=scratch)
+                    ops.batched_gemv(wg, xs, m, mode=native.GEMV_SWIGLU, norm_w=norm, eps=1e-6, scratch=scratch)
+                    ops.batched_gemv(wd, m, xs, mode=native.GEMV_ADD, scratch=scratch)
+                if p < heads:
+                    ops.batched_gemv(lm[p], xs, lg, norm_w=norm, eps=1e-6, scratch=scratch)
+
+        for nb in (4, 8, 16):
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                chain(nb)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                chain(nb)
+            graph.replay()
+            torch.cuda.synchronize()
+            times = []
+            for _ in range(5):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                for _ in range(4):
+                    graph.replay()
+                b.record()
+                torch.cuda.synchronize()
+                times.append(a.elapsed_time(b) / 4)
+            out[f"{name}_nb{nb}_ms"] = round(sorted(times)[2], 4)
+            assert torch.isfinite(x).all()
+        del layers, lm, mats
+        torch.cuda.empty_cache()
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
