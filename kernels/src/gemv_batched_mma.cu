@@ -36,7 +36,7 @@
 // tile's sums from all of them (distributed shared memory), in the same ks order. Same bits as the
 // scratch path; no round trips to L2 for the record, the fence, the counter and the gather, which in the
 // CodePredictor's small GEMVs (8-10 us a launch at 16 vectors) are a large part of a launch.
-// Row independence (q3t.h): a vector's sums are fixed by (n_rows, k, the SM count): the plan (C,
+// Row independence (q3t.h): a vector's sums are fixed by (dtype, k): the plan (C,
 // ks_count) depends on nothing else; the two column tiles are separate MMAs (a column's products
 // meet only its own accumulators); the partials meet in a fixed order; the sums of squares go in
 // fixed segments. So a vector gets the same bits at nb = 1 and in any batch. They are not the FMA
@@ -377,24 +377,24 @@ __global__ void __launch_bounds__(kThreads, 2)
 inline int cdiv(int a, int b) { return (a + b - 1) / b; }
 
 // The plan of a shape: C chunks per warp (2C 16-byte loads per lane; bf16 2, 4 or 8, int8 1, 2 or 4: the
-// same k per block) and ks_count blocks per row tile. Fewest splits that keep a lane at <= kMaxC chunks,
-// then more (C halved) while the grid would leave SMs without two blocks and a tile's partials stay <= 8
-// (the last block reads them all). From (dtype, n_rows, k, SMs) alone.
+// same k per block) and ks_count blocks per row tile: the most chunks a lane takes (fewer only for short
+// rows, so that no block is mostly empty chunks), then as many splits as k needs. From (dtype, k)
+// alone. Until run 43 C was halved further while the grid had fewer than two blocks per SM; with the
+// cluster split that lost: in a captured chain of the CodePredictor's GEMVs (16 positions x 5 layers and
+// its lm_heads, 1.7B shapes, H200, kernels/device/bench_gemv_chain.py) the largest C took 1.774 -> 1.515 ms
+// at 8 vectors and 2.267 -> 2.098 at 16, and the Talker's 28 layers stayed within 2 % (1.351 / 1.828 ->
+// 1.376 / 1.812): fewer, longer blocks, each lane's 2C loads in flight before the wait, and the small
+// CodePredictor grids' splits summed in a cluster.
 struct Plan {
     int c, ks;
 };
-Plan plan_for(int dtype, int n_rows, int k) {
+Plan plan_for(int dtype, int k) {
     const int chunk = dtype == Q3T_I8 ? kChunk<int8_t> : kChunk<uint16_t>;
     const int c_max = dtype == Q3T_I8 ? kMaxC<int8_t> : kMaxC<uint16_t>, c_min = c_max / 4;
-    const int chunks = cdiv(k, chunk), tiles = cdiv(n_rows, kTileRows);
-    const int sms = q3t_host_sms() > 0 ? q3t_host_sms() : 1;
+    const int chunks = cdiv(k, chunk);
     int c = c_max;
     while (c > c_min && chunks <= c) c /= 2;  // short rows: no block of mostly empty chunks
     int ks = cdiv(chunks, 2 * c);
-    while (c > c_min && tiles * ks < 2 * sms && cdiv(chunks, c) <= 8) {
-        c /= 2;
-        ks = cdiv(chunks, 2 * c);
-    }
     const int forced = q3t_gemv_chunks_override();  // Q3T_GEMV_C: plan sweeps only (docs/bench/run43.sh)
     if (forced >= c_min && forced <= c_max && (forced & (forced - 1)) == 0) {
         c = forced;
@@ -481,14 +481,14 @@ bool q3t_batched_gemv_mma_usable(int dtype, int n_rows) {
 }
 
 size_t q3t_batched_gemv_mma_scratch_floats(int dtype, int n_rows, int k) {
-    const Plan p = plan_for(dtype, n_rows, k);
+    const Plan p = plan_for(dtype, k);
     return p.ks > 1 ? (size_t)kCounters + (size_t)cdiv(n_rows, kTileRows) * p.ks * kRecord : 0;
 }
 
 int q3t_batched_gemv_mma(int dtype, const void* w, const float* w_scale, int n_rows, int k, const float* x, int nb,
                          const float* norm_w, float eps, const float* bias, float* y, int mode, float* scratch,
                          cudaStream_t s) {
-    const Plan p = plan_for(dtype, n_rows, k);
+    const Plan p = plan_for(dtype, k);
     if (dtype == Q3T_I8)
         return launch_dtype<int8_t>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, mode, scratch, s);
     return launch_dtype<uint16_t>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, mode, scratch, s);
