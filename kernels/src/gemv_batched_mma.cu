@@ -198,13 +198,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int ws_row = tile * kTileRows + tid % kTileRows;
     const float ws = row_scaled<W>() && ws_row < n_rows ? w_scale[ws_row] : 1.f;
     // The cluster path finishes rows lane and lane + 32 of the tile (its warps take 32 sums at a time).
-    float ws_lane[2] = {1.f, 1.f};
+    // Two scalars, not an array: a run-time index into one put it in local memory.
+    float ws_lo = 1.f, ws_hi = 1.f;
     if (CL && row_scaled<W>()) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int r = tile * kTileRows + 32 * h + lane;
-            if (r < n_rows) ws_lane[h] = w_scale[r];
-        }
+        const int r = tile * kTileRows + lane;
+        if (r < n_rows) ws_lo = w_scale[r];
+        if (r + 32 < n_rows) ws_hi = w_scale[r + 32];
     }
 
     // Behind a branch on an argument (k > 0 always holds), so ptxas keeps the loads above the wait.
@@ -319,7 +318,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                 }
             }
             const float rms = norm_w ? rsqrtf(sq_sum / (float)k + eps) : 1.f;
-            store_sum<W, MODE>(sum, rms, ws_lane[u % 2], col, tile * kTileRows + row, nb, n_rows, bias, y);
+            store_sum<W, MODE>(sum, rms, u % 2 ? ws_hi : ws_lo, col, tile * kTileRows + row, nb, n_rows, bias, y);
         }
         cluster_barrier();  // no block leaves while another may still read its record
 #endif
