@@ -1,7 +1,7 @@
 """The batched GEMVs of one step as a chain, captured in one graph with PDL: the CodePredictor's 16 positions x 5
 layers (qkv, o, gate_up, down) plus its 15 lm_heads, and the Talker's 28 layers, at 1.7B shapes and full-size
 random bf16 weights; attention, draws and the rest of the step left out. Prints ms per chain at nb 4, 8 and 16.
-The plan and cluster switches are read by the library at load (Q3T_GEMV_C, Q3T_GEMV_CLUSTER): run once per setting.
+The library reads its cluster switch at load (Q3T_GEMV_CLUSTER=0: the scratch path): run once per setting.
 
     python kernels/device/bench_gemv_chain.py LABEL
 """
@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import torch
 
-from wyoming_qwen3tts import native
-from wyoming_qwen3tts.backends.kernels.ops import Ops
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_batched import time_graph  # noqa: E402
+
+from wyoming_qwen3tts import native  # noqa: E402
+from wyoming_qwen3tts.backends.kernels.ops import Ops  # noqa: E402
 
 STACKS = {  # name: (layers, passes, hidden, qkv rows, attention width, intermediate, lm_heads)
     "cp": (5, 16, 1024, 4096, 2048, 3072, 15),
@@ -53,27 +57,8 @@ def main() -> None:
                 if p < heads:
                     ops.batched_gemv(lm[p], xs, lg, norm_w=norm, eps=1e-6, scratch=scratch)
 
-        for nb in (4, 8, 16):
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                chain(nb)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                chain(nb)
-            graph.replay()
-            torch.cuda.synchronize()
-            times = []
-            for _ in range(5):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                for _ in range(4):
-                    graph.replay()
-                b.record()
-                torch.cuda.synchronize()
-                times.append(a.elapsed_time(b) / 4)
-            out[f"{name}_nb{nb}_ms"] = round(sorted(times)[2], 4)
+        for nb in (4, 8, 16):  # one chain per graph: time_graph's µs per launch is µs per chain
+            out[f"{name}_nb{nb}_ms"] = round(time_graph(lambda i, nb=nb: chain(nb), 1) / 1e3, 4)
             assert torch.isfinite(x).all()
         del layers, lm, mats
         torch.cuda.empty_cache()

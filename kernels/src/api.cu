@@ -3,7 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
+#include <stdlib.h>  // getenv
 #include <string.h>
 
 static thread_local char g_err[512] = "";
@@ -11,7 +11,6 @@ static int g_warp = 32;
 #if defined(Q3T_CUDA)
 static int g_cc_major = 0;  // compute capability major of the device passed to q3t_init
 static bool g_gemv_cluster = true;
-static int g_gemv_chunks = 0;
 #endif
 static bool g_pdl = false;
 static int g_sms = 0;
@@ -39,7 +38,6 @@ int q3t_host_sms() { return g_sms; }
 #if defined(Q3T_CUDA)
 int q3t_host_cc_major() { return g_cc_major; }
 bool q3t_gemv_cluster_enabled() { return g_gemv_cluster; }
-int q3t_gemv_chunks_override() { return g_gemv_chunks; }
 #endif
 
 __global__ void k_add_i32(int* p, int n, int delta) {
@@ -77,8 +75,6 @@ Q3T_API int q3t_init(int device, int* warp_size, int* sm_count) {
     g_cc_major = prop.major;
     const char* cluster = getenv("Q3T_GEMV_CLUSTER");
     g_gemv_cluster = !(cluster && strcmp(cluster, "0") == 0);
-    const char* chunks = getenv("Q3T_GEMV_C");
-    g_gemv_chunks = chunks ? atoi(chunks) : 0;
 #endif
     if (warp_size) *warp_size = prop.warpSize;
     if (sm_count) *sm_count = prop.multiProcessorCount;

@@ -22,8 +22,6 @@ int q3t_host_cc_major();
 // Whether the tensor-core batched GEMV splits K across thread-block clusters where it can (sm_90+;
 // Q3T_GEMV_CLUSTER=0 at q3t_init turns it off, for A/B runs).
 bool q3t_gemv_cluster_enabled();
-// Q3T_GEMV_C at q3t_init (0 when unset): the tensor-core batched GEMV's chunks per warp forced, for plan sweeps.
-int q3t_gemv_chunks_override();
 // The tensor-core batched GEMV (gemv_batched_mma.cu): whether it takes this call, the scratch floats
 // it needs, and the launch (arguments already checked).
 bool q3t_batched_gemv_mma_usable(int dtype, int n_rows);

@@ -380,7 +380,8 @@ inline int cdiv(int a, int b) { return (a + b - 1) / b; }
 // rows, so that no block is mostly empty chunks), then as many splits as k needs. From (dtype, k)
 // alone. Until run 43 C was halved further while the grid had fewer than two blocks per SM; with the
 // cluster split that lost: in a captured chain of the CodePredictor's GEMVs (16 positions x 5 layers and
-// its lm_heads, 1.7B shapes, H200, kernels/device/bench_gemv_chain.py) the largest C took 1.774 -> 1.515 ms
+// its lm_heads, 1.7B shapes, H200, kernels/device/bench_gemv_chain.py with C forced by a sweep-only switch
+// since removed) the largest C took 1.774 -> 1.515 ms
 // at 8 vectors and 2.267 -> 2.098 at 16, and the Talker's 28 layers stayed within 2 % (1.351 / 1.828 ->
 // 1.376 / 1.812): fewer, longer blocks, each lane's 2C loads in flight before the wait, and the small
 // CodePredictor grids' splits summed in a cluster.
@@ -393,13 +394,7 @@ Plan plan_for(int dtype, int k) {
     const int chunks = cdiv(k, chunk);
     int c = c_max;
     while (c > c_min && chunks <= c) c /= 2;  // short rows: no block of mostly empty chunks
-    int ks = cdiv(chunks, 2 * c);
-    const int forced = q3t_gemv_chunks_override();  // Q3T_GEMV_C: plan sweeps only (docs/bench/run43.sh)
-    if (forced >= c_min && forced <= c_max && (forced & (forced - 1)) == 0) {
-        c = forced;
-        ks = cdiv(chunks, 2 * c);
-    }
-    return Plan{c, ks};
+    return Plan{c, cdiv(chunks, 2 * c)};
 }
 
 // Whether a plan's row tiles run as clusters: sm_90+, 2..8 blocks (the portable cluster size), a grid of at most
