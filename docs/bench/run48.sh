@@ -18,14 +18,14 @@ python3 -m wyoming_qwen3tts.native > $R/build.log 2>&1 || { tail -20 $R/build.lo
 echo "library $(tail -1 $R/build.log) [$((SECONDS - t)) s]"
 py() { local name=$1 limit=$2; shift 2; timeout $limit python3 -m pytest -q -p no:cacheprovider -rs "$@" > $R/$name.log 2>&1
   echo "$name rc=$? $(tail -1 $R/$name.log) [$((SECONDS - t)) s]"; grep -h -E "^FAILED|^E  " $R/$name.log | head -6 | cut -c1-300; }
-if has gemv; then
-  py gemv 200 tests/test_batched_kernels_gpu.py -k gemv tests/test_int8_kernels_gpu.py
-fi
 if has chain; then
   for rows in "" 64; do
     Q3T_GEMV_ROWS=$rows timeout 120 python3 kernels/device/bench_gemv_chain.py "rows=${rows:-rule}" 2>&1 | tail -1 | tee -a $R/chain.jsonl
   done
   echo "[$((SECONDS - t)) s]"
+fi
+if has gemv; then
+  py gemv 200 tests/test_batched_kernels_gpu.py -k gemv tests/test_int8_kernels_gpu.py
 fi
 if has tests; then
   py kernels 240 tests/test_batched_kernels_gpu.py
