@@ -198,9 +198,8 @@ def test_batched_gemv_tensor_cores_take_bf16_with_scratch(ops: Ops) -> None:
         ops.batched_gemv(w, x, y0.clone(), scratch=torch.zeros(need - 1, device=DEV))
 
 
-# The split shapes of a 1.7B / 0.6B step whose row tiles run as thread-block clusters on sm_90 (2..16 splits, at 128
-# rows per block): Talker qkv (8), CodePredictor qkv (4), o (8), gate_up (4), down (12: past the portable 8) and
-# lm_head (4); Talker down (64 rows per block, 12 splits, 384 blocks) keeps the scratch path.
+# The split shapes of a 1.7B / 0.6B step whose row tiles run as thread-block clusters on sm_90 (2..8 splits):
+# Talker qkv, CodePredictor qkv, o, gate_up, down (6 splits) and lm_head; Talker down (12) keeps the scratch path.
 CLUSTER_SHAPES = [(4096, 2048), (4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (2048, 1024), (2048, 6144)]
 _CLUSTER_CHILD = """
 import sys, torch
@@ -224,7 +223,7 @@ torch.save((out, records), sys.argv[1] + ".out")
 @pytest.mark.parametrize("pdl", [False, True])
 def test_batched_gemv_clusters_equal_scratch_path(ops: Ops, tmp_path: Path, pdl: bool) -> None:
     """On sm_90 the tensor-core kernel splits K across a cluster's blocks (distributed shared memory) where
-    the plan has 2..16 splits on a small grid; with Q3T_GEMV_CLUSTER=0 it keeps the partials in global scratch. Both sum
+    the plan has 2..8 splits; with Q3T_GEMV_CLUSTER=0 it keeps the partials in global scratch. Both sum
     in the same order: bf16 and int8 weights, every mode, nb 1..16, with and without PDL, bit for bit. The
     scratch's partials show which path ran: every matrix writes them without clusters, and with clusters at
     least one (the CodePredictor's) writes none, so the comparison is not of one path with itself."""

@@ -11,7 +11,6 @@ static int g_warp = 32;
 #if defined(Q3T_CUDA)
 static int g_cc_major = 0;  // compute capability major of the device passed to q3t_init
 static bool g_gemv_cluster = true;
-static int g_gemv_rows = 0;
 #endif
 static bool g_pdl = false;
 static int g_sms = 0;
@@ -39,7 +38,6 @@ int q3t_host_sms() { return g_sms; }
 #if defined(Q3T_CUDA)
 int q3t_host_cc_major() { return g_cc_major; }
 bool q3t_gemv_cluster_enabled() { return g_gemv_cluster; }
-int q3t_gemv_rows_forced() { return g_gemv_rows; }
 #endif
 
 __global__ void k_add_i32(int* p, int n, int delta) {
@@ -77,8 +75,6 @@ Q3T_API int q3t_init(int device, int* warp_size, int* sm_count) {
     g_cc_major = prop.major;
     const char* cluster = getenv("Q3T_GEMV_CLUSTER");
     g_gemv_cluster = !(cluster && strcmp(cluster, "0") == 0);
-    const char* rows = getenv("Q3T_GEMV_ROWS");
-    g_gemv_rows = rows && (strcmp(rows, "64") == 0 || strcmp(rows, "128") == 0) ? atoi(rows) : 0;
 #endif
     if (warp_size) *warp_size = prop.warpSize;
     if (sm_count) *sm_count = prop.multiProcessorCount;

@@ -22,9 +22,6 @@ int q3t_host_cc_major();
 // Whether the tensor-core batched GEMV splits K across thread-block clusters where it can (sm_90+;
 // Q3T_GEMV_CLUSTER=0 at q3t_init turns it off, for A/B runs).
 bool q3t_gemv_cluster_enabled();
-// The tensor-core batched GEMV's rows per block when forced (Q3T_GEMV_ROWS=64 or 128 at q3t_init, for A/B runs;
-// 0: its plan's rule).
-int q3t_gemv_rows_forced();
 // The tensor-core batched GEMV (gemv_batched_mma.cu): whether it takes this call, the scratch floats
 // it needs, and the launch (arguments already checked).
 bool q3t_batched_gemv_mma_usable(int dtype, int n_rows);

@@ -49,14 +49,13 @@
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
+constexpr int kTileRows = 64;     // weight rows per block: four MMA row tiles of 16
 template <typename W> constexpr int kLoadK = WeightVec16<W>::N;  // k per 16-byte load: 8 bf16, 16 int8
 template <typename W> constexpr int kChunk = 4 * kLoadK<W>;       // k per chunk: one load per lane and row pair
-template <typename W> constexpr int kMaxC = 8 * 32 / kChunk<W>;   // chunks per warp at most: 256 k
+template <typename W> constexpr int kMaxC = 8 * 32 / kChunk<W>;   // chunks per warp at most: a 512-k slice
 constexpr int kMaxCols = 16;      // vectors: two MMA column tiles of 8
-constexpr int kMaxSplits = 16;    // blocks of a cluster at most (sm_90's non-portable cluster size)
-// A block's partials in scratch or in its shared record: R rows of every vector, then its sums of squares.
-__host__ __device__ constexpr int record_floats(int rows) { return kMaxCols * rows + kMaxCols; }
+constexpr int kPartStride = kTileRows + 1;
+constexpr int kRecord = kMaxCols * kTileRows + kMaxCols;  // a block's partials in scratch: sums, sums of squares
 constexpr int kCounters = 4096;   // row-tile counters at the start of scratch (n_rows <= 262,144)
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -110,24 +109,18 @@ template <> __device__ __forceinline__ void bf16_pairs<int8_t>(const uint4& u, u
     }
 }
 
-// The block's shape: R weight rows (R / 16 MMA row tiles, a warp each) and H = 8 / (R / 16) parts of its
-// k slice (a warp takes C chunks of one part), so a slice of H C chunks. Shared memory: x hi and lo
-// [ROWS][SK] bf16 and the squares [ROWS][F4] while staging; the H parts' sums [H][16][R + 1] floats after the
-// MMAs (same bytes).
-template <typename W, int C, int NT, int R> struct Smem {
-    static constexpr int kTiles = R / 16;                 // MMA row tiles: one per warp of a part
-    static constexpr int kParts = kWarps / kTiles;        // parts of the slice (H)
+// Shared memory of one block: x hi and lo [ROWS][SK] bf16 and the squares [ROWS][F4] while
+// staging; the two warp halves' sums [2][16][kPartStride] floats after the MMAs (same bytes).
+template <typename W, int C, int NT> struct Smem {
     static constexpr int kRows = NT * 8;                  // vectors staged
-    static constexpr int kSlice = kParts * C * kChunk<W>; // k per block
+    static constexpr int kSlice = 2 * C * kChunk<W>;      // k per block
     static constexpr int kStride = kSlice + 8;            // bf16 per staged row: 16 bytes of padding
                                                           // make the fragment loads conflict-free
     static constexpr int kF4 = kSlice / 4;                // float4s per row of the slice
-    static constexpr int kPartStride = R + 1;
     static constexpr size_t kX = (size_t)kRows * kStride * 2;  // bytes of hi (and of lo)
     static constexpr size_t kStage = 2 * kX + (size_t)kRows * kF4 * 4;
-    static constexpr size_t kPart = (size_t)kParts * kMaxCols * kPartStride * 4;
+    static constexpr size_t kPart = (size_t)2 * kMaxCols * kPartStride * 4;
     static constexpr size_t kBytes = kStage > kPart ? kStage : kPart;
-    static_assert(kTiles * kParts == kWarps, "R: 64 or 128 rows");
 };
 
 // The finished sum of vector col, row `row` of the matrix: RMS scale, row scale, then the mode.
@@ -156,19 +149,18 @@ __device__ __forceinline__ void cluster_barrier() {
 #endif
 }
 
-// R: weight rows per block (64 or 128, Smem). CL: split K across the blocks of a cluster (gridDim.y = ks_count
-// <= 16 blocks per cluster, sm_90).
-template <typename W, int MODE, int C, int NT, int R, bool CL>
+// CL: split K across the blocks of a cluster (gridDim.y = ks_count <= 8 blocks per cluster, sm_90).
+template <typename W, int MODE, int C, int NT, bool CL>
 __global__ void __launch_bounds__(kThreads, 2)
     k_bgemv_mma(const W* __restrict__ w, const float* __restrict__ w_scale, int n_rows, int k, int ks_count,
                 const float* __restrict__ x, int nb, const float* __restrict__ norm_w, float eps,
                 const float* __restrict__ bias, float* __restrict__ y, float* __restrict__ scratch) {
-    using S = Smem<W, C, NT, R>;
+    using S = Smem<W, C, NT>;
     constexpr int V = kLoadK<W>, CK = kChunk<W>;
-    constexpr int ROWS = S::kRows, SK = S::kStride, F4 = S::kF4, PS = S::kPartStride, H = S::kParts;
+    constexpr int ROWS = S::kRows, SK = S::kStride, F4 = S::kF4;
     constexpr int PER = ROWS * F4 / kThreads;  // float4s of x a thread stages (F4 divides 256: its f is fixed)
     static_assert(ROWS * F4 % kThreads == 0 && kThreads % F4 == 0, "staging layout");
-    constexpr int OUT = ROWS * R / kThreads;  // (vector, row) sums per thread
+    constexpr int OUT = ROWS * kTileRows / kThreads;  // (vector, row) sums per thread
     extern __shared__ uint4 smem4[];
     uint16_t* xh = reinterpret_cast<uint16_t*>(smem4);
     uint16_t* xl = xh + ROWS * SK;
@@ -179,10 +171,10 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int g = lane / 4, t = lane % 4;
-    const int mt = warp % S::kTiles, half = warp / S::kTiles;
+    const int mt = warp % 4, half = warp / 4;
     const int tile = blockIdx.x, ks = blockIdx.y;
     const int k0 = ks * S::kSlice;  // the block's first k
-    const int r0 = tile * R + mt * 16 + g;
+    const int r0 = tile * kTileRows + mt * 16 + g;
     const bool live0 = r0 < n_rows, live1 = r0 + 8 < n_rows;
     const W* w0 = w + (size_t)(live0 ? r0 : 0) * k;
     const W* w1 = w + (size_t)(live1 ? r0 + 8 : 0) * k;
@@ -202,13 +194,17 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int f = tid % F4, kf = k0 + 4 * f;  // this thread's float4 of the slice, the same for every row
     float4 gv = make_float4(1.f, 1.f, 1.f, 1.f);
     if (norm_w && kf < k) gv = *reinterpret_cast<const float4*>(norm_w + kf);
-    // The scale of the row whose sums this thread finishes (idx % R = tid % R for each of its sums); the cluster
-    // path finishes rows lane + 32 j of the tile, so it keeps the tile's scales in shared memory (a run-time index
-    // into a register array would put it in local memory).
-    const int ws_row = tile * R + tid % R;
-    const float ws = row_scaled<W>() && !CL && ws_row < n_rows ? w_scale[ws_row] : 1.f;
-    __shared__ float ws_s[CL && row_scaled<W>() ? R : 1];
-    if (CL && row_scaled<W>() && tid < R) ws_s[tid] = ws_row < n_rows ? w_scale[ws_row] : 1.f;
+    // The scale of the row whose sums this thread finishes (idx % 64 = tid % 64 for each of its sums).
+    const int ws_row = tile * kTileRows + tid % kTileRows;
+    const float ws = row_scaled<W>() && ws_row < n_rows ? w_scale[ws_row] : 1.f;
+    // The cluster path finishes rows lane and lane + 32 of the tile (its warps take 32 sums at a time).
+    // Two scalars, not an array: a run-time index into one put it in local memory.
+    float ws_lo = 1.f, ws_hi = 1.f;
+    if (CL && row_scaled<W>()) {
+        const int r = tile * kTileRows + lane;
+        if (r < n_rows) ws_lo = w_scale[r];
+        if (r + 32 < n_rows) ws_hi = w_scale[r + 32];
+    }
 
     // Behind a branch on an argument (k > 0 always holds), so ptxas keeps the loads above the wait.
     if (k > 0) q3t_grid_dep();
@@ -238,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     __syncthreads();
     if (norm_w) {  // the slice's sum of squares per row, in a fixed order
-        for (int b = warp; b < ROWS; b += kWarps) {
+        for (int b = warp; b < ROWS; b += kThreads / 32) {
             float s = 0.f;
             for (int i = lane; i < F4; i += 32) s += sq[b * F4 + i];
             s = warp_sum(s);
@@ -274,74 +270,67 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
         const int col = 8 * j + 2 * t, row = mt * 16 + g;
-        float* p = part + (half * kMaxCols + col) * PS + row;
+        float* p = part + (half * kMaxCols + col) * kPartStride + row;
         p[0] = acc[j][0];
-        p[PS] = acc[j][1];
+        p[kPartStride] = acc[j][1];
         p[8] = acc[j][2];
-        p[PS + 8] = acc[j][3];
+        p[kPartStride + 8] = acc[j][3];
     }
     __syncthreads();
 
-    // Thread o-th sum: vector idx / R, row idx % R of the tile (idx = tid + 256 o); the parts in order.
+    // Thread o-th sum: vector idx / 64, row idx % 64 of the tile (idx = tid + 256 o).
     float s[OUT];
 #pragma unroll
     for (int o = 0; o < OUT; ++o) {
-        const int idx = tid + o * kThreads, col = idx / R, row = idx % R;
-        s[o] = part[col * PS + row];
-#pragma unroll
-        for (int h = 1; h < H; ++h) s[o] = __fadd_rn(s[o], part[(h * kMaxCols + col) * PS + row]);
+        const int idx = tid + o * kThreads, col = idx / kTileRows, row = idx % kTileRows;
+        s[o] = __fadd_rn(part[col * kPartStride + row], part[(kMaxCols + col) * kPartStride + row]);
     }
     float ss = (norm_w && tid < ROWS) ? ss_s[tid] : 0.f;
     if (CL) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        __shared__ float rec_s[record_floats(R)];
+        __shared__ float rec_s[kRecord];
 #pragma unroll
         for (int o = 0; o < OUT; ++o) rec_s[tid + o * kThreads] = s[o];
-        if (tid < ROWS) rec_s[kMaxCols * R + tid] = ss;
+        if (tid < ROWS) rec_s[kMaxCols * kTileRows + tid] = ss;
         namespace cg = cooperative_groups;
         cg::cluster_group cluster = cg::this_cluster();
         cluster_barrier();  // every block's record written and visible to the cluster
-        // 32 sums per warp at a time: units u = 32 sums of vector u / (R / 32), rows 32 (u % (R / 32)) + lane;
-        // block ks takes units ks, ks + ks_count, ... (its warps in turn); units of vectors past nb are skipped.
-        constexpr int kUnitsPerCol = R / 32;
-        const int units = kUnitsPerCol * (nb < ROWS ? nb : ROWS);
-        for (int u = ks + ks_count * warp; u < units; u += ks_count * kWarps) {
-            const int col = u / kUnitsPerCol, row = 32 * (u % kUnitsPerCol) + lane, idx = col * R + row;
-            // In ks order, as the scratch path; 8 records' loads in flight at once.
-            float sum = 0.f, sq_sum = 0.f;
-            for (int q0 = 0; q0 < ks_count; q0 += 8) {
-                float r[8], rs[8];
+        const float* recs[8];
 #pragma unroll
-                for (int q = 0; q < 8; ++q) {
-                    const bool in = q0 + q < ks_count;
-                    const float* rec = cluster.map_shared_rank(rec_s, in ? q0 + q : 0);
-                    r[q] = in ? rec[idx] : 0.f;
-                    rs[q] = in && norm_w ? rec[kMaxCols * R + col] : 0.f;
-                }
+        for (int q = 0; q < 8; ++q) recs[q] = cluster.map_shared_rank(rec_s, q < ks_count ? q : 0);
+        // 32 sums per warp at a time: units u = 32 sums of vector u / 2, rows 32 (u % 2) + lane; block ks takes
+        // units ks, ks + ks_count, ... (its warps in turn); units of vectors past nb are skipped.
+        const int units = 2 * (nb < ROWS ? nb : ROWS);
+        for (int u = ks + ks_count * warp; u < units; u += ks_count * (kThreads / 32)) {
+            const int col = u / 2, row = 32 * (u % 2) + lane, idx = col * kTileRows + row;
+            float r[8], rs[8];
 #pragma unroll
-                for (int q = 0; q < 8; ++q) {
-                    if (q0 + q < ks_count) {
-                        sum = __fadd_rn(sum, r[q]);
-                        sq_sum = __fadd_rn(sq_sum, rs[q]);
-                    }
+            for (int q = 0; q < 8; ++q) {
+                r[q] = q < ks_count ? recs[q][idx] : 0.f;
+                rs[q] = q < ks_count && norm_w ? recs[q][kMaxCols * kTileRows + col] : 0.f;
+            }
+            float sum = 0.f, sq_sum = 0.f;  // in ks order, as the scratch path
+#pragma unroll
+            for (int q = 0; q < 8; ++q) {
+                if (q < ks_count) {
+                    sum = __fadd_rn(sum, r[q]);
+                    sq_sum = __fadd_rn(sq_sum, rs[q]);
                 }
             }
             const float rms = norm_w ? rsqrtf(sq_sum / (float)k + eps) : 1.f;
-            const float wsr = row_scaled<W>() ? ws_s[row] : 1.f;
-            store_sum<W, MODE>(sum, rms, wsr, col, tile * R + row, nb, n_rows, bias, y);
+            store_sum<W, MODE>(sum, rms, u % 2 ? ws_hi : ws_lo, col, tile * kTileRows + row, nb, n_rows, bias, y);
         }
         cluster_barrier();  // no block leaves while another may still read its record
 #endif
         return;
     }
     if (ks_count > 1) {
-        constexpr int kRecord = record_floats(R);
         unsigned* counters = reinterpret_cast<unsigned*>(scratch);
         float* records = scratch + kCounters;
         float* rec = records + ((size_t)tile * ks_count + ks) * kRecord;
 #pragma unroll
         for (int o = 0; o < OUT; ++o) rec[tid + o * kThreads] = s[o];
-        if (tid < ROWS) rec[kMaxCols * R + tid] = ss;
+        if (tid < ROWS) rec[kMaxCols * kTileRows + tid] = ss;
         __threadfence();  // this block's record before its count
         __syncthreads();
         if (tid == 0) last_s = atomicAdd(&counters[tile], 1u) == (unsigned)(ks_count - 1);
@@ -363,7 +352,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                 const bool in = q0 + q < ks_count;
 #pragma unroll
                 for (int o = 0; o < OUT; ++o) r[q][o] = in ? __ldcg(rec_q + tid + o * kThreads) : 0.f;
-                rs[q] = in && tid < ROWS ? __ldcg(rec_q + kMaxCols * R + tid) : 0.f;
+                rs[q] = in && tid < ROWS ? __ldcg(rec_q + kMaxCols * kTileRows + tid) : 0.f;
             }
 #pragma unroll
             for (int q = 0; q < kGather; ++q) {
@@ -379,7 +368,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 #pragma unroll
     for (int o = 0; o < OUT; ++o) {
-        const int idx = tid + o * kThreads, col = idx / R, row = tile * R + idx % R;
+        const int idx = tid + o * kThreads, col = idx / kTileRows, row = tile * kTileRows + idx % kTileRows;
         store_sum<W, MODE>(s[o], scale_s[col], ws, col, row, nb, n_rows, bias, y);
     }
 }
@@ -387,21 +376,17 @@ __global__ void __launch_bounds__(kThreads, 2)
 inline int cdiv(int a, int b) { return (a + b - 1) / b; }
 
 // The plan of a shape: C chunks per warp (2C 16-byte loads per lane; bf16 2, 4 or 8, int8 1, 2 or 4: the
-// same k per warp), R rows per block and ks_count blocks per row tile: the most chunks a lane takes (fewer only
-// for short rows, so that no block is mostly empty chunks), 128 rows where the splits that takes fit a cluster
-// (else 64: half the splits), then as many splits as k needs. From (dtype, k) alone.
-// Why the largest C: until run 43 C was halved further while the grid had fewer than two blocks per SM; with the
-// cluster split that lost: in a captured chain of the CodePredictor's GEMVs (16 positions x 5 layers and its
-// lm_heads, 1.7B shapes, H200, kernels/device/bench_gemv_chain.py with C forced by a sweep-only switch since
-// removed) the largest C took 1.774 -> 1.515 ms at 8 vectors and 2.267 -> 2.098 at 16, and the Talker's 28 layers
-// stayed within 2 % (1.351 / 1.828 -> 1.376 / 1.812): fewer, longer blocks, each lane's 2C loads in flight before
-// the wait, and the small CodePredictor grids' splits summed in a cluster.
-// Why 128 rows: every block stages (reads from L2, rounds to hi and lo, squares) its whole x slice for
-// the rows it multiplies. At 64 rows and 16 vectors that is half as many bytes as its weights and, in ncu
-// (run 42), most of the instructions a 16-vector launch adds to an 8-vector one; 128 rows over a slice half as
-// long read the same weights per block with half the x.
+// same k per block) and ks_count blocks per row tile: the most chunks a lane takes (fewer only for short
+// rows, so that no block is mostly empty chunks), then as many splits as k needs. From (dtype, k)
+// alone. Until run 43 C was halved further while the grid had fewer than two blocks per SM; with the
+// cluster split that lost: in a captured chain of the CodePredictor's GEMVs (16 positions x 5 layers and
+// its lm_heads, 1.7B shapes, H200, kernels/device/bench_gemv_chain.py with C forced by a sweep-only switch
+// since removed) the largest C took 1.774 -> 1.515 ms
+// at 8 vectors and 2.267 -> 2.098 at 16, and the Talker's 28 layers stayed within 2 % (1.351 / 1.828 ->
+// 1.376 / 1.812): fewer, longer blocks, each lane's 2C loads in flight before the wait, and the small
+// CodePredictor grids' splits summed in a cluster.
 struct Plan {
-    int c, ks, rows;
+    int c, ks;
 };
 Plan plan_for(int dtype, int k) {
     const int chunk = dtype == Q3T_I8 ? kChunk<int8_t> : kChunk<uint16_t>;
@@ -409,38 +394,27 @@ Plan plan_for(int dtype, int k) {
     const int chunks = cdiv(k, chunk);
     int c = c_max;
     while (c > c_min && chunks <= c) c /= 2;  // short rows: no block of mostly empty chunks
-    // 128 rows stage a slice of C chunks: at C = c_min that is too few float4s (of 8 vectors) for every thread.
-    int rows = c > c_min && cdiv(chunks, c) <= kMaxSplits ? 128 : 64;
-    if (c > c_min && q3t_gemv_rows_forced()) rows = q3t_gemv_rows_forced();
-    return Plan{c, cdiv(chunks, c * (8 / (rows / 16))), rows};
+    return Plan{c, cdiv(chunks, 2 * c)};
 }
 
-// Whether a plan's row tiles run as clusters: sm_90+, 2..16 blocks (more than 8, the portable size, by the
-// kernel's non-portable attribute), a grid of at most two blocks per SM, and not turned off (Q3T_GEMV_CLUSTER=0,
-// read at q3t_init: the A/B against the scratch path). Larger grids lost with clusters (run 42, ncu, H200: the
-// CodePredictor's qkv at 512 blocks 8.2 -> 9.7 us, its gate_up at 384 9.3 -> 10.8), small ones won (its o at 128
-// blocks 7.6 -> 6.4, down at 96 8.2 -> 7.2).
+// Whether a plan's row tiles run as clusters: sm_90+, 2..8 blocks (the portable cluster size), a grid of at most
+// two blocks per SM, and not turned off (Q3T_GEMV_CLUSTER=0, read at q3t_init: the A/B against the scratch path).
+// Larger grids lost with clusters (run 42, ncu, H200: the CodePredictor's qkv at 512 blocks 8.2 -> 9.7 us, its
+// gate_up at 384 9.3 -> 10.8), small ones won (its o at 128 blocks 7.6 -> 6.4, down at 96 8.2 -> 7.2).
 bool clustered(Plan p, int n_rows) {
-    const int blocks = cdiv(n_rows, p.rows) * p.ks;
-    return q3t_gemv_cluster_enabled() && q3t_host_cc_major() >= 9 && p.ks >= 2 && p.ks <= kMaxSplits &&
+    const int blocks = cdiv(n_rows, kTileRows) * p.ks;
+    return q3t_gemv_cluster_enabled() && q3t_host_cc_major() >= 9 && p.ks >= 2 && p.ks <= 8 &&
            blocks <= 2 * q3t_host_sms();
 }
 
-template <typename W, int MODE, int C, int NT, int R>
+template <typename W, int MODE, int C, int NT>
 int launch(const W* w, const float* w_scale, int n_rows, int k, Plan p, const float* x, int nb, const float* norm_w,
            float eps, const float* bias, float* y, float* scratch, cudaStream_t s) {
-    const dim3 grid(cdiv(n_rows, R), p.ks);
-    constexpr size_t smem = Smem<W, C, NT, R>::kBytes;
+    const dim3 grid(cdiv(n_rows, kTileRows), p.ks);
     if (!clustered(p, n_rows)) {
-        q3t_launch(k_bgemv_mma<W, MODE, C, NT, R, false>, grid, kThreads, smem, s, w, w_scale, n_rows, k, p.ks, x, nb,
-                   norm_w, eps, bias, y, scratch);
+        q3t_launch(k_bgemv_mma<W, MODE, C, NT, false>, grid, kThreads, Smem<W, C, NT>::kBytes, s, w, w_scale, n_rows,
+                   k, p.ks, x, nb, norm_w, eps, bias, y, scratch);
         return q3t_check_launch("q3t_batched_gemv (tensor cores)");
-    }
-    auto kernel = k_bgemv_mma<W, MODE, C, NT, R, true>;
-    if (p.ks > 8) {  // once per kernel (a static's initialiser runs once, thread-safe)
-        static const cudaError_t allowed = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-        if (allowed != cudaSuccess)
-            return q3t_fail("q3t_batched_gemv (tensor cores): clusters of %d: %s", p.ks, cudaGetErrorString(allowed));
     }
     cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -452,34 +426,24 @@ int launch(const W* w, const float* w_scale, int n_rows, int k, Plan p, const fl
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = kThreads;
-    cfg.dynamicSmemBytes = smem;
+    cfg.dynamicSmemBytes = Smem<W, C, NT>::kBytes;
     cfg.stream = s;
     cfg.attrs = attr;
     cfg.numAttrs = q3t_pdl_enabled() ? 2 : 1;
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, w, w_scale, n_rows, k, p.ks, x, nb, norm_w, eps, bias, y,
-                                             scratch);
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, k_bgemv_mma<W, MODE, C, NT, true>, w, w_scale, n_rows, k, p.ks, x,
+                                             nb, norm_w, eps, bias, y, scratch);
     if (e != cudaSuccess) return q3t_fail("q3t_batched_gemv (tensor cores, clusters of %d): %s", p.ks, cudaGetErrorString(e));
     return q3t_check_launch("q3t_batched_gemv (tensor cores, clusters)");
-}
-
-template <typename W, int MODE, int C, int NT>
-int launch_r(const W* w, const float* w_scale, int n_rows, int k, Plan p, const float* x, int nb,
-             const float* norm_w, float eps, const float* bias, float* y, float* scratch, cudaStream_t s) {
-    if constexpr (C > kMaxC<W> / 4) {  // plan_for: 128 rows only for the longer slices
-        if (p.rows == 128)
-            return launch<W, MODE, C, NT, 128>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
-    }
-    return launch<W, MODE, C, NT, 64>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
 }
 
 template <typename W, int MODE, int NT>
 int launch_c(const W* w, const float* w_scale, int n_rows, int k, Plan p, const float* x, int nb,
              const float* norm_w, float eps, const float* bias, float* y, float* scratch, cudaStream_t s) {
     constexpr int C = kMaxC<W>;
-    if (p.c == C) return launch_r<W, MODE, C, NT>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
+    if (p.c == C) return launch<W, MODE, C, NT>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
     if (p.c == C / 2)
-        return launch_r<W, MODE, C / 2, NT>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
-    return launch_r<W, MODE, C / 4, NT>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
+        return launch<W, MODE, C / 2, NT>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
+    return launch<W, MODE, C / 4, NT>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
 }
 
 template <typename W, int MODE>
@@ -507,12 +471,12 @@ int launch_dtype(const void* w, const float* w_scale, int n_rows, int k, Plan p,
 }  // namespace
 
 bool q3t_batched_gemv_mma_usable(int dtype, int n_rows) {
-    return (dtype == Q3T_BF16 || dtype == Q3T_I8) && q3t_host_cc_major() >= 8 && cdiv(n_rows, 64) <= kCounters;
+    return (dtype == Q3T_BF16 || dtype == Q3T_I8) && q3t_host_cc_major() >= 8 && cdiv(n_rows, kTileRows) <= kCounters;
 }
 
 size_t q3t_batched_gemv_mma_scratch_floats(int dtype, int n_rows, int k) {
     const Plan p = plan_for(dtype, k);
-    return p.ks > 1 ? (size_t)kCounters + (size_t)cdiv(n_rows, p.rows) * p.ks * record_floats(p.rows) : 0;
+    return p.ks > 1 ? (size_t)kCounters + (size_t)cdiv(n_rows, kTileRows) * p.ks * kRecord : 0;
 }
 
 int q3t_batched_gemv_mma(int dtype, const void* w, const float* w_scale, int n_rows, int k, const float* x, int nb,
