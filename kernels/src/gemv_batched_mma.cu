@@ -111,6 +111,15 @@ template <> __device__ __forceinline__ void bf16_pairs<int8_t>(const uint4& u, u
 
 // Shared memory of one block: x hi and lo [ROWS][SK] bf16 and the squares [ROWS][F4] while
 // staging; the two warp halves' sums [2][16][kPartStride] floats after the MMAs (same bytes).
+// A warp multiplies TW row tiles (2 where C allows: each x fragment it loads feeds both tiles' MMAs) over CW = C / TW
+// chunks; the block's 8 warps are 4 / TW row groups x KP = 2 TW parts of the slice.
+template <int C> struct WarpShape {
+    static constexpr int kTW = C >= 2 ? 2 : 1;
+    static constexpr int kCW = C / kTW;
+    static constexpr int kKP = 2 * kTW;
+    static constexpr int kGroups = 4 / kTW;
+};
+
 template <typename W, int C, int NT> struct Smem {
     static constexpr int kRows = NT * 8;                  // vectors staged
     static constexpr int kSlice = 2 * C * kChunk<W>;      // k per block
@@ -119,7 +128,7 @@ template <typename W, int C, int NT> struct Smem {
     static constexpr int kF4 = kSlice / 4;                // float4s per row of the slice
     static constexpr size_t kX = (size_t)kRows * kStride * 2;  // bytes of hi (and of lo)
     static constexpr size_t kStage = 2 * kX + (size_t)kRows * kF4 * 4;
-    static constexpr size_t kPart = (size_t)2 * kMaxCols * kPartStride * 4;
+    static constexpr size_t kPart = (size_t)WarpShape<C>::kKP * kMaxCols * kPartStride * 4;
     static constexpr size_t kBytes = kStage > kPart ? kStage : kPart;
 };
 
@@ -171,24 +180,28 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int g = lane / 4, t = lane % 4;
-    const int mt = warp % 4, half = warp / 4;
+    using WS = WarpShape<C>;
+    constexpr int TW = WS::kTW, CW = WS::kCW, KP = WS::kKP;
+    const int rg = warp % WS::kGroups, kp = warp / WS::kGroups;  // the warp's row group and part of the slice
     const int tile = blockIdx.x, ks = blockIdx.y;
     const int k0 = ks * S::kSlice;  // the block's first k
-    const int r0 = tile * kTileRows + mt * 16 + g;
-    const bool live0 = r0 < n_rows, live1 = r0 + 8 < n_rows;
-    const W* w0 = w + (size_t)(live0 ? r0 : 0) * k;
-    const W* w1 = w + (size_t)(live1 ? r0 + 8 : 0) * k;
+    const int rw = rg * 16 * TW;    // the warp's first row in the tile
 
-    // Weights never change: all of the lane's loads go out before the wait.
-    uint4 wa[C], wb[C];
+    // Weights never change: all of the lane's loads go out before the wait. wr[u][e][i]: row tile u, rows g
+    // (e = 0) and g + 8 (e = 1), chunk i.
+    uint4 wr[TW][2][CW];
 #pragma unroll
-    for (int i = 0; i < C; ++i) {
-        const int kk = k0 + (half * C + i) * CK + V * t;
-        wa[i] = make_uint4(0, 0, 0, 0);
-        wb[i] = make_uint4(0, 0, 0, 0);
-        if (kk < k) {
-            if (live0) wa[i] = *reinterpret_cast<const uint4*>(w0 + kk);
-            if (live1) wb[i] = *reinterpret_cast<const uint4*>(w1 + kk);
+    for (int u = 0; u < TW; ++u) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int r = tile * kTileRows + rw + 16 * u + 8 * e + g;
+            const W* wrow = w + (size_t)(r < n_rows ? r : 0) * k;
+#pragma unroll
+            for (int i = 0; i < CW; ++i) {
+                const int kk = k0 + (kp * CW + i) * CK + V * t;
+                wr[u][e][i] = make_uint4(0, 0, 0, 0);
+                if (kk < k && r < n_rows) wr[u][e][i] = *reinterpret_cast<const uint4*>(wrow + kk);
+            }
         }
     }
     const int f = tid % F4, kf = k0 + 4 * f;  // this thread's float4 of the slice, the same for every row
@@ -242,48 +255,61 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
     }
 
-    float acc[NT][4];
+    float acc[TW][NT][4];
 #pragma unroll
-    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    for (int u = 0; u < TW; ++u)
 #pragma unroll
-    for (int i = 0; i < C; ++i) {
-        const int kl = (half * C + i) * CK + V * t;
-        uint32_t a0[V / 2], a1[V / 2];  // rows g and g + 8
-        bf16_pairs<W>(wa[i], a0);
-        bf16_pairs<W>(wb[i], a1);
+        for (int j = 0; j < NT; ++j) acc[u][j][0] = acc[u][j][1] = acc[u][j][2] = acc[u][j][3] = 0.f;
+#pragma unroll
+    for (int i = 0; i < CW; ++i) {
+        const int kl = (kp * CW + i) * CK + V * t;
+        uint32_t a[TW][2][V / 2];  // row tile u's rows g and g + 8
+#pragma unroll
+        for (int u = 0; u < TW; ++u) {
+            bf16_pairs<W>(wr[u][0][i], a[u][0]);
+            bf16_pairs<W>(wr[u][1][i], a[u][1]);
+        }
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
 #pragma unroll
             for (int h = 0; h < V / 8; ++h) {  // 8 k of the load: two MMAs' k-halves, x rounded hi and lo
                 const uint4 bh = *reinterpret_cast<const uint4*>(xh + (8 * j + g) * SK + kl + 8 * h);
                 const uint4 bl = *reinterpret_cast<const uint4*>(xl + (8 * j + g) * SK + kl + 8 * h);
-                const uint32_t* p = a0 + 4 * h;
-                const uint32_t* q = a1 + 4 * h;
-                mma_bf16(acc[j], p[0], q[0], p[1], q[1], bh.x, bh.y);
-                mma_bf16(acc[j], p[0], q[0], p[1], q[1], bl.x, bl.y);
-                mma_bf16(acc[j], p[2], q[2], p[3], q[3], bh.z, bh.w);
-                mma_bf16(acc[j], p[2], q[2], p[3], q[3], bl.z, bl.w);
+#pragma unroll
+                for (int u = 0; u < TW; ++u) {
+                    const uint32_t* p = a[u][0] + 4 * h;
+                    const uint32_t* q = a[u][1] + 4 * h;
+                    mma_bf16(acc[u][j], p[0], q[0], p[1], q[1], bh.x, bh.y);
+                    mma_bf16(acc[u][j], p[0], q[0], p[1], q[1], bl.x, bl.y);
+                    mma_bf16(acc[u][j], p[2], q[2], p[3], q[3], bh.z, bh.w);
+                    mma_bf16(acc[u][j], p[2], q[2], p[3], q[3], bl.z, bl.w);
+                }
             }
         }
     }
     __syncthreads();  // x is read by every warp: part takes its bytes only now
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-        const int col = 8 * j + 2 * t, row = mt * 16 + g;
-        float* p = part + (half * kMaxCols + col) * kPartStride + row;
-        p[0] = acc[j][0];
-        p[kPartStride] = acc[j][1];
-        p[8] = acc[j][2];
-        p[kPartStride + 8] = acc[j][3];
+    for (int u = 0; u < TW; ++u) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const int col = 8 * j + 2 * t, row = rw + 16 * u + g;
+            float* p = part + (kp * kMaxCols + col) * kPartStride + row;
+            p[0] = acc[u][j][0];
+            p[kPartStride] = acc[u][j][1];
+            p[8] = acc[u][j][2];
+            p[kPartStride + 8] = acc[u][j][3];
+        }
     }
     __syncthreads();
 
-    // Thread o-th sum: vector idx / 64, row idx % 64 of the tile (idx = tid + 256 o).
+    // Thread o-th sum: vector idx / 64, row idx % 64 of the tile (idx = tid + 256 o); the slice's parts in order.
     float s[OUT];
 #pragma unroll
     for (int o = 0; o < OUT; ++o) {
         const int idx = tid + o * kThreads, col = idx / kTileRows, row = idx % kTileRows;
-        s[o] = __fadd_rn(part[col * kPartStride + row], part[(kMaxCols + col) * kPartStride + row]);
+        s[o] = part[col * kPartStride + row];
+#pragma unroll
+        for (int q = 1; q < KP; ++q) s[o] = __fadd_rn(s[o], part[(q * kMaxCols + col) * kPartStride + row]);
     }
     float ss = (norm_w && tid < ROWS) ? ss_s[tid] : 0.f;
     if (CL) {

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Run 49 (H200, fifteenth session): the tensor-core batched GEMV with two row tiles per warp (each x fragment read
+# from shared memory feeds both tiles' MMAs: half the fragment loads), A/B in one call against c167c6a's kernel
+# (one row tile per warp), which travels as a copy of that commit's package, kernels and built library in .variant/.
+# STEPS=chain: kernels/device/bench_gemv_chain.py, new then base.
+# STEPS=gemv: the batched GEMV tests (every shape vs float64, rows alone vs batched, clusters vs scratch; int8 too).
+# STEPS=streams: bench.streams 1.7B and 0.6B, 1-16 streams with the new kernel, 4, 8 and 16 with the base.
+# STEPS=tests: the batched kernels' whole GPU suite, the decoder, scheduler and admission suites.
+# STEPS=server: the server at the defaults, the loads of run 36.
+# Carry .whl-lite, .libcache and .variant. Everything comes back in $OUT/NAME.tgz.
+STEPS=${STEPS:-chain,gemv,streams}
+NAME=${NAME:-run49}
+has() { [[ ",$STEPS," == *",$1,"* ]]; }
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl-lite/*.whl || exit 1
+export PYTHONUNBUFFERED=1 Q3T_REQUIRE=1
+NEW="PYTHONPATH=/tmp/site:$PWD Q3T_CACHE_DIR=$PWD/.libcache"
+BASE="PYTHONPATH=/tmp/site:$PWD/.variant Q3T_CACHE_DIR=$PWD/.variant/.libcache"
+R=$OUT/r; mkdir -p $R
+t=$SECONDS
+for v in NEW BASE; do
+  env ${!v} python3 -m wyoming_qwen3tts.native > $R/build-$v.log 2>&1 || { tail -20 $R/build-$v.log; exit 1; }
+  echo "library $v $(tail -1 $R/build-$v.log) [$((SECONDS - t)) s]"
+done
+export PYTHONPATH=/tmp/site:$PWD Q3T_CACHE_DIR=$PWD/.libcache
+py() { local name=$1 limit=$2; shift 2; timeout $limit python3 -m pytest -q -p no:cacheprovider -rs "$@" > $R/$name.log 2>&1
+  echo "$name rc=$? $(tail -1 $R/$name.log) [$((SECONDS - t)) s]"; grep -h -E "^FAILED|^E  " $R/$name.log | head -6 | cut -c1-300; }
+if has chain; then
+  env $NEW timeout 120 python3 kernels/device/bench_gemv_chain.py new 2>&1 | tail -1 | tee -a $R/chain.jsonl
+  env $BASE timeout 120 python3 .variant/kernels/device/bench_gemv_chain.py base 2>&1 | tail -1 | tee -a $R/chain.jsonl
+  env $NEW timeout 120 python3 kernels/device/bench_gemv_chain.py new 2>&1 | tail -1 | tee -a $R/chain.jsonl
+  echo "[$((SECONDS - t)) s]"
+fi
+if has gemv; then
+  py gemv 200 tests/test_batched_kernels_gpu.py -k gemv tests/test_int8_kernels_gpu.py
+fi
+if has tests; then
+  py kernels 240 tests/test_batched_kernels_gpu.py
+  py engine 200 tests/test_batching_engine_gpu.py tests/test_batched_admission_gpu.py
+fi
+ck() { [ -d /tmp/ck/$1 ] || python3 -m wyoming_qwen3tts.tools.random_checkpoint --size $1 --out /tmp/ck/$1 --device cuda > /dev/null 2>&1; }
+streams() {  # name, size, variant, then bench.streams arguments
+  local name=$1 size=$2 v=$3; shift 3; ck $size
+  env ${!v} timeout 150 python3 -m wyoming_qwen3tts.bench.streams --model /tmp/ck/$size --frames 200 --runs 2 \
+    --out $R/$name.json "$@" > $R/$name.log 2>&1
+  echo "$name rc=$? [$((SECONDS - t)) s]"; grep -E "streams:|backend|batched step" $R/$name.log | cut -c1-150
+}
+if has streams; then
+  for size in 1.7b 0.6b; do
+    streams streams-$size $size NEW
+    streams streams-$size-base $size BASE --streams 4,8,16
+  done
+fi
+if has server; then
+  ck 1.7b
+  python3 -m wyoming_qwen3tts --model /tmp/ck/1.7b --uri tcp://127.0.0.1:10200 --max-connections 128 --max-frames 150 \
+    > $R/server.log 2>&1 &
+  srv=$!
+  for i in $(seq 150); do grep -q "Ready" $R/server.log && break; sleep 1; done
+  echo "ready after $i s"; grep -E "max_streams auto|Serving" $R/server.log | cut -c1-200
+  load() {  # name, then bench.load arguments
+    local name=$1; shift
+    timeout 45 python3 -m wyoming_qwen3tts.bench.load --wyoming tcp://127.0.0.1:10200 --json "$@" > $R/$name.json 2>/dev/null
+    python3 -c "
+import json; r=json.load(open('$R/$name.json')); o=r['overall']
+print('$name', r['sent'], r['served'], r['failed'], 'ttfa p50/p95', o['ttfa_p50_ms'], o['ttfa_p95_ms'], 'done p50/p95', o['completion_p50_ms'], o['completion_p95_ms'], 'fps', o['frames_per_s'])" 2>&1 | tail -1
+  }
+  load alone --clients 1 --rounds 4
+  load wyoming-4 --clients 4 --rounds 3
+  load wyoming-16 --clients 16 --rounds 2
+  load poisson-16 --clients 16 --arrivals poisson --rate 8
+  kill $srv; wait $srv 2>/dev/null
+  grep -E "Traceback|Error" $R/server.log | tail -5 | cut -c1-220
+fi
+tar czf $OUT/$NAME.tgz -C $OUT r && rm -rf $R
+echo "total $((SECONDS - t)) s"
