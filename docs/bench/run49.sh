@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Run 49 (H200, fifteenth session): the tensor-core batched GEMV with two row tiles per warp (each x fragment read
-# from shared memory feeds both tiles' MMAs: half the fragment loads), A/B in one call against c167c6a's kernel
-# (one row tile per warp), which travels as a copy of that commit's package, kernels and built library in .variant/.
+# Run 49 (H200, fifteenth session): the tensor-core batched GEMV with several row tiles per warp (each x fragment read
+# from shared memory feeds every tile's MMAs), A/B in one call against another kernel (49a: c167c6a's, one row tile
+# per warp; 49b: two row tiles per warp at every nb), which travels as a copy of its package, kernels and built
+# library in .variant/ (BASE runs from inside it: python -m takes the working directory's package first).
 # STEPS=chain: kernels/device/bench_gemv_chain.py, new then base.
 # STEPS=gemv: the batched GEMV tests (every shape vs float64, rows alone vs batched, clusters vs scratch; int8 too).
 # STEPS=streams: bench.streams 1.7B and 0.6B, 1-16 streams with the new kernel, 4, 8 and 16 with the base.
@@ -15,10 +16,12 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONUNBUFFERED=1 Q3T_REQUIRE=1
 NEW="PYTHONPATH=/tmp/site:$PWD Q3T_CACHE_DIR=$PWD/.libcache"
 BASE="PYTHONPATH=/tmp/site:$PWD/.variant Q3T_CACHE_DIR=$PWD/.variant/.libcache"
+TOP=$PWD
+in_variant() { if [ "$1" = BASE ]; then echo "$TOP/.variant"; else echo "$TOP"; fi; }
 R=$OUT/r; mkdir -p $R
 t=$SECONDS
 for v in NEW BASE; do
-  env ${!v} python3 -m wyoming_qwen3tts.native > $R/build-$v.log 2>&1 || { tail -20 $R/build-$v.log; exit 1; }
+  (cd $(in_variant $v) && env ${!v} python3 -m wyoming_qwen3tts.native) > $R/build-$v.log 2>&1 || { tail -20 $R/build-$v.log; exit 1; }
   echo "library $v $(tail -1 $R/build-$v.log) [$((SECONDS - t)) s]"
 done
 export PYTHONPATH=/tmp/site:$PWD Q3T_CACHE_DIR=$PWD/.libcache
@@ -40,8 +43,8 @@ fi
 ck() { [ -d /tmp/ck/$1 ] || python3 -m wyoming_qwen3tts.tools.random_checkpoint --size $1 --out /tmp/ck/$1 --device cuda > /dev/null 2>&1; }
 streams() {  # name, size, variant, then bench.streams arguments
   local name=$1 size=$2 v=$3; shift 3; ck $size
-  env ${!v} timeout 150 python3 -m wyoming_qwen3tts.bench.streams --model /tmp/ck/$size --frames 200 --runs 2 \
-    --out $R/$name.json "$@" > $R/$name.log 2>&1
+  (cd $(in_variant $v) && env ${!v} timeout 150 python3 -m wyoming_qwen3tts.bench.streams --model /tmp/ck/$size \
+    --frames 200 --runs 2 --out $R/$name.json "$@") > $R/$name.log 2>&1
   echo "$name rc=$? [$((SECONDS - t)) s]"; grep -E "streams:|backend|batched step" $R/$name.log | cut -c1-150
 }
 if has streams; then

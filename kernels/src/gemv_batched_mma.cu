@@ -9,9 +9,11 @@
 // (~84 GFLOP per 1.7B step) hides under the 8.3 ms it takes to read the weights at all.
 //
 // Layout. Weights are the A operand (16 rows per MMA), the vectors the B operand (8 per MMA: one
-// column tile for nb <= 8, two for nb <= 16). A block takes 64 rows (four 16-row tiles, a warp pair
-// each) and a slice of 2C chunks of 32 k; a warp takes its tile's rows over C chunks (the first or
-// second half of the slice). Lane (g, t) loads the 16 bytes at k = 32 c + 8 t of rows g and g + 8:
+// column tile for nb <= 8, two for nb <= 16). A block takes 64 rows (four 16-row tiles) and a slice of
+// 2C chunks of 32 k; a warp takes TW of the tiles over C / TW chunks of the slice (WarpShape: TW = 2, and 4
+// at two column tiles, so each x fragment it reads from shared memory feeds TW tiles' MMAs: at 16 vectors
+// the fragment loads, not the MMAs or the weights, had bounded the kernel; run 49). Lane (g, t) loads the
+// 16 bytes at k = 32 c + 8 t of rows g and g + 8 of each of its tiles:
 // that is MMA operand A for logical k {2t, 2t+1, 2t+8, 2t+9} of two MMAs (k-halves 8t..8t+3 and
 // 8t+4..8t+7), a fixed permutation of k that the vectors' fragments (read from shared memory at the
 // same 8t) follow, so every instruction reads whole 32-byte sectors of 8 rows and needs no shuffle.
@@ -111,10 +113,10 @@ template <> __device__ __forceinline__ void bf16_pairs<int8_t>(const uint4& u, u
 
 // Shared memory of one block: x hi and lo [ROWS][SK] bf16 and the squares [ROWS][F4] while
 // staging; the two warp halves' sums [2][16][kPartStride] floats after the MMAs (same bytes).
-// A warp multiplies TW row tiles (2 where C allows: each x fragment it loads feeds both tiles' MMAs) over CW = C / TW
-// chunks; the block's 8 warps are 4 / TW row groups x KP = 2 TW parts of the slice.
-template <int C> struct WarpShape {
-    static constexpr int kTW = C >= 2 ? 2 : 1;
+// A warp multiplies TW row tiles (each x fragment it loads feeds all TW tiles' MMAs: 4 at two column tiles, else 2,
+// as C allows) over CW = C / TW chunks; the block's 8 warps are 4 / TW row groups x KP = 2 TW parts of the slice.
+template <int C, int NT> struct WarpShape {
+    static constexpr int kTW = NT == 2 && C >= 4 ? 4 : (C >= 2 ? 2 : 1);
     static constexpr int kCW = C / kTW;
     static constexpr int kKP = 2 * kTW;
     static constexpr int kGroups = 4 / kTW;
@@ -128,7 +130,7 @@ template <typename W, int C, int NT> struct Smem {
     static constexpr int kF4 = kSlice / 4;                // float4s per row of the slice
     static constexpr size_t kX = (size_t)kRows * kStride * 2;  // bytes of hi (and of lo)
     static constexpr size_t kStage = 2 * kX + (size_t)kRows * kF4 * 4;
-    static constexpr size_t kPart = (size_t)WarpShape<C>::kKP * kMaxCols * kPartStride * 4;
+    static constexpr size_t kPart = (size_t)WarpShape<C, NT>::kKP * kMaxCols * kPartStride * 4;
     static constexpr size_t kBytes = kStage > kPart ? kStage : kPart;
 };
 
@@ -180,7 +182,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int g = lane / 4, t = lane % 4;
-    using WS = WarpShape<C>;
+    using WS = WarpShape<C, NT>;
     constexpr int TW = WS::kTW, CW = WS::kCW, KP = WS::kKP;
     const int rg = warp % WS::kGroups, kp = warp / WS::kGroups;  // the warp's row group and part of the slice
     const int tile = blockIdx.x, ks = blockIdx.y;
@@ -189,18 +191,33 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     // Weights never change: all of the lane's loads go out before the wait. wr[u][e][i]: row tile u, rows g
     // (e = 0) and g + 8 (e = 1), chunk i.
-    uint4 wr[TW][2][CW];
+    const W* wp[TW][2];
+    bool live[TW][2];
 #pragma unroll
     for (int u = 0; u < TW; ++u) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
             const int r = tile * kTileRows + rw + 16 * u + 8 * e + g;
-            const W* wrow = w + (size_t)(r < n_rows ? r : 0) * k;
+            live[u][e] = r < n_rows;
+            wp[u][e] = w + (size_t)(live[u][e] ? r : 0) * k;
+        }
+    }
+    uint4 wr[TW][2][CW];
 #pragma unroll
-            for (int i = 0; i < CW; ++i) {
-                const int kk = k0 + (kp * CW + i) * CK + V * t;
-                wr[u][e][i] = make_uint4(0, 0, 0, 0);
-                if (kk < k && r < n_rows) wr[u][e][i] = *reinterpret_cast<const uint4*>(wrow + kk);
+    for (int i = 0; i < CW; ++i) {
+        const int kk = k0 + (kp * CW + i) * CK + V * t;
+#pragma unroll
+        for (int u = 0; u < TW; ++u) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) wr[u][e][i] = make_uint4(0, 0, 0, 0);
+        }
+        // Nested, not one test of kk < k && live: with the one test ptxas sank most loads below the wait (SASS test).
+        if (kk < k) {
+#pragma unroll
+            for (int u = 0; u < TW; ++u) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    if (live[u][e]) wr[u][e][i] = *reinterpret_cast<const uint4*>(wp[u][e] + kk);
             }
         }
     }
@@ -266,8 +283,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         uint32_t a[TW][2][V / 2];  // row tile u's rows g and g + 8
 #pragma unroll
         for (int u = 0; u < TW; ++u) {
-            bf16_pairs<W>(wr[u][0][i], a[u][0]);
-            bf16_pairs<W>(wr[u][1][i], a[u][1]);
+#pragma unroll
+            for (int e = 0; e < 2; ++e) bf16_pairs<W>(wr[u][e][i], a[u][e]);
         }
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
