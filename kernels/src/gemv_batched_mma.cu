@@ -113,10 +113,12 @@ template <> __device__ __forceinline__ void bf16_pairs<int8_t>(const uint4& u, u
 
 // Shared memory of one block: x hi and lo [ROWS][SK] bf16 and the squares [ROWS][F4] while
 // staging; the two warp halves' sums [2][16][kPartStride] floats after the MMAs (same bytes).
-// A warp multiplies TW row tiles (each x fragment it loads feeds all TW tiles' MMAs: 4 at two column tiles, else 2,
-// as C allows) over CW = C / TW chunks; the block's 8 warps are 4 / TW row groups x KP = 2 TW parts of the slice.
+// A warp multiplies TW row tiles (each x fragment it loads feeds both tiles' MMAs; 2 where C allows) over CW = C / TW
+// chunks; the block's 8 warps are 4 / TW row groups x KP = 2 TW parts of the slice. From C alone, never from the
+// column tiles: the parts fix the order of a row's sums (4 tiles per warp at two column tiles, run 49b, gave a row
+// other bits at 16 vectors than at 1).
 template <int C, int NT> struct WarpShape {
-    static constexpr int kTW = NT == 2 && C >= 4 ? 4 : (C >= 2 ? 2 : 1);
+    static constexpr int kTW = C >= 2 ? 2 : 1;
     static constexpr int kCW = C / kTW;
     static constexpr int kKP = 2 * kTW;
     static constexpr int kGroups = 4 / kTW;
@@ -189,8 +191,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int k0 = ks * S::kSlice;  // the block's first k
     const int rw = rg * 16 * TW;    // the warp's first row in the tile
 
-    // Weights never change: all of the lane's loads go out before the wait. wr[u][e][i]: row tile u, rows g
-    // (e = 0) and g + 8 (e = 1), chunk i.
+    // Weights never change: at one column tile all of the lane's loads go out before the wait; at two, after it.
+    // Why: in runs 49a/49b two row tiles per warp with the loads after the wait (where ptxas had sunk them) took
+    // 1.913-1.924 ms for the CodePredictor's GEMV chain at 16 vectors and 1.596-1.602 for the Talker's, against
+    // 1.962 / 1.632 with them before; at 4 and 8 vectors before was as fast or 0.5 % faster. wr[u][e][i]: row tile
+    // u, rows g (e = 0) and g + 8 (e = 1), chunk i.
+    if (NT == 2 && k > 0) q3t_grid_dep();
     const W* wp[TW][2];
     bool live[TW][2];
 #pragma unroll
@@ -237,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
 
     // Behind a branch on an argument (k > 0 always holds), so ptxas keeps the loads above the wait.
-    if (k > 0) q3t_grid_dep();
+    if (NT == 1 && k > 0) q3t_grid_dep();
 
     // Stage the slice of x: rows b = tid / F4 + j * (256 / F4); rows past nb and k past the end are 0.
     // All of a thread's loads in flight at once (one round trip to L2). The products and sums are
