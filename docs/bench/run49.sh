@@ -6,7 +6,7 @@
 # STEPS=chain: kernels/device/bench_gemv_chain.py, new then base.
 # STEPS=gemv: the batched GEMV tests (every shape vs float64, rows alone vs batched, clusters vs scratch; int8 too).
 # STEPS=streams: bench.streams 1.7B and 0.6B, 1-16 streams with the new kernel, 4, 8 and 16 with the base.
-# STEPS=tests: the batched kernels' whole GPU suite, the decoder, scheduler and admission suites.
+# STEPS=tests: the batched kernels' and int8's whole GPU suites (with the decoder's), scheduler and admission suites.
 # STEPS=server: the server at the defaults, the loads of run 36.
 # Carry .whl-lite, .libcache and .variant. Everything comes back in $OUT/NAME.tgz.
 STEPS=${STEPS:-chain,gemv,streams}
@@ -37,7 +37,7 @@ if has gemv; then
   py gemv 200 tests/test_batched_kernels_gpu.py -k gemv tests/test_int8_kernels_gpu.py
 fi
 if has tests; then
-  py kernels 240 tests/test_batched_kernels_gpu.py
+  py kernels 240 tests/test_batched_kernels_gpu.py tests/test_int8_kernels_gpu.py
   py engine 200 tests/test_batching_engine_gpu.py tests/test_batched_admission_gpu.py
 fi
 ck() { [ -d /tmp/ck/$1 ] || python3 -m wyoming_qwen3tts.tools.random_checkpoint --size $1 --out /tmp/ck/$1 --device cuda > /dev/null 2>&1; }
