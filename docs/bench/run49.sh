@@ -8,7 +8,7 @@
 # STEPS=streams: bench.streams 1.7B and 0.6B, 1-16 streams with the new kernel, 4, 8 and 16 with the base.
 # STEPS=tests: the batched kernels' and int8's whole GPU suites (with the decoder's), scheduler and admission suites.
 # STEPS=server: the server at the defaults, the loads of run 36.
-# Carry .whl-lite, .libcache and .variant. Everything comes back in $OUT/NAME.tgz.
+# NOBASE=1: the new kernel alone (no .variant needed). Carry .whl-lite, .libcache and .variant. Everything comes back in $OUT/NAME.tgz.
 STEPS=${STEPS:-chain,gemv,streams}
 NAME=${NAME:-run49}
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
@@ -20,7 +20,8 @@ TOP=$PWD
 in_variant() { if [ "$1" = BASE ]; then echo "$TOP/.variant"; else echo "$TOP"; fi; }
 R=$OUT/r; mkdir -p $R
 t=$SECONDS
-for v in NEW BASE; do
+for v in NEW ${NOBASE:+_}BASE; do
+  [ "$v" = _BASE ] && continue
   (cd $(in_variant $v) && env ${!v} python3 -m wyoming_qwen3tts.native) > $R/build-$v.log 2>&1 || { tail -20 $R/build-$v.log; exit 1; }
   echo "library $v $(tail -1 $R/build-$v.log) [$((SECONDS - t)) s]"
 done
@@ -50,7 +51,7 @@ streams() {  # name, size, variant, then bench.streams arguments
 if has streams; then
   for size in 1.7b 0.6b; do
     streams streams-$size $size NEW
-    streams streams-$size-base $size BASE --streams 4,8,16
+    [ -n "$NOBASE" ] || streams streams-$size-base $size BASE --streams 4,8,16
   done
 fi
 if has server; then

@@ -10,10 +10,10 @@
 //
 // Layout. Weights are the A operand (16 rows per MMA), the vectors the B operand (8 per MMA: one
 // column tile for nb <= 8, two for nb <= 16). A block takes 64 rows (four 16-row tiles) and a slice of
-// 2C chunks of 32 k; a warp takes TW of the tiles over C / TW chunks of the slice (WarpShape: TW = 2, and 4
-// at two column tiles, so each x fragment it reads from shared memory feeds TW tiles' MMAs: at 16 vectors
-// the fragment loads, not the MMAs or the weights, had bounded the kernel; run 49). Lane (g, t) loads the
-// 16 bytes at k = 32 c + 8 t of rows g and g + 8 of each of its tiles:
+// 2C chunks of 32 k; a warp takes TW = 2 of the tiles over C / 2 chunks of the slice (WarpShape), so each x
+// fragment it reads from shared memory feeds two tiles' MMAs: at 16 vectors the fragment loads, not the MMAs
+// or the weights, had bounded the kernel (run 49: the GEMV chains 7-11 % faster at 16 vectors). Lane (g, t)
+// loads the 16 bytes at k = 32 c + 8 t of rows g and g + 8 of each of its tiles:
 // that is MMA operand A for logical k {2t, 2t+1, 2t+8, 2t+9} of two MMAs (k-halves 8t..8t+3 and
 // 8t+4..8t+7), a fixed permutation of k that the vectors' fragments (read from shared memory at the
 // same 8t) follow, so every instruction reads whole 32-byte sectors of 8 rows and needs no shuffle.
@@ -191,12 +191,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int k0 = ks * S::kSlice;  // the block's first k
     const int rw = rg * 16 * TW;    // the warp's first row in the tile
 
-    // Weights never change: at one column tile all of the lane's loads go out before the wait; at two, after it.
-    // Why: in runs 49a/49b two row tiles per warp with the loads after the wait (where ptxas had sunk them) took
-    // 1.913-1.924 ms for the CodePredictor's GEMV chain at 16 vectors and 1.596-1.602 for the Talker's, against
-    // 1.962 / 1.632 with them before; at 4 and 8 vectors before was as fast or 0.5 % faster. wr[u][e][i]: row tile
-    // u, rows g (e = 0) and g + 8 (e = 1), chunk i.
-    if (NT == 2 && k > 0) q3t_grid_dep();
+    // Weights never change: all of the lane's loads go out before the wait. wr[u][e][i]: row tile u, rows g
+    // (e = 0) and g + 8 (e = 1), chunk i.
     const W* wp[TW][2];
     bool live[TW][2];
 #pragma unroll
@@ -243,7 +239,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
 
     // Behind a branch on an argument (k > 0 always holds), so ptxas keeps the loads above the wait.
-    if (NT == 1 && k > 0) q3t_grid_dep();
+    if (k > 0) q3t_grid_dep();
 
     // Stage the slice of x: rows b = tid / F4 + j * (256 / F4); rows past nb and k past the end are 0.
     // All of a thread's loads in flight at once (one round trip to L2). The products and sums are
