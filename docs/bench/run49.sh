@@ -49,7 +49,7 @@ streams() {  # name, size, variant, then bench.streams arguments
   echo "$name rc=$? [$((SECONDS - t)) s]"; grep -E "streams:|backend|batched step" $R/$name.log | cut -c1-150
 }
 if has streams; then
-  for size in 1.7b 0.6b; do
+  for size in ${SIZES:-1.7b 0.6b}; do
     streams streams-$size $size NEW
     [ -n "$NOBASE" ] || streams streams-$size-base $size BASE --streams 4,8,16
   done
