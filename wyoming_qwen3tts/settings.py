@@ -74,7 +74,7 @@ class Settings(BaseSettings):
     backend: Backend = Field(EngineOptions.backend, description="decode loop: fused kernels or plain torch")
     weights: Weights = Field(EngineOptions.weights, description="the Talker's and CodePredictor's matrices: bf16 (as loaded, in dtype) or int8 (quantized at load: half their bytes and memory)")
     max_streams: int = Field(EngineOptions.max_streams, ge=0, le=16, description="requests decoded at once on the GPU's batched kernels (0: as many as the GPU's free memory holds; 1: one at a time)")
-    batch_invariant: bool = Field(EngineOptions.batch_invariant, description="a request's audio never depends on other requests decoded beside it (a request decoding alone is then ~12 % slower)")
+    batch_invariant: bool = Field(EngineOptions.batch_invariant, description="a request's audio never depends on other requests decoded beside it (a request decoding alone is then ~13 % slower)")
     # --- streaming audio ---
     first_chunk_frames: int = Field(EngineOptions.first_chunk_frames, ge=1, description="frames (80 ms each) in the first audio chunk")
     chunk_frames: int = Field(EngineOptions.chunk_frames, ge=1, description="largest later audio chunk (groups double from the first up to this)")

@@ -8,6 +8,8 @@
 # STEPS=streams: bench.streams 1.7B and 0.6B, 1-16 streams with the new kernel, 4, 8 and 16 with the base.
 # STEPS=tests: the batched kernels' and int8's whole GPU suites (with the decoder's), scheduler and admission suites.
 # STEPS=server: the server at the defaults, the loads of run 36.
+# .variant (ignored): cp -r wyoming_qwen3tts kernels of the base revision (git worktree add /tmp/base REV) into .variant/,
+# then from inside it: Q3T_CACHE_DIR=$PWD/.libcache python -m wyoming_qwen3tts.native --toolchain nvcc --arch sm_90.
 # NOBASE=1: the new kernel alone (no .variant needed). Carry .whl-lite, .libcache and .variant. Everything comes back in $OUT/NAME.tgz.
 STEPS=${STEPS:-chain,gemv,streams}
 NAME=${NAME:-run49}
