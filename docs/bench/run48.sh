@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run 48 (H200, fifteenth session): the tensor-core batched GEMV at 128 rows per block where its splits fit a cluster
 # (gemv_batched_mma.cu: half the x staged per weight byte), A/B against 64 rows (Q3T_GEMV_ROWS=64, same call).
+# The 128-row kernel and Q3T_GEMV_ROWS were removed after this run (c359d34): this script records what ran at c8b45dd.
 # STEPS=gemv: the batched GEMV tests (every shape vs float64, rows alone vs batched, clusters vs scratch; int8 too).
 # STEPS=chain: kernels/device/bench_gemv_chain.py with the rule and with 64 rows.
 # STEPS=streams-1.7b / streams-0.6b: bench.streams 1,2,4,8,16, then 4, 8 and 16 with Q3T_GEMV_ROWS=64.
