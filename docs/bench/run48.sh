@@ -6,7 +6,6 @@
 # STEPS=chain: kernels/device/bench_gemv_chain.py with the rule and with 64 rows.
 # STEPS=streams-1.7b / streams-0.6b: bench.streams 1,2,4,8,16, then 4, 8 and 16 with Q3T_GEMV_ROWS=64.
 # STEPS=tests: the batched kernels' whole GPU suite, int8's, the decoder, scheduler and admission suites.
-# STEPS=server: the server at the defaults, the loads of run 36.
 # Carry .whl-lite and .libcache. Everything comes back in $OUT/NAME.tgz.
 STEPS=${STEPS:-gemv,chain,streams-1.7b,streams-0.6b}
 NAME=${NAME:-run48}
@@ -45,26 +44,5 @@ for size in 1.7b 0.6b; do
     Q3T_GEMV_ROWS=64 streams streams-$size-rows64 $size --streams 4,8,16
   fi
 done
-if has server; then
-  ck 1.7b
-  python3 -m wyoming_qwen3tts --model /tmp/ck/1.7b --uri tcp://127.0.0.1:10200 --max-connections 128 --max-frames 150 \
-    > $R/server.log 2>&1 &
-  srv=$!
-  for i in $(seq 150); do grep -q "Ready" $R/server.log && break; sleep 1; done
-  echo "ready after $i s"; grep -E "max_streams auto|Serving" $R/server.log | cut -c1-200
-  load() {  # name, then bench.load arguments
-    local name=$1; shift
-    timeout 45 python3 -m wyoming_qwen3tts.bench.load --wyoming tcp://127.0.0.1:10200 --json "$@" > $R/$name.json 2>/dev/null
-    python3 -c "
-import json; r=json.load(open('$R/$name.json')); o=r['overall']
-print('$name', r['sent'], r['served'], r['failed'], 'ttfa p50/p95', o['ttfa_p50_ms'], o['ttfa_p95_ms'], 'done p50/p95', o['completion_p50_ms'], o['completion_p95_ms'], 'fps', o['frames_per_s'])" 2>&1 | tail -1
-  }
-  load alone --clients 1 --rounds 4
-  load wyoming-4 --clients 4 --rounds 3
-  load wyoming-16 --clients 16 --rounds 2
-  load poisson-16 --clients 16 --arrivals poisson --rate 8
-  kill $srv; wait $srv 2>/dev/null
-  grep -E "Traceback|Error" $R/server.log | tail -5 | cut -c1-220
-fi
 tar czf $OUT/$NAME.tgz -C $OUT r && rm -rf $R
 echo "total $((SECONDS - t)) s"
