@@ -111,19 +111,19 @@ template <> __device__ __forceinline__ void bf16_pairs<int8_t>(const uint4& u, u
     }
 }
 
-// Shared memory of one block: x hi and lo [ROWS][SK] bf16 and the squares [ROWS][F4] while
-// staging; the two warp halves' sums [2][16][kPartStride] floats after the MMAs (same bytes).
 // A warp multiplies TW row tiles (each x fragment it loads feeds both tiles' MMAs; 2 where C allows) over CW = C / TW
 // chunks; the block's 8 warps are 4 / TW row groups x KP = 2 TW parts of the slice. From C alone, never from the
 // column tiles: the parts fix the order of a row's sums (4 tiles per warp at two column tiles, run 49b, gave a row
 // other bits at 16 vectors than at 1).
-template <int C, int NT> struct WarpShape {
+template <int C> struct WarpShape {
     static constexpr int kTW = C >= 2 ? 2 : 1;
     static constexpr int kCW = C / kTW;
     static constexpr int kKP = 2 * kTW;
     static constexpr int kGroups = 4 / kTW;
 };
 
+// Shared memory of one block: x hi and lo [ROWS][SK] bf16 and the squares [ROWS][F4] while
+// staging; the KP parts' sums [KP][16][kPartStride] floats after the MMAs (same bytes).
 template <typename W, int C, int NT> struct Smem {
     static constexpr int kRows = NT * 8;                  // vectors staged
     static constexpr int kSlice = 2 * C * kChunk<W>;      // k per block
@@ -132,7 +132,7 @@ template <typename W, int C, int NT> struct Smem {
     static constexpr int kF4 = kSlice / 4;                // float4s per row of the slice
     static constexpr size_t kX = (size_t)kRows * kStride * 2;  // bytes of hi (and of lo)
     static constexpr size_t kStage = 2 * kX + (size_t)kRows * kF4 * 4;
-    static constexpr size_t kPart = (size_t)WarpShape<C, NT>::kKP * kMaxCols * kPartStride * 4;
+    static constexpr size_t kPart = (size_t)WarpShape<C>::kKP * kMaxCols * kPartStride * 4;
     static constexpr size_t kBytes = kStage > kPart ? kStage : kPart;
 };
 
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int g = lane / 4, t = lane % 4;
-    using WS = WarpShape<C, NT>;
+    using WS = WarpShape<C>;
     constexpr int TW = WS::kTW, CW = WS::kCW, KP = WS::kKP;
     const int rg = warp % WS::kGroups, kp = warp / WS::kGroups;  // the warp's row group and part of the slice
     const int tile = blockIdx.x, ks = blockIdx.y;
