@@ -40,7 +40,7 @@ class EngineOptions:
     max_streams: int = 0
     # Every stream on the batched step even when it decodes alone: a stream's codes then never depend on
     # other requests (with it off they can, through float32 rounding, at frames where it ran alone), and a
-    # lone request decodes ~12 % slower (H200, 1.7B: 288 against 327 frames/s).
+    # lone request decodes ~13 % slower (H200, 1.7B, run 51: 286 against 328 frames/s).
     batch_invariant: bool = False
     stop_runaway: bool = True  # end a sentence at a budget from its length, or on a stuck loop (runaway.py)
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)  # over generation_config.json

@@ -58,6 +58,7 @@ template <typename W> constexpr int kMaxC = 8 * 32 / kChunk<W>;   // chunks per 
 constexpr int kMaxCols = 16;      // vectors: two MMA column tiles of 8
 constexpr int kPartStride = kTileRows + 1;
 constexpr int kRecord = kMaxCols * kTileRows + kMaxCols;  // a block's partials in scratch: sums, sums of squares
+constexpr int kClusterMax = 8;    // blocks of a cluster at most: the portable cluster size
 constexpr int kCounters = 4096;   // row-tile counters at the start of scratch (n_rows <= 262,144)
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -340,23 +341,23 @@ __global__ void __launch_bounds__(kThreads, 2)
         namespace cg = cooperative_groups;
         cg::cluster_group cluster = cg::this_cluster();
         cluster_barrier();  // every block's record written and visible to the cluster
-        const float* recs[8];
+        const float* recs[kClusterMax];
 #pragma unroll
-        for (int q = 0; q < 8; ++q) recs[q] = cluster.map_shared_rank(rec_s, q < ks_count ? q : 0);
+        for (int q = 0; q < kClusterMax; ++q) recs[q] = cluster.map_shared_rank(rec_s, q < ks_count ? q : 0);
         // 32 sums per warp at a time: units u = 32 sums of vector u / 2, rows 32 (u % 2) + lane; block ks takes
         // units ks, ks + ks_count, ... (its warps in turn); units of vectors past nb are skipped.
         const int units = 2 * (nb < ROWS ? nb : ROWS);
         for (int u = ks + ks_count * warp; u < units; u += ks_count * (kThreads / 32)) {
             const int col = u / 2, row = 32 * (u % 2) + lane, idx = col * kTileRows + row;
-            float r[8], rs[8];
+            float r[kClusterMax], rs[kClusterMax];
 #pragma unroll
-            for (int q = 0; q < 8; ++q) {
+            for (int q = 0; q < kClusterMax; ++q) {
                 r[q] = q < ks_count ? recs[q][idx] : 0.f;
                 rs[q] = q < ks_count && norm_w ? recs[q][kMaxCols * kTileRows + col] : 0.f;
             }
             float sum = 0.f, sq_sum = 0.f;  // in ks order, as the scratch path
 #pragma unroll
-            for (int q = 0; q < 8; ++q) {
+            for (int q = 0; q < kClusterMax; ++q) {
                 if (q < ks_count) {
                     sum = __fadd_rn(sum, r[q]);
                     sq_sum = __fadd_rn(sq_sum, rs[q]);
@@ -448,7 +449,7 @@ Plan plan_for(int dtype, int k) {
 // gate_up at 384 9.3 -> 10.8), small ones won (its o at 128 blocks 7.6 -> 6.4, down at 96 8.2 -> 7.2).
 bool clustered(Plan p, int n_rows) {
     const int blocks = cdiv(n_rows, kTileRows) * p.ks;
-    return q3t_gemv_cluster_enabled() && q3t_host_cc_major() >= 9 && p.ks >= 2 && p.ks <= 8 &&
+    return q3t_gemv_cluster_enabled() && q3t_host_cc_major() >= 9 && p.ks >= 2 && p.ks <= kClusterMax &&
            blocks <= 2 * q3t_host_sms();
 }
 
