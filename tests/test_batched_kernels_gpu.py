@@ -7,8 +7,10 @@ GPU only.
 Bounds: batched GEMV against float64 on the same weights <= 1e-5 relative (float32 accumulation)
 for float32 and bf16 weights (the tensor-core kernel, x as bf16 hi + lo: <= 3e-5), bf16 against
 float32 weights <= 1e-2, against the one-vector q3t_gemv <= 1e-5 (3e-5) (the kernels sum in
-different fixed orders; where they happen to agree they are equal). Every
-other batched kernel runs the one-stream kernel's block code per row: equal to it bit for bit.
+different fixed orders; where they happen to agree they are equal). The Talker's batched attention (a KV
+group's heads in one block) against float64 over its cache <= 1e-5, against the one-stream kernel <= 1e-5,
+its appended cache rows equal to the one-stream kernel's bit for bit. Every other batched kernel runs the
+one-stream kernel's block code per row: equal to it bit for bit.
 Run: python3 -m pytest -q -x tests/test_batched_kernels_gpu.py (seconds on an H200).
 """
 
@@ -281,16 +283,35 @@ def _rope_tables(max_seq: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
     return cos.contiguous(), sin.contiguous()
 
 
+def _attention_f64(qkv: torch.Tensor, qn: torch.Tensor, kn: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   kc: torch.Tensor, vc: torch.Tensor, pos: int, hq: int, hkv: int, eps: float,
+                   scale: float) -> torch.Tensor:  # fmt: skip
+    """One row's Talker attention in float64: q of every head RMSNormed and rotated at pos, over the cache's
+    positions 0..pos (the kernel's own appended row at pos)."""
+    d = kc.shape[-1]
+    q = qkv[: hq * d].double().view(hq, d)
+    q = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + eps) * qn.double()
+    half = d // 2
+    q = q * cos[pos].double() + torch.cat([-q[:, half:], q[:, :half]], -1) * sin[pos].double()
+    keys = kc[: pos + 1].double().repeat_interleave(hq // hkv, dim=1)  # [pos + 1, hq, d]
+    vals = vc[: pos + 1].double().repeat_interleave(hq // hkv, dim=1)
+    p = torch.softmax(torch.einsum("hd,thd->ht", q, keys) * scale, dim=-1)
+    return torch.einsum("ht,thd->hd", p, vals).reshape(-1)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("hq,hkv,d", [(16, 8, 128), (4, 2, 16)])
-@pytest.mark.parametrize("splits", [1, 32])
-def test_batched_rope_attention_split_rows_equal_one_stream(ops: Ops, dtype: torch.dtype, hq: int, hkv: int,
-                                                            d: int, splits: int) -> None:  # fmt: skip
-    """Rows in shuffled slots at different positions (0 .. 1000), one padding row: each row's output
-    and its slot's cache are q3t_rope_attention_split's on that slot alone, bit for bit; the slots no
-    row uses and the other layer are untouched; the merge counters end at 0 (twice in a row)."""
-    slots, layers, layer, max_seq = 6, 2, 1, 1024
-    g = gen(hq * 7 + d + splits)
+@pytest.mark.parametrize("hq,hkv,d", [(16, 8, 128), (4, 2, 16), (8, 8, 64), (16, 4, 32)])
+@pytest.mark.parametrize("splits", [1, 4, 32])
+def test_batched_rope_attention_split_rows(ops: Ops, dtype: torch.dtype, hq: int, hkv: int, d: int,
+                                           splits: int) -> None:  # fmt: skip
+    """Rows in shuffled slots at different positions (0 .. 1000: one chunk of 1,001 positions read in many
+    shared-memory tiles, or many chunks merged), one padding row, KV groups of 2, 1 and 4 q heads: each
+    slot's cache gets q3t_rope_attention_split's row bit for bit (the slots no row uses and the other layer
+    untouched); each row's output is the float64 attention over its cache within 1e-5, agrees with the
+    one-stream kernel to float32 rounding, and is bit for bit the same when the row runs alone (nb = 1);
+    the merge counters end at 0 (twice in a row)."""
+    slots, layers, layer, max_seq, eps = 6, 2, 1, 1024, 1e-6
+    g = gen(hq * 7 + d + splits + hkv)
     cache0 = torch.randn(slots, layers, 2, max_seq, hkv, d, device=DEV, generator=g).to(dtype)
     pos = torch.tensor([700, 0, 333, 16, 1000, 5], dtype=torch.int32, device=DEV)
     slot = torch.tensor([4, 1, -1, 0, 2], dtype=torch.int32, device=DEV)  # row 2 pads
@@ -307,23 +328,32 @@ def test_batched_rope_attention_split_rows_equal_one_stream(ops: Ops, dtype: tor
         scratch[i * per_row : i * per_row + hq * splits * (d + 2)] = float("nan")  # partials: always written first
     cache = cache0.clone()
     out = torch.full((nb, hq * d), float("nan"), device=DEV)
+    call = partial(ops.batched_rope_attention_split, q_norm=qn, k_norm=kn, cos=cos, sin=sin, eps=eps, scale=scale,
+                   splits=splits, slot_rows=layers * 2 * max_seq, pos=pos)  # fmt: skip
     for _ in range(2):
         cache.copy_(cache0)
-        ops.batched_rope_attention_split(qkv, qn, kn, cos, sin, cache[0, layer, 0], cache[0, layer, 1], out, slot=slot,
-                                         pos=pos, slot_rows=layers * 2 * max_seq, eps=1e-6, scale=scale, splits=splits,
-                                         scratch=scratch)  # fmt: skip
+        call(qkv, k_cache=cache[0, layer, 0], v_cache=cache[0, layer, 1], out=out, slot=slot, scratch=scratch)
         counters = torch.stack([scratch[i * per_row + hq * splits * (d + 2) : (i + 1) * per_row] for i in range(nb)])
         assert not counters.any(), "merge counters not back to 0"
     want_cache = cache0.clone()
     for r, s in enumerate(slot.tolist()):
         if s < 0:
             continue
+        p = int(pos[s])
+        what = f"row {r} (slot {s}, position {p})"
         kc, vc = want_cache[s, layer, 0], want_cache[s, layer, 1]
         one_scratch = torch.zeros(per_row, device=DEV)
-        want = torch.full((hq * d,), float("nan"), device=DEV)
-        ops.rope_attention_split(qkv[r], qn, kn, cos, sin, kc, vc, want, eps=1e-6, scale=scale, splits=splits,
+        one = torch.full((hq * d,), float("nan"), device=DEV)
+        ops.rope_attention_split(qkv[r], qn, kn, cos, sin, kc, vc, one, eps=eps, scale=scale, splits=splits,
                                  scratch=one_scratch, pos=pos[s:])  # fmt: skip
-        assert_equal(out[r], want, f"row {r} (slot {s}, position {pos[s].item()}) output")
+        assert_close(out[r], one, F32_TOL, f"{what} against the one-stream kernel")
+        ref = _attention_f64(qkv[r], qn, kn, cos, sin, cache[s, layer, 0], cache[s, layer, 1], p, hq, hkv, eps, scale)
+        assert_close(out[r], ref, F32_TOL, f"{what} against float64")
+        alone_cache = cache0.clone()
+        alone = torch.full((1, hq * d), float("nan"), device=DEV)
+        call(qkv[r : r + 1], k_cache=alone_cache[0, layer, 0], v_cache=alone_cache[0, layer, 1], out=alone,
+             slot=slot[r : r + 1], scratch=torch.zeros(per_row, device=DEV))  # fmt: skip
+        assert_equal(alone[0], out[r], f"{what} alone (nb = 1) against in the batch")
     assert_equal(cache, want_cache, "caches (written rows, untouched slots and layers)")
     assert not torch.equal(cache, cache0)
 
@@ -387,6 +417,12 @@ def test_batched_attention_rejects_bad_shapes(ops: Ops) -> None:
     with pytest.raises(native.NativeError, match="slot_rows"):  # slots closer than one cache apart
         lib.call("q3t_batched_rope_attention_split", native.F32, p, p, p, 1e-6, p, p, p, p, 2, 4, 2, 16, 64, 0.25, 1,
                  None, p, p, 32, p, stream)  # fmt: skip
+    with pytest.raises(native.NativeError, match="a multiple of 8"):  # d = 12
+        lib.call("q3t_batched_rope_attention_split", native.F32, p, p, p, 1e-6, p, p, p, p, 2, 4, 2, 12, 64, 0.25, 1,
+                 None, p, p, 128, p, stream)  # fmt: skip
+    with pytest.raises(native.NativeError, match="1, 2 or 4"):  # 3 q heads a KV head
+        lib.call("q3t_batched_rope_attention_split", native.F32, p, p, p, 1e-6, p, p, p, p, 2, 6, 2, 16, 64, 0.25, 1,
+                 None, p, p, 128, p, stream)  # fmt: skip
     with pytest.raises(native.NativeError, match="max_seq"):
         lib.call("q3t_batched_rope_attention", native.F32, p, p, p, 1e-6, p, p, None, 0, 2, 2, 1, 16, 65, 0.25, p, p,
                  130, p, stream)  # fmt: skip

@@ -7,6 +7,8 @@
 # STEPS=gemv: the batched GEMV tests (every shape vs float64, rows alone vs batched, clusters vs scratch; int8 too).
 # STEPS=streams: bench.streams 1.7B and 0.6B, 1-16 streams with the new kernel, 4, 8 and 16 with the base.
 # STEPS=tests: the batched kernels' and int8's whole GPU suites (with the decoder's), scheduler and admission suites.
+# STEPS=profile (run 52 on): kernels/device/profile_batched_step.py, 0.6B and 1.7B at 16 streams, contexts 127 and 227
+# (PROFILE_ARGS: more arguments, e.g. "--splits 2,4,8").
 # .variant (ignored): cp -r wyoming_qwen3tts kernels of the base revision (git worktree add /tmp/base REV) into .variant/,
 # then from inside it: Q3T_CACHE_DIR=$PWD/.libcache python -m wyoming_qwen3tts.native --toolchain nvcc --arch sm_90.
 # NOBASE=1: the new kernel alone (no .variant needed). Carry .whl-lite, .libcache and .variant. Everything comes back in $OUT/NAME.tgz.
@@ -34,6 +36,12 @@ if has chain; then
   env $BASE timeout 120 python3 .variant/kernels/device/bench_gemv_chain.py base 2>&1 | tail -1 | tee -a $R/chain.jsonl
   env $NEW timeout 120 python3 kernels/device/bench_gemv_chain.py new 2>&1 | tail -1 | tee -a $R/chain.jsonl
   echo "[$((SECONDS - t)) s]"
+fi
+if has profile; then
+  for size in ${SIZES:-0.6b 1.7b}; do
+    timeout 200 python3 kernels/device/profile_batched_step.py --size $size --out $R $PROFILE_ARGS > $R/profile-$size.log 2>&1
+    echo "profile $size rc=$? [$((SECONDS - t)) s]"; grep -E "steps|per step|attn" $R/profile-$size.log
+  done
 fi
 if has gemv; then
   py gemv 200 tests/test_batched_kernels_gpu.py -k gemv tests/test_int8_kernels_gpu.py

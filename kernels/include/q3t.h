@@ -140,7 +140,8 @@ Q3T_API int q3t_add_i32(int* p, int n, int delta, void* stream);
  * order of float32 operations fixed by the shapes and the device (never by nb, the bucket, or the other
  * rows' data), and each draw is keyed by its own stream's (seed, step, code index). So a stream's logits
  * and codes are bit for bit the same whichever streams share its steps and whatever nb is. (The
- * batched GEMV sums in its own fixed order, not q3t_gemv's: the two agree to float32 rounding.)
+ * batched GEMV and the Talker's batched attention sum in their own fixed orders, not the one-stream
+ * kernels': the two agree to float32 rounding.)
  */
 #define Q3T_BATCH_MAX 16
 
@@ -175,7 +176,10 @@ Q3T_API long long q3t_batched_gemv_scratch_floats(int dtype, int n_rows, int k);
 /* q3t_rope_attention_split for nb rows: qkv [nb, (hq + 2 hkv) d] -> out [nb, hq d]; row r attends
  * in slot slot[r]'s cache (k_cache, v_cache: this layer's K and V of slot 0, slots slot_rows cache
  * rows apart) at position pos[slot[r]]. scratch: nb blocks of hq * splits * (d + 2) floats followed
- * by hq int32 counters, the counters 0 before the first call (each call leaves them 0). */
+ * by hq int32 counters, the counters 0 before the first call (each call leaves them 0).
+ * The q heads of a KV group run together (hq / hkv = 1, 2 or 4; d a multiple of 8), each K/V row read
+ * once for them: the appended cache row is q3t_rope_attention_split's bit for bit, the output agrees
+ * with it to float32 rounding (its sums run in another fixed order). */
 Q3T_API int q3t_batched_rope_attention_split(int dtype, const float* qkv, const float* q_norm_w, const float* k_norm_w, float eps, const float* cos_tab, const float* sin_tab, const int* slot, const int* pos, int nb, int hq, int hkv, int d, int max_seq, float scale, int splits, float* scratch, void* k_cache, void* v_cache, int slot_rows, float* out, void* stream);
 
 /* q3t_rope_attention for nb rows at the same position (*pos_ptr if pos_ptr) + pos_add (the

@@ -1,8 +1,10 @@
-// The attention of a batched decode step: each row (stream) of the step runs the single-stream
-// kernels' block code (attention_split.cuh, attention_short.cuh) on its own K/V cache, position and
-// slices of the work buffers, the row in blockIdx.z (Talker) or blockIdx.y / .z (CodePredictor).
-// Nothing is shared between rows, so each row's cache rows and outputs are those of the
-// one-stream kernel on that row's data, bit for bit, whatever the other rows hold.
+// The attention of a batched decode step, each row (stream) on its own K/V cache, position and slices
+// of the work buffers, the row in blockIdx.z (Talker) or blockIdx.y / .z (CodePredictor). The
+// CodePredictor's short attention runs the one-stream kernels' block code (attention_short.cuh): each
+// row's cache rows and outputs are the one-stream kernel's bit for bit. The Talker's long one has a
+// kernel of its own (k_batched_rope_attn_grouped: a KV group's heads in one block), whose cache rows
+// are the one-stream kernel's and whose outputs agree with it to float32 rounding. Nothing is shared
+// between rows, so a row's numbers never depend on what the other rows hold.
 #include "common.cuh"
 #include "attention_split.cuh"
 
@@ -14,26 +16,262 @@ __device__ __forceinline__ C* slot_cache(void* base, int s, int stride, int hkv,
     return static_cast<C*>(base) + (size_t)s * stride * hkv * d;
 }
 
-// The Talker's norm + RoPE + append + split attention for row blockIdx.z: its stream's slot, and
-// that slot's cache (slot_rows cache rows apart) and position; scratch and counters per row.
+// The Talker's attention for a batched step: one block per (KV head, chunk of the context, row), the
+// group's G q heads together, so each K/V row is read once for all of them (the one-stream kernel's
+// block per q head read it G times, one key per warp per step: a chain of memory round trips that,
+// with its 80 registers a thread, took 3 waves of blocks at 16 streams and ~68 us a layer at 227
+// positions on the H200). Before the PDL wait the block copies the first tile of its chunk's cache
+// rows (grouped_tile_rows: 64 of bf16 d = 128) into shared memory (written by earlier steps); after
+// it: q of each head and the group's k, v normed and rotated by norm_rope_head (the one-stream
+// kernels' arithmetic: the cache row appended here is theirs bit for bit), then per tile: every score
+// from shared memory (grouped_lanes_key lanes a key, kDimsLane dims a lane), the tile's softmax
+// statistics per head (a warp each), and the weighted values (a thread per head and dimension), an
+// online softmax across tiles. A chunk longer than one tile reads its later tiles after the wait. The chunks of a head merge as the
+// one-stream kernel's do: the last block to finish (counted per KV head) combines their partials.
+// Float32 throughout; the sums run in an order fixed by (d, splits, the row's position), never by the
+// other rows, so a row's output is the same at any nb and next to any batch-mates.
+constexpr int kDimsLane = 8;  // head dims a lane multiplies per key (16 bytes of bf16, two units of float)
+constexpr int kTileBytes = 16384;  // one of K or V of a tile in shared memory
+constexpr int kMaxTileRows = 64;   // scores a head keeps per tile
+constexpr int kGroupedBlocksPerSm = 4;  // 512 blocks at 16 streams, 8 KV heads, 4 chunks: one wave on the H200
+
 template <typename C>
-__global__ void __launch_bounds__(kThreads) k_batched_rope_attn_split(
-    const float* __restrict__ qkv, const float* __restrict__ qn, const float* __restrict__ kn, float eps,
+__host__ __device__ constexpr int grouped_tile_rows(int d) {
+    return kTileBytes / (d * (int)sizeof(C)) < kMaxTileRows ? kTileBytes / (d * (int)sizeof(C)) : kMaxTileRows;
+}
+template <typename C>
+inline size_t grouped_smem_bytes(int d) {
+    return (size_t)2 * grouped_tile_rows<C>(d) * d * sizeof(C);
+}
+// Lanes that share a key: a power of two covering d with kDimsLane dims each (d <= 256: at most 32).
+__host__ __device__ constexpr int grouped_lanes_key(int d) {
+    int n = 1;
+    while (n * kDimsLane < d) n *= 2;
+    return n;
+}
+
+// 16 bytes of shared memory (aligned) as floats: 4 float32 or 8 bf16 elements.
+__device__ __forceinline__ void load_unit(const float* p, float (&o)[4]) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    o[0] = v.x;
+    o[1] = v.y;
+    o[2] = v.z;
+    o[3] = v.w;
+}
+__device__ __forceinline__ void load_unit(const uint16_t* p, float (&o)[8]) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        o[2 * j] = __uint_as_float(w[j] << 16);
+        o[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+    }
+}
+
+template <typename C, int G>
+__global__ void Q3T_LAUNCH_BOUNDS(kThreads, G > 2 ? kGroupedBlocksPerSm - 1 : kGroupedBlocksPerSm) k_batched_rope_attn_grouped(
+    const float* __restrict__ qkv_all, const float* __restrict__ qn, const float* __restrict__ kn, float eps,
     const float* __restrict__ cos_tab, const float* __restrict__ sin_tab, const int* __restrict__ slot,
-    const int* __restrict__ positions, int hq, int hkv, int d, int max_seq, float scale, int splits, int hist_rows,
-    void* k_cache, void* v_cache, int slot_rows, float* __restrict__ scratch, float* __restrict__ out) {
-    const int r = blockIdx.z;
+    const int* __restrict__ positions, int hq, int hkv, int d, int max_seq, float scale, int splits, void* k_cache,
+    void* v_cache, int slot_rows, float* __restrict__ scratch_all, float* __restrict__ out_all) {
+    constexpr int kEpu = 16 / (int)sizeof(C);          // elements in 16 bytes
+    constexpr int kUnitsLane = kDimsLane / kEpu;       // 16-byte units a lane reads of a key
+    constexpr int kOut = (G * kMaxD + kThreads - 1) / kThreads;  // (head, dim) outputs a thread accumulates
+    extern __shared__ float4 tile4[];  // K rows, then V rows: tile_rows d elements each
+    __shared__ float q_all[G][kMaxD];
+    __shared__ float k_new[kMaxD], v_new[kMaxD];
+    __shared__ float sc[G][kMaxTileRows];
+    __shared__ float run_m[G], run_l[G], corr[G];
+    __shared__ float qs[kMaxD], ks[kMaxD], vs[kMaxD];
+    __shared__ float red[32];
+    __shared__ int last;
+    const int kvh = blockIdx.x, split = blockIdx.y, r = blockIdx.z;
+    const int tid = threadIdx.x, lane = tid % Q3T_WARP, warp = tid / Q3T_WARP;
+    constexpr int kWarps = kThreads / Q3T_WARP;
     // The slot table is set before the step's graph runs; the position by the previous step's
     // q3t_batched_advance, which a GEMV follows (the rule of q3t_grid_dep in common.cuh).
     const int s = slot[r];
     if (s < 0) return;  // a padding row
     int pos = positions[s];
     pos = pos < 0 ? 0 : (pos >= max_seq ? max_seq - 1 : pos);
-    const size_t row_scratch = (size_t)hq * splits * (d + 2) + hq;  // partials, then the merge counters
-    rope_attn_split_block<C>(qkv + (size_t)r * (hq + 2 * hkv) * d, qn, kn, eps, cos_tab, sin_tab, pos, hq, hkv, d,
-                             scale, splits, hist_rows, slot_cache<C>(k_cache, s, slot_rows, hkv, d),
-                             slot_cache<C>(v_cache, s, slot_rows, hkv, d), scratch + r * row_scratch,
-                             out + (size_t)r * hq * d, blockIdx.x, blockIdx.y);
+    const int len = pos + 1;
+    const int chunk = chunk_len(len, splits);
+    const int n_chunks = (len + chunk - 1) / chunk;
+    if (split >= n_chunks) return;  // past the context (the merge counts the n_chunks that run)
+    const int begin = split * chunk, end = min(len, begin + chunk);
+    const bool has_pos = end == len;  // the chunk that holds pos (the context's last)
+    C* kc = slot_cache<C>(k_cache, s, slot_rows, hkv, d);
+    C* vc = slot_cache<C>(v_cache, s, slot_rows, hkv, d);
+    const int rows = grouped_tile_rows<C>(d);
+    C* kt = reinterpret_cast<C*>(tile4);
+    C* vt = kt + (size_t)rows * d;
+    // Before the wait: the first tile's cache rows (positions before pos) and the head's constants.
+    copy_kv_rows<C>(kc, vc, begin, max(0, min(min(end, begin + rows), pos) - begin), kvh, hkv, d, kt, vt);
+    const ShortConsts k = short_head_consts(qn, kn, cos_tab, sin_tab, pos, d);
+    if (tid < G) {
+        run_m[tid] = -INFINITY;
+        run_l[tid] = 0.f;
+    }
+    q3t_grid_dep_trigger_first();
+
+    // q of the group's heads, and its k and v where the chunk holds pos (appended to the cache).
+    const float* qkv = qkv_all + (size_t)r * (hq + 2 * hkv) * d;
+    float b = 0.f, v = 0.f;
+    if (tid < d && has_pos) {
+        b = qkv[(size_t)(hq + kvh) * d + tid];
+        v = round_to<C>(qkv[(size_t)(hq + hkv + kvh) * d + tid]);
+    }
+#pragma unroll 1
+    for (int j = 0; j < G; ++j) {
+        const float a = tid < d ? qkv[(size_t)(kvh * G + j) * d + tid] : 0.f;
+        norm_rope_head<C>(a, j == 0 ? b : 0.f, j == 0 ? v : 0.f, k, eps, d, pos, kvh, hkv, has_pos && j == 0, kc, vc,
+                          qs, ks, vs, red);
+        if (tid < d) {
+            q_all[j][tid] = qs[tid];
+            if (j == 0) {
+                k_new[tid] = ks[tid];
+                v_new[tid] = vs[tid];
+            }
+        }
+    }
+    __syncthreads();
+    // This lane's dims of every head's q: units u = j * kLanesKey + sub of 16 bytes (a key's lanes read
+    // whole 16-byte units side by side, so a quarter warp reads 128 contiguous bytes: no bank conflict).
+    const int lanes_key = grouped_lanes_key(d), sub = lane % lanes_key, keys_warp = Q3T_WARP / lanes_key;
+    const int units = d / kEpu;
+    float qr[G][kDimsLane];
+#pragma unroll
+    for (int j = 0; j < kUnitsLane; ++j)
+#pragma unroll
+        for (int e = 0; e < kEpu; ++e) {
+            const int i = (j * lanes_key + sub) * kEpu + e;
+#pragma unroll
+            for (int h = 0; h < G; ++h) qr[h][j * kEpu + e] = i < d ? q_all[h][i] : 0.f;
+        }
+    float acc[kOut];
+#pragma unroll
+    for (int o = 0; o < kOut; ++o) acc[o] = 0.f;
+
+    for (int tb = begin; tb < end; tb += rows) {
+        const int nt = min(rows, end - tb);
+        if (tb != begin) {  // a later tile: its cache rows after the wait
+            __syncthreads();  // every thread is done with the last tile
+            copy_kv_rows<C>(kc, vc, tb, max(0, min(tb + nt, pos) - tb), kvh, hkv, d, kt, vt);
+        }
+        if (has_pos && tb + nt == end && tid < d) {  // pos: the new row, as the cache now holds it
+            Elem<C>::store(kt, (pos - tb) * d + tid, k_new[tid]);
+            Elem<C>::store(vt, (pos - tb) * d + tid, v_new[tid]);
+        }
+        __syncthreads();
+        // Scores: key t of the tile by the lanes_key lanes of group lane / lanes_key of a warp.
+        for (int t0 = warp * keys_warp; t0 < nt; t0 += kWarps * keys_warp) {
+            const int t = t0 + lane / lanes_key;
+            float dot[G];
+#pragma unroll
+            for (int h = 0; h < G; ++h) dot[h] = 0.f;
+            if (t < nt) {
+#pragma unroll
+                for (int j = 0; j < kUnitsLane; ++j) {
+                    const int u = j * lanes_key + sub;
+                    if (u < units) {
+                        float kv[kEpu];
+                        load_unit(kt + (size_t)t * d + u * kEpu, kv);
+#pragma unroll
+                        for (int e = 0; e < kEpu; ++e)
+#pragma unroll
+                            for (int h = 0; h < G; ++h) dot[h] += qr[h][j * kEpu + e] * kv[e];
+                    }
+                }
+            }
+            for (int m = lanes_key / 2; m > 0; m >>= 1)
+#pragma unroll
+                for (int h = 0; h < G; ++h) dot[h] += Q3T_SHFL_XOR(dot[h], m);
+            if (sub == 0 && t < nt)
+#pragma unroll
+                for (int h = 0; h < G; ++h) sc[h][t] = dot[h] * scale;
+        }
+        __syncthreads();
+        // The tile's statistics, head h by warp h: scores -> weights exp(score - running max).
+        if (warp < G) {
+            const int h = warp;
+            float m = -INFINITY;
+            for (int t = lane; t < nt; t += Q3T_WARP) m = fmaxf(m, sc[h][t]);
+            m = warp_max(m);
+            const float m_old = run_m[h], m_new = fmaxf(m_old, m);
+            float l = 0.f;
+            for (int t = lane; t < nt; t += Q3T_WARP) {
+                const float p = expf(sc[h][t] - m_new);
+                sc[h][t] = p;
+                l += p;
+            }
+            l = warp_sum(l);
+            if (lane == 0) {
+                const float c = expf(m_old - m_new);  // 0 on the first tile (m_old = -inf)
+                corr[h] = c;
+                run_l[h] = run_l[h] * c + l;
+                run_m[h] = m_new;
+            }
+        }
+        __syncthreads();
+        // Weighted values: output (head e / d, dim e % d) by thread e (and e + kThreads, ...).
+#pragma unroll
+        for (int o = 0; o < kOut; ++o) {
+            const int e = tid + o * kThreads;
+            if (e < G * d) {
+                const int h = e / d, i = e - h * d;
+                float a = acc[o] * corr[h];
+#pragma unroll 4
+                for (int t = 0; t < nt; ++t) a += sc[h][t] * Elem<C>::load(vt + (size_t)t * d, i);
+                acc[o] = a;
+            }
+        }
+    }
+    float* out = out_all + (size_t)r * hq * d;
+    if (n_chunks == 1) {  // the whole context: the result
+#pragma unroll
+        for (int o = 0; o < kOut; ++o) {
+            const int e = tid + o * kThreads;
+            if (e < G * d) out[(size_t)kvh * G * d + e] = acc[o] / run_l[e / d];
+        }
+        return;
+    }
+    // Partials (max, sum, accumulator) per head at the one-stream layout: hq * splits * (d + 2) floats
+    // then hq int32 counters per row (this kernel counts per KV head, in the first hkv of them).
+    float* scratch = scratch_all + (size_t)r * ((size_t)hq * splits * (d + 2) + hq);
+    int* counters = reinterpret_cast<int*>(scratch + (size_t)hq * splits * (d + 2));
+#pragma unroll
+    for (int o = 0; o < kOut; ++o) {
+        const int e = tid + o * kThreads;
+        if (e < G * d) {
+            const int h = e / d, i = e - h * d;
+            float* part = scratch + ((size_t)(kvh * G + h) * splits + split) * (d + 2);
+            part[2 + i] = acc[o];
+            if (i == 0) {
+                part[0] = run_m[h];
+                part[1] = run_l[h];
+            }
+        }
+    }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last = atomicAdd(counters + kvh, 1) == n_chunks - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int e = tid; e < G * d; e += kThreads) {
+        const int h = e / d, i = e - h * d;
+        const float* base = scratch + (size_t)(kvh * G + h) * splits * (d + 2);
+        float M = -INFINITY;
+        for (int c = 0; c < n_chunks; ++c) M = fmaxf(M, q3t_ld_act(base + (size_t)c * (d + 2)));
+        float L = 0.f, a = 0.f;
+        for (int c = 0; c < n_chunks; ++c) {
+            const float w = expf(q3t_ld_act(base + (size_t)c * (d + 2)) - M);
+            L += q3t_ld_act(base + (size_t)c * (d + 2) + 1) * w;
+            a += q3t_ld_act(base + (size_t)c * (d + 2) + 2 + i) * w;
+        }
+        out[(size_t)(kvh * G + h) * d + i] = a / L;
+    }
+    if (tid == 0) counters[kvh] = 0;
 }
 
 // The CodePredictor's norm + RoPE + append + attention at one position (the same for every row),
@@ -75,6 +313,18 @@ __global__ void __launch_bounds__(kShortThreads) k_batched_rope_attention_first(
                                   blockIdx.y);
 }
 
+// k_batched_rope_attn_grouped for `group` q heads a KV head (1, 2 or 4; the launcher checked it).
+template <typename C>
+void launch_grouped(int group, dim3 grid, cudaStream_t s, const float* qkv, const float* qn, const float* kn,
+                    float eps, const float* cos_tab, const float* sin_tab, const int* slot, const int* pos, int hq,
+                    int hkv, int d, int max_seq, float scale, int splits, void* k_cache, void* v_cache, int slot_rows,
+                    float* scratch, float* out) {
+    auto kernel = group == 1 ? k_batched_rope_attn_grouped<C, 1>
+                             : group == 2 ? k_batched_rope_attn_grouped<C, 2> : k_batched_rope_attn_grouped<C, 4>;
+    q3t_launch(kernel, grid, kThreads, grouped_smem_bytes<C>(d), s, qkv, qn, kn, eps, cos_tab, sin_tab, slot, pos, hq,
+               hkv, d, max_seq, scale, splits, k_cache, v_cache, slot_rows, scratch, out);
+}
+
 bool batch_ok(int nb) { return nb >= 1 && nb <= Q3T_BATCH_MAX; }
 
 }  // namespace
@@ -92,17 +342,18 @@ extern "C" Q3T_API int q3t_batched_rope_attention_split(int dtype, const float* 
         splits > 1024 || max_seq <= 0 || slot_rows < max_seq)
         return q3t_fail("q3t_batched_rope_attention_split: bad shape nb=%d hq=%d hkv=%d d=%d splits=%d slot_rows=%d", nb,
                         hq, hkv, d, splits, slot_rows);
-    const dim3 grid(hq, splits, nb);
-    const size_t smem = split_smem_bytes(dtype, d);
+    const int group = hq / hkv;
+    if (d % 8 || (group != 1 && group != 2 && group != 4))
+        return q3t_fail("q3t_batched_rope_attention_split: d=%d (a multiple of 8) and hq / hkv = %d (1, 2 or 4)", d,
+                        group);
+    const dim3 grid(hkv, splits, nb);
     cudaStream_t s = Q3T_STREAM(stream);
     if (dtype == Q3T_F32)
-        q3t_launch(k_batched_rope_attn_split<float>, grid, kThreads, smem, s, qkv, q_norm_w, k_norm_w, eps, cos_tab,
-                   sin_tab, slot, pos, hq, hkv, d, max_seq, scale, splits, split_hist_rows(d), k_cache, v_cache,
-                   slot_rows, scratch, out);
+        launch_grouped<float>(group, grid, s, qkv, q_norm_w, k_norm_w, eps, cos_tab, sin_tab, slot, pos, hq, hkv, d,
+                              max_seq, scale, splits, k_cache, v_cache, slot_rows, scratch, out);
     else if (dtype == Q3T_BF16)
-        q3t_launch(k_batched_rope_attn_split<uint16_t>, grid, kThreads, smem, s, qkv, q_norm_w, k_norm_w, eps, cos_tab,
-                   sin_tab, slot, pos, hq, hkv, d, max_seq, scale, splits, split_hist_rows(d), k_cache, v_cache,
-                   slot_rows, scratch, out);
+        launch_grouped<uint16_t>(group, grid, s, qkv, q_norm_w, k_norm_w, eps, cos_tab, sin_tab, slot, pos, hq, hkv, d,
+                                 max_seq, scale, splits, k_cache, v_cache, slot_rows, scratch, out);
     else
         return q3t_fail("q3t_batched_rope_attention_split: unknown dtype %d", dtype);
     return q3t_check_launch("q3t_batched_rope_attention_split");

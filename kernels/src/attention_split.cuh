@@ -2,7 +2,8 @@
 // the context is cut into up to `splits` chunks (of at least kMinChunk positions), one block
 // per (q head, chunk) keeps an online softmax per warp (one key per warp per step, lanes over head
 // dims), then the last block of each head to finish merges the chunks.
-// Shared by attention.cu (one stream) and attention_batched.cu (the rows of a batched step).
+// The one-stream Talker attention (attention.cu); chunk_len and the block's limits also serve the
+// batched step's grouped attention (attention_batched.cu).
 // Softmax statistics and accumulation are float32.
 #pragma once
 
@@ -143,8 +144,7 @@ __device__ __forceinline__ void merge_if_last(const float* scratch, int* counter
 }
 
 // The q/k RMSNorm, RoPE, KV append and the chunk's online softmax as one block (head h, chunk `split`) of a kernel: the
-// Talker's long context, one stream (q3t_rope_attention_split) or a row of a batched step
-// (q3t_batched_rope_attention_split). Before the PDL wait the block copies the earlier positions'
+// Talker's long context of one stream (q3t_rope_attention_split). Before the PDL wait the block copies the earlier positions'
 // K/V rows of its chunk (up to hist_rows of them) into shared memory and loads the head's
 // constants; after it, it norms and rotates its head's q (and, in the chunk that holds pos, the
 // group's k and v, which the first q head of the group appends to the cache) and runs the online
