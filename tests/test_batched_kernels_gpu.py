@@ -17,8 +17,6 @@ Run: python3 -m pytest -q -x tests/test_batched_kernels_gpu.py (seconds on an H2
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from functools import partial
 from pathlib import Path
 
@@ -203,29 +201,10 @@ def test_batched_gemv_tensor_cores_take_bf16_with_scratch(ops: Ops) -> None:
 # The split shapes of a 1.7B / 0.6B step whose row tiles run as thread-block clusters on sm_90 (2..8 splits):
 # Talker qkv, CodePredictor qkv, o, gate_up, down (6 splits) and lm_head; Talker down (12) keeps the scratch path.
 CLUSTER_SHAPES = [(4096, 2048), (4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (2048, 1024), (2048, 6144)]
-_CLUSTER_CHILD = """
-import sys, torch
-from wyoming_qwen3tts import native
-from wyoming_qwen3tts.backends.kernels.ops import Ops
-ops = Ops(native.load(0))
-ops.use_pdl(sys.argv[2] == "1")
-args = torch.load(sys.argv[1], weights_only=False)
-out, records = [], []
-for w, x, nw, bias, y, mode in args:
-    scratch = torch.zeros(max(ops.batched_gemv_scratch_floats([w]), 1), device="cuda")
-    for nb in (1, 5, 8, 16):
-        yy = y[:nb].clone()
-        ops.batched_gemv(w, x[:nb].contiguous(), yy, mode=mode, norm_w=nw, eps=1e-6, bias=bias, scratch=scratch)
-        out.append(yy.cpu())
-    records.append(int(scratch[4096:].count_nonzero()))  # partials the scratch path wrote past its counters
-torch.save((out, records), sys.argv[1] + ".out")
-"""
-
-
 @pytest.mark.parametrize("pdl", [False, True])
-def test_batched_gemv_clusters_equal_scratch_path(ops: Ops, tmp_path: Path, pdl: bool) -> None:
+def test_batched_gemv_clusters_equal_scratch_path(ops: Ops, pdl: bool) -> None:
     """On sm_90 the tensor-core kernel splits K across a cluster's blocks (distributed shared memory) where
-    the plan has 2..8 splits; with Q3T_GEMV_CLUSTER=0 it keeps the partials in global scratch. Both sum
+    the plan has 2..8 splits; with q3t_set_gemv_clusters(0) it keeps the partials in global scratch. Both sum
     in the same order: bf16 and int8 weights, every mode, nb 1..16, with and without PDL, bit for bit. The
     scratch's partials show which path ran: every matrix writes them without clusters, and with clusters at
     least one (the CodePredictor's) writes none, so the comparison is not of one path with itself."""
@@ -240,18 +219,28 @@ def test_batched_gemv_clusters_equal_scratch_path(ops: Ops, tmp_path: Path, pdl:
         w, w32, x, nw, bias, y0 = _gemv_inputs(n, k, torch.bfloat16, mode, 700 + i)
         args.append((w, x, nw if i % 2 == 0 else None, bias, y0, mode))
         args.append((Matrix(*quantize_rows(w32)), x, nw if i % 2 == 1 else None, bias, y0, mode))
-    path = tmp_path / "args.pt"
-    torch.save(args, path)
-    outs, records = {}, {}
-    for cluster in ("1", "0"):
-        env = {**os.environ, "Q3T_GEMV_CLUSTER": cluster}
-        subprocess.run([sys.executable, "-c", _CLUSTER_CHILD, str(path), "1" if pdl else "0"], env=env, check=True,
-                       timeout=300)  # fmt: skip
-        outs[cluster], records[cluster] = torch.load(str(path) + ".out")
-    assert all(n > 0 for n in records["0"]), records["0"]
-    assert 0 in records["1"], records["1"]
-    assert len(outs["1"]) == 2 * 4 * len(CLUSTER_SHAPES)
-    for i, (a, b) in enumerate(zip(outs["1"], outs["0"])):
+    outs: dict[bool, list[torch.Tensor]] = {}
+    records: dict[bool, list[int]] = {}
+    ops.set_pdl(pdl)
+    try:
+        for clusters in (True, False):
+            ops.set_gemv_clusters(clusters)
+            outs[clusters], records[clusters] = [], []
+            for w, x, nw, bias, y, mode in args:
+                scratch = torch.zeros(max(ops.batched_gemv_scratch_floats([w]), 1), device=DEV)
+                for nb in (1, 5, 8, 16):
+                    yy = y[:nb].clone()
+                    ops.batched_gemv(w, x[:nb].contiguous(), yy, mode=mode, norm_w=nw, eps=1e-6, bias=bias,
+                                     scratch=scratch)  # fmt: skip
+                    outs[clusters].append(yy.cpu())
+                records[clusters].append(int(scratch[4096:].count_nonzero()))  # partials past the counters
+    finally:  # the module's library as the fixture left it
+        ops.set_gemv_clusters(True)
+        ops.set_pdl(os.environ.get("Q3T_PDL", "0") == "1")
+    assert all(n > 0 for n in records[False]), records[False]
+    assert 0 in records[True], records[True]
+    assert len(outs[True]) == 2 * 4 * len(CLUSTER_SHAPES)
+    for i, (a, b) in enumerate(zip(outs[True], outs[False])):
         what = f"shape {CLUSTER_SHAPES[i // 8]} {('bf16', 'int8')[i // 4 % 2]}, call {i % 4}"
         assert torch.isfinite(a).all(), f"{what}: not finite"
         assert_equal(a, b, f"{what}: clusters vs scratch")

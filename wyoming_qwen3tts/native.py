@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-ABI_VERSION = 8  # must equal Q3T_ABI_VERSION in kernels/include/q3t.h
+ABI_VERSION = 9  # must equal Q3T_ABI_VERSION in kernels/include/q3t.h
 
 # The kernel sources: inside the package when installed from a wheel or non-editable (setup.py puts
 # them there), else the checkout's kernels/ (editable installs, the Docker images, tests).
@@ -71,6 +71,7 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
     "q3t_last_error": (ctypes.c_char_p, []),
     "q3t_init": (_c_int, [_c_int, ctypes.POINTER(_c_int), ctypes.POINTER(_c_int)]),
     "q3t_set_pdl": (_c_int, [_c_int]),
+    "q3t_set_gemv_clusters": (_c_int, [_c_int]),
     "q3t_rmsnorm": (_c_int, [_p, _p, _p, _c_int, _c_float, _p]),
     "q3t_gemv": (_c_int, [_c_int, _p, _p, _c_int, _c_int, _p, _p, _c_float, _p, _p, _c_int, _p]),
     "q3t_gemv_batch": (_c_int, [_c_int, _p, _p, _c_int, _c_int, _p, _c_int, _p, _c_float, _p, _p, _c_int, _p]),

@@ -9,6 +9,8 @@
 # STEPS=tests: the batched kernels' and int8's whole GPU suites (with the decoder's), scheduler and admission suites.
 # STEPS=profile (run 52 on): kernels/device/profile_batched_step.py, 0.6B and 1.7B at 16 streams, contexts 127 and 227
 # (PROFILE_ARGS: more arguments, e.g. "--splits 2,4,8").
+# STEPS=sanitize (run 54 on): compute-sanitizer memcheck and racecheck on the batched Talker attention at the models'
+# shapes (kernels/device/sanitize_attention.py) and on a tiny bf16 batched decode (kernels/device/sanitize_batched.py).
 # .variant (ignored): cp -r wyoming_qwen3tts kernels of the base revision (git worktree add /tmp/base REV) into .variant/,
 # then from inside it: Q3T_CACHE_DIR=$PWD/.libcache python -m wyoming_qwen3tts.native --toolchain nvcc --arch sm_90.
 # NOBASE=1: the new kernel alone (no .variant needed). Carry .whl-lite, .libcache and .variant. Everything comes back in $OUT/NAME.tgz.
@@ -41,6 +43,16 @@ if has profile; then
   for size in ${SIZES:-0.6b 1.7b}; do
     timeout 200 python3 kernels/device/profile_batched_step.py --size $size --out $R $PROFILE_ARGS > $R/profile-$size.log 2>&1
     echo "profile $size rc=$? [$((SECONDS - t)) s]"; grep -E "steps|per step|attn" $R/profile-$size.log
+  done
+fi
+if has sanitize; then
+  for tool in memcheck racecheck; do
+    timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 python3 kernels/device/sanitize_attention.py \
+      > $R/san-attention-$tool.log 2>&1
+    echo "sanitizer $tool attention rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $R/san-attention-$tool.log | tail -1) [$((SECONDS - t)) s]"
+    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 python3 kernels/device/sanitize_batched.py tiny bfloat16 \
+      > $R/san-decode-$tool.log 2>&1
+    echo "sanitizer $tool decode rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $R/san-decode-$tool.log | tail -1) [$((SECONDS - t)) s]"
   done
 fi
 if has gemv; then

@@ -1,7 +1,7 @@
 """The batched GEMVs of one step as a chain, captured in one graph with PDL: the CodePredictor's 16 positions x 5
 layers (qkv, o, gate_up, down) plus its 15 lm_heads, and the Talker's 28 layers, at 1.7B shapes and full-size
 random bf16 weights; attention, draws and the rest of the step left out. Prints ms per chain at nb 4, 8 and 16.
-The library reads its cluster switch at load (Q3T_GEMV_CLUSTER=0: the scratch path): run once per setting.
+Q3T_GEMV_CLUSTER=0 (KernelOptions.from_env) takes the scratch path instead of clusters: run once per setting.
 
     python kernels/device/bench_gemv_chain.py LABEL
 """
@@ -19,6 +19,7 @@ from bench_batched import time_graph  # noqa: E402
 
 from wyoming_qwen3tts import native  # noqa: E402
 from wyoming_qwen3tts.backends.kernels.ops import Ops  # noqa: E402
+from wyoming_qwen3tts.backends.kernels.options import KernelOptions  # noqa: E402
 
 STACKS = {  # name: (layers, passes, hidden, qkv rows, attention width, intermediate, lm_heads)
     "cp": (5, 16, 1024, 4096, 2048, 3072, 15),
@@ -30,6 +31,7 @@ def main() -> None:
     label = sys.argv[1] if len(sys.argv) > 1 else "default"
     ops = Ops(native.load(0))
     assert ops.use_pdl(True)
+    ops.set_gemv_clusters(KernelOptions.from_env().gemv_clusters)
     g = torch.Generator(device="cuda").manual_seed(0)
 
     def w(n: int, k: int) -> torch.Tensor:

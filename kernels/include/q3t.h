@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bump on any change of a prototype, of a constant below or of a function's meaning. */
-#define Q3T_ABI_VERSION 8
+#define Q3T_ABI_VERSION 9
 
 #define Q3T_F32 0
 #define Q3T_BF16 1
@@ -56,6 +56,11 @@ Q3T_API int q3t_init(int device, int* warp_size, int* sm_count);
 /* Launch with programmatic dependent launch (CUDA sm_90+ only; fails elsewhere when enable != 0).
  * Process-wide; takes effect for launches (and graph captures) made after the call. */
 Q3T_API int q3t_set_pdl(int enable);
+
+/* Whether the tensor-core batched GEMV splits K across thread-block clusters where its plan allows
+ * (CUDA sm_90+; on by default). Off, it keeps the partial sums in global scratch: the same bits (A/B
+ * runs). Process-wide, from the next launch on; a no-op where the kernel has no clusters. */
+Q3T_API int q3t_set_gemv_clusters(int enable);
 
 /* y = RMSNorm(x) * w over n elements (statistics in float32). */
 Q3T_API int q3t_rmsnorm(const float* x, const float* w, float* y, int n, float eps, void* stream);

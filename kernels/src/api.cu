@@ -3,8 +3,6 @@
 
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>  // getenv
-#include <string.h>
 
 static thread_local char g_err[512] = "";
 static int g_warp = 32;
@@ -73,14 +71,21 @@ Q3T_API int q3t_init(int device, int* warp_size, int* sm_count) {
     g_sms = prop.multiProcessorCount;
 #if defined(Q3T_CUDA)
     g_cc_major = prop.major;
-    const char* cluster = getenv("Q3T_GEMV_CLUSTER");
-    g_gemv_cluster = !(cluster && strcmp(cluster, "0") == 0);
 #endif
     if (warp_size) *warp_size = prop.warpSize;
     if (sm_count) *sm_count = prop.multiProcessorCount;
     cudaFuncAttributes attr;
     e = cudaFuncGetAttributes(&attr, (const void*)k_add_i32);
     if (e != cudaSuccess) return q3t_fail("kernel image not loadable on device %d: %s", device, cudaGetErrorString(e));
+    return 0;
+}
+
+Q3T_API int q3t_set_gemv_clusters(int enable) {
+#if defined(Q3T_CUDA)
+    g_gemv_cluster = enable != 0;
+#else
+    (void)enable;  // HIP: the tensor-core kernel and its clusters are CUDA-only
+#endif
     return 0;
 }
 

@@ -63,8 +63,8 @@ __device__ __forceinline__ void load_unit(const uint16_t* p, float (&o)[8]) {
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-        o[2 * j] = __uint_as_float(w[j] << 16);
-        o[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+        o[2 * j] = bf16_lo(w[j]);
+        o[2 * j + 1] = bf16_hi(w[j]);
     }
 }
 
@@ -197,7 +197,8 @@ __global__ void Q3T_LAUNCH_BOUNDS(kThreads, G > 2 ? kGroupedBlocksPerSm - 1 : kG
             float m = -INFINITY;
             for (int t = lane; t < nt; t += Q3T_WARP) m = fmaxf(m, sc[h][t]);
             m = warp_max(m);
-            const float m_old = run_m[h], m_new = fmaxf(m_old, m);
+            // The running max is lane 0's alone (read, then written, by it): the warp gets it by shuffle.
+            const float m_old = Q3T_SHFL(lane == 0 ? run_m[h] : 0.f, 0), m_new = fmaxf(m_old, m);
             float l = 0.f;
             for (int t = lane; t < nt; t += Q3T_WARP) {
                 const float p = expf(sc[h][t] - m_new);

@@ -20,7 +20,7 @@ int q3t_host_sms();
 // Compute capability major of the device passed to q3t_init (0 before it).
 int q3t_host_cc_major();
 // Whether the tensor-core batched GEMV splits K across thread-block clusters where it can (sm_90+;
-// Q3T_GEMV_CLUSTER=0 at q3t_init turns it off, for A/B runs).
+// q3t_set_gemv_clusters(0) turns it off, for A/B runs).
 bool q3t_gemv_cluster_enabled();
 // The tensor-core batched GEMV (gemv_batched_mma.cu): whether it takes this call, the scratch floats
 // it needs, and the launch (arguments already checked).
@@ -68,27 +68,47 @@ __device__ __forceinline__ void q3t_grid_dep_trigger_first() {
 #endif
 }
 
-// Launch `kernel` on stream s, with the PDL attribute when enabled. Errors surface through
-// cudaGetLastError (q3t_check_launch) like a <<<>>> launch.
+// Launch `kernel` on stream s, with the PDL attribute when enabled, and (cluster_y > 0, CUDA sm_90+)
+// as thread-block clusters of 1 x cluster_y blocks. Errors surface through cudaGetLastError
+// (q3t_check_launch) like a <<<>>> launch.
 template <typename... KArgs, typename... Args>
-inline void q3t_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
+inline void q3t_launch_clusters(void (*kernel)(KArgs...), dim3 grid, int cluster_y, dim3 block, size_t smem,
+                                cudaStream_t s, Args... args) {
 #if defined(Q3T_CUDA)
-    if (q3t_pdl_enabled()) {
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
+    if (q3t_pdl_enabled() || cluster_y > 0) {
+        cudaLaunchAttribute attr[2];
+        int n = 0;
+        if (cluster_y > 0) {
+            attr[n].id = cudaLaunchAttributeClusterDimension;
+            attr[n].val.clusterDim.x = 1;
+            attr[n].val.clusterDim.y = cluster_y;
+            attr[n].val.clusterDim.z = 1;
+            ++n;
+        }
+        if (q3t_pdl_enabled()) {
+            attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr[n].val.programmaticStreamSerializationAllowed = 1;
+            ++n;
+        }
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = grid;
         cfg.blockDim = block;
         cfg.dynamicSmemBytes = smem;
         cfg.stream = s;
         cfg.attrs = attr;
-        cfg.numAttrs = 1;
+        cfg.numAttrs = n;
         (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
         return;
     }
+#else
+    (void)cluster_y;  // HIP: no clusters (callers ask only on CUDA)
 #endif
     kernel<<<grid, block, smem, s>>>(static_cast<KArgs>(args)...);
+}
+
+template <typename... KArgs, typename... Args>
+inline void q3t_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
+    q3t_launch_clusters(kernel, grid, 0, block, smem, s, args...);
 }
 
 #define Q3T_STREAM(s) (reinterpret_cast<cudaStream_t>(s))

@@ -462,23 +462,8 @@ int launch(const W* w, const float* w_scale, int n_rows, int k, Plan p, const fl
                    k, p.ks, x, nb, norm_w, eps, bias, y, scratch);
         return q3t_check_launch("q3t_batched_gemv (tensor cores)");
     }
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = p.ks;
-    attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = kThreads;
-    cfg.dynamicSmemBytes = Smem<W, C, NT>::kBytes;
-    cfg.stream = s;
-    cfg.attrs = attr;
-    cfg.numAttrs = q3t_pdl_enabled() ? 2 : 1;
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, k_bgemv_mma<W, MODE, C, NT, true>, w, w_scale, n_rows, k, p.ks, x,
-                                             nb, norm_w, eps, bias, y, scratch);
-    if (e != cudaSuccess) return q3t_fail("q3t_batched_gemv (tensor cores, clusters of %d): %s", p.ks, cudaGetErrorString(e));
+    q3t_launch_clusters(k_bgemv_mma<W, MODE, C, NT, true>, grid, p.ks, kThreads, Smem<W, C, NT>::kBytes, s, w, w_scale,
+                        n_rows, k, p.ks, x, nb, norm_w, eps, bias, y, scratch);
     return q3t_check_launch("q3t_batched_gemv (tensor cores, clusters)");
 }
 

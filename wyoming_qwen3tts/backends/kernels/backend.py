@@ -46,6 +46,7 @@ class KernelBackend:
         self.options = options or KernelOptions.from_env()
         self.lib = lib or native.load(model.device.index or 0)
         self.ops = Ops(self.lib)
+        self.ops.set_gemv_clusters(self.options.gemv_clusters)
         self.model = model
         self.eos_id = model.cfg.talker.codec_eos_token_id
         self.pdl = self.options.pdl  # turned off at the first capture where the device has no PDL

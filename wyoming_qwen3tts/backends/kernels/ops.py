@@ -83,6 +83,11 @@ class Ops:
         native.NativeError where the device has none (HIP, or CUDA before sm_90)."""
         self.lib.call("q3t_set_pdl", int(enable))
 
+    def set_gemv_clusters(self, enable: bool) -> None:
+        """The tensor-core batched GEMV's split K across thread-block clusters (where it can) or through global
+        scratch (the same bits), for launches and captures from now on (one flag for the whole library)."""
+        self.lib.call("q3t_set_gemv_clusters", int(enable))
+
     def use_pdl(self, want: bool) -> bool:
         """set_pdl(want) where the device has PDL, else off; returns whether it is on. Launches and captures
         take the setting current when they are made (one flag for the whole library)."""
