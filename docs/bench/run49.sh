@@ -7,6 +7,7 @@
 # STEPS=gemv: the batched GEMV tests (every shape vs float64, rows alone vs batched, clusters vs scratch; int8 too).
 # STEPS=streams: bench.streams 1.7B and 0.6B, 1-16 streams with the new kernel, 4, 8 and 16 with the base.
 # STEPS=tests: the batched kernels' and int8's whole GPU suites (with the decoder's), scheduler and admission suites.
+# STEPS=onestream (run 56 on): the one-stream GPU suites as run 38 (engine, prefill, clone, codec slots, kernels).
 # STEPS=profile (run 52 on): kernels/device/profile_batched_step.py, 0.6B and 1.7B at 16 streams, contexts 127 and 227
 # (PROFILE_ARGS: more arguments, e.g. "--splits 2,4,8").
 # STEPS=sanitize (run 54 on): compute-sanitizer memcheck and racecheck on the batched Talker attention at the models'
@@ -61,6 +62,10 @@ fi
 if has tests; then
   py kernels 240 tests/test_batched_kernels_gpu.py tests/test_int8_kernels_gpu.py
   py engine 200 tests/test_batching_engine_gpu.py tests/test_batched_admission_gpu.py
+fi
+if has onestream; then
+  py onestream 280 tests/test_engine_gpu.py tests/test_prefill_gpu.py tests/test_clone_gpu.py \
+    tests/test_codec_slots_gpu.py tests/test_kernels_gpu.py -k "not full"
 fi
 ck() { [ -d /tmp/ck/$1 ] || python3 -m wyoming_qwen3tts.tools.random_checkpoint --size $1 --out /tmp/ck/$1 --device cuda > /dev/null 2>&1; }
 streams() {  # name, size, variant, then bench.streams arguments
