@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import torch
 
-from test_kernels_gpu import gen, ops, rel  # noqa: F401 - ops is the module's fixture too
+from test_kernels_gpu import _check_attention_step, gen, ops, rel  # noqa: F401 - ops is the module's fixture too
 from wyoming_qwen3tts import native
 from wyoming_qwen3tts.backends.kernels.ops import Ops
 
@@ -272,22 +272,6 @@ def _rope_tables(max_seq: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
     return cos.contiguous(), sin.contiguous()
 
 
-def _attention_f64(qkv: torch.Tensor, qn: torch.Tensor, kn: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                   kc: torch.Tensor, vc: torch.Tensor, pos: int, hq: int, hkv: int, eps: float,
-                   scale: float) -> torch.Tensor:  # fmt: skip
-    """One row's Talker attention in float64: q of every head RMSNormed and rotated at pos, over the cache's
-    positions 0..pos (the kernel's own appended row at pos)."""
-    d = kc.shape[-1]
-    q = qkv[: hq * d].double().view(hq, d)
-    q = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + eps) * qn.double()
-    half = d // 2
-    q = q * cos[pos].double() + torch.cat([-q[:, half:], q[:, :half]], -1) * sin[pos].double()
-    keys = kc[: pos + 1].double().repeat_interleave(hq // hkv, dim=1)  # [pos + 1, hq, d]
-    vals = vc[: pos + 1].double().repeat_interleave(hq // hkv, dim=1)
-    p = torch.softmax(torch.einsum("hd,thd->ht", q, keys) * scale, dim=-1)
-    return torch.einsum("ht,thd->hd", p, vals).reshape(-1)
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("hq,hkv,d", [(16, 8, 128), (4, 2, 16), (8, 8, 64), (16, 4, 32)])
 @pytest.mark.parametrize("splits", [1, 4, 32])
@@ -336,8 +320,10 @@ def test_batched_rope_attention_split_rows(ops: Ops, dtype: torch.dtype, hq: int
         ops.rope_attention_split(qkv[r], qn, kn, cos, sin, kc, vc, one, eps=eps, scale=scale, splits=splits,
                                  scratch=one_scratch, pos=pos[s:])  # fmt: skip
         assert_close(out[r], one, F32_TOL, f"{what} against the one-stream kernel")
-        ref = _attention_f64(qkv[r], qn, kn, cos, sin, cache[s, layer, 0], cache[s, layer, 1], p, hq, hkv, eps, scale)
-        assert_close(out[r], ref, F32_TOL, f"{what} against float64")
+        # Against float64 (q, k normed and rotated by the model's functions) over the rows the kernel left, the
+        # appended row against float64 too and every other row of the slot's cache untouched.
+        _check_attention_step(qkv[r], qn, kn, cos, sin, cache0[s, layer, 0], cache0[s, layer, 1], cache[s, layer, 0],
+                              cache[s, layer, 1], out[r], p, hq, scale)  # fmt: skip
         alone_cache = cache0.clone()
         alone = torch.full((1, hq * d), float("nan"), device=DEV)
         call(qkv[r : r + 1], k_cache=alone_cache[0, layer, 0], v_cache=alone_cache[0, layer, 1], out=alone,

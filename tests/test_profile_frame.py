@@ -52,3 +52,34 @@ def test_overlapping_kernels_count_no_negative_gap() -> None:
     )
     by = {r["kernel"]: r for r in res["kernels"]}
     assert by["b"]["gap_us"] == 0.0 and by["c"]["gap_us"] == 2.0  # c waits for a's end (10), not b's (5)
+
+
+def test_kernel_events_keep_the_grid() -> None:
+    trace = _trace([("a", 0.0, 1.0)])
+    trace["traceEvents"][0]["args"] = {"grid": [8, 4, 16]}
+    assert profile_frame.kernel_events(trace)[0]["grid"] == (8, 4, 16)
+
+
+def test_batched_step_profile_charges_each_kernel_what_it_adds() -> None:
+    """profile_batched_step.charge: with PDL a kernel starts before its predecessor ends; it is charged its end
+    minus the previous end (its own duration apart), per (name, grid) and per step, and the charges sum to the span."""
+    spec = importlib.util.spec_from_file_location(
+        "profile_batched_step", Path(__file__).resolve().parent.parent / "kernels" / "device" / "profile_batched_step.py"
+    )
+    step = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(step)
+    ks = [  # two steps of: gemv [0, 5), attn starting early at 1, ending 9; gemv again (other grid) 8 -> 12
+        {"name": "void k_gemv<float>(int)", "grid": (64, 1, 1), "ts": 0.0, "dur": 5.0},
+        {"name": "void k_attn(int)", "grid": (8, 4, 16), "ts": 1.0, "dur": 8.0},
+        {"name": "void k_gemv<float>(int)", "grid": (16, 4, 1), "ts": 8.0, "dur": 4.0},
+    ]
+    ks += [{**k, "ts": k["ts"] + 12.0} for k in ks]
+    step_us, table = step.charge(ks, 2)
+    assert step_us == 12.0
+    rows = {(r["kernel"], tuple(r["grid"])): r for r in table}
+    assert rows[("k_attn", (8, 4, 16))] == {"kernel": "k_attn", "grid": [8, 4, 16], "launches": 1.0, "own_us": 8.0,
+                                            "added_us": 4.0}  # fmt: skip
+    assert rows[("k_gemv<float>", (16, 4, 1))]["added_us"] == 3.0
+    assert rows[("k_gemv<float>", (64, 1, 1))]["added_us"] == 5.0  # the first one whole, the second 5 past 12
+    assert sum(r["added_us"] for r in table) == step_us
+    assert [r["added_us"] for r in table] == [5.0, 4.0, 3.0]  # largest first

@@ -26,19 +26,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from profile_frame import short_name  # noqa: E402
+from profile_frame import kernel_events, short_name  # noqa: E402
 
 REPLAYS = 6  # steps traced at each context; the first is dropped
-
-
-def trace_kernels(trace: dict[str, Any]) -> list[dict[str, Any]]:
-    """The device kernels of a chrome trace in start order: name, grid, ts and dur (µs)."""
-    out = []
-    for e in trace.get("traceEvents", []):
-        if e.get("cat") == "kernel" and e.get("ph") == "X":
-            grid = tuple(e.get("args", {}).get("grid", ()))
-            out.append({"name": short_name(e["name"]), "grid": grid, "ts": float(e["ts"]), "dur": float(e["dur"])})
-    return sorted(out, key=lambda k: k["ts"])
 
 
 def charge(kernels: list[dict[str, Any]], steps: int) -> tuple[float, list[dict[str, Any]]]:
@@ -47,7 +37,7 @@ def charge(kernels: list[dict[str, Any]], steps: int) -> tuple[float, list[dict[
     prev_end = None
     for k in kernels:
         end = k["ts"] + k["dur"]
-        r = rows[(k["name"], k["grid"])]
+        r = rows[(short_name(k["name"]), k["grid"])]
         r["launches"] += 1
         r["own_us"] += k["dur"]
         r["added_us"] += max(0.0, end - (prev_end if prev_end is not None else k["ts"]))
@@ -106,7 +96,7 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "trace.json"
                 prof.export_chrome_trace(str(path))
-                kernels = trace_kernels(json.loads(path.read_text()))
+                kernels = kernel_events(json.loads(path.read_text()))
             per = len(kernels) // REPLAYS
             step_us, table = charge(kernels[per:], REPLAYS - 1)
             results.append(dict(size=args.size, nb=args.nb, splits=dec.splits, context=target,

@@ -22,10 +22,10 @@ SKIP = 2
 
 
 def kernel_events(trace: dict[str, Any]) -> list[dict[str, Any]]:
-    """The device kernels of a chrome trace, in start order: name, ts (µs), dur (µs)."""
+    """The device kernels of a chrome trace, in start order: name, grid, ts (µs), dur (µs)."""
     events = [e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel" and e.get("ph") == "X"]
-    return sorted(({"name": e["name"], "ts": float(e["ts"]), "dur": float(e["dur"])} for e in events),
-                  key=lambda e: e["ts"])  # fmt: skip
+    return sorted(({"name": e["name"], "grid": tuple(e.get("args", {}).get("grid", ())), "ts": float(e["ts"]),
+                    "dur": float(e["dur"])} for e in events), key=lambda e: e["ts"])  # fmt: skip
 
 
 def short_name(name: str) -> str:

@@ -26,8 +26,9 @@ __device__ __forceinline__ C* slot_cache(void* base, int s, int stride, int hkv,
 // kernels' arithmetic: the cache row appended here is theirs bit for bit), then per tile: every score
 // from shared memory (grouped_lanes_key lanes a key, kDimsLane dims a lane), the tile's softmax
 // statistics per head (a warp each), and the weighted values (a thread per head and dimension), an
-// online softmax across tiles. A chunk longer than one tile reads its later tiles after the wait. The chunks of a head merge as the
-// one-stream kernel's do: the last block to finish (counted per KV head) combines their partials.
+// online softmax across tiles. A chunk longer than one tile reads its later tiles after the wait. The
+// chunks merge as the one-stream kernel's do (merge_if_last): the last block to finish, counted per KV
+// head, combines the group's partials.
 // Float32 throughout; the sums run in an order fixed by (d, splits, the row's position), never by the
 // other rows, so a row's output is the same at any nb and next to any batch-mates.
 constexpr int kDimsLane = 8;  // head dims a lane multiplies per key (16 bytes of bf16, two units of float)
@@ -84,7 +85,6 @@ __global__ void Q3T_LAUNCH_BOUNDS(kThreads, G > 2 ? kGroupedBlocksPerSm - 1 : kG
     __shared__ float run_m[G], run_l[G], corr[G];
     __shared__ float qs[kMaxD], ks[kMaxD], vs[kMaxD];
     __shared__ float red[32];
-    __shared__ int last;
     const int kvh = blockIdx.x, split = blockIdx.y, r = blockIdx.z;
     const int tid = threadIdx.x, lane = tid % Q3T_WARP, warp = tid / Q3T_WARP;
     constexpr int kWarps = kThreads / Q3T_WARP;
@@ -253,26 +253,7 @@ __global__ void Q3T_LAUNCH_BOUNDS(kThreads, G > 2 ? kGroupedBlocksPerSm - 1 : kG
             }
         }
     }
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) last = atomicAdd(counters + kvh, 1) == n_chunks - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int e = tid; e < G * d; e += kThreads) {
-        const int h = e / d, i = e - h * d;
-        const float* base = scratch + (size_t)(kvh * G + h) * splits * (d + 2);
-        float M = -INFINITY;
-        for (int c = 0; c < n_chunks; ++c) M = fmaxf(M, q3t_ld_act(base + (size_t)c * (d + 2)));
-        float L = 0.f, a = 0.f;
-        for (int c = 0; c < n_chunks; ++c) {
-            const float w = expf(q3t_ld_act(base + (size_t)c * (d + 2)) - M);
-            L += q3t_ld_act(base + (size_t)c * (d + 2) + 1) * w;
-            a += q3t_ld_act(base + (size_t)c * (d + 2) + 2 + i) * w;
-        }
-        out[(size_t)(kvh * G + h) * d + i] = a / L;
-    }
-    if (tid == 0) counters[kvh] = 0;
+    merge_if_last(scratch, counters + kvh, kvh * G, G, d, splits, n_chunks, out);
 }
 
 // The CodePredictor's norm + RoPE + append + attention at one position (the same for every row),

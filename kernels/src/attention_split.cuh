@@ -103,44 +103,44 @@ __device__ __forceinline__ void partial_out(float m, float l, const float (&acc)
     }
 }
 
-// Head h's first n chunks' (max, sum, accumulator) from scratch (laid out for `splits` chunks per
-// head) into its normalised output, block-wide. Read at L2: in the split pass's last block the
-// partials come from other blocks of the same kernel.
-__device__ void merge_head(const float* scratch, int h, int d, int splits, int n, float* __restrict__ out) {
-    const float* base = scratch + (size_t)h * splits * (d + 2);
-    float M = -INFINITY;
-    for (int s = 0; s < n; ++s) M = fmaxf(M, q3t_ld_act(base + (size_t)s * (d + 2)));
-    float L = 0.f;
-    for (int s = 0; s < n; ++s) {
-        const float ms = q3t_ld_act(base + (size_t)s * (d + 2));
-        if (ms != -INFINITY) L += q3t_ld_act(base + (size_t)s * (d + 2) + 1) * expf(ms - M);
-    }
-    for (int i = threadIdx.x; i < d; i += blockDim.x) {
-        float a = 0.f;
+// Heads h0 .. h0 + heads - 1: each one's first n chunks' (max, sum, accumulator) from scratch (laid out for
+// `splits` chunks per head) into its normalised output, a thread per (head, dim). Read at L2: in the split
+// pass's last block the partials come from other blocks of the same kernel.
+__device__ void merge_heads(const float* scratch, int h0, int heads, int d, int splits, int n,
+                            float* __restrict__ out) {
+    for (int e = threadIdx.x; e < heads * d; e += blockDim.x) {
+        const int h = h0 + e / d, i = e % d;
+        const float* base = scratch + (size_t)h * splits * (d + 2);
+        float M = -INFINITY;
+        for (int s = 0; s < n; ++s) M = fmaxf(M, q3t_ld_act(base + (size_t)s * (d + 2)));
+        float L = 0.f, a = 0.f;
         for (int s = 0; s < n; ++s) {
             const float ms = q3t_ld_act(base + (size_t)s * (d + 2));
-            if (ms != -INFINITY) a += q3t_ld_act(base + (size_t)s * (d + 2) + 2 + i) * expf(ms - M);
+            if (ms == -INFINITY) continue;  // an empty chunk
+            const float w = expf(ms - M);
+            L += q3t_ld_act(base + (size_t)s * (d + 2) + 1) * w;
+            a += q3t_ld_act(base + (size_t)s * (d + 2) + 2 + i) * w;
         }
         out[(size_t)h * d + i] = a / L;
     }
 }
 
-// After a block of the split pass has written its chunk's partial: the last of head h's blocks to
-// finish (counted in counters[h], which it resets for the next launch) merges the head, so no
-// second kernel runs. The fences order each block's partial before its count, and the count before
+// After a block of the split pass has written its chunks' partials of heads h0 .. h0 + heads - 1: the last
+// of the blocks sharing `counter` to finish (it resets the counter for the next launch) merges those heads,
+// so no second kernel runs. The fences order each block's partial before its count, and the count before
 // the last block's reads (the CUDA programming guide's threadFenceReduction pattern).
-// n: the head's blocks that run (chunks within the context).
-__device__ __forceinline__ void merge_if_last(const float* scratch, int* counters, int h, int d, int splits, int n,
-                                              float* __restrict__ out) {
+// n: the blocks that run for these heads (chunks within the context).
+__device__ __forceinline__ void merge_if_last(const float* scratch, int* counter, int h0, int heads, int d,
+                                              int splits, int n, float* __restrict__ out) {
     __shared__ int last;
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(counters + h, 1) == n - 1;
+    if (threadIdx.x == 0) last = atomicAdd(counter, 1) == n - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
-    merge_head(scratch, h, d, splits, n, out);
-    if (threadIdx.x == 0) counters[h] = 0;
+    merge_heads(scratch, h0, heads, d, splits, n, out);
+    if (threadIdx.x == 0) *counter = 0;
 }
 
 // The q/k RMSNorm, RoPE, KV append and the chunk's online softmax as one block (head h, chunk `split`) of a kernel: the
@@ -213,7 +213,7 @@ __device__ __forceinline__ void rope_attn_split_block(
     }
     partial_out(m, l, acc, h, split, d, splits, sm_m, sm_l, sm_acc, scratch, direct);
     if (!direct)
-        merge_if_last(scratch, reinterpret_cast<int*>(scratch + (size_t)hq * splits * (d + 2)), h, d, splits, n_chunks,
-                      out);
+        merge_if_last(scratch, reinterpret_cast<int*>(scratch + (size_t)hq * splits * (d + 2)) + h, h, 1, d, splits,
+                      n_chunks, out);
 }
 }  // namespace
