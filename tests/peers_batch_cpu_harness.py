@@ -1,4 +1,4 @@
-"""Run bench.peers_batch's two workers on the CPU with a tiny model, to catch mistakes in how they call the peers.
+"""Run benchmarks.peers_batch's two workers on the CPU with a tiny model, to catch mistakes in how they call the peers.
 
     PYTHONPATH=SITE:REPO python tests/peers_batch_cpu_harness.py OUT.json [triton|fqb ...]
 
@@ -93,7 +93,7 @@ def main() -> int:
 
     hybrid.apply_triton_kernels = lambda model, **k: patched.append(type(model).__name__)
 
-    from wyoming_qwen3tts.bench import peers_batch_workers as workers
+    from benchmarks import peers_batch_workers as workers
 
     results = {}
     for peer in peers:

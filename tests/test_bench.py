@@ -1,4 +1,4 @@
-"""The benchmark (wyoming_qwen3tts.bench) on the CPU with a tiny checkpoint: the real worker path of our torch backend, the outputs
+"""The benchmark (benchmarks) on the CPU with a tiny checkpoint: the real worker path of our torch backend, the outputs
 (JSON, markdown, PNG), "cannot run: reason" rows, and the §8 byte counts behind the roofline."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from wyoming_qwen3tts.bench import cli, report, roofline
+from benchmarks import cli, report, roofline
 from wyoming_qwen3tts.tools.random_checkpoint import model_config_dict
 
 
@@ -120,8 +120,8 @@ def test_bench_cli_runs_torch_and_reports_peers_that_cannot_run(tiny_checkpoint:
 
 def test_bench_worker_quantizes_with_weights_int8(tiny_checkpoint: Path) -> None:
     """--weights int8 reaches our engine as the setting: the matrices quantized at load, recorded in the row."""
-    from wyoming_qwen3tts.bench.common import WorkerArgs
-    from wyoming_qwen3tts.bench.ours import run_ours
+    from benchmarks.common import WorkerArgs
+    from benchmarks.ours import run_ours
 
     w = WorkerArgs(engine="torch", model=str(tiny_checkpoint), device="cpu", frames=3, sentence_frames=2, runs=1,
                    warmup=0, context=8, text="Hello there.", speaker="vivian", language="english", seed=1,
@@ -165,7 +165,7 @@ def test_the_server_never_imports_the_benchmark() -> None:
     import sys
 
     code = ("import sys, wyoming_qwen3tts.__main__, wyoming_qwen3tts.engine, wyoming_qwen3tts.backends.kernels.backend; "
-            "print(sorted(m for m in sys.modules if m.startswith('wyoming_qwen3tts.bench')))")  # fmt: skip
+            "print(sorted(m for m in sys.modules if m.startswith('benchmarks')))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

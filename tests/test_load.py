@@ -77,7 +77,7 @@ async def test_32_clients_at_once_all_answered(real: Server) -> None:
 
 
 def test_soak_tool_reports_numbers(real: Server) -> None:
-    cmd = [sys.executable, "-m", "wyoming_qwen3tts.bench.soak", "--uri", f"tcp://127.0.0.1:{real.port}",
+    cmd = [sys.executable, "-m", "wyoming_qwen3tts.tools.soak", "--uri", f"tcp://127.0.0.1:{real.port}",
            "--clients", "3", "--seconds", "8", "--streaming", "--server-pid", str(real.pid), "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=200)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -96,7 +96,7 @@ def test_soak_tool_counts_failures() -> None:
     """Against a port where nobody listens every request fails and the exit status says so."""
     from reliability_support import free_port
 
-    cmd = [sys.executable, "-m", "wyoming_qwen3tts.bench.soak", "--uri", f"tcp://127.0.0.1:{free_port()}",
+    cmd = [sys.executable, "-m", "wyoming_qwen3tts.tools.soak", "--uri", f"tcp://127.0.0.1:{free_port()}",
            "--clients", "2", "--seconds", "1", "--json", "--settle", "0"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert out.returncode == 1

@@ -1,4 +1,4 @@
-"""The load tool (bench/load.py): its summary on made-up records, and a short run of it against the
+"""The load tool (wyoming_qwen3tts/tools/load.py): its summary on made-up records, and a short run of it against the
 real server (tiny random checkpoint, CPU) with HTTP on, both protocols, all at once and Poisson."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from reliability_support import Server, free_port, start
 
-from wyoming_qwen3tts.bench.load import Record, parse_args, run_load, summarize
+from wyoming_qwen3tts.tools.load import Record, parse_args, run_load, summarize
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -88,7 +88,7 @@ async def test_both_protocols_all_served(server: tuple[Server, int], arrivals: s
 
 def test_cli_json_and_failures(server: tuple[Server, int]) -> None:
     srv, http_port = server
-    base = [sys.executable, "-m", "wyoming_qwen3tts.bench.load", "--wyoming", f"tcp://127.0.0.1:{srv.port}",
+    base = [sys.executable, "-m", "wyoming_qwen3tts.tools.load", "--wyoming", f"tcp://127.0.0.1:{srv.port}",
             "--http", f"http://127.0.0.1:{http_port}", "--clients", "2", "--timeout", "60"]
     out = subprocess.run([*base, "--rounds", "2", "--json"], check=False, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -5,10 +5,12 @@ native.py finds and can build them there, with the same cache key as the checkou
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +28,18 @@ print(json.dumps({"dir": str(native.KERNEL_DIR), "sources": [p.name for p in nat
 """
 
 
+def test_package_list_leaves_the_benchmarks_out() -> None:
+    """The packages setuptools finds with pyproject's include list: the server and its tools, never benchmarks/."""
+    import tomllib
+
+    from setuptools import find_packages
+
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    found = find_packages(str(ROOT), include=include)
+    assert "wyoming_qwen3tts" in found and "wyoming_qwen3tts.tools" in found
+    assert not [name for name in found if name.split(".")[0] != "wyoming_qwen3tts"], found
+
+
 @pytest.mark.slow
 def test_wheel_installed_non_editable_finds_the_kernel_sources(tmp_path: Path) -> None:
     # Build from a copy, so the checkout gets no build/ or egg-info of the test's making.
@@ -33,13 +47,17 @@ def test_wheel_installed_non_editable_finds_the_kernel_sources(tmp_path: Path) -
     src.mkdir()
     for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
         shutil.copy2(ROOT / name, src / name)
-    shutil.copytree(ROOT / "wyoming_qwen3tts", src / "wyoming_qwen3tts", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("wyoming_qwen3tts", "benchmarks"):  # benchmarks/ too: the wheel must leave it out
+        shutil.copytree(ROOT / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
     for part in ("src", "include"):
         shutil.copytree(ROOT / "kernels" / part, src / "kernels" / part)
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
                     str(src)], check=True, cwd=tmp_path)  # fmt: skip
     (wheel,) = wheels.glob("wyoming_qwen3tts-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        tops = {name.split("/")[0] for name in zf.namelist()}
+    assert "wyoming_qwen3tts" in tops and "benchmarks" not in tops, sorted(tops)
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
@@ -56,7 +74,10 @@ def test_wheel_installed_non_editable_finds_the_kernel_sources(tmp_path: Path) -
             (only_numpy / name).symlink_to(numpy_dir.parent / name)
     (site_packages,) = env_dir.glob("lib/python*/site-packages")
     (site_packages / "only_numpy.pth").write_text(f"{only_numpy}\n")
-    out = subprocess.run([str(python), "-c", PROBE], check=True, capture_output=True, text=True, cwd=tmp_path)
+    # Without PYTHONPATH: a checkout on it (as when testing a worktree) would shadow the installed copy.
+    clean_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([str(python), "-c", PROBE], check=True, capture_output=True, text=True, cwd=tmp_path,
+                         env=clean_env)  # fmt: skip
     found = json.loads(out.stdout)
 
     site = Path(found["dir"]).parent

@@ -1,4 +1,4 @@
-"""bench.peers_batch on the CPU: stream counts, the row arithmetic, the ratios and table, and a peer that fails or
+"""benchmarks.peers_batch on the CPU: stream counts, the row arithmetic, the ratios and table, and a peer that fails or
 hangs becoming an error in its entry instead of ending the run. The workers themselves need the peers' packages: with
 Q3T_PEERS_SITE pointing at a folder that holds them, they drive both peers on a tiny CPU model
 (tests/peers_batch_cpu_harness.py)."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from wyoming_qwen3tts.bench import peers_batch
+from benchmarks import peers_batch
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -146,7 +146,7 @@ def print_table(results: dict[str, Any]) -> None:
 def merge(files: Sequence[Path]) -> dict[str, Any]:
     """Combine results.json files of several runs (on one GPU): a later file's row replaces an earlier one's for the
     same (size, engine); ratios and the roofline are recomputed, the roofline with the last run's copy bandwidth."""
-    from ..tools.random_checkpoint import model_config_dict
+    from wyoming_qwen3tts.tools.random_checkpoint import model_config_dict
 
     loaded = [json.loads(Path(f).read_text()) for f in files]
     rows: dict[tuple[str, str], dict[str, Any]] = {}

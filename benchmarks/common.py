@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..request import SAMPLES_PER_FRAME
+from wyoming_qwen3tts.request import SAMPLES_PER_FRAME
 
 FRAME_RATE = 12.5  # codec frames per second of audio
 OURS = ("kernels", "torch")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..request import SAMPLE_RATE, SAMPLES_PER_FRAME
+from wyoming_qwen3tts.request import SAMPLE_RATE, SAMPLES_PER_FRAME
 from .common import gpu_name, memory, sync
 from .peers import _mask_eos, _timed
 from .peers_batch import streams_row
@@ -48,7 +48,7 @@ def _randomise(module: Any, seed: int, tiny: bool) -> None:
     scale vectors 1), drawn where it lives: no NaN may reach torch.multinomial (its device-side assert ends the run)."""
     import torch
 
-    from ..tools.random_checkpoint import _init_rule
+    from wyoming_qwen3tts.tools.random_checkpoint import _init_rule
 
     device = next(module.parameters()).device
     gen = torch.Generator(device=device)
@@ -70,7 +70,7 @@ def build_model(size: str, model_type: str, device: str, dtype: Any, seed: int, 
     from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Model
     from transformers import EncodecFeatureExtractor
 
-    from ..tools.random_checkpoint import (CODEC_PREPROCESSOR_CONFIG, GENERATION_CONFIG, TINY_SIZES, codec_config_dict,
+    from wyoming_qwen3tts.tools.random_checkpoint import (CODEC_PREPROCESSOR_CONFIG, GENERATION_CONFIG, TINY_SIZES, codec_config_dict,
                                            model_config_dict)  # fmt: skip
 
     cfg = Qwen3TTSConfig.from_dict(model_config_dict(size, model_type))

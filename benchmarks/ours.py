@@ -10,8 +10,8 @@ from .common import SAMPLES_PER_FRAME, WorkerArgs, summary, sync
 
 
 def run_ours(w: WorkerArgs) -> dict[str, Any]:
-    from ..engine import Engine, EngineOptions
-    from ..request import SynthesisRequest
+    from wyoming_qwen3tts.engine import Engine, EngineOptions
+    from wyoming_qwen3tts.request import SynthesisRequest
 
     t0 = time.perf_counter()
     options = EngineOptions(device=w.device, backend=w.engine, max_frames=max(w.context, w.frames),  # type: ignore[arg-type]

@@ -1,5 +1,6 @@
-"""Developer tooling, never imported by the server: the side-by-side speed benchmark
-(`python -m wyoming_qwen3tts.bench`, cli.py) and the load test against a running server (soak.py).
+"""Developer tooling, outside the installed package (run from the repository root): the side-by-side speed
+benchmark (`python -m benchmarks`, cli.py) and the text front end's cost (`python -m benchmarks.text`). The load
+tools against a running server are operator tools and ship with the package: wyoming_qwen3tts/tools/{load,soak}.py.
 
 cli.py drives one worker subprocess per (size, engine); ours.py and peers.py are the workers;
 roofline.py holds the byte counts and bandwidth floor; report.py the tables, chart and merging.

@@ -1,10 +1,10 @@
 """The batched peers side by side (issue 16): qwen3-tts-triton 0.3.0's generate_batch() and faster-qwen3-tts-batch
 0.2.0's generate_voice_clone_batch(), timed at the stream counts of bench.streams on full-size random weights.
 
-    python -m wyoming_qwen3tts.bench.peers_batch --triton-path DIR[:DIR] --fqb-path DIR[:DIR] [--peers triton,fqb]
+    python -m benchmarks.peers_batch --triton-path DIR[:DIR] --fqb-path DIR[:DIR] [--peers triton,fqb]
         [--streams 1,2,4,8,16] [--frames 200] [--runs 2] [--size 1.7b] [--triton-mode hybrid] [--timeout 300]
         [--ours STREAMS_JSON] [--out peers-batch.json]
-    python -m wyoming_qwen3tts.bench.peers_batch --from peers-batch.json --ours STREAMS_JSON   # the table again
+    python -m benchmarks.peers_batch --from peers-batch.json --ours STREAMS_JSON   # the table again
 
 Each peer runs in its own subprocess with its own PYTHONPATH and a timeout. Both are built on qwen-tts 0.1.1,
 faster-qwen3-tts 0.2.4 and transformers 4.57.3 (their code calls the 4.57 cache and mask APIs that transformers 5.x
@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding wyoming_qwen3tts/
+REPO_ROOT = Path(__file__).resolve().parents[1]  # holds benchmarks/ and wyoming_qwen3tts/
 PEERS: dict[str, dict[str, str]] = {
     "triton": {"label": "qwen3-tts-triton 0.3.0", "model_type": "custom_voice"},
     "fqb": {"label": "faster-qwen3-tts-batch 0.2.0", "model_type": "base"},
@@ -161,16 +161,16 @@ def run_peer(peer: str, spec: dict[str, Any], path: str, timeout: float, log: Pa
     """One peer's worker subprocess; its result, with "error" set when it failed or ran out of time."""
     env = dict(os.environ)
     # The peer's folders first: they must hide the box's transformers 5.x (and any other qwen_tts).
-    env["PYTHONPATH"] = os.pathsep.join([p for p in path.split(os.pathsep) if p] + [str(PACKAGE_ROOT)])
+    env["PYTHONPATH"] = os.pathsep.join([p for p in path.split(os.pathsep) if p] + [str(REPO_ROOT)])
     env.setdefault("PYTHONUNBUFFERED", "1")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         result_file = Path(tmp) / "result.json"
-        cmd = [sys.executable, "-m", "wyoming_qwen3tts.bench.peers_batch", "--worker", peer, "--spec", json.dumps(spec),
+        cmd = [sys.executable, "-m", "benchmarks.peers_batch", "--worker", peer, "--spec", json.dumps(spec),
                "--result", str(result_file)]  # fmt: skip
         error = None
         try:
-            proc = subprocess.run(cmd, env=env, cwd=str(PACKAGE_ROOT), capture_output=True, text=True, timeout=timeout)
+            proc = subprocess.run(cmd, env=env, cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=timeout)
             output = (proc.stdout or "") + (proc.stderr or "")
             if proc.returncode != 0:
                 error = f"{_reason(proc.stderr)} (exit {proc.returncode})"
@@ -219,7 +219,7 @@ def worker_main(peer: str, spec_text: str, result: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m wyoming_qwen3tts.bench.peers_batch",
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.peers_batch",
                                  description=__doc__.split("\n\n")[0])  # fmt: skip
     ap.add_argument("--triton-path", default="", help="PYTHONPATH of qwen3-tts-triton (+ its common folder)")
     ap.add_argument("--fqb-path", default="", help="PYTHONPATH of faster-qwen3-tts-batch (+ its common folder)")
@@ -262,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     streams = parse_streams(args.streams)
     if args.frames < 1 or args.runs < 1 or args.warmup < 1:
         raise SystemExit("--frames, --runs and --warmup must be at least 1 (the first call captures the graphs)")
-    cmd = "python -m wyoming_qwen3tts.bench.peers_batch " + " ".join(sys.argv[1:] if argv is None else list(argv))
+    cmd = "python -m benchmarks.peers_batch " + " ".join(sys.argv[1:] if argv is None else list(argv))
     result: dict[str, Any] = {
         "meta": {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "commit": _git_commit(), "command": cmd,
                  "frames": args.frames, "runs": args.runs, "warmup": args.warmup, "size": args.size,

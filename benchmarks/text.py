@@ -1,4 +1,4 @@
-"""`python -m wyoming_qwen3tts.tools.text_bench`: what the text front end and the runaway guards cost.
+"""`python -m benchmarks.text`: what the text front end and the runaway guards cost.
 
 Times, on this CPU, per sentence: speakable() alone (cold, i.e. with num2words' cache cleared,
 and warm), the whole streaming path (SpokenSentences fed 5-character fragments, per sentence
@@ -16,10 +16,10 @@ import time
 
 import numpy as np
 
-from ..runaway import LoopDetector, frame_budget
-from ..text import words
-from ..text.normalize import speakable
-from ..text.stream import SpokenSentences
+from wyoming_qwen3tts.runaway import LoopDetector, frame_budget
+from wyoming_qwen3tts.text import words
+from wyoming_qwen3tts.text.normalize import speakable
+from wyoming_qwen3tts.text.stream import SpokenSentences
 
 SENTENCES: dict[str, list[str]] = {
     "english": [

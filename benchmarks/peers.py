@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..request import SAMPLE_RATE
+from wyoming_qwen3tts.request import SAMPLE_RATE
 from .common import SAMPLES_PER_FRAME, WorkerArgs, median, summary, sync
 
 

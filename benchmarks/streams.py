@@ -1,6 +1,6 @@
 """Multi-stream decode benchmark: 1, 2, 4, 8, 16 streams stepping together on the batched kernels.
 
-    python -m wyoming_qwen3tts.bench.streams --model DIR [--streams 1,2,4,8,16] [--frames 200] [--runs 2]
+    python -m benchmarks.streams --model DIR [--streams 1,2,4,8,16] [--frames 200] [--runs 2]
         [--context 2048] [--weights bf16|int8] [--out results.json]
 
 For each stream count N: N streams (one prompt, each its own seed, the checkpoint's sampling with end of
@@ -32,9 +32,9 @@ def run(model_dir: str, streams: list[int], frames: int, runs: int, context: int
         weights: str = "bf16", batch_invariant: bool = False) -> dict[str, Any]:  # fmt: skip
     import torch
 
-    from ..backends.kernels.batched import Admission, BatchedDecoder
-    from ..engine import Engine, EngineOptions
-    from ..request import SynthesisRequest
+    from wyoming_qwen3tts.backends.kernels.batched import Admission, BatchedDecoder
+    from wyoming_qwen3tts.engine import Engine, EngineOptions
+    from wyoming_qwen3tts.request import SynthesisRequest
 
     options = EngineOptions(backend="kernels", max_frames=context, local_files_only=True, weights=weights,  # type: ignore[arg-type]
                             max_streams=1)  # the one-stream backend; the decoder is built below
@@ -122,7 +122,7 @@ def run(model_dir: str, streams: list[int], frames: int, runs: int, context: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m wyoming_qwen3tts.bench.streams", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.streams", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="checkpoint directory")
     p.add_argument("--streams", default="1,2,4,8,16", help="stream counts (default 1,2,4,8,16)")
     p.add_argument("--frames", type=int, default=200, help="frames per stream (default 200)")

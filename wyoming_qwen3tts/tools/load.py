@@ -1,6 +1,6 @@
 """A fixed set of requests against a running server, over Wyoming, HTTP or both, and their latencies.
 
-    python -m wyoming_qwen3tts.bench.load --wyoming tcp://127.0.0.1:10200 [--http http://127.0.0.1:8000]
+    python -m wyoming_qwen3tts.tools.load --wyoming tcp://127.0.0.1:10200 [--http http://127.0.0.1:8000]
         [--api-key KEY] [--clients 8] [--protocol wyoming|http|both] [--arrivals simultaneous|poisson]
         [--rate 4] [--seed 0] [--rounds 1] [--streaming] [--voice ryan] [--timeout 120] [--json]
 
@@ -245,7 +245,7 @@ def _resolve(args: argparse.Namespace) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m wyoming_qwen3tts.bench.load", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m wyoming_qwen3tts.tools.load", description=__doc__.split("\n\n")[0])
     p.add_argument("--wyoming", help="tcp://HOST:PORT of the server's Wyoming side")
     p.add_argument("--http", help="http://HOST:PORT of the server's HTTP API (needed for --protocol http/both)")
     p.add_argument("--api-key", help="the HTTP API's key, if it has one")

@@ -1,6 +1,6 @@
 """Bounded load/soak test against a running server.
 
-    python -m wyoming_qwen3tts.bench.soak --uri tcp://127.0.0.1:10200 --clients 8 --seconds 60 \\
+    python -m wyoming_qwen3tts.tools.soak --uri tcp://127.0.0.1:10200 --clients 8 --seconds 60 \\
         [--streaming] [--server-pid PID] [--voice ryan] [--json]
 
 N clients each send requests back to back for S seconds (one connection per request, as Home
@@ -164,7 +164,7 @@ async def soak(args: argparse.Namespace) -> dict:  # type: ignore[type-arg]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m wyoming_qwen3tts.bench.soak", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m wyoming_qwen3tts.tools.soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--uri", required=True, help="tcp://HOST:PORT of the server")
     parser.add_argument("--clients", type=int, default=4, help="concurrent clients (default 4)")
     parser.add_argument("--seconds", type=float, default=30, help="how long to send requests (default 30)")

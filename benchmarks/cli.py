@@ -1,6 +1,6 @@
 """Side-by-side speed benchmark: our kernels and torch backends, the reference qwen-tts and faster-qwen3-tts.
 
-    python -m wyoming_qwen3tts.bench [--sizes 0.6b,1.7b | --model DIR] [--backends kernels,torch,ref,fq]
+    python -m benchmarks [--sizes 0.6b,1.7b | --model DIR] [--backends kernels,torch,ref,fq]
         [--frames 200] [--frames-for torch=60,ref=40] [--runs 5] [--runs-for ref=3] [--out DIR]
         [--ref-path DIR[:DIR]] [--fq-path DIR[:DIR]]
 
@@ -37,7 +37,7 @@ from .report import add_ratios, merge, print_table, write_outputs
 from .roofline import copy_bandwidth, roofline
 
 DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog while the kettle starts to sing in the kitchen."
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding wyoming_qwen3tts/
+REPO_ROOT = Path(__file__).resolve().parents[1]  # holds benchmarks/ and wyoming_qwen3tts/
 
 
 def worker_main(args: argparse.Namespace) -> int:
@@ -96,7 +96,7 @@ def run_worker(engine: str, model: str, args: argparse.Namespace, frames: int, r
 
     env = dict(os.environ)
     extra = {"ref": args.ref_path, "fq": args.fq_path}.get(engine)
-    root = str(PACKAGE_ROOT)
+    root = str(REPO_ROOT)
     # Peers get their own site folders first (they hide the system transformers); ours keep the caller's path.
     paths = [p for p in (extra or "").split(os.pathsep) if p] + [root]
     if engine in OURS and env.get("PYTHONPATH"):
@@ -106,7 +106,7 @@ def run_worker(engine: str, model: str, args: argparse.Namespace, frames: int, r
     with tempfile.TemporaryDirectory() as tmp:
         result_file = Path(tmp) / "result.json"
         cmd = [
-            sys.executable, "-m", "wyoming_qwen3tts.bench", "--worker", engine, "--model", model,
+            sys.executable, "-m", "benchmarks", "--worker", engine, "--model", model,
             "--result", str(result_file), "--device", args.device, "--frames", str(frames),
             "--sentence-frames", str(args.sentence_frames), "--runs", str(runs), "--warmup", str(args.warmup),
             "--context", str(args.context), "--text", args.text, "--speaker", args.speaker,
@@ -137,7 +137,7 @@ TYPE_SUFFIX = {"custom_voice": "", "base": "-base", "voice_design": "-voicedesig
 
 
 def ensure_checkpoint(size: str, root: Path, device: str, model_type: str = "custom_voice") -> Path:
-    from ..tools.random_checkpoint import write_random_checkpoint
+    from wyoming_qwen3tts.tools.random_checkpoint import write_random_checkpoint
 
     out = root / (size + TYPE_SUFFIX[model_type])
     if (out / "model.safetensors").exists() and (out / "speech_tokenizer" / "model.safetensors").exists():
@@ -152,7 +152,7 @@ def _git_commit() -> str:
     # Q3T_COMMIT first: a copy of the working tree sent to another machine may carry stale git metadata.
     if os.environ.get("Q3T_COMMIT"):
         return os.environ["Q3T_COMMIT"]
-    root = PACKAGE_ROOT
+    root = REPO_ROOT
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
                              check=True).stdout.strip()  # fmt: skip
@@ -179,7 +179,7 @@ def _sizes_and_models(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 
 def main(argv: Iterable[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m wyoming_qwen3tts.bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="1.7b,0.6b", help="random full-size checkpoints to write and time")
     ap.add_argument("--model", default="", help="an existing checkpoint directory instead of --sizes")
     ap.add_argument("--model-types", default="custom_voice",
@@ -234,7 +234,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     bw = None if args.no_copy_bw or not args.device.startswith("cuda") else copy_bandwidth()
     if bw:
         print(f"[bench] device-to-device copy: {bw / 1e9:.0f} GB/s", flush=True)
-    cmd = "python -m wyoming_qwen3tts.bench " + " ".join(sys.argv[1:] if argv is None else list(argv))
+    cmd = "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else list(argv))
     results: dict[str, Any] = {
         "meta": {
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
