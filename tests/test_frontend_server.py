@@ -1,4 +1,4 @@
-"""Issue 19 through the real server: the text front end between the client and the engine, and the
+"""The text front end through the real server: between the client and the engine, and the
 runaway guard on a real (tiny, random-weight) model.
 
 - LLM replies in six languages (Markdown, emoji, links, numbers, dates, units), sent one-shot and

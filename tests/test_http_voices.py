@@ -1,4 +1,4 @@
-"""Cloned voices added and removed over HTTP (issue 18, the voices page's API): the real server process with a
+"""Cloned voices added and removed over HTTP (the voices page's API): the real server process with a
 tiny random Base checkpoint on the CPU, driven with aiohttp's client; then the page itself in headless Chromium."""
 
 from __future__ import annotations

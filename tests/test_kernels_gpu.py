@@ -645,7 +645,7 @@ def test_full_17b_greedy_and_bf16_teacher_forced(ops: Ops, monkeypatch: pytest.M
         f"kernels after the bf16 torch prefill {w_err.max():.2e} / {w_err.mean():.2e}; "
         f"torch bf16 throughout {t_err.max():.2e} / {t_err.mean():.2e}"
     )
-    # Issue 4's bound on the kernels' decode loop (same bf16 weights as the float32 reference, same
+    # The bound on the kernels' decode loop (same bf16 weights as the float32 reference, same
     # prompt state): every frame, every head. The whole bf16 path must be no worse than torch bf16.
     assert d_err.max() <= BF16_TOL
     assert w_err.max() <= t_err.max() and w_err.mean() <= t_err.mean()

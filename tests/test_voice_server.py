@@ -1,4 +1,4 @@
-"""Cloned and designed voices in the server (issue 17, server side): presets and the voices folder become
+"""Cloned and designed voices in the server (server side): presets and the voices folder become
 Wyoming voices of a Base or VoiceDesign model, spoken one-shot and streamed; bad clips are skipped with an
 error in the log and the server keeps serving. Tiny random checkpoints on the CPU; the real __main__ load path
 (all_voices, load_engine) behind the real TtsService and handler, talked to with the wyoming client.

@@ -1,4 +1,4 @@
-"""The tensor-core batched GEMV at the shapes of a 1.7B step, eager, for ncu and compute-sanitizer (issue 16).
+"""The tensor-core batched GEMV at the shapes of a 1.7B step, eager, for ncu and compute-sanitizer.
 
 Usage: python kernels/device/gemv_shapes.py [NB ...]   (default 8 16)
 

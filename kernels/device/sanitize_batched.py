@@ -1,4 +1,4 @@
-"""A short batched decode (tiny random model), for compute-sanitizer memcheck/racecheck (issue 16).
+"""A short batched decode (tiny random model), for compute-sanitizer memcheck/racecheck.
 
 Usage: python kernels/device/sanitize_batched.py [SIZE ...] [float32|bfloat16 ...] [eager|graphs]
 

@@ -5,7 +5,7 @@
 // q3t_gemv takes the split-K kernel (gemv_splitk.cu) for K <= 4096 and the warp-per-row kernel
 // below for longer rows: on the H200 the split-K kernel is 10-32 % faster on every K <= 3072 shape
 // of the decode loop and slower on the one longer one, the 1.7B Talker's down_proj (K = 6144:
-// 15.9 vs 12.8 us; docs/performance.md, GEMV table).
+// 15.9 vs 12.8 us; docs/performance.md, "Decisions").
 //
 // The row kernel: one warp per output (two weight rows for SwiGLU), 256-thread blocks. The input
 // vector is normalised once per block into shared memory; each lane then streams its share of

@@ -3,8 +3,8 @@
 // m16n8k16 (bf16 in, float32 accumulation) where that kernel spends one FMA per weight and vector.
 //
 // Why: at 16 streams the FMA kernel is bound by its own arithmetic (16 FMAs per weight read, x from
-// shared memory): a 1.7B step spent 9.3 ms in GEMVs against a 1.1 ms byte floor (docs/performance.md,
-// run 22). On tensor cores the arithmetic is free next to the weight reads at any nb <= 16.
+// shared memory): a 1.7B step spent 9.3 ms in GEMVs against a 1.1 ms byte floor (H200). On tensor
+// cores the arithmetic is free next to the weight reads at any nb <= 16.
 // AMD keeps the FMA kernel: on the cards we target (R9700: 640 GB/s) its arithmetic at nb = 16
 // (~84 GFLOP per 1.7B step) hides under the 8.3 ms it takes to read the weights at all.
 //
@@ -12,7 +12,7 @@
 // column tile for nb <= 8, two for nb <= 16). A block takes 64 rows (four 16-row tiles) and a slice of
 // 2C chunks of 32 k; a warp takes TW = 2 of the tiles over C / 2 chunks of the slice (WarpShape), so each x
 // fragment it reads from shared memory feeds two tiles' MMAs: at 16 vectors the fragment loads, not the MMAs
-// or the weights, had bounded the kernel (run 49: the GEMV chains 7-11 % faster at 16 vectors). Lane (g, t)
+// or the weights, had bounded the kernel (two tiles a warp made the GEMV chains 7-11 % faster at 16 vectors). Lane (g, t)
 // loads the 16 bytes at k = 32 c + 8 t of rows g and g + 8 of each of its tiles:
 // that is MMA operand A for logical k {2t, 2t+1, 2t+8, 2t+9} of two MMAs (k-halves 8t..8t+3 and
 // 8t+4..8t+7), a fixed permutation of k that the vectors' fragments (read from shared memory at the
@@ -74,7 +74,7 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
 
 // Two floats as packed bf16 (a in the low half), rounded to nearest even: one cvt instruction
 // (the bit-twiddled f32_to_bf16 costs ~15 per value, and at 16 vectors the staging was the kernel's
-// largest cost: run 25, nb 16 against nb 8).
+// largest cost, measured as nb 16 against nb 8).
 __device__ __forceinline__ uint32_t pack_bf16x2(float a, float b) {
     uint32_t u = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -114,8 +114,8 @@ template <> __device__ __forceinline__ void bf16_pairs<int8_t>(const uint4& u, u
 
 // A warp multiplies TW row tiles (each x fragment it loads feeds both tiles' MMAs; 2 where C allows) over CW = C / TW
 // chunks; the block's 8 warps are 4 / TW row groups x KP = 2 TW parts of the slice. From C alone, never from the
-// column tiles: the parts fix the order of a row's sums (4 tiles per warp at two column tiles, run 49b, gave a row
-// other bits at 16 vectors than at 1).
+// column tiles: the parts fix the order of a row's sums (4 tiles per warp at two column tiles gave a row other
+// bits at 16 vectors than at 1).
 template <int C> struct WarpShape {
     static constexpr int kTW = C >= 2 ? 2 : 1;
     static constexpr int kCW = C / kTW;
@@ -424,11 +424,10 @@ inline int cdiv(int a, int b) { return (a + b - 1) / b; }
 // The plan of a shape: C chunks per warp (2C 16-byte loads per lane; bf16 2, 4 or 8, int8 1, 2 or 4: the
 // same k per block) and ks_count blocks per row tile: the most chunks a lane takes (fewer only for short
 // rows, so that no block is mostly empty chunks), then as many splits as k needs. From (dtype, k)
-// alone. Until run 43 C was halved further while the grid had fewer than two blocks per SM; with the
-// cluster split that lost: in a captured chain of the CodePredictor's GEMVs (16 positions x 5 layers and
-// its lm_heads, 1.7B shapes, H200, kernels/device/bench_gemv_chain.py with C forced by a sweep-only switch
-// since removed) the largest C took 1.774 -> 1.515 ms
-// at 8 vectors and 2.267 -> 2.098 at 16, and the Talker's 28 layers stayed within 2 % (1.351 / 1.828 ->
+// alone. Halving C further while the grid has fewer than two blocks per SM lost with the cluster split: in
+// a captured chain of the CodePredictor's GEMVs (16 positions x 5 layers and its lm_heads, 1.7B shapes,
+// H200, kernels/device/bench_gemv_chain.py with C forced) the largest C took 1.774 -> 1.515 ms at 8
+// vectors and 2.267 -> 2.098 at 16, and the Talker's 28 layers stayed within 2 % (1.351 / 1.828 ->
 // 1.376 / 1.812): fewer, longer blocks, each lane's 2C loads in flight before the wait, and the small
 // CodePredictor grids' splits summed in a cluster.
 struct Plan {
@@ -444,8 +443,8 @@ Plan plan_for(int dtype, int k) {
 }
 
 // Whether a plan's row tiles run as clusters: sm_90+, 2..8 blocks (the portable cluster size), a grid of at most
-// two blocks per SM, and not turned off (Q3T_GEMV_CLUSTER=0, read at q3t_init: the A/B against the scratch path).
-// Larger grids lost with clusters (run 42, ncu, H200: the CodePredictor's qkv at 512 blocks 8.2 -> 9.7 us, its
+// two blocks per SM, and not turned off (q3t_set_gemv_clusters(0): the A/B against the scratch path).
+// Larger grids lost with clusters (ncu, H200: the CodePredictor's qkv at 512 blocks 8.2 -> 9.7 us, its
 // gate_up at 384 9.3 -> 10.8), small ones won (its o at 128 blocks 7.6 -> 6.4, down at 96 8.2 -> 7.2).
 bool clustered(Plan p, int n_rows) {
     const int blocks = cdiv(n_rows, kTileRows) * p.ks;

@@ -520,8 +520,8 @@ class CodecSlots:
             return torch.zeros(b, 0, dtype=torch.float32, device=dec.device)
         # One host-to-device copy carries the codes, the rows to read and write, and their positions.  The batch is
         # padded to a power of two with copies of row 0 whose state goes to the spare row: a (batch, frames) shape's
-        # first call costs ~200 ms more than the next (cuDNN's per-shape setup, allocations; H200, run 29: codec
-        # 250-470 ms in a first wave of arrivals, ~40 ms when the same load came again), so calls keep to a few
+        # first call costs ~200 ms more than the next (cuDNN's per-shape setup, allocations; on the H200 the codec
+        # took 250-470 ms in a first wave of arrivals, ~40 ms when the same load came again), so calls keep to a few
         # shapes, which warm_up() meets (and captures) before the first request.
         padded = padded_rows(b)
         host = np.empty((padded, n * nq + 3), dtype=np.int64)

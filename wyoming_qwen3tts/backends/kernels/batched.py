@@ -66,8 +66,8 @@ def attention_splits(slots: int) -> int:
     """Blocks per head of the Talker's split attention for a decoder of `slots` streams. Fixed per
     decoder, never per step: the split fixes the order of a row's sums (row independence). The
     batch-1 frame's 32 fill the GPU with 16 heads of one stream; at 16 streams that is 8,192 blocks
-    of a few positions each, and on the H200 (run 25, context 200, 16 streams) 4 per head was the
-    best of 2, 4, 8 and 32."""
+    of a few positions each, and on the H200 (context 200, 16 streams) 4 per head was the best of
+    2, 4, 8 and 32."""
     return max(4, min(32, 64 // slots))
 
 

@@ -1,9 +1,9 @@
 """A lone stream's step: when one slot of a BatchedDecoder is busy, it runs the batch-1 frame's kernels.
 
-The batched step costs a lone stream ~13 % of its speed (H200, 1.7B, run 51: 286 frames/s against 328 on the
-batch-1 frame; run 44: 288; run 36: 252): its GEMVs are built for many vectors and take longer per launch at these shapes. This step gives one slot the batch-1 frame's launch list (frame.py: one-vector
-GEMVs, both first positions together, the one-stream attentions) over that slot's own state in the
-decoder, so a stream moves between this step and the batched one at any frame boundary with nothing
+The batched step costs a lone stream ~13 % of its speed (H200, 1.7B: 286 frames/s against 328 on the batch-1
+frame): its GEMVs are built for many vectors and take longer per launch at these shapes. This step gives one
+slot the batch-1 frame's launch list (frame.py: one-vector GEMVs, both first positions together, the one-stream
+attentions) over that slot's own state in the decoder, so a stream moves between this step and the batched one at any frame boundary with nothing
 copied: its KV cache block is an ordinary one-stream cache, its position, frame index, seed, penalty set
 and history are read where the batched kernels read them. The draw, the code store, the next input's
 embedding sum and the counters' advance are the batched kernels at one row (their row is the slot's), so

@@ -21,7 +21,7 @@ class KernelOptions:
     # issued from Python.
     graph_prefill: bool = True
     # The tensor-core batched GEMV's split K summed across a thread-block cluster (CUDA sm_90+) where its
-    # plan allows, else through global scratch: the same bits, ~4 % of a 16-stream step (run 44).
+    # plan allows, else through global scratch: the same bits, ~4 % of a 16-stream step.
     gemv_clusters: bool = True
 
     def __post_init__(self) -> None:

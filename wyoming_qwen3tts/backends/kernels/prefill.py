@@ -150,7 +150,7 @@ class BatchedPrefillGraphs:
     write what that row writes, bit for bit, since a row of a matmul does not depend on the others).
 
     Eagerly, 16 arrivals at once cost ~1,700 launches issued from Python on the scheduler thread (~25-40 ms
-    of host time contending for the GIL with the codec worker and request threads, run 31), then the GPU
+    of host time contending for the GIL with the codec worker and request threads), then the GPU
     work; a replay is one launch."""
 
     def __init__(self, talker: Transformer, cache: Tensor, rows: tuple[int, ...], max_positions: int) -> None:
@@ -201,7 +201,7 @@ class BatchedPrefillGraphs:
         assert self._stream is not None
         before = len(self.graphs)
         # Inference mode: with autograd recording, each warm-up run's activations (~5 GiB at 16 x 256 positions
-        # of the 1.7B) stay referenced from the static output, one set per graph (H200, run 32: out of memory).
+        # of the 1.7B) stay referenced from the static output, one set per graph: out of memory on the H200.
         with torch.inference_mode():
             for rows in self.rows:
                 for bucket in PREFILL_BUCKETS:

@@ -32,7 +32,7 @@ IN_FLIGHT = 3  # steps launched ahead of the last one whose codes were read
 # The interpreter's GIL switch interval while a scheduler runs. The scheduler thread gives up the
 # GIL at every launch and poll; taking it back waits for the thread holding it (request threads
 # issuing codec ops) to reach the switch interval, 5 ms by default: a few such waits per step
-# starve every stream (run 24 on the H200: 4 clients at max_streams 16 got ~12 frames/s each).
+# starve every stream (on the H200, 4 clients at max_streams 16 got ~12 frames/s each).
 SWITCH_INTERVAL_S = 0.0005
 # max_streams "auto" (0): the streams whose decoder rows fit in at most FREE_SHARE of the GPU memory free after
 # the model loaded, less WORK_RESERVE_BYTES for what grows while serving (prefill activations, the codec's
@@ -162,7 +162,7 @@ class BatchingBackend:
         # The scheduler's own CUDA stream (torch's pool streams do not wait for the default one). On the default
         # stream, every ordinary host-to-device copy or kernel of another thread (a request's prompt, built
         # under the engine's lock) queues behind the steps launched ahead, several ms each: a lone request's
-        # first audio through the server was 75 ms (run 27) against 30 on the one-stream path.
+        # first audio through the server was 75 ms against 30 on the one-stream path.
         torch.cuda.synchronize(self.model.device)  # the decoder's buffers, zeroed on the default stream
         self.stream = torch.cuda.Stream(self.model.device)
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
@@ -273,8 +273,8 @@ class BatchingBackend:
                 if not wait:
                     return
                 # Poll with sleeps rather than Event.synchronize(), which holds the GIL while it waits
-                # and so starved the request threads (codec, collect) and the event loop: measured on
-                # the H200 (run 23, first try), a lone request's first audio took 130 ms, not ~40.
+                # and so starved the request threads (codec, collect) and the event loop: on the H200 a
+                # lone request's first audio took 130 ms, not ~40.
                 while not done.query():
                     time.sleep(0.0002)
             self._inflight.popleft()
