@@ -388,8 +388,4 @@ def fused_tensors(tensors: dict[str, Tensor], fusions: dict[str, list[str]]) -> 
         yield fused, combine([tensors[n] for n in names])
 
 
-def param_bytes(model: nn.Module) -> int:
-    return sum(p.numel() * p.element_size() for p in model.parameters())
-
-
-__all__ = ["Qwen3TTSModel", "KVCache", "apply_rope", "param_bytes"]
+__all__ = ["Qwen3TTSModel", "KVCache", "apply_rope"]
