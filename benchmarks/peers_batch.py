@@ -1,5 +1,5 @@
-"""The batched peers side by side (issue 16): qwen3-tts-triton 0.3.0's generate_batch() and faster-qwen3-tts-batch
-0.2.0's generate_voice_clone_batch(), timed at the stream counts of bench.streams on full-size random weights.
+"""The batched peers side by side: qwen3-tts-triton 0.3.0's generate_batch() and faster-qwen3-tts-batch
+0.2.0's generate_voice_clone_batch(), timed at the stream counts of benchmarks.streams on full-size random weights.
 
     python -m benchmarks.peers_batch --triton-path DIR[:DIR] --fqb-path DIR[:DIR] [--peers triton,fqb]
         [--streams 1,2,4,8,16] [--frames 200] [--runs 2] [--size 1.7b] [--triton-mode hybrid] [--timeout 300]
@@ -15,13 +15,13 @@ random-weight rules of tools.random_checkpoint (no checkpoint, no tokenizer: the
 runs CustomVoice (speaker vivian); faster-qwen3-tts-batch can only clone a voice, so it runs a Base model of the same
 size from a --ref-seconds reference clip, x-vector only (its default).
 
-One row per stream count N, with bench.streams's fields: aggregate_fps = N * frames / decode time, per_stream_fps,
+One row per stream count N, with benchmarks.streams's fields: aggregate_fps = N * frames / decode time, per_stream_fps,
 step_ms and admit_ms_per_stream (their batched prefill / N); the decode time is the peer's generate loop minus its
 prefill forward. Also: e2e_ms and e2e_aggregate_fps (the whole public call, codec decode of every stream included),
 ttfa_ms (neither peer streams in its batched path, so first audio is the whole call), capture_s (the first call's
 extra time: CUDA graph capture for N), peak_alloc_gib / peak_reserved_gib (during a timed call, weights included).
 The first call for each N captures the graphs and warms up at full length; medians of --runs calls after it.
-With --ours (a bench.streams JSON): x_aggregate = our aggregate frames/s over theirs, x_ttfa = their TTFA over ours
+With --ours (a benchmarks.streams JSON): x_aggregate = our aggregate frames/s over theirs, x_ttfa = their TTFA over ours
 (both read "times better than the peer"; none where a side has no number).
 """
 
@@ -238,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per peer (default 300)")
-    ap.add_argument("--ours", type=Path, help="a bench.streams JSON: our rows, for the ratios")
+    ap.add_argument("--ours", type=Path, help="a benchmarks.streams JSON: our rows, for the ratios")
     ap.add_argument("--out", type=Path, default=Path("peers-batch.json"), help="results JSON (+ .md, .log beside it)")
     ap.add_argument("--from", dest="from_", type=Path, help="only print the table of an earlier results JSON")
     ap.add_argument("--worker", choices=tuple(PEERS), help=argparse.SUPPRESS)

@@ -1,4 +1,4 @@
-"""Workers of bench.peers_batch, each run in its peer's environment: build the full-size model in memory with
+"""Workers of benchmarks.peers_batch, each run in its peer's environment: build the full-size model in memory with
 qwen-tts 0.1.1's own classes and random weights, then time qwen3-tts-triton's generate_batch() (CustomVoice) or
 faster-qwen3-tts-batch's generate_voice_clone_batch() (Base) at each stream count, end of speech masked."""
 
@@ -70,8 +70,13 @@ def build_model(size: str, model_type: str, device: str, dtype: Any, seed: int, 
     from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Model
     from transformers import EncodecFeatureExtractor
 
-    from wyoming_qwen3tts.tools.random_checkpoint import (CODEC_PREPROCESSOR_CONFIG, GENERATION_CONFIG, TINY_SIZES, codec_config_dict,
-                                           model_config_dict)  # fmt: skip
+    from wyoming_qwen3tts.tools.random_checkpoint import (
+        CODEC_PREPROCESSOR_CONFIG,
+        GENERATION_CONFIG,
+        TINY_SIZES,
+        codec_config_dict,
+        model_config_dict,
+    )
 
     cfg = Qwen3TTSConfig.from_dict(model_config_dict(size, model_type))
     ccfg = Qwen3TTSTokenizerV2Config.from_dict(codec_config_dict(size))

@@ -11,7 +11,7 @@ from typing import Any
 from .common import ENGINES, LABELS, PEERS
 from .roofline import roofline
 
-# Target numbers of issue 5 (docs/performance.md reports them), drawn as dashed lines on the chart.
+# The one-stream targets (decode frames/s per size, first audio in ms), drawn as dashed lines on the chart.
 TARGET_DECODE_FPS = {"1.7b": 300.0, "0.6b": 400.0}
 TARGET_TTFA_MS = 40.0
 

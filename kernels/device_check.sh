@@ -7,8 +7,8 @@
 # bench_options: ms per frame under kernel backend options or libraries side by side
 # (kernels/device/bench_options.py). launch_floor: µs per kernel of an empty dependent chain in one
 # graph (kernels/device/launch_floor.cu).
-# tests_batched, sanitize_batched, bench_batched: the batched-step kernels (issue 16; kernels/README.md).
-# tests_int8: the GEMVs on int8 weights and the int8 kernel backends (issue 20; docs/int8.md).
+# tests_batched, sanitize_batched, bench_batched: the batched-step kernels (kernels/README.md).
+# tests_int8: the GEMVs on int8 weights and the int8 kernel backends (docs/int8.md).
 set -uo pipefail
 OUT=${OUT:-/tmp/q3t-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 Q3T_REQUIRE=1 Q3T_CACHE_DIR=${Q3T_CACHE_DIR:-/tmp/q3t-cache}
