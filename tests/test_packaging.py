@@ -62,8 +62,11 @@ def test_wheel_installed_non_editable_finds_the_kernel_sources(tmp_path: Path) -
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
+    # The new environment runs without PYTHONPATH: a checkout on it (as when testing a worktree) would shadow
+    # the installed copy, and its egg-info would make pip take the wheel as installed already.
+    clean_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True,
-                   cwd=tmp_path)  # fmt: skip
+                   cwd=tmp_path, env=clean_env)  # fmt: skip
     # native.py needs numpy, which --no-index cannot install: this environment's numpy alone is linked
     # in (a folder holding only numpy, on the new venv's path), so nothing else of ours leaks in.
     numpy_dir = Path(np.__file__).resolve().parent
@@ -74,8 +77,6 @@ def test_wheel_installed_non_editable_finds_the_kernel_sources(tmp_path: Path) -
             (only_numpy / name).symlink_to(numpy_dir.parent / name)
     (site_packages,) = env_dir.glob("lib/python*/site-packages")
     (site_packages / "only_numpy.pth").write_text(f"{only_numpy}\n")
-    # Without PYTHONPATH: a checkout on it (as when testing a worktree) would shadow the installed copy.
-    clean_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = subprocess.run([str(python), "-c", PROBE], check=True, capture_output=True, text=True, cwd=tmp_path,
                          env=clean_env)  # fmt: skip
     found = json.loads(out.stdout)
