@@ -50,8 +50,8 @@ class _CausalConv:
         return F.conv1d(x, self.weight, self.bias, stride=self.stride, dilation=self.dilation)
 
 
-def _conv(w: NamedWeights, name: str, cout: int, cin: int, k: int, **kw: int) -> _CausalConv:
-    return _CausalConv(w(name + ".conv.weight", (cout, cin, k)), w(name + ".conv.bias", (cout,)), **kw)
+def _conv(w: NamedWeights, name: str, cout: int, cin: int, k: int, stride: int = 1, dilation: int = 1) -> _CausalConv:
+    return _CausalConv(w(name + ".conv.weight", (cout, cin, k)), w(name + ".conv.bias", (cout,)), stride, dilation)
 
 
 class _ResidualBlock:
@@ -190,8 +190,8 @@ class CodecEncoder:
         x = torch.as_tensor(np.asarray(wav, dtype=np.float32) if isinstance(wav, np.ndarray) else wav)
         n = x.shape[-1]
         x = x.to(device=self.device, dtype=torch.float32).reshape(1, 1, n)
-        for layer in self.convs:
-            x = F.elu(x) if layer is None else layer(x)
+        for conv in self.convs:
+            x = F.elu(x) if conv is None else conv(x)
         h = x.transpose(1, 2)  # [1, T, hidden]
         cos, sin = rope_tables(torch.arange(h.shape[1], device=self.device), self.cfg.head_dim, self.cfg.rope_theta, h.dtype)
         for layer in self.layers:

@@ -39,10 +39,14 @@ which is why "bf16" stays the default; should it fall short, groups of 128 are t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+if TYPE_CHECKING:  # model/talker.py imports this module for LinearLayer
+    from .talker import Qwen3TTSModel
 
 QMAX = 127
 
@@ -105,6 +109,10 @@ class QuantLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, int8"
 
 
+# A matrix as the model holds it: nn.Linear as loaded, QuantLinear after quantize_model.
+LinearLayer: TypeAlias = nn.Linear | QuantLinear
+
+
 @dataclass(frozen=True)
 class QuantReport:
     """What quantize_model replaced: how many matrices, and their bytes before and after (bias and scales included)."""
@@ -126,7 +134,7 @@ def _size(n: int) -> str:
     return f"{n / 1024**3:.2f} GiB" if n >= 1024**3 else f"{n / 1024**2:.1f} MiB"
 
 
-def quantized_names(model: nn.Module) -> list[str]:
+def quantized_names(model: Qwen3TTSModel) -> list[str]:
     """The qualified names of the Linear modules quantize_model replaces, in a Qwen3TTSModel (model/talker.py)."""
     talker = model.talker
     cp = talker.code_predictor
@@ -137,7 +145,7 @@ def quantized_names(model: nn.Module) -> list[str]:
                       ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")]  # fmt: skip
     names.append("talker.codec_head")
     names += [f"talker.code_predictor.lm_head.{j}" for j in range(len(cp.lm_head))]
-    if isinstance(cp.small_to_mtp_projection, nn.Linear | QuantLinear):
+    if isinstance(cp.small_to_mtp_projection, LinearLayer):
         names.append("talker.code_predictor.small_to_mtp_projection")
     return names
 
@@ -147,7 +155,7 @@ def _tensor_bytes(*tensors: Tensor | None) -> int:
 
 
 @torch.no_grad()
-def quantize_model(model: nn.Module) -> QuantReport:
+def quantize_model(model: Qwen3TTSModel) -> QuantReport:
     """Replace, in place, the matrices named by quantized_names with QuantLinear (on their own device).
 
     One matrix at a time, so the extra memory is one float32 copy of the largest; each bf16 weight is freed
@@ -160,6 +168,8 @@ def quantize_model(model: nn.Module) -> QuantReport:
         linear = parent.get_submodule(child)
         if isinstance(linear, QuantLinear):
             continue
+        if not isinstance(linear, nn.Linear):
+            raise TypeError(f"{name} is a {type(linear).__name__}, not the Linear quantize_model replaces")
         quant = QuantLinear.from_linear(linear)
         before += _tensor_bytes(linear.weight, linear.bias)
         after += _tensor_bytes(quant.weight, quant.scale, quant.bias)
@@ -173,5 +183,5 @@ def is_quantized(model: nn.Module) -> bool:
     return any(isinstance(m, QuantLinear) for m in model.modules())
 
 
-__all__ = ["QuantLinear", "QuantReport", "dequantize_rows", "is_quantized", "quantize_model", "quantize_rows",
+__all__ = ["LinearLayer", "QuantLinear", "QuantReport", "dequantize_rows", "is_quantized", "quantize_model", "quantize_rows",
            "quantized_names"]  # fmt: skip

@@ -17,7 +17,8 @@ cast; attention softmax runs in float32.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +26,24 @@ from torch import Tensor, nn
 
 from .config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig, TransformerConfig
 from .layers import rms_norm, rope_tables, rotate_half
+from .quant import LinearLayer
+
+M = TypeVar("M", bound=nn.Module)
+
+
+class ModuleListOf(nn.ModuleList, Generic[M]):
+    """An nn.ModuleList whose items are all one kind of module. torch types every ModuleList item as a
+    plain Module; this tells the type checker which kind, and is an nn.ModuleList at run time."""
+
+    if TYPE_CHECKING:
+
+        def __init__(self, modules: Iterable[M] | None = None) -> None: ...
+        def __iter__(self) -> Iterator[M]: ...
+        @overload
+        def __getitem__(self, idx: slice) -> ModuleListOf[M]: ...
+        @overload
+        def __getitem__(self, idx: int) -> M: ...
+        def __getitem__(self, idx: int | slice) -> M | ModuleListOf[M]: ...
 
 
 class RMSNorm(nn.Module):
@@ -69,8 +88,9 @@ class Attention(nn.Module):
         self.n_kv = cfg.num_key_value_heads
         self.head_dim = cfg.head_dim
         # q, k and v projections as one matrix (rows q, then k, then v): fused at load (fused_tensors).
-        self.qkv_proj = nn.Linear(cfg.hidden_size, (self.n_heads + 2 * self.n_kv) * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=False)
+        # Each matrix is an nn.Linear, or a QuantLinear once quantize_model ran (model/quant.py).
+        self.qkv_proj: LinearLayer = nn.Linear(cfg.hidden_size, (self.n_heads + 2 * self.n_kv) * self.head_dim, bias=False)
+        self.o_proj: LinearLayer = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=False)
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
@@ -121,8 +141,8 @@ class MLP(nn.Module):
         super().__init__()
         # gate and up projections as one matrix, rows interleaved (gate_0, up_0, gate_1, ...), so the
         # fused kernels compute SwiGLU in one pass over it: fused at load (fused_tensors).
-        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_up_proj: LinearLayer = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.down_proj: LinearLayer = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
         gate_up = self.gate_up_proj(x).unflatten(-1, (-1, 2))
@@ -148,7 +168,7 @@ class Transformer(nn.Module):
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_hidden_layers))
+        self.layers = ModuleListOf(Block(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, x: Tensor, cache: KVCache) -> Tensor:
@@ -238,6 +258,25 @@ def prefill_bucket(length: int, capacity: int) -> int | None:
     return None
 
 
+class TalkerStack(Transformer):
+    """The Talker's transformer with its two input tables (checkpoint keys `talker.model.*`)."""
+
+    def __init__(self, cfg: TalkerConfig) -> None:
+        super().__init__(cfg)
+        self.codec_embedding = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.text_embedding = nn.Embedding(cfg.text_vocab_size, cfg.text_hidden_size)
+
+
+class CodePredictorStack(Transformer):
+    """The CodePredictor's transformer with one input table per code 1..15 (`talker.code_predictor.model.*`)."""
+
+    def __init__(self, cfg: CodePredictorConfig, talker_hidden: int) -> None:
+        super().__init__(cfg)
+        # Input tables have the talker's width; the projection maps them to the predictor's.
+        groups = cfg.num_code_groups - 1
+        self.codec_embedding = ModuleListOf(nn.Embedding(cfg.vocab_size, talker_hidden) for _ in range(groups))
+
+
 class TextProjection(nn.Module):
     """Text embedding width -> talker width: Linear + SiLU + Linear, with biases."""
 
@@ -257,11 +296,11 @@ class CodePredictor(nn.Module):
         super().__init__()
         self.cfg = cfg
         groups = cfg.num_code_groups - 1
-        self.model = Transformer(cfg)
-        # Input tables have the talker's width; the projection maps them to the predictor's.
-        self.model.codec_embedding = nn.ModuleList(nn.Embedding(cfg.vocab_size, talker_hidden) for _ in range(groups))
-        self.lm_head = nn.ModuleList(nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False) for _ in range(groups))
-        self.small_to_mtp_projection: nn.Module = (
+        self.model = CodePredictorStack(cfg, talker_hidden)
+        self.lm_head: ModuleListOf[LinearLayer] = ModuleListOf(
+            nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False) for _ in range(groups)
+        )
+        self.small_to_mtp_projection: LinearLayer | nn.Identity = (
             nn.Linear(talker_hidden, cfg.hidden_size, bias=True) if talker_hidden != cfg.hidden_size else nn.Identity()
         )
 
@@ -275,11 +314,9 @@ class Talker(nn.Module):
     def __init__(self, cfg: TalkerConfig, cp_cfg: CodePredictorConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.model = Transformer(cfg)
-        self.model.codec_embedding = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.model.text_embedding = nn.Embedding(cfg.text_vocab_size, cfg.text_hidden_size)
+        self.model = TalkerStack(cfg)
         self.text_projection = TextProjection(cfg.text_hidden_size, cfg.hidden_size)
-        self.codec_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.codec_head: LinearLayer = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.code_predictor = CodePredictor(cp_cfg, cfg.hidden_size)
 
     def embed_text(self, ids: Tensor | list[int]) -> Tensor:
@@ -356,7 +393,7 @@ def _interleave_rows(ws: list[Tensor]) -> Tensor:
 
 
 # Per block: fused weight -> the checkpoint's weights it is made of, and how.
-_FUSED = {
+_FUSED: dict[str, tuple[tuple[str, ...], Callable[[list[Tensor]], Tensor]]] = {
     "self_attn.qkv_proj.weight": (("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
                                   torch.cat),
     "mlp.gate_up_proj.weight": (("mlp.gate_proj.weight", "mlp.up_proj.weight"), _interleave_rows),

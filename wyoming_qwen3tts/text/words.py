@@ -15,6 +15,7 @@ from decimal import Decimal
 from functools import lru_cache
 
 from num2words import CONVERTER_CLASSES
+from num2words.base import Num2Word_Base
 
 from .lexicon import LEXICONS
 
@@ -32,13 +33,13 @@ _ZH_SMALL_UNITS = ("", "十", "百", "千")
 _ZH_LARGE_UNITS = ("", "万", "亿", "万亿")
 
 
-def _converter(language: str):  # type: ignore[no-untyped-def]
+def _converter(language: str) -> Num2Word_Base:
     return CONVERTER_CLASSES[_CODES[language]]
 
 
 def _zh_section(n: int) -> str:
     """0 < n < 10000 in Chinese, with 零 for each run of inner zeros."""
-    out = []
+    out: list[str] = []
     zero = False
     for power in (3, 2, 1, 0):
         digit = n // 10**power % 10
@@ -59,7 +60,7 @@ def _zh_cardinal(n: int) -> str:
     while n:
         sections.append(n % 10000)
         n //= 10000
-    out = []
+    out: list[str] = []
     for index in range(len(sections) - 1, -1, -1):
         section = sections[index]
         if section == 0:

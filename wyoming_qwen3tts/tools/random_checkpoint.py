@@ -356,7 +356,11 @@ def tensor_bytes(shapes: Shapes, dtype: torch.dtype) -> int:
 # Initialisation
 
 
-def _init_rule(name: str, shape: tuple[int, ...], tiny: bool) -> Callable[[torch.Tensor, torch.Generator], None]:
+# Fills its tensor in place (and returns it, as torch's in-place methods do).
+_Fill = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
+
+
+def _init_rule(name: str, shape: tuple[int, ...], tiny: bool) -> _Fill:
     """How to fill one tensor, in place.
 
     Full sizes follow the timing recipe (matrices N(0, 0.02), biases 0, norms/scales 1; snake log-parameters 0, i.e.
@@ -366,13 +370,13 @@ def _init_rule(name: str, shape: tuple[int, ...], tiny: bool) -> Callable[[torch
     """
     leaf = name.rsplit(".", 1)[-1]
 
-    def normal(std: float) -> Callable[[torch.Tensor, torch.Generator], None]:
+    def normal(std: float) -> _Fill:
         return lambda t, g: t.normal_(0.0, std, generator=g)
 
-    def uniform(lo: float, hi: float) -> Callable[[torch.Tensor, torch.Generator], None]:
+    def uniform(lo: float, hi: float) -> _Fill:
         return lambda t, g: t.uniform_(lo, hi, generator=g)
 
-    def const(v: float) -> Callable[[torch.Tensor, torch.Generator], None]:
+    def const(v: float) -> _Fill:
         return lambda t, g: t.fill_(v)
 
     if leaf == "initialized":
@@ -468,7 +472,7 @@ def write_safetensors_streaming(
             t = make(name, shapes[name])
             if t.dtype != dtype or tuple(t.shape) != shapes[name]:
                 raise RuntimeError(f"{name}: made {t.dtype} {tuple(t.shape)}, header says {dtype} {shapes[name]}")
-            f.write(memoryview(t.contiguous().view(torch.uint8).numpy()))  # no extra copy of the bytes
+            f.write(t.contiguous().view(torch.uint8).numpy().data)  # the array's own bytes: no extra copy
     tmp.replace(path)  # a crash never leaves a truncated model.safetensors behind
 
 

@@ -19,8 +19,8 @@ import torch
 from torch import Tensor
 
 from ...model.config import TransformerConfig
-from ...model.quant import QuantLinear
-from ...model.talker import Qwen3TTSModel
+from ...model.quant import LinearLayer, QuantLinear
+from ...model.talker import Block, ModuleListOf, Qwen3TTSModel
 from .ops import Matrix
 
 
@@ -32,15 +32,11 @@ def _mat(t: Tensor) -> Tensor:
     return t.detach().contiguous()  # the model's own tensor (already contiguous)
 
 
-def _matrix(linear: torch.nn.Module) -> Matrix:
+def _matrix(linear: LinearLayer) -> Matrix:
     """A Linear's or QuantLinear's weight as the GEMVs read it (the module's own tensors)."""
     if isinstance(linear, QuantLinear):
         return Matrix(_mat(linear.weight), _mat(linear.scale))
     return Matrix(_mat(linear.weight))
-
-
-def _is_linear(module: torch.nn.Module) -> bool:
-    return isinstance(module, torch.nn.Linear | QuantLinear)
 
 
 @dataclass(frozen=True)
@@ -63,7 +59,7 @@ class StackWeights:
     layers: tuple[LayerWeights, ...]
 
     @classmethod
-    def from_layers(cls, cfg: TransformerConfig, layers: torch.nn.ModuleList) -> StackWeights:
+    def from_layers(cls, cfg: TransformerConfig, layers: ModuleListOf[Block]) -> StackWeights:
         return cls(cfg, tuple(
             LayerWeights(
                 qkv=_matrix(blk.self_attn.qkv_proj),
@@ -104,11 +100,13 @@ class ModelWeights:
         with torch.no_grad():
             embeddings = (_mat(talker.model.codec_embedding.weight), *(_mat(e.weight) for e in cp.model.codec_embedding))
             proj = cp.small_to_mtp_projection
-            proj_w = _matrix(proj) if _is_linear(proj) else None
-            proj_b = _f32(proj.bias) if _is_linear(proj) else None
-            if proj_w is None:
-                cp_inputs = embeddings[:-1]
-            else:
+            proj_w: Matrix | None = None
+            proj_b: Tensor | None = None
+            cp_inputs = embeddings[:-1]
+            if isinstance(proj, LinearLayer):
+                if proj.bias is None:  # built with bias=True (model/talker.py): a checkpoint without one does not load
+                    raise ValueError("small_to_mtp_projection has no bias")
+                proj_w, proj_b = _matrix(proj), _f32(proj.bias)
                 # The matrix the projection stands for (int8: q * scale per row, QuantLinear's own dequantization).
                 w32 = proj.dequantized() if isinstance(proj, QuantLinear) else proj_w.data.float()
                 cp_inputs = tuple(torch.addmm(proj_b, t.float(), w32.t()).contiguous() for t in embeddings[:-1])
