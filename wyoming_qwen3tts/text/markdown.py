@@ -82,7 +82,7 @@ class MarkdownBlocks:
         """Decide what the held line start is; returns the text it releases now."""
         line = self._line
         if self._kind == "code-start":
-            if _FENCE.match(line) and _FENCE.match(line).group(1)[0] * 3 == self._fence[:3]:  # type: ignore[union-attr]
+            if (fence := _FENCE.match(line)) and fence.group(1)[0] * 3 == self._fence[:3]:
                 self._kind = "skip"  # the closing fence
                 return ""
             if not final and _could_close(line, self._fence):

@@ -42,8 +42,10 @@ def _check_name(name: str) -> None:
 def _clone_now(model: str, data_dir: Path | None, folder: Path, preset: VoicePreset) -> None:
     from ..engine import Engine, EngineOptions
 
+    if preset.reference_audio is None:  # store_voice's presets always name their clip
+        raise ValueError(f"voice {preset.name!r} has no reference clip to clone")
     engine = Engine.from_pretrained(model, EngineOptions(data_dir=data_dir, voice_cache_dir=folder / ".prompts", max_streams=1))
-    prompt = engine.clone_voice(preset.reference_audio, preset.reference_text, x_vector_only=preset.x_vector_only)  # type: ignore[arg-type]
+    prompt = engine.clone_voice(preset.reference_audio, preset.reference_text, x_vector_only=preset.x_vector_only)
     mode = "from the voice alone (x-vector)" if prompt.ref_codes is None else f"in context ({len(prompt.ref_codes)} clip frames)"
     print(f"cloned {preset.name!r} with {model}, {mode}; the prompt is cached in {folder / '.prompts'}")
 
