@@ -91,6 +91,7 @@ async def main(settings: Settings) -> int:
         max_connections=settings.max_connections,
         workers=settings.max_streams,
         max_queued_streams=settings.max_queued_streams,
+        announcements=settings.announcements(),
     )
     config = HandlerConfig(**settings.values_for(HandlerConfig))
     server = AsyncServer.from_uri(settings.uri)
