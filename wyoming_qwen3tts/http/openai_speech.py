@@ -167,10 +167,15 @@ class SpeechApi:
         return web.json_response({"object": "list", "data": [model]})
 
     async def list_voices(self, request: web.Request) -> web.Response:
-        """Every voice of the catalog, with what the web page shows of it."""
+        """Every voice of the catalog, with what the web page shows of it; `?language=de-DE`: those speaking it,
+        the voices native to it first."""
         catalog = self.service.catalog
         voices = []
-        for voice in catalog.tts_voices():
+        try:
+            listed = catalog.voices_for(request.query.get("language", "")[:MAX_VOICE_CHARS])
+        except Qwen3TTSError as err:
+            raise ApiError.from_service(err, param="language") from None
+        for voice in listed:
             entry: dict[str, Any] = {
                 "id": voice.name,
                 "object": "voice",
