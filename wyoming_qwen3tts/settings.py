@@ -89,6 +89,7 @@ class Settings(BaseSettings):
     voice: str = Field("", description="voice used when a request names none (empty: the first speaker)")
     voices: list[VoicePreset] = Field(default_factory=list, description="voice presets ([[voices]] tables)")
     voices_dir: Path | None = Field(None, description="folder of cloned voices, NAME.wav + NAME.txt (default: DATA_DIR/voices)")
+    watch_voices: bool = Field(True, description="offer voices added to the voices folder (and withdraw removed ones) while running, without a restart")
     # --- announcement cache (announcements.py) ---
     announcement_cache: bool = Field(True, description="replay the audio of a sentence spoken before with the same voice, language, style and sampling instead of synthesizing it again (a sampled voice keeps its first take)")
     announcement_cache_mb: float = Field(64.0, ge=0, description="memory for replayed sentences, in MB (least recently used dropped first)")
