@@ -58,10 +58,13 @@ class _Memo:
     def __init__(self) -> None:
         self._by_id: dict[int, tuple[weakref.ref[Any], str]] = {}
 
-    def get(self, obj: object, compute: Any) -> str:
+    def known(self, obj: object) -> bool:
         found = self._by_id.get(id(obj))
-        if found is not None and found[0]() is obj:
-            return found[1]
+        return found is not None and found[0]() is obj
+
+    def get(self, obj: object, compute: Any) -> str:
+        if self.known(obj):
+            return self._by_id[id(obj)][1]
         value = compute(obj)
         try:
             self._by_id[id(obj)] = (weakref.ref(obj), value)
@@ -187,6 +190,10 @@ class AnnouncementCache:
         Before the model has loaded (`engine` None), or with the cache off, neither: the take records nothing."""
         if not self.enabled or engine is None or (self.memory_limit <= 0 and self.disk_limit <= 0):
             return Take(None, None, cancel)
+        if not self._engines.known(engine) or (request.clone is not None and not self._voices.known(request.clone)):
+            # Once per model and per cloned voice: stats of the weight files, a cloned voice's tensors copied from
+            # the GPU (which waits for the work queued there), hashed; all off the event loop.
+            await asyncio.to_thread(self.key, request, engine)
         key = self.key(request, engine)
         found = self._memory.get(key)
         if found is not None:
@@ -200,9 +207,10 @@ class AnnouncementCache:
         return Take(self, key, cancel, chunks=chunks)
 
     def store(self, key: str, chunks: list[AudioChunk]) -> None:
+        chunks = [AudioChunk(pcm=c.pcm, codes=np.array(c.codes)) for c in chunks]  # the engine may reuse its arrays
         for chunk in chunks:
             chunk.codes.setflags(write=False)  # shared by every replay
-        self._keep_in_memory(key, list(chunks))
+        self._keep_in_memory(key, chunks)
         if self._disk_thread is not None:
             data = _encode(key, chunks)
             if len(data) <= self.disk_limit:
