@@ -1,7 +1,8 @@
 """The live voices folder (wyoming_qwen3tts/voices/watch.py): a clip and its transcript copied into the folder of a
 running server are offered on both protocols within seconds, a broken clip is logged and skipped, temporary and
-hidden files are no voices, and a voice whose files are removed is withdrawn; on the real server process with a
-tiny Base checkpoint on the CPU."""
+hidden files are no voices, a clip replaced under the same name is cloned again (and its sentences are no longer
+replayed from the announcement cache), and a voice whose files are removed is withdrawn; on the real server process
+with a tiny Base checkpoint on the CPU."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from wyoming.event import Event
 from wyoming.info import Describe, Info
 
 from reliability_support import Raw
+from test_http_app import metric_value
 from test_http_server import HttpServer, start_http
 from test_voice_server import write_clip
 from wyoming_qwen3tts.voices.watch import is_voice_file
@@ -47,7 +49,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, tiny_base_checkpoint: Path, folder: Path) -> Iterator[HttpServer]:
     args = ["--model", str(tiny_base_checkpoint), "--device", "cpu", "--dtype", "float32", "--max-frames", "4",
-            "--voices-dir", str(folder), "--seed", "1"]  # fmt: skip
+            "--voices-dir", str(folder), "--seed", "1", "--announcement-cache"]  # fmt: skip
     http = start_http(tmp_path_factory.mktemp("watch"), args, fake=False, name="watch")
     yield http
     assert http.server.stop() == 0
@@ -83,12 +85,12 @@ def wait_until(check: Callable[[], bool], what: str) -> float:
     return time.monotonic() - started
 
 
-async def _speak(port: int, voice: str) -> int:
+async def _speak(port: int, voice: str) -> bytes:
     client = await Raw.connect(port)
     try:
         await client.event(Event(type="synthesize", data={"text": "Hello there.", "voice": {"name": voice}}))
         events = await client.read_until("audio-stop", 120)
-        return sum(len(e.payload or b"") for e in events if e.type == "audio-chunk")
+        return b"".join(e.payload or b"" for e in events if e.type == "audio-chunk")
     finally:
         await client.close()
 
@@ -103,7 +105,16 @@ def test_voices_come_and_go_while_serving(server: HttpServer, folder: Path, tmp_
     (folder / "bob.wav.part").rename(folder / "bob.wav")
     took = wait_until(lambda: all("bob" in names for names in offered(server)), "bob offered on both protocols")
     print(f"bob offered {took:.1f} s after its files were written")
-    assert asyncio.run(_speak(server.server.port, "bob")) > 0
+    spoken = asyncio.run(_speak(server.server.port, "bob"))
+    assert spoken and asyncio.run(_speak(server.server.port, "bob")) == spoken  # the second time replayed
+    hits = metric_value(server.metrics(), "qwen3tts_announcement_cache_total", result="hit")
+
+    # Another clip under the same name: cloned again, and the sentence is spoken anew in the new voice, not replayed.
+    shutil.copy(write_clip(tmp_path / "other.wav", seconds=2.5, seed=7), folder / "bob.wav.tmp")
+    (folder / "bob.wav.tmp").replace(folder / "bob.wav")
+    wait_until(lambda: "Voice 'bob' cloned again" in server.server.log_text(), "bob cloned again")
+    assert asyncio.run(_speak(server.server.port, "bob")) != spoken
+    assert metric_value(server.metrics(), "qwen3tts_announcement_cache_total", result="hit") == hits
 
     # A clip that is not audio: logged with the reason, not offered; the server serves on.
     (folder / "broken.txt").write_text("Nothing to hear.")
