@@ -170,7 +170,7 @@ async def test_off_means_never_a_hit() -> None:
     for chunk in take(2):
         found.record(chunk)
     found.complete()
-    assert not (await cache.lookup(REQUEST, engine)).hit and len(cache) == 0
+    assert not (await cache.lookup(REQUEST, engine)).hit and cache.memory_bytes == 0
 
 
 # -- the service: what is stored ---------------------------------------------------------------------

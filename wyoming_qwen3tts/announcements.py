@@ -241,17 +241,6 @@ class AnnouncementCache:
             evicted.append(name)
         return evicted
 
-    def clear(self) -> None:
-        """Forget every take, in memory and on disk."""
-        self._memory.clear()
-        self.memory_bytes = 0
-        names, self._disk, self.disk_bytes = list(self._disk), OrderedDict(), 0
-        if self._disk_thread is not None:
-            self._disk_thread.submit(self._remove, names).add_done_callback(_log_failure)
-
-    def __len__(self) -> int:
-        return len(set(self._memory) | set(self._disk))
-
     # -- disk (the cache's thread) ---------------------------------------------------------------------
     def _path(self, key: str) -> Path:
         assert self.folder is not None
