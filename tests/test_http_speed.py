@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -79,8 +80,8 @@ def test_every_format_streams_at_any_speed(slow: HttpServer, fmt: str) -> None:
 class KindsEngine(FakeEngine):
     """The fake engine as CustomVoice + VoiceDesign + Base models with one cloned voice."""
 
-    model_types = {"custom_voice", "voice_design", "base"}
-    clone_prompts = {"anna": object()}
+    model_types: ClassVar[set[str]] = {"custom_voice", "voice_design", "base"}
+    clone_prompts: ClassVar[dict[str, object]] = {"anna": object()}
 
 
 async def test_instructions_become_the_style_where_the_voice_takes_one(tmp_path: Path) -> None:

@@ -89,7 +89,7 @@ async def test_http_language_and_voice_list_per_locale() -> None:
         assert api.engine.requests[-1].language == "portuguese"
 
         listed = await (await api.http.get(f"{api.url}/v1/audio/voices", params={"language": "ko-KR"})).json()
-        assert [v["id"] for v in listed["data"]][0] == "sohee"
+        assert listed["data"][0]["id"] == "sohee"
         assert all("ko" in v["languages"] for v in listed["data"])
         everything = await (await api.http.get(f"{api.url}/v1/audio/voices")).json()
         assert len(everything["data"]) >= len(listed["data"])

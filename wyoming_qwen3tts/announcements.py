@@ -46,6 +46,8 @@ MAGIC = b"Q3TTS-ANNOUNCEMENT-1\n"
 SUFFIX = ".take"
 _LENGTH = struct.Struct("<I")
 _MB = 1024 * 1024
+# The engine's settings that shape its audio (test engines may lack some: None).
+_ENGINE_SETTINGS = ("first_chunk_frames", "chunk_frames", "max_frames", "stop_runaway", "max_streams")
 
 
 def _digest(*parts: object) -> str:
@@ -96,8 +98,7 @@ def engine_identity(engine: object) -> str:
         repr(getattr(engine, "config", None)),
         repr(getattr(engine, "default_sampling", None)),
         [getattr(info, name, None) for name in ("device", "dtype", "backend", "weights")],
-        [getattr(engine, name, None) for name in ("first_chunk_frames", "chunk_frames", "max_frames", "stop_runaway",
-                                                  "max_streams")],  # fmt: skip
+        [getattr(engine, name, None) for name in _ENGINE_SETTINGS],
     )
 
 
