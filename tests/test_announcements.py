@@ -1,5 +1,5 @@
 """The announcement cache (wyoming_qwen3tts/announcements.py): keys, LRU bounds in memory and on disk, what is
-stored (complete takes only), and through the real server: a repeated sentence is replayed at once on both
+stored (complete takes only, none the runaway guard cut short), and through the real server: a repeated sentence is replayed at once on both
 protocols, the same take (sampled voice), after a restart too (from disk)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -186,8 +186,19 @@ async def speak(service: TtsService, request: SynthesisRequest, cancel: threadin
     return b"".join(out)
 
 
+class GuardedEngine(FakeEngine):
+    """The fake engine, running a hook as each synthesis starts (the runaway guard's count, here)."""
+
+    on_synthesize: Callable[[], None] | None = None
+
+    def synthesize(self, request: SynthesisRequest, cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
+        if self.on_synthesize is not None:
+            self.on_synthesize()
+        return super().synthesize(request, cancel)
+
+
 async def test_service_replays_complete_takes_only() -> None:
-    engine = FakeEngine(fail_on="explode")
+    engine = GuardedEngine(fail_on="explode")
     service = TtsService(lambda: engine, [], announcements=AnnouncementCache())  # type: ignore[arg-type, return-value]
     await service.start_loading()
     try:
@@ -208,6 +219,15 @@ async def test_service_replays_complete_takes_only() -> None:
             with pytest.raises(Qwen3TTSError):
                 await speak(service, failing)
         assert [r.text for r in engine.requests].count("explode now") == 2  # an error is never stored
+
+        runaway = replace(REQUEST, text="babble on")
+        engine.on_synthesize = lambda: METRICS.runaway_stops.labels("loop").inc()  # the guard stops this one
+        await speak(service, runaway)
+        engine.on_synthesize = None
+        await speak(service, runaway)
+        assert [r.text for r in engine.requests].count("babble on") == 2  # the cut take was not kept
+        await speak(service, runaway)
+        assert [r.text for r in engine.requests].count("babble on") == 2  # the good one was
     finally:
         service.shutdown()
 
