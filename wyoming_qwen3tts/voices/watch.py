@@ -73,12 +73,16 @@ class VoiceFolderWatcher:
             return
         await asyncio.to_thread(self.folder.mkdir, parents=True, exist_ok=True)
         _LOGGER.info("Watching the voices folder %s for voices added, changed or removed", self.folder)
-        watching = watchfiles.awatch(self.folder, watch_filter=lambda _, path: is_voice_file(path),
-                                     debounce=DEBOUNCE_MS, recursive=False, stop_event=self._stop)  # fmt: skip
+        # An empty set each second without changes: the first one says the watch is on, so the catch-up sync for
+        # what changed between the startup's scan and now misses nothing.
+        watching = watchfiles.awatch(self.folder, watch_filter=lambda _, path: is_voice_file(path), debounce=DEBOUNCE_MS,
+                                     recursive=False, stop_event=self._stop, rust_timeout=1000, yield_on_timeout=True)  # fmt: skip
+        caught_up = False
         try:
-            await self.sync()  # what changed between the startup's scan and now
-            async for _changes in watching:
-                await self.sync()
+            async for changes in watching:
+                if changes or not caught_up:
+                    caught_up = True
+                    await self.sync()
         except OSError as err:  # the folder went away or cannot be read: serve on without watching
             _LOGGER.error("Stopped watching the voices folder %s: %s", self.folder, err)
 
