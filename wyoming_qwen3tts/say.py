@@ -4,7 +4,7 @@ The voice, by the loaded model's kind:
   CustomVoice  --voice SPEAKER (default: the first speaker), or a preset of --config FILE
   Base         --voice NAME of the voices folder (--voices-dir, or DATA_DIR/voices) or of --config FILE,
                or a clip given here: --ref-audio CLIP with --ref-text "what it says" (or --x-vector-only)
-  VoiceDesign  --design "the voice's description"
+  VoiceDesign  --design "the voice's description", or --voice NAME of a designed preset of --config FILE
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", type=Path, default=None, help="the server's TOML settings file, for its [[voices]] presets")
     p.add_argument("--voices-dir", type=Path, default=None, help="folder of cloned voices, NAME.wav + NAME.txt (default: DATA_DIR/voices)")
     p.add_argument("--language", default=AUTO, help="auto, a code or locale tag (en, de-DE), or a name (english)")
-    p.add_argument("--instruct", default=None, help="speaking style (1.7B CustomVoice only)")
+    p.add_argument("--instruct", default=None, help="speaking style (1.7B CustomVoice); on a VoiceDesign model without --design, the voice's description")
     p.add_argument("--greedy", action="store_true", help="argmax decoding instead of the model's sampling")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--device", default=EngineOptions.device, help="auto, cpu, cuda, cuda:N")
