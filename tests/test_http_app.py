@@ -68,6 +68,7 @@ async def serve(
     load_error: bool = False,
     max_connections: int = 64,
     api_key: str | None = None,
+    presets: list[VoicePreset] | None = None,
     **speech: object,
 ) -> AsyncIterator[Api]:
     engine = engine or FakeEngine()
@@ -78,7 +79,7 @@ async def serve(
             raise Qwen3TTSError("no such model")
         return engine
 
-    service = TtsService(load, [PRESET], max_connections=max_connections)  # type: ignore[arg-type]
+    service = TtsService(load, [PRESET] if presets is None else presets, max_connections=max_connections)  # type: ignore[arg-type]
     loaded = service.start_loading()
     metrics = Metrics()
     metrics.watch(service)

@@ -45,6 +45,8 @@ NOT_HERE = {
     "script/setup": "run by every script/run and script/test below",
     "script/run": "without --model /tmp/tiny it downloads the 1.7B model from the Hugging Face hub",
     ".venv/bin/python -m wyoming_qwen3tts.say --voice ryan": "downloads the 1.7B model from the Hugging Face hub",
+    ".venv/bin/python -m wyoming_qwen3tts.say --model Qwen/": "downloads a model from the Hugging Face hub; "
+    "tests/test_say.py speaks cloned and designed voices with tiny checkpoints",
     "curl http://127.0.0.1:8000/v1/audio/speech": "needs a server with --http and a model; tests/test_http_server.py "
     "sends the same request to one, with the OpenAI client",
     "python -m wyoming_qwen3tts.voices --data-dir DATA_DIR ": "names the user's data dir and a model from the Hugging "

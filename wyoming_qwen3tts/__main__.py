@@ -29,6 +29,7 @@ from .handler import HandlerConfig, Qwen3TTSEventHandler
 from .server import TtsService
 from .settings import Settings, load_settings
 from .voices import VoicePreset, scan_voice_folder
+from .voices.watch import VoiceFolderWatcher
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -91,6 +92,7 @@ async def main(settings: Settings) -> int:
         max_connections=settings.max_connections,
         workers=settings.max_streams,
         max_queued_streams=settings.max_queued_streams,
+        announcements=settings.announcements(),
     )
     config = HandlerConfig(**settings.values_for(HandlerConfig))
     server = AsyncServer.from_uri(settings.uri)
@@ -114,8 +116,12 @@ async def main(settings: Settings) -> int:
     signals = asyncio.Queue[int]()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, signals.put_nowait, signum)
+    folder = settings.voice_folder()
+    watcher = VoiceFolderWatcher(service, folder, {v.name for v in settings.voices}) if folder and settings.watch_voices else None
+    watching: asyncio.Task[None] | None = None
     try:
         loaded = service.start_loading()
+        watching = asyncio.create_task(watcher.run()) if watcher is not None else None
         await server.start(handler_factory)
         _LOGGER.info("Listening on %s (version %s)", settings.uri, __version__)
         http_server = await _start_http(settings, service)
@@ -143,6 +149,9 @@ async def main(settings: Settings) -> int:
         _LOGGER.info("Stopped")
         return 0 if service.load_error is None else 1
     finally:
+        if watcher is not None and watching is not None:
+            watcher.stop()
+            watching.cancel()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
         _stop_listening(server)

@@ -71,12 +71,18 @@ class Metrics:
             "qwen3tts_runaway_stops", "Sentences cut short by the runaway guard: at their frame budget, or on a stuck loop",
             ["reason"], registry=r,
         )
+        self.announcements = Counter(
+            "qwen3tts_announcement_cache", "Sentences looked up in the announcement cache: hit (replayed) or miss (synthesized)",
+            ["result"], registry=r,
+        )
         self.active = Gauge("qwen3tts_active_streams", "Speech requests being answered now", ["protocol"], registry=r)
         for protocol in PROTOCOLS:  # export zeros before the first request
             self.active.labels(protocol)
             self.frames.labels(protocol)
         for reason in ("budget", "loop"):
             self.runaway_stops.labels(reason)
+        for result in ("hit", "miss"):
+            self.announcements.labels(result)
         self._service_collector: _ServiceCollector | None = None
 
     def speech(self, protocol: str, started_at: float | None = None) -> SpeechMeter:

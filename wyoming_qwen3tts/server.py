@@ -28,6 +28,7 @@ from wyoming.event import Event
 from wyoming.info import Info, TtsProgram
 
 from . import __version__
+from .announcements import AnnouncementCache
 from .request import AudioChunk, SynthesisRequest
 
 if TYPE_CHECKING:  # torch and the engine load on the worker thread, after the server is listening
@@ -113,6 +114,7 @@ class TtsService:
         max_connections: int = 64,
         workers: int = 1,
         max_queued_streams: int | None = None,
+        announcements: AnnouncementCache | None = None,
     ) -> None:
         """workers: syntheses run at once (max_streams: the batching backend decodes them together);
         0: the engine's max_streams, known once it has loaded (until then requests queue behind the load
@@ -120,6 +122,7 @@ class TtsService:
         max_queued_streams: sentences that may wait for a worker before a new request is refused
         (None: QUEUED_PER_STREAM per worker, at least QUEUED_MIN)."""
         self._load_engine = load_engine
+        self.announcements = AnnouncementCache.disabled() if announcements is None else announcements
         self._presets = presets
         self._default_voice = default_voice
         self.streaming = streaming
@@ -311,6 +314,11 @@ class TtsService:
         answered) always queues. Stopping the iteration (or closing it) sets `cancel`, which stops
         the engine after the frame group it is working on.
         """
+        take = await self.announcements.lookup(request, self._engine, cancel)
+        if take.hit:
+            for cached in take.chunks or ():
+                yield cached
+            return
         waiting = self.syntheses - self.workers
         if not continuing and waiting >= self.max_queued_streams:
             raise QueueFullError(
@@ -373,8 +381,10 @@ class TtsService:
         try:
             while (item := await queue.get()) is not _END:
                 assert isinstance(item, AudioChunk)
+                take.record(item)
                 yield item
             future.result()
+            take.complete()
         finally:
             if not future.done():
                 cancel.set()

@@ -29,6 +29,7 @@ from pydantic_settings import (
 )
 
 from . import __version__
+from .announcements import AnnouncementCache
 from .options import DEFAULT_MODEL, Backend, EngineOptions, Weights
 from .request import SamplingOverrides
 from .server import QUEUED_MIN, QUEUED_PER_STREAM
@@ -88,6 +89,11 @@ class Settings(BaseSettings):
     voice: str = Field("", description="voice used when a request names none (empty: the first speaker)")
     voices: list[VoicePreset] = Field(default_factory=list, description="voice presets ([[voices]] tables)")
     voices_dir: Path | None = Field(None, description="folder of cloned voices, NAME.wav + NAME.txt (default: DATA_DIR/voices)")
+    watch_voices: bool = Field(True, description="offer voices added to the voices folder (and withdraw removed ones) while running, without a restart")
+    # --- announcement cache (announcements.py) ---
+    announcement_cache: bool = Field(True, description="replay the audio of a sentence spoken before with the same voice, language, style and sampling instead of synthesizing it again (a sampled voice keeps its first take)")
+    announcement_cache_mb: float = Field(64.0, ge=0, description="memory for replayed sentences, in MB (least recently used dropped first)")
+    announcement_disk_mb: float = Field(512.0, ge=0, description="disk for replayed sentences under DATA_DIR/announcements, in MB (0, or no data_dir: memory only)")
     # --- sampling (unset: the model's generation_config.json) ---
     seed: int | None = Field(None, description="random seed for every sentence (none: random)")
     greedy: bool = Field(False, description="greedy decoding instead of sampling")
@@ -128,6 +134,12 @@ class Settings(BaseSettings):
         if self.voices_dir is not None:
             return self.voices_dir
         return self.data_dir / "voices" if self.data_dir is not None else None
+
+    def announcements(self) -> AnnouncementCache:
+        """The announcement cache these settings ask for (its disk tier indexed now, before serving)."""
+        folder = self.data_dir / "announcements" if self.data_dir is not None else None
+        return AnnouncementCache(memory_mb=self.announcement_cache_mb, folder=folder, disk_mb=self.announcement_disk_mb,
+                                 enabled=self.announcement_cache)  # fmt: skip
 
     def engine_options(self) -> EngineOptions:
         folder = self.voice_folder()

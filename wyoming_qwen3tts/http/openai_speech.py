@@ -167,10 +167,15 @@ class SpeechApi:
         return web.json_response({"object": "list", "data": [model]})
 
     async def list_voices(self, request: web.Request) -> web.Response:
-        """Every voice of the catalog, with what the web page shows of it."""
+        """Every voice of the catalog, with what the web page shows of it; `?language=de-DE`: those speaking it,
+        the voices native to it first."""
         catalog = self.service.catalog
         voices = []
-        for voice in catalog.tts_voices():
+        try:
+            listed = catalog.voices_for(request.query.get("language", "")[:MAX_VOICE_CHARS])
+        except Qwen3TTSError as err:
+            raise ApiError.from_service(err, param="language") from None
+        for voice in listed:
             entry: dict[str, Any] = {
                 "id": voice.name,
                 "object": "voice",
@@ -300,13 +305,15 @@ class SpeechApi:
                 raise ApiError.from_service(err, param="language") from None
         instructions = clean_client_text(body.instructions or "").strip()
         if instructions:
-            if not catalog.supports_instruct:
-                raise ApiError(400, "This model does not follow style instructions (only the 1.7B models do)", param="instructions", code="instructions-unsupported")
+            designed = not voice.speaker and voice.clone is None  # its instruct is its description: the style joins it
+            if not (designed or (voice.speaker and catalog.supports_instruct)):
+                raise ApiError(400, f"Voice {_short(voice.voice)} does not follow style instructions (1.7B CustomVoice speakers and designed voices do)",
+                               param="instructions", code="instructions-unsupported")  # fmt: skip
             if len(instructions) > MAX_INSTRUCTIONS_CHARS:
                 raise ApiError(
                     400, f"instructions have {len(instructions)} characters, more than the limit of {MAX_INSTRUCTIONS_CHARS}", param="instructions", code="text-too-long"
                 )
-            voice = replace(voice, instruct=instructions)
+            voice = replace(voice, instruct=f"{voice.instruct} {instructions}" if designed else instructions)
         return voice
 
     async def _chunks(self, plan: SpeechPlan, cancel: threading.Event, meter: SpeechMeter) -> AsyncIterator[AudioChunk]:

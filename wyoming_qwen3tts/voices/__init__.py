@@ -12,7 +12,10 @@ Languages are advertised as two-letter ISO 639-1 codes ("en", "zh", ...).  Home 
 voices per language code and matches the assistant's language (e.g. "en-US", "de-DE", "zh-Hans")
 against these codes by primary subtag, so a bare primary code shows every voice for every regional
 variant; a regional code such as "en_US" would hide the voice from "en-GB" users.  The model speaks
-each of its languages with every speaker, so each speaker voice lists all of them.
+each of its languages with every speaker, so each speaker voice lists all of them, its native
+language first.  Clients may name a language as a locale tag ("en-US", "pt_BR", "zh-Hans-CN"), an
+ISO 639-1 or 639-2 code ("de", "deu", "ger") or the engine's name ("german"); a list of voices for one
+language (voices_for) leads with the voices native to it.
 """
 
 from __future__ import annotations
@@ -63,6 +66,24 @@ LANGUAGE_CODES: dict[str, str] = {
     "italian": "it",
 }
 DEFAULT_LANGUAGES: list[str] = [AUTO, *LANGUAGE_CODES]
+# ISO 639-2 codes (bibliographic and terminology forms) of the engine's languages, for clients that send them.
+_ISO639_2: dict[str, str] = {
+    "zho": "chinese", "chi": "chinese", "eng": "english", "jpn": "japanese", "kor": "korean", "deu": "german",
+    "ger": "german", "fra": "french", "fre": "french", "rus": "russian", "por": "portuguese", "spa": "spanish",
+    "ita": "italian",
+}  # fmt: skip
+# The language each CustomVoice speaker speaks natively (model doc §2.4; dialect speakers: Chinese).
+NATIVE_LANGUAGES: dict[str, str] = {
+    "vivian": "chinese",
+    "serena": "chinese",
+    "uncle_fu": "chinese",
+    "dylan": "chinese",
+    "eric": "chinese",
+    "ryan": "english",
+    "aiden": "english",
+    "ono_anna": "japanese",
+    "sohee": "korean",
+}
 
 
 VoiceKind = Literal["custom_voice", "base", "voice_design"]  # the tts_model_type that speaks it
@@ -157,16 +178,16 @@ class VoiceChoice:
 
 
 def language_name(value: str, languages: list[str]) -> str:
-    """Map a client's language ("en", "en_US", "en-us", "English", "auto") to an engine language name."""
+    """Map a client's language ("en", "en_US", "en-us", "pt-BR", "deu", "English", "auto") to an engine language name."""
     text = value.strip().lower()
     if not text:
         return AUTO
     if text in languages:
         return text
-    primary = re.split(r"[-_]", text, maxsplit=1)[0]
-    for name, code in LANGUAGE_CODES.items():
-        if primary == code and name in languages:
-            return name
+    primary = re.split(r"[-_]", text, maxsplit=1)[0]  # a locale tag's language subtag: en-US, pt_BR, zh-Hans-CN
+    name = _ISO639_2.get(primary) or next((n for n, code in LANGUAGE_CODES.items() if code == primary), None)
+    if name is not None and name in languages:
+        return name
     raise UnknownLanguageError(f"Unknown language {value!r}; this model speaks {', '.join(languages)}")
 
 
@@ -285,40 +306,47 @@ class VoiceCatalog:
             choice = replace(choice, language=language_name(voice.language, self.languages))
         return choice
 
+    def native_language(self, voice: str) -> str | None:
+        """The engine language a voice speaks natively: its speaker's (model doc §2.4), or the language a preset
+        fixes; None when unknown (a cloned or designed voice without a language)."""
+        preset = self.presets.get(voice)
+        if preset is not None:
+            if preset.language and language_name(preset.language, self.languages) != AUTO:
+                return language_name(preset.language, self.languages)
+            voice = preset.speaker or ""
+        native = NATIVE_LANGUAGES.get(voice.lower())
+        return native if native in self.languages else None
+
     def tts_voices(self) -> list[TtsVoice]:
-        """One TtsVoice per speaker, then one per preset."""
-        spoken = [language_code(lang) for lang in self.languages if lang != AUTO]
-        voices = [
-            TtsVoice(
-                name=speaker,
-                description=f"{speaker} ({SPEAKER_DESCRIPTIONS.get(speaker.lower(), 'Qwen3-TTS speaker')})",
-                attribution=ATTRIBUTION,
-                installed=True,
-                version=self.version,
-                languages=list(spoken),
-            )
-            for speaker in self.speakers
-        ]
+        """One TtsVoice per speaker, then one per preset; each lists its native language first."""
+        spoken = [lang for lang in self.languages if lang != AUTO]
+        voices = []
+        for speaker in self.speakers:
+            voices.append(self._tts_voice(speaker, f"{speaker} ({SPEAKER_DESCRIPTIONS.get(speaker.lower(), 'Qwen3-TTS speaker')})", spoken))
         for preset in self.presets.values():
-            languages = (
-                [language_code(language_name(preset.language, self.languages))]
-                if preset.language and language_name(preset.language, self.languages) != AUTO
-                else list(spoken)
-            )
+            fixed = language_name(preset.language, self.languages) if preset.language else AUTO
             if preset.kind == "base":
                 what = f"cloned from {preset.reference_audio.name if preset.reference_audio else 'a clip'}"
             elif preset.kind == "voice_design":
                 what = f"designed: {preset.design}"
             else:
                 what = f"{preset.speaker}, {preset.instruct}" if preset.instruct else str(preset.speaker)
-            voices.append(
-                TtsVoice(
-                    name=preset.name,
-                    description=preset.description or f"{preset.name} ({what})",
-                    attribution=ATTRIBUTION,
-                    installed=True,
-                    version=self.version,
-                    languages=languages,
-                )
-            )
+            voices.append(self._tts_voice(preset.name, preset.description or f"{preset.name} ({what})",
+                                          [fixed] if fixed != AUTO else spoken))  # fmt: skip
         return voices
+
+    def _tts_voice(self, name: str, description: str, languages: list[str]) -> TtsVoice:
+        native = self.native_language(name)
+        ordered = sorted(languages, key=lambda lang: lang != native)  # stable: the model's order after the native one
+        return TtsVoice(name=name, description=description, attribution=ATTRIBUTION, installed=True, version=self.version,
+                        languages=[language_code(lang) for lang in ordered])  # fmt: skip
+
+    def voices_for(self, language: str) -> list[TtsVoice]:
+        """The voices that speak `language` (a code, locale tag or name), those native to it first, each group in
+        describe's order. Raises UnknownLanguageError for a language the model does not speak."""
+        name = language_name(language, self.languages)
+        if name == AUTO:
+            return self.tts_voices()
+        code = language_code(name)
+        voices = [v for v in self.tts_voices() if code in v.languages]
+        return sorted(voices, key=lambda v: self.native_language(v.name) != name)
