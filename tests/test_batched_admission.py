@@ -198,8 +198,10 @@ def test_streams_for_memory_fits_half_the_free_memory_less_the_reserve() -> None
     gib = 1 << 30
     row = gib // 4  # ~ the 1.7B's row at 2,048 frames (bf16)
     assert WORK_RESERVE_BYTES == 2 * gib
-    assert streams_for_memory(120 * gib, row)[0] == 16  # an H200: capped at 16
-    assert streams_for_memory(27 * gib, row)[0] == 16  # an R9700 (32 GB) after the 1.7B
+    assert streams_for_memory(120 * gib, row)[0] == 64  # an H200: 240 rows fit in 60 GiB, capped at 64
+    assert streams_for_memory(27 * gib, row)[0] == 32  # an R9700 (32 GB) after the 1.7B: 54 rows, a bucket of 32
+    assert streams_for_memory(20 * gib, row)[0] == 32  # 10 GiB: 40 rows
+    assert streams_for_memory(15 * gib, row)[0] == 16  # 7.5 GiB: 30 rows, a bucket of 16
     assert streams_for_memory(6 * gib, row)[0] == 8  # min(6 - 2, 3) GiB: 12 rows fit, a bucket of 8
     assert streams_for_memory(int(2.5 * gib), row)[0] == 2  # 0.5 GiB: two rows
     assert streams_for_memory(gib, row)[0] == 1  # less than the reserve: one stream (the batch-1 backend)

@@ -1,12 +1,12 @@
-"""Many decode streams in one frame step: the frame of frame.py for up to 16 streams at once, each
-weight matrix read once per step for all of them (the q3t_batched_* kernels, q3t.h last section).
+"""Many decode streams in one frame step: the frame of frame.py for up to 64 streams at once, each
+weight matrix read once per step for every 16 of them (the q3t_batched_* kernels, q3t.h last section).
 
 Each stream owns a slot: its Talker KV cache block, position, frame index, seed, sampling settings,
 repetition-penalty set, trailing text and code history, all in device memory, so a stream joins
 (admit_all: the prompts of all streams joining at one step boundary prefilled together, each into
 its block, between steps) or leaves (release) without touching the others and without a new graph.
 Row r of every per-row buffer (hidden states, codes, logits, the CodePredictor's short cache)
-belongs to slot r; a step runs the first `nb` rows, nb a bucket (1, 2, 4, 8, 16) covering the
+belongs to slot r; a step runs the first `nb` rows, nb a bucket (1, 2, 4, ..., 64) covering the
 highest slot in use, and rows whose slot is free pad (slot -1: the kernels skip their writes to
 per-slot state). One graph is captured per bucket at construction. While exactly one slot is busy,
 its step is the batch-1 frame's kernels over that slot's state instead (lone.py: a lone stream at
@@ -41,7 +41,7 @@ from .ops import Matrix, Ops
 from .prefill import WARM_PREFILL_POSITIONS, BatchedPrefillGraphs, PrefillGraphs
 from .weights import ModelWeights, StackWeights
 
-BUCKETS = (1, 2, 4, 8, 16)
+BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 MAX_SLOTS = BUCKETS[-1]  # Q3T_BATCH_MAX
 # Padded positions (streams x the longest prompt) one batched prefill runs at most: 16 one-sentence
 # prompts (~30-150 positions) go in one forward; longer ones take more, since the attention scores
@@ -57,8 +57,9 @@ GRAPHED_ADMISSIONS = 4
 # The row counts of the captured batched prefills: 5-8 arrivals replay the 8-row graph, 9-16 the 16-row one.
 BATCHED_PREFILL_ROWS = (8, 16)
 # Up to this many rows, the CodePredictor's positions 0 and 1 go through its layers together: 2 x 8 vectors
-# are the most one batched GEMV takes (Q3T_BATCH_MAX). Saves one of its 16 passes (H200, 1.7B: ~3 % of a step).
-PAIRED_ROWS = MAX_SLOTS // 2
+# are the most one batched GEMV launch takes (gemv_batched.cu: more go 16 at a time, so pairing more rows
+# would save no weight read). Saves one of its 16 passes (H200, 1.7B: ~3 % of a step).
+PAIRED_ROWS = 8
 PAIRED = -1  # _layers' pos_add for positions 0 and 1 together
 
 
