@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from test_batched_kernels_gpu import _model, _text_ids
 from test_batching_engine_gpu import _engine, _request
 from test_kernels_gpu import ops  # noqa: F401 - the kernels' fixture (skips without a build)
-
 from wyoming_qwen3tts.backends.kernels.ops import Ops
 from wyoming_qwen3tts.request import SamplingParams
 
