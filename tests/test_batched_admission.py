@@ -178,6 +178,10 @@ def test_prefill_groups() -> None:
     assert prefill_groups([], 4096) == []
     assert prefill_groups([100] * 16, 4096) == [range(0, 16)]  # 16 one-sentence prompts: one forward
     assert prefill_groups([300] * 16, 4096) == [range(0, 13), range(13, 16)]  # 13 x 300 <= 4096 < 14 x 300
+    # At most max_rows a group (the largest captured batched prefill): 64 arrivals in four replays of 16.
+    assert prefill_groups([50] * 64, 4096, 16) == [range(0, 16), range(16, 32), range(32, 48), range(48, 64)]
+    assert prefill_groups([50] * 64, 4096) == [range(0, 64)]  # 3,200 padded positions: one forward
+    assert prefill_groups([300] * 20, 4096, 16) == [range(0, 13), range(13, 20)]  # the budget still binds first
     assert prefill_groups([10, 5000, 10], 4096) == [range(0, 1), range(1, 2), range(2, 3)]  # the long one alone
     assert prefill_groups([40, 20, 20], 60) == [range(0, 1), range(1, 3)]
 

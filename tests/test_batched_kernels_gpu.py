@@ -250,10 +250,11 @@ def test_batched_gemv_clusters_equal_scratch_path(ops: Ops, pdl: bool) -> None:
 
 
 def test_batched_gemv_rejects_bad_arguments(ops: Ops) -> None:
-    z = torch.zeros(17 * 64 + 4, device=DEV)
-    w, y = z[: 4 * 64].view(4, 64), z[: 17 * 4].view(17, 4)
-    with pytest.raises(native.NativeError, match="nb=17"):
-        ops.batched_gemv(w, z[: 17 * 64].view(17, 64), y)
+    over = native.BATCH_MAX + 1
+    z = torch.zeros(over * 64 + 4, device=DEV)
+    w, y = z[: 4 * 64].view(4, 64), z[: over * 4].view(over, 4)
+    with pytest.raises(native.NativeError, match=f"nb={over}"):
+        ops.batched_gemv(w, z[: over * 64].view(over, 64), y)
     with pytest.raises(native.NativeError, match="nb=0"):  # raw: an empty tensor has no data pointer
         ops.lib.call("q3t_batched_gemv", native.F32, w.data_ptr(), None, 4, 64, z.data_ptr(), 0, None, 1e-6, None,
                      y.data_ptr(), native.GEMV_STORE, None, 0, torch.cuda.current_stream().cuda_stream)  # fmt: skip
@@ -389,8 +390,9 @@ def test_batched_attention_rejects_bad_shapes(ops: Ops) -> None:
     lib, stream = ops.lib, torch.cuda.current_stream().cuda_stream
     z = torch.zeros(64, device=DEV)
     p = z.data_ptr()
-    with pytest.raises(native.NativeError, match="nb=17"):
-        lib.call("q3t_batched_rope_attention_split", native.F32, p, p, p, 1e-6, p, p, p, p, 17, 4, 2, 16, 64, 0.25, 1,
+    over = native.BATCH_MAX + 1
+    with pytest.raises(native.NativeError, match=f"nb={over}"):
+        lib.call("q3t_batched_rope_attention_split", native.F32, p, p, p, 1e-6, p, p, p, p, over, 4, 2, 16, 64, 0.25, 1,
                  None, p, p, 128, p, stream)  # fmt: skip
     with pytest.raises(native.NativeError, match="slot_rows"):  # slots closer than one cache apart
         lib.call("q3t_batched_rope_attention_split", native.F32, p, p, p, 1e-6, p, p, p, p, 2, 4, 2, 16, 64, 0.25, 1,

@@ -113,12 +113,13 @@ def upload(arrays: list[np.ndarray], device: torch.device) -> list[Tensor]:
     return [dev[at : at + a.nbytes].view(torch.from_numpy(a[:0]).dtype).view(a.shape) for a, at in zip(arrays, offsets)]
 
 
-def prefill_groups(lengths: list[int], budget: int) -> list[range]:
+def prefill_groups(lengths: list[int], budget: int, max_rows: int | None = None) -> list[range]:
     """Consecutive runs of streams, each prefilled in one forward of at most `budget` padded positions
-    (streams x the run's longest prompt); a prompt longer than the budget runs alone."""
+    (streams x the run's longest prompt) and at most max_rows streams; a prompt longer than the budget runs
+    alone."""
     groups, first, longest = [], 0, 0
     for i, n in enumerate(lengths):
-        if i > first and (i - first + 1) * max(longest, n) > budget:
+        if i > first and ((i - first + 1) * max(longest, n) > budget or (max_rows and i - first >= max_rows)):
             groups.append(range(first, i))
             first, longest = i, 0
         longest = max(longest, n)
@@ -290,7 +291,11 @@ class BatchedDecoder:
                     self.hn[a.slot].copy_(graphs.hn)
                 self.graphed_admissions += len(streams)
             else:
-                for rows in prefill_groups([a.prompt.length for a in streams], PREFILL_POSITIONS):
+                # Groups no larger than the largest captured batched prefill: 64 arrivals replay its graph
+                # four times (one launch each) rather than one eager forward of ~1,700 launches from Python;
+                # at these sizes the prefill's matrix products, not the weight reads, take its GPU time.
+                most = max(self.batch_prefills.rows) if self.batch_prefills else None
+                for rows in prefill_groups([a.prompt.length for a in streams], PREFILL_POSITIONS, most):
                     prompts = [streams[r].prompt.embeds.to(model.dtype) for r in rows]
                     group = index[rows.start : rows.stop]
                     last = pos[rows.start : rows.stop].long() - 1
