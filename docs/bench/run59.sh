@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Run 59 (H200, seventeenth session): up to 64 streams a batched step (issue 39 item 1), where the batch-1
-# step's time goes and int8 against bf16 GEMVs (issue 35). One script, steps chosen by STEPS (comma list):
+# step's time goes and int8 against bf16 GEMVs (issue 35). One script, steps chosen and ordered by STEPS (comma list):
 #   gemvtests  the batched GEMV suites at nb up to 64 (bf16 and int8, both kernels) and the 64-slot decoder test
 #   streams    bench.streams 1.7B and 0.6B at STREAMS (default 1,4,16,64), 200 frames, runs 2
 #   onestream  the batch-1 bench row (bench, kernels backend, 1.7B and 0.6B, 200 frames, runs 3, copy bandwidth)
 #   profile    kernels/device/profile_frame.py 1.7b: each kernel of the batch-1 frame and the gaps between them
+#   profile64  kernels/device/profile_batched_step.py: the 1.7B's 64-stream step, kernel by kernel, at 127 positions
 #   gemvbench  kernels/device/bench_gemv.py: every decode GEMV shape alone, bf16 and int8, GB/s
 #   tests      the batched kernels', int8, decoder / admission and one-stream GPU suites (tiny checkpoints)
 #   server     the server at its defaults (max_streams auto), 1.7B, first audio under bursts of 1, 16 and 64
@@ -33,11 +34,11 @@ echo "library $(tail -1 $R/build.log) [$((SECONDS - t)) s]"
 py() { local name=$1 limit=$2; shift 2; left $name || return; timeout $limit python3 -m pytest -q -p no:cacheprovider -rs "$@" > $R/$name.log 2>&1
   echo "$name rc=$? $(tail -1 $R/$name.log) [$((SECONDS - t)) s]"; grep -h -E "^FAILED|^E  " $R/$name.log | head -6 | cut -c1-300; }
 ck() { [ -d /tmp/ck/$1 ] || python3 -m wyoming_qwen3tts.tools.random_checkpoint --size $1 --out /tmp/ck/$1 --device cuda > /dev/null 2>&1; }
-if has gemvtests; then
+step_gemvtests() {
   py gemvtests 200 tests/test_batched_kernels_gpu.py tests/test_int8_kernels_gpu.py -k "batched_gemv" \
     tests/test_batched_admission_gpu.py::test_streams_in_slots_past_16_decode_their_codes_alone
-fi
-if has streams; then
+}
+step_streams() {
   for size in ${SIZES:-1.7b 0.6b}; do
     left streams-$size || continue
     ck $size
@@ -45,28 +46,37 @@ if has streams; then
       --out $R/streams-$size.json > $R/streams-$size.log 2>&1
     echo "streams $size rc=$? [$((SECONDS - t)) s]"; grep -E "streams:|backend|batched step|peak|GiB" $R/streams-$size.log | cut -c1-160
   done
-fi
-if has onestream && left onestream; then
+}
+step_onestream() {
+  left onestream || return
   ck 1.7b; ck 0.6b
   timeout 200 python3 -m $BENCH --sizes ${ONE_SIZES:-1.7b,0.6b} --ckpt-root /tmp/ck --backends kernels --frames 200 \
     --runs 3 --out $R/onestream > $R/onestream.log 2>&1
   echo "onestream rc=$? [$((SECONDS - t)) s]"; grep -E "frames/s|copy|GB/s|\| kernels" $R/onestream.log | head -12 | cut -c1-200
-fi
-if has profile && left profile; then
+}
+step_profile() {
+  left profile || return
   timeout 120 python3 kernels/device/profile_frame.py 1.7b --out $R > $R/profile.log 2>&1
   echo "profile rc=$? [$((SECONDS - t)) s]"; grep -E "per frame|busy|gap" $R/profile.log | head -6 | cut -c1-200
-fi
-if has gemvbench && left gemvbench; then
+}
+step_profile64() {
+  left profile64 || return
+  timeout 150 python3 kernels/device/profile_batched_step.py --size 1.7b --nb 64 --at 127 --out $R > $R/profile64.log 2>&1
+  echo "profile64 rc=$? [$((SECONDS - t)) s]"; grep -E "ms/step|per step" -A13 $R/profile64.log | head -16 | cut -c1-160
+}
+step_gemvbench() {
+  left gemvbench || return
   OUT=$R timeout 150 python3 kernels/device/bench_gemv.py > $R/gemvbench.log 2>&1
   echo "gemvbench rc=$? [$((SECONDS - t)) s]"; grep -E "^\||Sum over" $R/gemvbench.log | tail -26 | cut -c1-200
-fi
-if has tests; then
+}
+step_tests() {
   py kernels 200 tests/test_batched_kernels_gpu.py tests/test_int8_kernels_gpu.py
   py engine 200 tests/test_batching_engine_gpu.py tests/test_batched_admission_gpu.py
   py onestreamtests 240 tests/test_engine_gpu.py tests/test_prefill_gpu.py tests/test_clone_gpu.py \
     tests/test_codec_slots_gpu.py tests/test_kernels_gpu.py -k "not full"
-fi
-if has server && left server; then
+}
+step_server() {
+  left server || return
   ck 1.7b
   python3 -m wyoming_qwen3tts --model /tmp/ck/1.7b --uri tcp://127.0.0.1:10200 --max-connections 160 --max-frames 150 \
     > $R/server.log 2>&1 &
@@ -87,4 +97,5 @@ print('$name', r['sent'], r['served'], r['failed'], 'ttfa p50/p95', o['ttfa_p50_
   load poisson-64 --clients 64 --arrivals poisson --rate ${RATE:-30}
   kill $srv; wait $srv 2>/dev/null
   grep -E "Traceback|Error" $R/server.log | tail -5 | cut -c1-220
-fi
+}
+for step in ${STEPS//,/ }; do step_$step; done
