@@ -8,6 +8,8 @@
 #   profile64  kernels/device/profile_batched_step.py: the 1.7B's 64-stream step, kernel by kernel, at 127 positions
 #   gemvbench  kernels/device/bench_gemv.py: every decode GEMV shape alone, bf16 and int8, GB/s
 #   tests      the batched kernels', int8, decoder / admission and one-stream GPU suites (tiny checkpoints)
+#   batchedtests  the batched kernels', int8 and decoder / admission suites alone
+#   sass       the SASS check that every GEMV's weight loads go out before the grid wait (builds a library)
 #   server     the server at its defaults (max_streams auto), 1.7B, first audio under bursts of 1, 16 and 64
 # The kernel library is built here beforehand into .libcache (Q3T_CACHE_DIR=$PWD/.libcache python -m
 # wyoming_qwen3tts.native --toolchain nvcc --arch sm_90) and carried, or built first. Wheels the device lacks
@@ -68,6 +70,13 @@ step_gemvbench() {
   left gemvbench || return
   OUT=$R timeout 150 python3 kernels/device/bench_gemv.py > $R/gemvbench.log 2>&1
   echo "gemvbench rc=$? [$((SECONDS - t)) s]"; grep -E "^\||Sum over" $R/gemvbench.log | tail -26 | cut -c1-200
+}
+step_batchedtests() {
+  py kernels 200 tests/test_batched_kernels_gpu.py tests/test_int8_kernels_gpu.py
+  py engine 200 tests/test_batching_engine_gpu.py tests/test_batched_admission_gpu.py
+}
+step_sass() {
+  Q3T_REQUIRE_SASS=1 py sass 200 tests/test_native_build.py -k sass
 }
 step_tests() {
   py kernels 200 tests/test_batched_kernels_gpu.py tests/test_int8_kernels_gpu.py
