@@ -22,8 +22,10 @@ STREAMS=${STREAMS:-1,4,16,64}
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONUNBUFFERED=1 Q3T_REQUIRE=1 PYTHONPATH=/tmp/site:$PWD Q3T_CACHE_DIR=$PWD/.libcache
-BENCH=wyoming_qwen3tts.bench
+# The benchmarks as they were at run 59 (wyoming_qwen3tts.bench) or moved (benchmarks/, the load tool into tools/).
+BENCH=wyoming_qwen3tts.bench LOAD=wyoming_qwen3tts.bench.load
 python3 -c "import benchmarks.streams" 2>/dev/null && BENCH=benchmarks
+python3 -c "import wyoming_qwen3tts.tools.load" 2>/dev/null && LOAD=wyoming_qwen3tts.tools.load
 R=$OUT/r; mkdir -p $R
 t=$SECONDS
 left() { [ $((SECONDS - t)) -lt $BUDGET_S ] || { echo "skipped $1: $((SECONDS - t)) s used"; return 1; }; }
@@ -95,7 +97,7 @@ step_server() {
   load() {  # name, then bench.load arguments
     local name=$1; shift
     left $name || return
-    timeout 60 python3 -m $BENCH.load --wyoming tcp://127.0.0.1:10200 --json "$@" > $R/$name.json 2>/dev/null
+    timeout 60 python3 -m $LOAD --wyoming tcp://127.0.0.1:10200 --json "$@" > $R/$name.json 2>/dev/null
     python3 -c "
 import json; r=json.load(open('$R/$name.json')); o=r['overall']
 print('$name', r['sent'], r['served'], r['failed'], 'ttfa p50/p95', o['ttfa_p50_ms'], o['ttfa_p95_ms'], 'done p50/p95', o['completion_p50_ms'], o['completion_p95_ms'], 'fps', o['frames_per_s'])" 2>&1 | tail -1
