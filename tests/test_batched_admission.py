@@ -178,6 +178,10 @@ def test_prefill_groups() -> None:
     assert prefill_groups([], 4096) == []
     assert prefill_groups([100] * 16, 4096) == [range(0, 16)]  # 16 one-sentence prompts: one forward
     assert prefill_groups([300] * 16, 4096) == [range(0, 13), range(13, 16)]  # 13 x 300 <= 4096 < 14 x 300
+    # At most max_rows a group (the largest captured batched prefill): 64 arrivals in four replays of 16.
+    assert prefill_groups([50] * 64, 4096, 16) == [range(0, 16), range(16, 32), range(32, 48), range(48, 64)]
+    assert prefill_groups([50] * 64, 4096) == [range(0, 64)]  # 3,200 padded positions: one forward
+    assert prefill_groups([300] * 20, 4096, 16) == [range(0, 13), range(13, 20)]  # the budget still binds first
     assert prefill_groups([10, 5000, 10], 4096) == [range(0, 1), range(1, 2), range(2, 3)]  # the long one alone
     assert prefill_groups([40, 20, 20], 60) == [range(0, 1), range(1, 3)]
 
@@ -198,8 +202,10 @@ def test_streams_for_memory_fits_half_the_free_memory_less_the_reserve() -> None
     gib = 1 << 30
     row = gib // 4  # ~ the 1.7B's row at 2,048 frames (bf16)
     assert WORK_RESERVE_BYTES == 2 * gib
-    assert streams_for_memory(120 * gib, row)[0] == 16  # an H200: capped at 16
-    assert streams_for_memory(27 * gib, row)[0] == 16  # an R9700 (32 GB) after the 1.7B
+    assert streams_for_memory(120 * gib, row)[0] == 64  # an H200: 240 rows fit in 60 GiB, capped at 64
+    assert streams_for_memory(27 * gib, row)[0] == 32  # an R9700 (32 GB) after the 1.7B: 54 rows, a bucket of 32
+    assert streams_for_memory(20 * gib, row)[0] == 32  # 10 GiB: 40 rows
+    assert streams_for_memory(15 * gib, row)[0] == 16  # 7.5 GiB: 30 rows, a bucket of 16
     assert streams_for_memory(6 * gib, row)[0] == 8  # min(6 - 2, 3) GiB: 12 rows fit, a bucket of 8
     assert streams_for_memory(int(2.5 * gib), row)[0] == 2  # 0.5 GiB: two rows
     assert streams_for_memory(gib, row)[0] == 1  # less than the reserve: one stream (the batch-1 backend)

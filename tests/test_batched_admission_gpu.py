@@ -94,12 +94,54 @@ def test_streams_admitted_together_decode_their_codes_alone(tiny_checkpoint: Pat
             assert mism.size == 0, f"stream {name}: first mismatch at frame/code {mism[0].tolist()} of {frames}"
 
 
+def test_streams_in_slots_past_16_decode_their_codes_alone(tiny_checkpoint: Path, ops: Ops) -> None:  # noqa: F811
+    """A decoder of 64 slots (the most a step takes: its GEMVs run 16 vectors a launch, so rows 16-63 go
+    through the later launches): streams in slots 63, 17, 40 and 0 (buckets 64 and, once 63 and 40 leave,
+    32), then two more into 33 and 16, captured graphs on: each stream's float32 greedy codes equal those it
+    decodes alone in the same decoder, frame for frame."""
+    from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
+    from wyoming_qwen3tts.backends.kernels.batched import (
+        MAX_SLOTS,
+        Admission,
+        BatchedDecoder,
+    )
+    from wyoming_qwen3tts.backends.kernels.options import KernelOptions
+    from wyoming_qwen3tts.model.prompt import build_prompt
+
+    assert MAX_SLOTS == 64
+    model = _model(tiny_checkpoint)
+    kb = KernelBackend(model, KernelOptions(graph_prefill=False))
+    greedy = SamplingParams.greedy()
+    prompts = [build_prompt(model, _text_ids(4 + 7 * i, 30 + i), ("ryan", "vivian")[i % 2], "english")
+               for i in range(6)]  # fmt: skip
+
+    def stream(i: int, slot: int, frames: int) -> tuple[str, Admission, int]:
+        return str(i), Admission(slot, prompts[i], greedy, 0), frames
+
+    waves: list[Wave] = [(0, [stream(0, 63, 10), stream(1, 17, 22), stream(2, 40, 12), stream(3, 0, 20)]),
+                         (14, [stream(4, 33, 9), stream(5, 16, 8)])]  # fmt: skip
+    dec = BatchedDecoder(model, kb.ops, kb.weights, slots=MAX_SLOTS, max_seq=160, max_trailing=64,
+                         attn_splits=kb.options.attn_splits)  # fmt: skip
+    assert sorted(dec.graphs) == [1, 2, 4, 8, 16, 32, 64]
+    together = _decode(dec, waves)
+    for _, wave in waves:
+        for name, admission, frames in wave:
+            alone = _decode(dec, [(0, [(name, admission, frames)])])[name]
+            assert alone.shape == (frames, 16)
+            mism = np.argwhere(together[name] != alone)
+            assert mism.size == 0, f"stream {name}: first mismatch at frame/code {mism[0].tolist()} of {frames}"
+
+
 def test_few_arrivals_are_prefilled_through_the_captured_graphs(tiny_checkpoint: Path, ops: Ops) -> None:  # noqa: F811
     """Up to GRAPHED_ADMISSIONS streams joining together are prefilled one by one through the one-stream
     backend's captured prefill graphs and copied into their slots; five at once take the eager batched
     forward. Each stream's float32 greedy codes equal those of a decoder that admits every stream eagerly."""
     from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
-    from wyoming_qwen3tts.backends.kernels.batched import GRAPHED_ADMISSIONS, Admission, BatchedDecoder
+    from wyoming_qwen3tts.backends.kernels.batched import (
+        GRAPHED_ADMISSIONS,
+        Admission,
+        BatchedDecoder,
+    )
     from wyoming_qwen3tts.model.prompt import build_prompt
 
     model = _model(tiny_checkpoint)
@@ -174,7 +216,11 @@ def test_many_arrivals_are_prefilled_through_captured_batched_graphs(tiny_checkp
     8-row graph, then ten at once the 16-row one, into slots that earlier streams used. Each stream's float32
     greedy codes equal those of a decoder that admits every stream through the eager batched forward."""
     from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
-    from wyoming_qwen3tts.backends.kernels.batched import GRAPHED_ADMISSIONS, Admission, BatchedDecoder
+    from wyoming_qwen3tts.backends.kernels.batched import (
+        GRAPHED_ADMISSIONS,
+        Admission,
+        BatchedDecoder,
+    )
     from wyoming_qwen3tts.model.prompt import build_prompt
 
     model = _model(tiny_checkpoint)

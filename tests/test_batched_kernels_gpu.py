@@ -33,7 +33,8 @@ pytestmark = pytest.mark.gpu
 DEV = "cuda"
 F32_TOL = 1e-5
 BF16_TOL = 1e-2
-NBS = (1, 2, 3, 5, 8, 16)
+ROWS = native.BATCH_MAX  # the GEMV tests' vectors: past 16 the batched GEMV takes them 16 a launch
+NBS = (1, 2, 3, 5, 8, 16, 17, 40, 64)
 
 
 def assert_equal(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
@@ -76,11 +77,11 @@ def _gemv_inputs(n: int, k: int, dtype: torch.dtype, mode: int, seed: int):  # n
     g = gen(seed)
     w32 = torch.randn(n, k, device=DEV, generator=g) * 0.05
     w = w32.to(dtype)
-    x = torch.randn(16, k, device=DEV, generator=g) * torch.linspace(0.5, 4.0, 16, device=DEV)[:, None]
+    x = torch.randn(ROWS, k, device=DEV, generator=g) * torch.linspace(0.5, 4.0, ROWS, device=DEV)[:, None]
     nw = torch.rand(k, device=DEV, generator=g) + 0.5
     bias = torch.randn(n, device=DEV, generator=g) if mode == native.GEMV_STORE else None
     n_out = n // 2 if mode == native.GEMV_SWIGLU else n
-    y0 = torch.randn(16, n_out, device=DEV, generator=g)  # ADD's residual; the poison STORE must overwrite
+    y0 = torch.randn(ROWS, n_out, device=DEV, generator=g)  # ADD's residual; the poison STORE must overwrite
     return w, w32, x, nw, bias, y0
 
 
@@ -98,14 +99,15 @@ def _gemv_reference(w: torch.Tensor, x: torch.Tensor, nw: torch.Tensor | None, b
 
 
 def rows_alone_and_batched(run, x: torch.Tensor, y0: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
-    """run(rows, y) for each of the 16 rows of x alone (returned), then at every nb of NBS and again at 16: each
-    row bit for bit its nb = 1 result (row independence) and finite."""
-    alone = torch.stack([run(x[r : r + 1], y0[r : r + 1].clone())[0] for r in range(16)])
-    for nb in NBS:
+    """run(rows, y) for each row of x alone (returned), then at every nb of NBS up to x's rows and again at all
+    of them: each row bit for bit its nb = 1 result (row independence) and finite."""
+    rows = x.shape[0]
+    alone = torch.stack([run(x[r : r + 1], y0[r : r + 1].clone())[0] for r in range(rows)])
+    for nb in (nb for nb in NBS if nb <= rows):
         got = run(x[:nb].contiguous(), y0[:nb].clone())
         assert torch.isfinite(got).all(), f"nb={nb}: not finite"
         assert_equal(got, alone[:nb], f"nb={nb} rows vs the same rows at nb=1")
-    assert_equal(run(x[:16].contiguous(), y0.clone()), alone, "a second call at nb=16")
+    assert_equal(run(x.contiguous(), y0.clone()), alone, f"a second call at nb={rows}")
     return alone
 
 
@@ -137,7 +139,7 @@ def _tc_device() -> bool:
 @pytest.mark.parametrize("with_norm", [False, True])
 @pytest.mark.parametrize("n,k", GEMV_SHAPES)
 def test_batched_gemv(ops: Ops, dtype: torch.dtype, kernel: str, mode: int, with_norm: bool, n: int, k: int) -> None:
-    """At nb in 1, 2, 3, 5, 8, 16: every row within 1e-5 (tensor cores: 3e-5) of float64 on the same
+    """At nb in 1, 2, 3, 5, 8, 16, 17, 40, 64: every row within 1e-5 (tensor cores: 3e-5) of float64 on the same
     weights (bf16: 1e-2 of float32 weights), each row bit for bit its nb = 1 result, the same bits
     again on a second call, and within the same bound of q3t_gemv."""
     w, w32, x, nw, bias, y0 = _gemv_inputs(n, k, dtype, mode, n * 13 + k + 5 * mode + int(with_norm))
@@ -154,7 +156,7 @@ def test_batched_gemv(ops: Ops, dtype: torch.dtype, kernel: str, mode: int, with
     if dtype == torch.bfloat16 and n >= 64:  # a norm over many outputs (see test_kernels_gpu.test_gemv_v2)
         assert_close(alone, _gemv_reference(w32, x, norm, bias, y0, mode, 1e-6), BF16_TOL, "bf16 vs float32 weights")
     one = y0.clone()
-    for r in range(16):
+    for r in range(x.shape[0]):
         ops.gemv(w, x[r], one[r], mode=mode, norm_w=norm, eps=1e-6, bias=bias)
     assert_close(alone, one, tol, "vs q3t_gemv")
     if scratch is not None:  # every call leaves its row-tile counters 0 (the next shape relies on it)
@@ -165,17 +167,18 @@ def test_batched_gemv(ops: Ops, dtype: torch.dtype, kernel: str, mode: int, with
 
 @pytest.mark.parametrize("dtype,kernel", KERNELS)
 def test_batched_gemv_rows_never_mix(ops: Ops, dtype: torch.dtype, kernel: str) -> None:
-    """A row of NaN (and one of huge values) in the batch changes no other row's bits."""
+    """A row of NaN (and one of huge values) in the batch changes no other row's bits, in its launch's 16
+    vectors and in the other launches'."""
     n, k = 1024, 3072
     for mode in (native.GEMV_STORE, native.GEMV_ADD, native.GEMV_SWIGLU):
         w, _, x, nw, bias, y0 = _gemv_inputs(n, k, dtype, mode, 99 + mode)
         scratch = _scratch(ops, w) if kernel == "tc" else None
-        want = _batched_gemv(ops, w, x[:16].contiguous(), nw, bias, y0.clone(), mode, scratch=scratch)
+        want = _batched_gemv(ops, w, x, nw, bias, y0.clone(), mode, scratch=scratch)
         bad = x.clone()
         bad[3] = float("nan")
         bad[7] = 3e38
         got = _batched_gemv(ops, w, bad, nw, bias, y0.clone(), mode, scratch=scratch)
-        keep = [r for r in range(16) if r not in (3, 7)]
+        keep = [r for r in range(ROWS) if r not in (3, 7)]
         assert_equal(got[keep], want[keep], f"mode {mode}: rows next to NaN / huge rows")
         assert got[3].isnan().all()
 
@@ -247,10 +250,11 @@ def test_batched_gemv_clusters_equal_scratch_path(ops: Ops, pdl: bool) -> None:
 
 
 def test_batched_gemv_rejects_bad_arguments(ops: Ops) -> None:
-    z = torch.zeros(17 * 64 + 4, device=DEV)
-    w, y = z[: 4 * 64].view(4, 64), z[: 17 * 4].view(17, 4)
-    with pytest.raises(native.NativeError, match="nb=17"):
-        ops.batched_gemv(w, z[: 17 * 64].view(17, 64), y)
+    over = native.BATCH_MAX + 1
+    z = torch.zeros(over * 64 + 4, device=DEV)
+    w, y = z[: 4 * 64].view(4, 64), z[: over * 4].view(over, 4)
+    with pytest.raises(native.NativeError, match=f"nb={over}"):
+        ops.batched_gemv(w, z[: over * 64].view(over, 64), y)
     with pytest.raises(native.NativeError, match="nb=0"):  # raw: an empty tensor has no data pointer
         ops.lib.call("q3t_batched_gemv", native.F32, w.data_ptr(), None, 4, 64, z.data_ptr(), 0, None, 1e-6, None,
                      y.data_ptr(), native.GEMV_STORE, None, 0, torch.cuda.current_stream().cuda_stream)  # fmt: skip
@@ -386,8 +390,9 @@ def test_batched_attention_rejects_bad_shapes(ops: Ops) -> None:
     lib, stream = ops.lib, torch.cuda.current_stream().cuda_stream
     z = torch.zeros(64, device=DEV)
     p = z.data_ptr()
-    with pytest.raises(native.NativeError, match="nb=17"):
-        lib.call("q3t_batched_rope_attention_split", native.F32, p, p, p, 1e-6, p, p, p, p, 17, 4, 2, 16, 64, 0.25, 1,
+    over = native.BATCH_MAX + 1
+    with pytest.raises(native.NativeError, match=f"nb={over}"):
+        lib.call("q3t_batched_rope_attention_split", native.F32, p, p, p, 1e-6, p, p, p, p, over, 4, 2, 16, 64, 0.25, 1,
                  None, p, p, 128, p, stream)  # fmt: skip
     with pytest.raises(native.NativeError, match="slot_rows"):  # slots closer than one cache apart
         lib.call("q3t_batched_rope_attention_split", native.F32, p, p, p, 1e-6, p, p, p, p, 2, 4, 2, 16, 64, 0.25, 1,

@@ -44,7 +44,7 @@ GEMV_STORE = 0
 GEMV_ADD = 1
 GEMV_SWIGLU = 2
 SAMPLE_DO_SAMPLE = 1
-BATCH_MAX = 16  # streams one batched step advances at most
+BATCH_MAX = 64  # streams one batched step advances at most
 
 # q3t_sample_params (q3t.h): one slot's sampling settings, as the batched draw reads them from the device.
 SAMPLE_PARAMS_DTYPE = np.dtype(

@@ -1,8 +1,8 @@
-"""Every GEMV shape of the decode loop alone, bf16, on the GPU: q3t_gemv (the split-K kernel up to
-K = 4096, the row kernel above) and the split-K kernel at any K (q3t_gemv_batch with one vector),
-each in a captured graph of >= 240 back-to-back launches that rotate over enough weight copies
-(>= 256 MB) that every launch reads HBM, not L2; microseconds per launch and achieved GB/s (weight
-bytes / time), PDL on and off.
+"""Every GEMV shape of the decode loop alone, bf16 and int8 (one float32 scale per row, model/quant.py), on
+the GPU: q3t_gemv (the split-K kernel up to K = 4096, the row kernel above) and the split-K kernel at any K
+(q3t_gemv_batch with one vector), each in a captured graph of >= 240 back-to-back launches that rotate over
+enough weight copies (>= 256 MB) that every launch reads HBM, not L2; microseconds per launch and achieved
+GB/s (weight bytes, int8's scales included, / time), PDL on and off.
 
 Prints JSON lines, then a markdown table, which it also writes to $OUT/gemv_bench.md.
 Usage: python kernels/device/bench_gemv.py
@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 
 from wyoming_qwen3tts import native
-from wyoming_qwen3tts.backends.kernels.ops import ADD, STORE, SWIGLU, Ops
+from wyoming_qwen3tts.backends.kernels.ops import ADD, STORE, SWIGLU, Matrix, Ops
+from wyoming_qwen3tts.model.quant import quantize_rows
 
 OUT = Path(os.environ.get("OUT") or "/tmp/q3t-out")
 S, A, G = STORE, ADD, SWIGLU
@@ -38,21 +39,25 @@ SHAPES = [
     ("0.6B codec_head", 3072, 1024, S, False, False, (0, 1)),
 ]
 KERNELS = ("gemv", "splitk")  # q3t_gemv as the frame calls it; the split-K kernel whatever K
+WEIGHTS = ("bf16", "int8")
 
 
-def time_shape(ops: Ops, label: str, n: int, k: int, mode: int, norm: bool, bias: bool) -> dict:
+def time_shape(ops: Ops, label: str, n: int, k: int, mode: int, norm: bool, bias: bool, weights: str = "bf16") -> dict:
     dev = torch.device("cuda")
     g = torch.Generator(device=dev)
     g.manual_seed(0)
-    nbytes = n * k * 2
+    nbytes = n * k * 2 if weights == "bf16" else n * k + n * 4
     copies = max(2, -(-256 * 2**20 // nbytes))
     reps = max(1, -(-240 // copies))
-    w = (torch.randn(copies, n, k, device=dev, generator=g) * 0.05).to(torch.bfloat16)
+    w = [(torch.randn(n, k, device=dev, generator=g) * 0.05).to(torch.bfloat16) for _ in range(copies)]
+    if weights == "int8":
+        w = [Matrix(*quantize_rows(m)) for m in w]
     x = torch.randn(k, device=dev, generator=g)
     kw = dict(mode=mode, norm_w=torch.rand(k, device=dev, generator=g) + 0.5 if norm else None, eps=1e-6,
               bias=torch.randn(n, device=dev, generator=g) if bias else None)  # fmt: skip
     y = torch.zeros(n // 2 if mode == G else n, device=dev)
-    rec: dict = {"shape": label, "n": n, "k": k, "mode": mode, "mb": round(nbytes / 1e6, 2), "launches": copies * reps}
+    rec: dict = {"shape": label, "weights": weights, "n": n, "k": k, "mode": mode, "mb": round(nbytes / 1e6, 2),
+                 "launches": copies * reps}  # fmt: skip
 
     def launch(kernel: str, c: int) -> None:
         if kernel == "gemv":
@@ -90,17 +95,19 @@ def time_shape(ops: Ops, label: str, n: int, k: int, mode: int, norm: bool, bias
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["## GEMV shapes (bf16)", "", "Per launch in a chain of the same GEMV over rotating weights (HBM, not L2): us (GB/s).",
-             "", "| shape | rows x K | MB | " + " | ".join(f"{k} PDL | {k} no PDL" for k in KERNELS) + " |",
-             "|---" * (3 + 2 * len(KERNELS)) + "|"]  # fmt: skip
+    lines = ["## GEMV shapes (bf16, int8)", "",
+             "Per launch in a chain of the same GEMV over rotating weights (HBM, not L2): us (GB/s).",
+             "", "| shape | weights | rows x K | MB | " + " | ".join(f"{k} PDL | {k} no PDL" for k in KERNELS) + " |",
+             "|---" * (4 + 2 * len(KERNELS)) + "|"]  # fmt: skip
     for r in rows:
         cells = [f"{r[f'us_{k}_pdl']} ({r[f'gbs_{k}_pdl']}) | {r[f'us_{k}']}" for k in KERNELS]
-        lines.append(f"| {r['shape']} | {r['n']}x{r['k']} | {r['mb']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {r['shape']} | {r['weights']} | {r['n']}x{r['k']} | {r['mb']} | " + " | ".join(cells) + " |")
     lines.append("")
-    for i, size in enumerate(("1.7b", "0.6b")):
-        per = {label: frame[i] for label, *_, frame in SHAPES}
-        total = sum(r["us_gemv_pdl"] * per[r["shape"]] for r in rows) / 1000
-        lines.append(f"Sum over one {size} frame's GEMVs (launches per frame x us, PDL): {total:.3f} ms  ")
+    for weights in WEIGHTS:
+        for i, size in enumerate(("1.7b", "0.6b")):
+            per = {label: frame[i] for label, *_, frame in SHAPES}
+            total = sum(r["us_gemv_pdl"] * per[r["shape"]] for r in rows if r["weights"] == weights) / 1000
+            lines.append(f"Sum over one {size} frame's GEMVs, {weights} (launches per frame x us, PDL): {total:.3f} ms  ")
     return "\n".join(lines) + "\n"
 
 
@@ -108,9 +115,10 @@ def main() -> None:
     ops = Ops(native.load(0))
     rows = []
     for label, n, k, mode, norm, bias, _ in SHAPES:
-        rows.append(time_shape(ops, label, n, k, mode, norm, bias))
-        print(json.dumps(rows[-1]), flush=True)
-        torch.cuda.empty_cache()
+        for weights in WEIGHTS:
+            rows.append(time_shape(ops, label, n, k, mode, norm, bias, weights))
+            print(json.dumps(rows[-1]), flush=True)
+            torch.cuda.empty_cache()
     OUT.mkdir(parents=True, exist_ok=True)
     md = table(rows)
     (OUT / "gemv_bench.md").write_text(md)

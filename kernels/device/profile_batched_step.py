@@ -1,4 +1,4 @@
-"""Where a batched step's time goes: the captured step graph of 16 streams replayed under CUPTI (graph kernels
+"""Where a batched step's time goes: the captured step graph of --nb streams (16) replayed under CUPTI (graph kernels
 are traced one by one), each kernel charged the time it adds to the step: its end minus the previous kernel's
 end. With PDL a kernel starts early and waits, so its own duration overlaps its predecessor's; what it adds
 at the end is what removing it would save at most. Kernels are grouped by name and grid, so the GEMVs of
@@ -74,7 +74,7 @@ def main() -> None:
     sampling = replace(SamplingParams(), suppress_eos=True)
     results = []
     for splits in [int(x) for x in args.splits.split(",") if x.strip()] or [None]:
-        dec = BatchedDecoder(model, kb.ops, kb.weights, slots=16, max_seq=prompt.length + at[-1] + 64,
+        dec = BatchedDecoder(model, kb.ops, kb.weights, slots=max(16, args.nb), max_seq=prompt.length + at[-1] + 64,
                              max_trailing=max(prompt.trailing.shape[0], 1), pdl=kb.pdl, attn_splits=splits)  # fmt: skip
         dec.admit_all([Admission(s, prompt, sampling, s) for s in range(args.nb)])
         ctx = prompt.length

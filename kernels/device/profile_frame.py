@@ -62,6 +62,33 @@ def summarize(kernels: list[dict[str, Any]], frames: int) -> dict[str, Any]:
     }
 
 
+def sections(kernels: list[dict[str, Any]], frames: int) -> list[dict[str, Any]]:
+    """Where a frame's time goes by part, each launch charged its end minus the latest end before it (PDL lets
+    a kernel start, and wait, while its predecessor runs: this counts the overlap once and the idle time
+    between kernels with the launch after it). The parts follow the frame's draws (k_sample): up to the first
+    draw the codec head and code 0's draw, between draw j and j + 1 the CodePredictor's pass for code j + 1
+    (its first pass runs positions 0 and 1 together), after the last draw the Talker's step (codes stored,
+    embeddings summed, its layers). Per part per frame: µs charged, of which the draw's, and launches."""
+    per_frame = len(kernels) // frames if frames else 0
+    parts: dict[str, dict[str, float]] = {}
+    prev_end: float | None = None
+    for f in range(frames):
+        draws = 0
+        for k in kernels[f * per_frame : (f + 1) * per_frame]:
+            name = short_name(k["name"])
+            end = k["ts"] + k["dur"]
+            charge = k["dur"] if prev_end is None else max(0.0, end - prev_end)
+            prev_end = max(prev_end or 0.0, end)
+            part = "codec head + code 0" if draws == 0 else "Talker step" if draws == 16 else f"CP pass {draws}"
+            r = parts.setdefault(part, {"us": 0.0, "draw_us": 0.0, "launches": 0.0})
+            r["us"] += charge
+            r["launches"] += 1
+            if name == "k_sample":
+                r["draw_us"] += charge
+                draws += 1
+    return [{"part": part, **{key: round(v / frames, 2) for key, v in r.items()}} for part, r in parts.items()]
+
+
 def profile(size: str) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -91,6 +118,7 @@ def profile(size: str) -> dict[str, Any]:
     per_frame = len(kernels) // FRAMES
     window = kernels[SKIP * per_frame : FRAMES * per_frame]
     out = summarize(window, FRAMES - SKIP)
+    out["sections"] = sections(window, FRAMES - SKIP)
     out.update(size=size, gpu=torch.cuda.get_device_name(), pdl=kb.pdl)
     del kb, sess, model
     torch.cuda.empty_cache()
@@ -107,6 +135,9 @@ def markdown(res: dict[str, Any], top: int = 25) -> str:
     ]
     for r in res["kernels"][:top]:
         lines.append(f"| `{r['kernel']}` | {r['launches']:g} | {r['busy_us']:.1f} | {r['gap_us']:.1f} |")
+    lines += ["", "| part | µs / frame (end minus the latest end before) | of which the draw | launches |", "|---|---|---|---|"]
+    for r in res.get("sections", []):
+        lines.append(f"| {r['part']} | {r['us']:.1f} | {r['draw_us']:.1f} | {r['launches']:g} |")
     return "\n".join(lines) + "\n"
 
 

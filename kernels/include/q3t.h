@@ -125,7 +125,7 @@ Q3T_API int q3t_add_i32(int* p, int n, int delta, void* stream);
 
 /* ---------------------------------------------------------------------------------------------
  * Batched decode step: one step advances up to Q3T_BATCH_MAX streams, every weight matrix read once
- * for all of them.
+ * for up to 16 of them (q3t_batched_gemv).
  *
  * Rows and slots. A step works on nb rows, one per stream. Each stream owns a slot (an index into
  * the per-slot state: its KV cache, position, frame counter, seed, sampling parameters,
@@ -148,7 +148,7 @@ Q3T_API int q3t_add_i32(int* p, int n, int delta, void* stream);
  * batched GEMV and the Talker's batched attention sum in their own fixed orders, not the one-stream
  * kernels': the two agree to float32 rounding.)
  */
-#define Q3T_BATCH_MAX 16
+#define Q3T_BATCH_MAX 64
 
 /* One slot's logits processing and draw (q3t_sample's scalar arguments), 32 bytes. */
 typedef struct q3t_sample_params {
@@ -163,7 +163,7 @@ typedef struct q3t_sample_params {
 } q3t_sample_params;
 
 /* q3t_gemv for nb (1..Q3T_BATCH_MAX) input vectors: x [nb, k] -> y [nb, N] (SwiGLU: [nb, N / 2]),
- * each weight row read once; each vector gets its own RMSNorm; ADD adds to its own row of y.
+ * each weight row read once per 16 vectors (the kernels take 16 a launch); each vector gets its own RMSNorm; ADD adds to its own row of y.
  * k a multiple of 16 (int8), 8 (bf16) or 4 (f32); w, x, norm_w 16-byte aligned; y must not overlap x;
  * w_scale as for q3t_gemv (int8 only).
  * scratch: NULL, or scratch_floats floats of device memory, zero before its first use (each call

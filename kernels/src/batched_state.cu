@@ -35,6 +35,6 @@ extern "C" Q3T_API int q3t_batched_store_codes(const int* codes, int n, int nb, 
 
 extern "C" Q3T_API int q3t_batched_advance(const int* slot, int nb, int* pos, int* step, void* stream) {
     if (!slot || nb < 1 || nb > Q3T_BATCH_MAX) return q3t_fail("q3t_batched_advance: bad arguments (nb=%d)", nb);
-    q3t_launch(k_batched_advance, 1, 32, 0, Q3T_STREAM(stream), slot, nb, pos, step);
+    q3t_launch(k_batched_advance, 1, Q3T_BATCH_MAX, 0, Q3T_STREAM(stream), slot, nb, pos, step);  // a thread a row
     return q3t_check_launch("q3t_batched_advance");
 }

@@ -1,12 +1,12 @@
-"""Many decode streams in one frame step: the frame of frame.py for up to 16 streams at once, each
-weight matrix read once per step for all of them (the q3t_batched_* kernels, q3t.h last section).
+"""Many decode streams in one frame step: the frame of frame.py for up to 64 streams at once, each
+weight matrix read once per step for every 16 of them (the q3t_batched_* kernels, q3t.h last section).
 
 Each stream owns a slot: its Talker KV cache block, position, frame index, seed, sampling settings,
 repetition-penalty set, trailing text and code history, all in device memory, so a stream joins
 (admit_all: the prompts of all streams joining at one step boundary prefilled together, each into
 its block, between steps) or leaves (release) without touching the others and without a new graph.
 Row r of every per-row buffer (hidden states, codes, logits, the CodePredictor's short cache)
-belongs to slot r; a step runs the first `nb` rows, nb a bucket (1, 2, 4, 8, 16) covering the
+belongs to slot r; a step runs the first `nb` rows, nb a bucket (1, 2, 4, ..., 64) covering the
 highest slot in use, and rows whose slot is free pad (slot -1: the kernels skip their writes to
 per-slot state). One graph is captured per bucket at construction. While exactly one slot is busy,
 its step is the batch-1 frame's kernels over that slot's state instead (lone.py: a lone stream at
@@ -41,7 +41,7 @@ from .ops import Matrix, Ops
 from .prefill import WARM_PREFILL_POSITIONS, BatchedPrefillGraphs, PrefillGraphs
 from .weights import ModelWeights, StackWeights
 
-BUCKETS = (1, 2, 4, 8, 16)
+BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 MAX_SLOTS = BUCKETS[-1]  # Q3T_BATCH_MAX
 # Padded positions (streams x the longest prompt) one batched prefill runs at most: 16 one-sentence
 # prompts (~30-150 positions) go in one forward; longer ones take more, since the attention scores
@@ -57,8 +57,9 @@ GRAPHED_ADMISSIONS = 4
 # The row counts of the captured batched prefills: 5-8 arrivals replay the 8-row graph, 9-16 the 16-row one.
 BATCHED_PREFILL_ROWS = (8, 16)
 # Up to this many rows, the CodePredictor's positions 0 and 1 go through its layers together: 2 x 8 vectors
-# are the most one batched GEMV takes (Q3T_BATCH_MAX). Saves one of its 16 passes (H200, 1.7B: ~3 % of a step).
-PAIRED_ROWS = MAX_SLOTS // 2
+# are the most one batched GEMV launch takes (gemv_batched.cu: more go 16 at a time, so pairing more rows
+# would save no weight read). Saves one of its 16 passes (H200, 1.7B: ~3 % of a step).
+PAIRED_ROWS = 8
 PAIRED = -1  # _layers' pos_add for positions 0 and 1 together
 
 
@@ -112,12 +113,13 @@ def upload(arrays: list[np.ndarray], device: torch.device) -> list[Tensor]:
     return [dev[at : at + a.nbytes].view(torch.from_numpy(a[:0]).dtype).view(a.shape) for a, at in zip(arrays, offsets)]
 
 
-def prefill_groups(lengths: list[int], budget: int) -> list[range]:
+def prefill_groups(lengths: list[int], budget: int, max_rows: int | None = None) -> list[range]:
     """Consecutive runs of streams, each prefilled in one forward of at most `budget` padded positions
-    (streams x the run's longest prompt); a prompt longer than the budget runs alone."""
+    (streams x the run's longest prompt) and at most max_rows streams; a prompt longer than the budget runs
+    alone."""
     groups, first, longest = [], 0, 0
     for i, n in enumerate(lengths):
-        if i > first and (i - first + 1) * max(longest, n) > budget:
+        if i > first and ((i - first + 1) * max(longest, n) > budget or (max_rows and i - first >= max_rows)):
             groups.append(range(first, i))
             first, longest = i, 0
         longest = max(longest, n)
@@ -289,7 +291,11 @@ class BatchedDecoder:
                     self.hn[a.slot].copy_(graphs.hn)
                 self.graphed_admissions += len(streams)
             else:
-                for rows in prefill_groups([a.prompt.length for a in streams], PREFILL_POSITIONS):
+                # Groups no larger than the largest captured batched prefill: 64 arrivals replay its graph
+                # four times (one launch each) rather than one eager forward of ~1,700 launches from Python;
+                # at these sizes the prefill's matrix products, not the weight reads, take its GPU time.
+                most = max(self.batch_prefills.rows) if self.batch_prefills else None
+                for rows in prefill_groups([a.prompt.length for a in streams], PREFILL_POSITIONS, most):
                     prompts = [streams[r].prompt.embeds.to(model.dtype) for r in rows]
                     group = index[rows.start : rows.stop]
                     last = pos[rows.start : rows.stop].long() - 1

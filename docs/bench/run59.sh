@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Run 59 (H200, seventeenth session): up to 64 streams a batched step (issue 39 item 1), where the batch-1
+# step's time goes and int8 against bf16 GEMVs (issue 35). One script, steps chosen and ordered by STEPS (comma list):
+#   gemvtests  the batched GEMV suites at nb up to 64 (bf16 and int8, both kernels) and the 64-slot decoder test
+#   streams    bench.streams 1.7B and 0.6B at STREAMS (default 1,4,16,64), 200 frames, runs 2
+#   onestream  the batch-1 bench row (bench, kernels backend, 1.7B and 0.6B, 200 frames, runs 3, copy bandwidth)
+#   profile    kernels/device/profile_frame.py 1.7b: each kernel of the batch-1 frame and the gaps between them
+#   profile64  kernels/device/profile_batched_step.py: the 1.7B's 64-stream step, kernel by kernel, at 127 positions
+#   gemvbench  kernels/device/bench_gemv.py: every decode GEMV shape alone, bf16 and int8, GB/s
+#   tests      the batched kernels', int8, decoder / admission and one-stream GPU suites (tiny checkpoints)
+#   batchedtests  the batched kernels', int8 and decoder / admission suites alone
+#   sass       the SASS check that every GEMV's weight loads go out before the grid wait (builds a library)
+#   server     the server at its defaults (max_streams auto), 1.7B, first audio under bursts of 1, 16 and 64
+# The kernel library is built here beforehand into .libcache (Q3T_CACHE_DIR=$PWD/.libcache python -m
+# wyoming_qwen3tts.native --toolchain nvcc --arch sm_90) and carried, or built first. Wheels the device lacks
+# (pydantic-settings, wyoming, num2words, soundfile, soxr, ...) travel in .whl. BUDGET_S: steps that would start
+# after this many seconds are skipped, so the archive ($OUT/NAME.tgz) always comes back.
+STEPS=${STEPS:-gemvtests,streams,onestream,profile,gemvbench}
+NAME=${NAME:-run59}
+BUDGET_S=${BUDGET_S:-540}
+STREAMS=${STREAMS:-1,4,16,64}
+has() { [[ ",$STEPS," == *",$1,"* ]]; }
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONUNBUFFERED=1 Q3T_REQUIRE=1 PYTHONPATH=/tmp/site:$PWD Q3T_CACHE_DIR=$PWD/.libcache
+# The benchmarks as they were at run 59 (wyoming_qwen3tts.bench) or moved (benchmarks/, the load tool into tools/).
+BENCH=wyoming_qwen3tts.bench LOAD=wyoming_qwen3tts.bench.load
+python3 -c "import benchmarks.streams" 2>/dev/null && BENCH=benchmarks
+python3 -c "import wyoming_qwen3tts.tools.load" 2>/dev/null && LOAD=wyoming_qwen3tts.tools.load
+R=$OUT/r; mkdir -p $R
+t=$SECONDS
+left() { [ $((SECONDS - t)) -lt $BUDGET_S ] || { echo "skipped $1: $((SECONDS - t)) s used"; return 1; }; }
+finish() { tar czf $OUT/$NAME.tgz -C $OUT r && rm -rf $R; echo "total $((SECONDS - t)) s"; }
+trap finish EXIT
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv,noheader
+echo "commit $(cat COMMIT 2>/dev/null)"
+python3 -m wyoming_qwen3tts.native > $R/build.log 2>&1 || { tail -20 $R/build.log; exit 1; }
+echo "library $(tail -1 $R/build.log) [$((SECONDS - t)) s]"
+py() { local name=$1 limit=$2; shift 2; left $name || return; timeout $limit python3 -m pytest -q -p no:cacheprovider -rs "$@" > $R/$name.log 2>&1
+  echo "$name rc=$? $(tail -1 $R/$name.log) [$((SECONDS - t)) s]"; grep -h -E "^FAILED|^E  " $R/$name.log | head -6 | cut -c1-300; }
+ck() { [ -d /tmp/ck/$1 ] || python3 -m wyoming_qwen3tts.tools.random_checkpoint --size $1 --out /tmp/ck/$1 --device cuda > /dev/null 2>&1; }
+step_gemvtests() {
+  py gemvtests 200 tests/test_batched_kernels_gpu.py tests/test_int8_kernels_gpu.py -k "batched_gemv" \
+    tests/test_batched_admission_gpu.py::test_streams_in_slots_past_16_decode_their_codes_alone
+}
+step_streams() {
+  for size in ${SIZES:-1.7b 0.6b}; do
+    left streams-$size || continue
+    ck $size
+    timeout 170 python3 -m $BENCH.streams --model /tmp/ck/$size --streams $STREAMS --frames 200 --runs 2 \
+      --out $R/streams-$size.json > $R/streams-$size.log 2>&1
+    echo "streams $size rc=$? [$((SECONDS - t)) s]"; grep -E "streams:|backend|batched step|peak|GiB" $R/streams-$size.log | cut -c1-160
+  done
+}
+step_onestream() {
+  left onestream || return
+  ck 1.7b; ck 0.6b
+  timeout 200 python3 -m $BENCH --sizes ${ONE_SIZES:-1.7b,0.6b} --ckpt-root /tmp/ck --backends kernels --frames 200 \
+    --runs 3 --out $R/onestream > $R/onestream.log 2>&1
+  echo "onestream rc=$? [$((SECONDS - t)) s]"; grep -E "frames/s|copy|GB/s|\| kernels" $R/onestream.log | head -12 | cut -c1-200
+}
+step_profile() {
+  left profile || return
+  timeout 120 python3 kernels/device/profile_frame.py 1.7b --out $R > $R/profile.log 2>&1
+  echo "profile rc=$? [$((SECONDS - t)) s]"; grep -E "per frame|busy|gap" $R/profile.log | head -6 | cut -c1-200
+}
+step_profile64() {
+  left profile64 || return
+  timeout 150 python3 kernels/device/profile_batched_step.py --size 1.7b --nb 64 --at 127 --out $R > $R/profile64.log 2>&1
+  echo "profile64 rc=$? [$((SECONDS - t)) s]"; grep -E "ms/step|per step" -A13 $R/profile64.log | head -16 | cut -c1-160
+}
+step_gemvbench() {
+  left gemvbench || return
+  OUT=$R timeout 150 python3 kernels/device/bench_gemv.py > $R/gemvbench.log 2>&1
+  echo "gemvbench rc=$? [$((SECONDS - t)) s]"; grep -E "^\||Sum over" $R/gemvbench.log | tail -26 | cut -c1-200
+}
+step_batchedtests() {
+  py kernels 200 tests/test_batched_kernels_gpu.py tests/test_int8_kernels_gpu.py
+  py engine 200 tests/test_batching_engine_gpu.py tests/test_batched_admission_gpu.py
+}
+step_sass() {
+  Q3T_REQUIRE_SASS=1 py sass 200 tests/test_native_build.py -k sass
+}
+step_tests() {
+  py kernels 200 tests/test_batched_kernels_gpu.py tests/test_int8_kernels_gpu.py
+  py engine 200 tests/test_batching_engine_gpu.py tests/test_batched_admission_gpu.py
+  py onestreamtests 240 tests/test_engine_gpu.py tests/test_prefill_gpu.py tests/test_clone_gpu.py \
+    tests/test_codec_slots_gpu.py tests/test_kernels_gpu.py -k "not full"
+}
+step_server() {
+  left server || return
+  ck 1.7b
+  python3 -m wyoming_qwen3tts --model /tmp/ck/1.7b --uri tcp://127.0.0.1:10200 --max-connections 160 --max-frames 150 \
+    > $R/server.log 2>&1 &
+  srv=$!
+  for i in $(seq 200); do grep -q "Ready" $R/server.log && break; sleep 1; done
+  echo "ready after $i s"; grep -E "max_streams auto|Continuous batching|Serving" $R/server.log | cut -c1-260
+  load() {  # name, then bench.load arguments
+    local name=$1; shift
+    left $name || return
+    timeout 60 python3 -m $LOAD --wyoming tcp://127.0.0.1:10200 --json "$@" > $R/$name.json 2>/dev/null
+    python3 -c "
+import json; r=json.load(open('$R/$name.json')); o=r['overall']
+print('$name', r['sent'], r['served'], r['failed'], 'ttfa p50/p95', o['ttfa_p50_ms'], o['ttfa_p95_ms'], 'done p50/p95', o['completion_p50_ms'], o['completion_p95_ms'], 'fps', o['frames_per_s'])" 2>&1 | tail -1
+  }
+  load alone --clients 1 --rounds 4
+  load burst-16 --clients 16 --rounds 2
+  load burst-64 --clients 64 --rounds 2
+  load poisson-64 --clients 64 --arrivals poisson --rate ${RATE:-30}
+  kill $srv; wait $srv 2>/dev/null
+  grep -E "Traceback|Error" $R/server.log | tail -5 | cut -c1-220
+}
+for step in ${STEPS//,/ }; do step_$step; done
