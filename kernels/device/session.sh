@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Run 59 (H200, seventeenth session): up to 64 streams a batched step (issue 39 item 1), where the batch-1
-# step's time goes and int8 against bf16 GEMVs (issue 35). One script, steps chosen and ordered by STEPS (comma list):
+# The device session script: builds, checks and times on a lent GPU in one call, steps chosen and ordered by
+# STEPS (comma list):
 #   gemvtests  the batched GEMV suites at nb up to 64 (bf16 and int8, both kernels) and the 64-slot decoder test
 #   streams    bench.streams 1.7B and 0.6B at STREAMS (default 1,4,16,64), 200 frames, runs 2
 #   onestream  the batch-1 bench row (bench, kernels backend, 1.7B and 0.6B, 200 frames, runs 3, copy bandwidth)
@@ -16,13 +16,13 @@
 # (pydantic-settings, wyoming, num2words, soundfile, soxr, ...) travel in .whl. BUDGET_S: steps that would start
 # after this many seconds are skipped, so the archive ($OUT/NAME.tgz) always comes back.
 STEPS=${STEPS:-gemvtests,streams,onestream,profile,gemvbench}
-NAME=${NAME:-run59}
+NAME=${NAME:-session}
 BUDGET_S=${BUDGET_S:-540}
 STREAMS=${STREAMS:-1,4,16,64}
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONUNBUFFERED=1 Q3T_REQUIRE=1 PYTHONPATH=/tmp/site:$PWD Q3T_CACHE_DIR=$PWD/.libcache
-# The benchmarks as they were at run 59 (wyoming_qwen3tts.bench) or moved (benchmarks/, the load tool into tools/).
+# The benchmarks (benchmarks/, not installed) and the load tool (wyoming_qwen3tts.tools.load).
 BENCH=wyoming_qwen3tts.bench LOAD=wyoming_qwen3tts.bench.load
 python3 -c "import benchmarks.streams" 2>/dev/null && BENCH=benchmarks
 python3 -c "import wyoming_qwen3tts.tools.load" 2>/dev/null && LOAD=wyoming_qwen3tts.tools.load
