@@ -126,29 +126,50 @@ def _own_file(folder: Path, path: Path) -> bool:
     return path.is_file() and not path.is_symlink() and path.resolve().parent == folder.resolve()
 
 
-def _delete_files(folder: Path, name: str) -> list[Path]:
-    removed = []
+def _delete_steps(folder: Path, name: str, removed: list[Path]) -> Iterator[Path]:
     for suffix in (*AUDIO_SUFFIXES, *_SIDE_FILES):  # the clips first: without one, the rest is no voice
         path = folder / f"{name}{suffix}"
         if _own_file(folder, path):
             path.unlink()
             removed.append(path)
+            yield path
     for suffix in (*AUDIO_SUFFIXES, *_SIDE_FILES):
-        _marker(folder, f"{name}{suffix}", _PARTIAL).unlink(missing_ok=True)
+        path = _marker(folder, f"{name}{suffix}", _PARTIAL)
+        if path.exists():
+            path.unlink()
+            yield path
+
+
+def _delete_files(folder: Path, name: str) -> list[Path]:
+    removed: list[Path] = []
+    for _ in _delete_steps(folder, name, removed):
+        pass
     return removed
 
 
-def remove_voice(folder: Path, name: str) -> list[Path]:
-    """Delete NAME's clip and side files (regular files inside the folder only), and any add of it left unfinished;
-    returns the files removed."""
+def remove_steps(folder: Path, name: str, removed: list[Path]) -> Iterator[Path]:
+    """Delete NAME's clip and side files (regular files inside the folder only), and any add of it left unfinished,
+    one durable step at a time (see store_steps); what was removed is appended to `removed`."""
     check_voice_name(name)  # no paths
     if not folder.is_dir():
-        return []
+        return
     marker = _marker(folder, name, _REMOVING)
     marker.touch()
-    removed = _delete_files(folder, name)
-    _marker(folder, name, _ADDING).unlink(missing_ok=True)
+    yield marker
+    yield from _delete_steps(folder, name, removed)
+    adding = _marker(folder, name, _ADDING)
+    if adding.exists():
+        adding.unlink()
+        yield adding
     marker.unlink()
+    yield marker
+
+
+def remove_voice(folder: Path, name: str) -> list[Path]:
+    """remove_steps to the end; returns the files removed."""
+    removed: list[Path] = []
+    for _ in remove_steps(folder, name, removed):
+        pass
     return removed
 
 
