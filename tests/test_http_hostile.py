@@ -16,6 +16,7 @@ import json
 import re
 import socket
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -310,6 +311,36 @@ async def test_a_clip_that_would_expand_is_refused_from_its_header(base: tuple[H
     status, body = await post(http, {"name": "bomb", "x_vector_only": "true"}, nine.getvalue())
     assert status == 400 and "9 channels" in body["error"]["message"], body
     assert _rss_kb(pid, "VmHWM") - before < 50_000
+    assert assert_agree(http, folder) == set()
+
+
+def _gzip_of_zeros(prefix: bytes, zeros: int, suffix: bytes) -> bytes:
+    """prefix + zeros x NUL + suffix, gzip-compressed as a stream (never whole in memory)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    out = [packer.compress(prefix)]
+    block = bytes(1 << 20)
+    for _ in range(zeros >> 20):
+        out.append(packer.compress(block))
+    out += [packer.compress(suffix), packer.flush()]
+    return b"".join(out)
+
+
+@pytest.mark.slow
+async def test_a_compressed_upload_is_limited_by_what_it_expands_to(base: tuple[HttpServer, Path]) -> None:
+    """200 KB of gzip that expands to 200 MB (aiohttp inflates a Content-Encoding body as it is read): refused
+    once 16 MiB have come out, not held whole."""
+    http, folder = base
+    body = _gzip_of_zeros(b'--XyZ\r\nContent-Disposition: form-data; name="audio"\r\n\r\n', 200 << 20, b"\r\n--XyZ--\r\n")
+    assert len(body) < 300_000
+    pid = http.server.pid
+    with contextlib.suppress(OSError):
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    before = _rss_kb(pid, "VmRSS")
+    answer = await asyncio.get_running_loop().run_in_executor(
+        None, raw_request, port_of(http), upload_request(body, extra="Content-Encoding: gzip\r\n")
+    )
+    assert status_of(answer) == 413 and b"body-too-large" in answer, answer[:300]
+    assert _rss_kb(pid, "VmHWM") - before < 60_000
     assert assert_agree(http, folder) == set()
 
 

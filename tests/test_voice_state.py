@@ -441,6 +441,6 @@ def test_decoding_a_clip_is_bounded(tmp_path: Path) -> None:
     finally:
         tracemalloc.stop()
     assert abs(audio.seconds - 29) < 0.01
-    # Mono at 192 kHz (22 MB) + one block (4 MB) + the 24 kHz result and the resampler's copies; decoding all
+    # Mono at 192 kHz (22 MB) + one block (4 MB) + the 24 kHz result: 31 MB measured; decoding all
     # channels at once held 178 MB.
-    assert peak < 60e6, peak
+    assert peak < 40e6, peak
