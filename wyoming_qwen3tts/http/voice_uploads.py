@@ -70,7 +70,7 @@ class VoiceUploads:
         self.upload_timeout = upload_timeout
         self.uploads = 0  # uploads being received or checked now
         self._lock = asyncio.Lock()  # one change of the folder at a time
-        self._changes: set[asyncio.Task[Any]] = set()  # changes running on after their client left
+        self._changes: set[asyncio.Task[Any]] = set()  # changes in progress (each may outlive its request)
 
     @property
     def can_add(self) -> bool:
