@@ -379,6 +379,29 @@ async def test_malformed_multipart_bodies_are_400(base: tuple[HttpServer, Path])
 
 
 @pytest.mark.slow
+async def test_a_form_of_many_tiny_parts_is_refused_without_stalling_others(base: tuple[HttpServer, Path]) -> None:
+    """16 MiB of tiny form fields: aiohttp parses a form on the event loop, and this took over 10 s, holding up every
+    other client for seconds at a time. A form has at most 16 parts."""
+    http, folder = base
+    part = b'--XyZ\r\nContent-Disposition: form-data; name="EVIL"\r\n\r\nv\r\n'
+    body = part * ((16 << 20) // len(part)) + b"--XyZ--\r\n"
+    loop = asyncio.get_running_loop()
+    upload = loop.run_in_executor(None, raw_request, port_of(http), upload_request(body), 60.0)
+    worst = 0.0
+    async with aiohttp.ClientSession() as session:
+        while not upload.done():
+            started = time.monotonic()
+            async with session.get(f"{http.url}/healthz") as response:
+                assert response.status == 200
+            worst = max(worst, time.monotonic() - started)
+            await asyncio.sleep(0.02)
+    answer = await upload
+    assert status_of(answer) == 400 and b"more than 16 fields" in answer, answer[:300]
+    assert worst < 0.5, worst
+    assert assert_agree(http, folder) == set()
+
+
+@pytest.mark.slow
 async def test_a_non_utf8_authorization_is_401(keyed: HttpServer) -> None:
     """Defect 7: a byte that is not UTF-8 in Authorization was a 500 with a traceback."""
     port = port_of(keyed)
