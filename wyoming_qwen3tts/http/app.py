@@ -166,10 +166,11 @@ async def _errors_as_json(request: web.Request, handler: _Handler) -> web.Stream
         return await handler(request)
     except ApiError as err:
         return err.response()
-    except HttpProcessingError as exc:  # a body aiohttp could not parse (chunked or compressed encoding)
-        _LOGGER.warning("HTTP %s %s from %s: malformed body (%s)", request.method, request.path[:200], request.remote,
-                        type(exc).__name__)  # fmt: skip
-        return ApiError(exc.code if 400 <= exc.code < 500 else 400, "The request body is malformed", code="invalid-body").response()
+    except (HttpProcessingError, web.RequestPayloadError) as exc:  # a body aiohttp could not parse (encodings)
+        cause = exc.__cause__ if isinstance(exc, web.RequestPayloadError) else exc
+        _LOGGER.warning("HTTP %s %r from %s: malformed body (%s)", request.method, request.path[:200], request.remote,
+                        type(cause or exc).__name__)  # fmt: skip
+        return ApiError(400, "The request body is malformed", code="invalid-body").response()
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -177,7 +178,7 @@ async def _errors_as_json(request: web.Request, handler: _Handler) -> web.Stream
         message = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
         return ApiError(exc.status, message, headers=headers).response()
     except Exception:
-        _LOGGER.exception("HTTP %s %s failed", request.method, request.path)
+        _LOGGER.exception("HTTP %s %r failed", request.method, request.path)
         return ApiError(500, "Internal server error").response()
 
 
@@ -219,6 +220,11 @@ class _ConnectionLog(logging.LoggerAdapter):  # type: ignore[type-arg]
         exc = kwargs.get("exc_info")
         if exc is True:
             exc = sys.exc_info()[1]
+        if isinstance(exc, web.RequestPayloadError):
+            # A body left unread by a handler that answered already (the middleware said so when it read it):
+            # aiohttp reads on to keep the connection alive, meets the error again, and closes.
+            self.logger.debug("Dropped the connection after a malformed body (%s)", type(exc.__cause__ or exc).__name__)
+            return
         if isinstance(exc, HttpProcessingError):
             remote = args[0] if args else "?"
             self.logger.log(min(level, logging.WARNING), "Malformed HTTP request from %s: %s, answered %d",
