@@ -15,13 +15,14 @@ import tracemalloc
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import aiohttp
 import numpy as np
 import pytest
 import soundfile
-
 from test_voice_server import write_clip
+
 from wyoming_qwen3tts.__main__ import all_voices
 from wyoming_qwen3tts.errors import Qwen3TTSError, ReferenceAudioError, VoiceError
 from wyoming_qwen3tts.http.app import HttpConfig, HttpServer, build_app
@@ -29,7 +30,12 @@ from wyoming_qwen3tts.model.reference_audio import read_reference_audio
 from wyoming_qwen3tts.server import TtsService
 from wyoming_qwen3tts.settings import Settings
 from wyoming_qwen3tts.voices import VoicePreset, check_voice_name, scan_voice_folder
-from wyoming_qwen3tts.voices.folder import remove_steps, repair_voice_folder, store_steps, voice_preset
+from wyoming_qwen3tts.voices.folder import (
+    remove_steps,
+    repair_voice_folder,
+    store_steps,
+    voice_preset,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -42,8 +48,8 @@ class FakeBaseEngine:
     marker of what it was cloned from. `slow` makes cloning take time (for cancellations); `broken` names fail."""
 
     model_type = "base"
-    speakers: list[str] = []
-    languages = ["auto", "english", "german"]
+    speakers: ClassVar[list[str]] = []
+    languages: ClassVar[list[str]] = ["auto", "english", "german"]
     supports_instruct = False
 
     def __init__(self) -> None:

@@ -89,7 +89,7 @@ def build_app(service: TtsService, config: HttpConfig, metrics: Metrics = METRIC
     app = web.Application(
         client_max_size=config.speech.max_body_bytes,
         middlewares=[_count_requests(metrics), _errors_as_json, _require_key(config.api_key, public),
-                     *([] if config.api_key else [_same_origin_changes])],  # fmt: skip
+                     *([] if config.api_key else [_same_origin_changes])],
     )
 
     async def page(request: web.Request) -> web.FileResponse:

@@ -29,7 +29,13 @@ from aiohttp import BodyPartReader, web
 from ..errors import Qwen3TTSError, ShuttingDownError
 from ..server import TtsService
 from ..voices import VoicePreset, check_voice_name, language_name
-from ..voices.folder import commit_voice, remove_voice, voice_exists, voice_preset, write_voice
+from ..voices.folder import (
+    commit_voice,
+    remove_voice,
+    voice_exists,
+    voice_preset,
+    write_voice,
+)
 from .errors import ApiError
 
 _LOGGER = logging.getLogger(__name__)

@@ -116,7 +116,7 @@ def read_mono(
 def _read_blocks(f: soundfile.SoundFile, name: str, rate: int, channels: int, max_seconds: float) -> np.ndarray:
     """The samples of an open file mixed down to mono block by block, into one array sized from the header; refused
     once past max_seconds (a header's frame count can be wrong or missing: MP3, a WAV whose length field lies)."""
-    limit = int(math.ceil(max_seconds * rate))
+    limit = math.ceil(max_seconds * rate)
     block = max(_BLOCK_BYTES // (4 * channels), 1024)
     out = np.empty(f.frames if 0 < f.frames <= limit else 0, dtype=np.float32)
     extra: list[np.ndarray] = []  # what comes past the header's count

@@ -21,8 +21,8 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Callable, Iterator
-from typing import BinaryIO
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
