@@ -84,15 +84,16 @@ class Running:
         return self.server.url
 
 
-def _settings(folder: Path) -> Settings:
+def _settings(folder: Path, more: list[VoicePreset]) -> Settings:
     configured = VoicePreset(name=CONFIGURED, reference_audio=folder / f"{CONFIGURED}.wav", x_vector_only=True)
-    return Settings(model="fake", voices_dir=folder, voices=[configured])
+    return Settings(model="fake", voices_dir=folder, voices=[configured, *more])
 
 
 @contextlib.asynccontextmanager
-async def boot(folder: Path) -> AsyncIterator[Running]:
-    """The server as __main__ starts it, on the fake engine: the folder repaired and scanned, every voice cloned."""
-    settings = _settings(folder)
+async def boot(folder: Path, more: list[VoicePreset] | None = None) -> AsyncIterator[Running]:
+    """The server as __main__ starts it, on the fake engine: the folder repaired and scanned, every voice cloned;
+    configured voices: CONFIGURED and `more`."""
+    settings = _settings(folder, more or [])
     voices = all_voices(settings)
     engine = FakeBaseEngine()
 
@@ -312,6 +313,16 @@ async def test_a_configured_voice_with_its_clip_in_the_folder_is_never_removed(t
         assert carl["removable"] is False
         assert await delete(run, CONFIGURED) == 404
         assert (folder / f"{CONFIGURED}.wav").is_file() and CONFIGURED in run.service.catalog.presets
+
+
+async def test_a_clip_that_a_configured_voice_uses_is_not_removed(tmp_path: Path, clips: dict[str, bytes]) -> None:
+    folder = new_folder(tmp_path, clips)
+    (folder / "anna.wav").write_bytes(clips["good"])
+    also = VoicePreset(name="anna-too", reference_audio=folder / "anna.wav", x_vector_only=True)
+    async with boot(folder, [also]) as run:
+        async with run.http.delete(f"{run.url}/v1/audio/voices/anna") as response:
+            assert response.status == 409 and (await response.json())["error"]["code"] == "voice-in-use"
+        assert (folder / "anna.wav").is_file() and {"anna", "anna-too"} <= set(run.service.catalog.presets)
 
 
 async def test_an_unknown_language_breaks_nothing(tmp_path: Path, clips: dict[str, bytes]) -> None:
