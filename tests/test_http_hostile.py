@@ -13,6 +13,7 @@ import asyncio
 import io
 import json
 import re
+import signal
 import socket
 import time
 import zlib
@@ -510,3 +511,33 @@ async def test_the_key_is_never_logged_at_debug(keyed: HttpServer) -> None:
     await raw.event(Event(type="describe"))
     assert (await raw.read(10)) is not None
     await raw.close()
+
+
+@pytest.mark.slow
+async def test_sigterm_during_an_upload_exits_in_time_and_leaves_nothing(
+    tmp_path: Path, tiny_base_checkpoint: Path, clip: bytes
+) -> None:
+    """Defect 3's other half, and defect 4's: an upload whose body stalls counts as a connection, so SIGTERM's drain
+    waits for it up to drain_seconds, then cuts it; the server exits 0 and the folder holds nothing of it."""
+    folder = tmp_path / "data" / "voices"
+    port = free_port()
+    args = ["--model", str(tiny_base_checkpoint), "--device", "cpu", "--dtype", "float32", "--max-frames", "2",
+            "--data-dir", str(tmp_path / "data"), "--http", f"tcp://{HOST}:{port}", "--drain-seconds", "1",
+            "--upload-timeout", "60"]  # fmt: skip
+    server = start(tmp_path, args, fake=False, name="sigterm")
+    http = HttpServer(server, port)
+    try:
+        status, body = await post(http, {"name": "kept", "x_vector_only": "true"}, clip)
+        assert status == 201, body
+        stalled = await Raw.connect(port)
+        request = upload_request(form({"name": "cut", "text": "Hi."}, clip))
+        await stalled.send(request[: len(request) // 2])
+        await asyncio.sleep(0.3)
+        started = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        code = await asyncio.get_running_loop().run_in_executor(None, server.proc.wait, 30)
+        assert code == 0 and 0.9 < time.monotonic() - started < 1 + 3  # the drain waited for the upload
+        assert sorted(p.name for p in folder.iterdir() if p.is_file()) == ["kept.toml", "kept.wav"]
+    finally:
+        server.stop()
+    check_log(server.log_text())
