@@ -214,7 +214,7 @@ class VoiceUploads:
     async def _read_form(self, request: web.Request) -> tuple[dict[str, str], bytes | None]:
         try:
             reader = await request.multipart()
-        except (ValueError, AssertionError, KeyError) as err:  # no or a malformed boundary
+        except ValueError as err:  # no or a malformed boundary
             raise ApiError(400, f"The body is not a multipart form: {_reason(err)}", code="invalid-form") from None
         fields: dict[str, str] = {}
         clip: bytes | None = None
@@ -222,7 +222,7 @@ class VoiceUploads:
         while True:
             try:
                 part = await reader.next()
-            except (ValueError, AssertionError, RuntimeError) as err:  # a missing, unterminated or long boundary
+            except ValueError as err:  # a missing, unterminated or long boundary
                 raise ApiError(400, f"The body is not a well-formed multipart form: {_reason(err)}", code="invalid-form") from None
             if part is None:
                 break
@@ -236,7 +236,7 @@ class VoiceUploads:
             while True:
                 try:
                     chunk = await part.read_chunk(65536)
-                except (ValueError, AssertionError, RuntimeError) as err:
+                except ValueError as err:
                     raise ApiError(400, f"The body is not a well-formed multipart form: {_reason(err)}", code="invalid-form") from None
                 if not chunk:
                     break
