@@ -160,7 +160,7 @@ async def delete(run: Running, name: str) -> int:
 
 async def settle(run: Running) -> None:
     """Wait until no change of the folder runs (a cancelled request's change runs on to its end)."""
-    for _ in range(200):
+    for _ in range(500):
         if not run.service.jobs_running and not _uploads(run)._changes and not _uploads(run)._lock.locked():
             return
         await asyncio.sleep(0.02)
