@@ -25,7 +25,8 @@ def test_add_list_remove(tiny_base_checkpoint: Path, tmp_path: Path, capsys: pyt
     out = capsys.readouterr().out
     assert "cloned 'anna'" in out and "in context" in out and "Home Assistant will show: anna - Anna, warm" in out
     info = soundfile.info(str(folder / "anna.wav"))
-    assert info.samplerate == 24000 and info.channels == 1 and abs(info.duration - 2.5) < 0.01
+    # Kept as the clip's own samples, mixed down: float at the clip's 16 kHz (issue 37: no rounding to 16-bit).
+    assert (info.samplerate, info.channels, info.subtype) == (16000, 1, "FLOAT") and abs(info.duration - 2.5) < 0.01
     assert (folder / "anna.txt").read_text() == "Hello, I am Anna.\n"
     assert len(list((folder / ".prompts").glob("*.safetensors"))) == 1
     (voice,), problems = scan_voice_folder(folder)

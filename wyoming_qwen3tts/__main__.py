@@ -44,6 +44,10 @@ def all_voices(settings: Settings) -> list[VoicePreset]:
     folder = settings.voice_folder()
     if folder is None:
         return voices
+    from .voices.folder import repair_voice_folder
+
+    for repair in repair_voice_folder(folder):  # what a crash in the middle of an add or remove left
+        _LOGGER.warning("Voices folder %s: %s", folder, repair)
     found, problems = scan_voice_folder(folder)
     for problem in problems:
         _LOGGER.error("%s", problem)

@@ -44,7 +44,7 @@ from .errors import (
     VoiceError,
 )
 from .engines import model_kinds
-from .voices import ATTRIBUTION, DEFAULT_LANGUAGES, SPEAKER_DESCRIPTIONS, VoiceCatalog, VoicePreset
+from .voices import ATTRIBUTION, DEFAULT_LANGUAGES, SPEAKER_DESCRIPTIONS, VoiceCatalog, VoicePreset, language_name
 
 _LOGGER = logging.getLogger(__name__)
 PROGRAM_NAME = "qwen3-tts"
@@ -230,11 +230,11 @@ class TtsService:
             self._load_error = err
             _LOGGER.error("Voice presets do not fit the loaded model: %s", err)
 
-    def _catalog_of(self, engine: Engine) -> VoiceCatalog:
+    def _catalog_of(self, engine: Engine, presets: list[VoicePreset] | None = None) -> VoiceCatalog:
         return VoiceCatalog(
             engine.speakers,
             engine.languages,
-            self._presets,
+            self._presets if presets is None else presets,
             supports_instruct=engine.supports_instruct,
             default_voice=self._default_voice,
             version=__version__,
@@ -251,19 +251,32 @@ class TtsService:
 
     async def add_voice(self, preset: VoicePreset) -> None:
         """Clone `preset` (a VoicePreset with reference_audio) on the worker thread, after the jobs before it,
-        and offer it from now on. Raises the engine's VoiceError (a bad clip, no transcript)."""
+        and offer it from now on. All or nothing: on any error (a bad clip, no transcript, a language the model
+        does not speak) or cancellation nothing of it is kept, in the catalog or in the engine's prompts."""
         engine = self._engine
         if engine is None or not self.clones_voices:
             raise VoiceError("cloned voices need a Base model, and none is loaded")
+        if preset.language is not None:
+            language_name(preset.language, self.catalog.languages)  # UnknownLanguageError before any work
 
-        def job() -> None:
+        def job() -> object:
             failed = engine.clone_voices([preset])
-            if failed:
-                raise VoiceError(failed[preset.name])
+            # Taken back out at once, on the same thread: the prompt is offered only once all is checked, so a
+            # cancelled add (its job runs on regardless) never leaves one behind.
+            prompt = engine.clone_prompts.pop(preset.name, None)
+            if failed or prompt is None:
+                raise VoiceError(failed.get(preset.name, "the clip could not be cloned"))
+            return prompt
 
-        await self._submit(asyncio.get_running_loop(), job)
-        self._presets = [p for p in self._presets if p.name != preset.name] + [preset]
-        self.catalog = self._catalog_of(engine)
+        prompt = await self._submit(asyncio.get_running_loop(), job)
+        presets = [p for p in self._presets if p.name != preset.name] + [preset]
+        engine.clone_prompts[preset.name] = prompt
+        try:
+            catalog = self._catalog_of(engine, presets)
+        except BaseException:
+            engine.clone_prompts.pop(preset.name, None)
+            raise
+        self._presets, self.catalog = presets, catalog
 
     def remove_voice(self, name: str) -> None:
         """Stop offering a cloned voice (requests already speaking it finish)."""

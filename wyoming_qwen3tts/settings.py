@@ -65,6 +65,8 @@ class Settings(BaseSettings):
     write_timeout: float = Field(60.0, gt=0, description="seconds a client may take to accept audio before it is dropped")
     drain_seconds: float = Field(8.0, ge=0, description="on SIGTERM, seconds to finish requests in progress before cancelling them")
     max_pending_requests: int = Field(8, ge=1, description="most requests one connection may have queued or in progress; one more ends it with an error")
+    max_uploads: int = Field(2, ge=1, description="HTTP voice uploads received at once; one more is refused with 429")
+    upload_timeout: float = Field(120.0, gt=0, description="seconds an HTTP voice upload may take to arrive whole; then 408")
     max_queued_streams: int | None = Field(None, ge=0, description=f"most requests waiting for a decode slot, all connections together; one more is refused at once with an error (none: {QUEUED_PER_STREAM} x max_streams, at least {QUEUED_MIN})")
     # --- model ---
     model: str = Field(DEFAULT_MODEL, description="Hugging Face repo id or local directory")

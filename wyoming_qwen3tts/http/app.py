@@ -18,12 +18,14 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..metrics import METRICS, Metrics, model_state
@@ -49,6 +51,9 @@ class HttpConfig:
     keepalive_timeout: float = 120.0  # seconds an idle keep-alive connection stays open
     speech: SpeechConfig = field(default_factory=SpeechConfig)
     voices_dir: Path | None = None  # where the page's cloned voices go (None: it cannot add any)
+    configured_voices: frozenset[str] = frozenset()  # the [[voices]] of the configuration, which the page cannot remove
+    max_uploads: int = 2  # voice uploads received or checked at once
+    upload_timeout: float = 120.0  # seconds to receive an upload's whole body
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HttpConfig:
@@ -58,6 +63,9 @@ class HttpConfig:
             api_key=settings.api_key.get_secret_value() if settings.api_key is not None else None,
             keepalive_timeout=settings.idle_timeout,
             voices_dir=settings.voice_folder(),
+            configured_voices=frozenset(voice.name for voice in settings.voices),
+            max_uploads=settings.max_uploads,
+            upload_timeout=settings.upload_timeout,
             speech=SpeechConfig(
                 # A local checkpoint is named by its folder, not by where it lies.
                 model_id=Path(model).name if Path(model).is_dir() else model,
@@ -74,12 +82,14 @@ class HttpConfig:
 
 def build_app(service: TtsService, config: HttpConfig, metrics: Metrics = METRICS) -> web.Application:
     api = SpeechApi(service, config.speech, metrics)
-    uploads = VoiceUploads(service, config.voices_dir)
+    uploads = VoiceUploads(service, config.voices_dir, configured=config.configured_voices,
+                           max_uploads=config.max_uploads, upload_timeout=config.upload_timeout)  # fmt: skip
     api.uploads = uploads
     public: set[web.AbstractResource] = set()
     app = web.Application(
         client_max_size=config.speech.max_body_bytes,
-        middlewares=[_count_requests(metrics), _errors_as_json, _require_key(config.api_key, public)],
+        middlewares=[_count_requests(metrics), _errors_as_json, _require_key(config.api_key, public),
+                     *([] if config.api_key else [_same_origin_changes])],
     )
 
     async def page(request: web.Request) -> web.FileResponse:
@@ -114,13 +124,39 @@ def _require_key(api_key: str | None, public: set[web.AbstractResource]) -> Call
         if expected is None or request.match_info.route.resource in public:
             return await handler(request)
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
+        # aiohttp keeps a header's bytes that are not UTF-8 as surrogates: back to those bytes, never an error.
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode("utf-8", "surrogateescape"), expected):
             raise ApiError(
                 401, "Missing or wrong API key: send 'Authorization: Bearer KEY'", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"}
             )
         return await handler(request)
 
     return require_key
+
+
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+@web.middleware
+async def _same_origin_changes(request: web.Request, handler: _Handler) -> web.StreamResponse:
+    """Without an API key, refuse a browser's request that changes something when another site's page sent it.
+
+    Any page a LAN user opens may post a form to this server (multipart forms need no CORS preflight), which would
+    add voices. Browsers say where a request comes from: Sec-Fetch-Site (every current browser), else Origin, which
+    must then name this server as the client reached it (Host). Clients that are no browser send neither and pass.
+    """
+    if request.method in _SAFE_METHODS:
+        return await handler(request)
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None:
+        cross = site.lower() not in ("same-origin", "none")
+    else:
+        origin = request.headers.get("Origin")
+        cross = origin is not None and (origin == "null" or urlsplit(origin).netloc.lower() != request.host.lower())
+    if cross:
+        raise ApiError(403, "Requests that change something must come from this server's own page (or carry the API key)",
+                       code="cross-site-request")  # fmt: skip
+    return await handler(request)
 
 
 @web.middleware
@@ -130,6 +166,11 @@ async def _errors_as_json(request: web.Request, handler: _Handler) -> web.Stream
         return await handler(request)
     except ApiError as err:
         return err.response()
+    except (HttpProcessingError, web.RequestPayloadError) as exc:  # a body aiohttp could not parse (encodings)
+        cause = exc.__cause__ if isinstance(exc, web.RequestPayloadError) else exc
+        _LOGGER.warning("HTTP %s %r from %s: malformed body (%s)", request.method, request.path[:200], request.remote,
+                        type(cause or exc).__name__)  # fmt: skip
+        return ApiError(400, "The request body is malformed", code="invalid-body").response()
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -137,7 +178,7 @@ async def _errors_as_json(request: web.Request, handler: _Handler) -> web.Stream
         message = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
         return ApiError(exc.status, message, headers=headers).response()
     except Exception:
-        _LOGGER.exception("HTTP %s %s failed", request.method, request.path)
+        _LOGGER.exception("HTTP %s %r failed", request.method, request.path)
         return ApiError(500, "Internal server error").response()
 
 
@@ -168,6 +209,30 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
         response.headers.setdefault("Referrer-Policy", "no-referrer")
 
 
+class _ConnectionLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's per-connection logger: a request it cannot parse becomes one WARNING line without its bytes.
+
+    aiohttp logs such a request at ERROR with a traceback whose message quotes the offending line, so any client
+    could fill the log, and a malformed Authorization line would put the API key in it (at DEBUG too). Other
+    records (the server's own failures) pass unchanged."""
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: object) -> None:  # type: ignore[override]
+        exc = kwargs.get("exc_info")
+        if exc is True:
+            exc = sys.exc_info()[1]
+        if isinstance(exc, web.RequestPayloadError):
+            # A body left unread by a handler that answered already (the middleware said so when it read it):
+            # aiohttp reads on to keep the connection alive, meets the error again, and closes.
+            self.logger.debug("Dropped the connection after a malformed body (%s)", type(exc.__cause__ or exc).__name__)
+            return
+        if isinstance(exc, HttpProcessingError):
+            remote = args[0] if args else "?"
+            self.logger.log(min(level, logging.WARNING), "Malformed HTTP request from %s: %s, answered %d",
+                            remote, type(exc).__name__, exc.code or 400)  # fmt: skip
+            return
+        super().log(level, msg, *args, **kwargs)  # type: ignore[arg-type]
+
+
 class HttpServer:
     """The aiohttp runner and its listening site, driven by __main__: start, stop_listening, close."""
 
@@ -183,6 +248,7 @@ class HttpServer:
             handler_cancellation=True,
             keepalive_timeout=config.keepalive_timeout,
             shutdown_timeout=1.0,
+            logger=_ConnectionLog(logging.getLogger("aiohttp.server")),
         )
         self._site: web.BaseSite | None = None
 

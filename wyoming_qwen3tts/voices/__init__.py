@@ -89,12 +89,12 @@ NATIVE_LANGUAGES: dict[str, str] = {
 VoiceKind = Literal["custom_voice", "base", "voice_design"]  # the tts_model_type that speaks it
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")
 # A voice name becomes a Wyoming voice name and, for folder voices, a file stem: letters, digits, _ - . and spaces.
-_VOICE_NAME = re.compile(r"^[\w][\w .-]{0,63}$")
+_VOICE_NAME = re.compile(r"\w[\w .-]{0,63}")
 
 
 def check_voice_name(name: str) -> str:
     """`name` if it can be a voice name (and so a folder voice's file stem); ValueError saying why otherwise."""
-    if not _VOICE_NAME.match(name):
+    if not _VOICE_NAME.fullmatch(name):  # the whole name: "$" would let a trailing newline through
         raise ValueError(f"voice name {name!r}: use letters, digits, spaces, '_', '-' or '.' (64 at most)")
     return name
 

@@ -7,8 +7,8 @@
         --text "A sample sentence, said in the designed voice." --model VOICEDESIGN --base-model BASE
 
 The folder is the server's (`--voices-dir`, else DATA_DIR/voices; `--data-dir` as the server takes it). `add`
-checks the clip (readable audio, 1-30 s, not silent), stores it as NAME.wav (24 kHz mono) with NAME.txt and
-NAME.toml beside it, and with `--model` also clones it now with that Base model, so the prompt is cached and
+checks the clip (readable audio, 1-30 s, not silent), stores it as NAME.wav (mono float, at the clip's own rate:
+cloning from it equals cloning from the clip) with NAME.txt and NAME.toml beside it, and with `--model` also clones it now with that Base model, so the prompt is cached and
 the server's next start does not compute it. `design` renders the sample sentence with a VoiceDesign model and
 adds that audio as a cloned voice: a designed voice then stays the same voice in every sentence (a plain design
 voice is made up anew for each). The server picks up changes at its next start.
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from . import DEFAULT_LANGUAGES, VoiceCatalog, VoicePreset, check_voice_name, scan_voice_folder
-from .folder import remove_voice, store_voice, voice_exists
+from .folder import commit_voice, remove_voice, store_voice, voice_exists
 
 
 def _folder(args: argparse.Namespace) -> Path:
@@ -52,7 +52,7 @@ def _clone_now(model: str, data_dir: Path | None, folder: Path, preset: VoicePre
 
 def cmd_add(args: argparse.Namespace) -> int:
     from ..errors import Qwen3TTSError
-    from ..model.reference_audio import read_reference_audio
+    from ..model.reference_audio import read_mono, reference_audio_from_array
 
     folder = _folder(args)
     _check_name(args.name)
@@ -61,20 +61,24 @@ def cmd_add(args: argparse.Namespace) -> int:
     if not args.text and not args.x_vector_only:
         raise SystemExit("error: give the clip's transcript with --text (best likeness), or --x-vector-only")
     try:
-        audio = read_reference_audio(args.audio)
+        mono, rate, name = read_mono(args.audio)
+        audio = reference_audio_from_array(mono, rate, source=name)
     except Qwen3TTSError as err:
         raise SystemExit(f"error: {err}") from None
     if args.replace:
         remove_voice(folder, args.name)
-    preset = store_voice(folder, args.name, audio.samples, args.text, x_vector_only=args.x_vector_only,
+    preset = store_voice(folder, args.name, mono, rate, args.text, x_vector_only=args.x_vector_only,
                          language=args.language, description=args.description)  # fmt: skip
-    print(f"added {args.name!r}: {preset.reference_audio} ({audio.seconds:.1f} s)")
     if args.model:
         try:
             _clone_now(args.model, args.data_dir, folder, preset)
-        except Qwen3TTSError as err:
+        except BaseException as err:
             remove_voice(folder, args.name)
-            raise SystemExit(f"error: {err} (the voice was not added)") from None
+            if isinstance(err, Qwen3TTSError):
+                raise SystemExit(f"error: {err} (the voice was not added)") from None
+            raise
+    commit_voice(folder, args.name)
+    print(f"added {args.name!r}: {preset.reference_audio} ({audio.seconds:.1f} s)")
     _show(preset)
     return 0
 
@@ -132,8 +136,9 @@ def cmd_design(args: argparse.Namespace) -> int:
         audio = reference_audio_from_array(samples, SAMPLE_RATE, source=f"the {args.name!r} sample")
     except Qwen3TTSError as err:
         raise SystemExit(f"error: {err}") from None
-    preset = store_voice(folder, args.name, audio.samples, args.text, language=args.language,
+    preset = store_voice(folder, args.name, audio.samples, SAMPLE_RATE, args.text, language=args.language,
                          description=args.description)  # fmt: skip
+    commit_voice(folder, args.name)
     print(f"designed {args.name!r}: {audio.seconds:.1f} s sample saved as {preset.reference_audio}")
     if args.base_model:
         try:
