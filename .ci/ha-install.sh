@@ -5,7 +5,8 @@
 # Installs homeassistant==$Q3T_HA_VERSION (default 2026.11.0), and up front the requirements of the
 # integrations the test loads (the frontend, the Wyoming integration, the Assist pipeline...), read
 # from their manifests, so that Home Assistant finds them installed instead of fetching them at
-# start; plus ffmpeg (HA's TTS converts audio with it) and g++ (two of the Assist pipeline's requirements,
+# start; plus ffmpeg (HA's TTS converts audio with it), libturbojpeg0 (HA's camera code logs a traceback
+# without it) and g++ (two of the Assist pipeline's requirements,
 # pymicro-vad and pyspeex-noise, have no wheels for Python 3.14). About 4-5 minutes and 1 GB, most of it
 # pip. A chroot holding this version already is kept. Prints the venv's python (inside the
 # chroot) last; run it with `.ci/sid-run /opt/homeassistant/bin/python -m homeassistant`.
@@ -41,7 +42,7 @@ run() {
 APT=(apt-get -o Acquire::Check-Valid-Until=false -o APT::Install-Recommends=false -y -qq)
 echo "ha install: apt-get install python3 python3-venv python3-dev g++ ffmpeg in $ROOT (log: $LOG)" >&2
 run chroot "$ROOT" "${APT[@]}" update
-run chroot "$ROOT" env DEBIAN_FRONTEND=noninteractive "${APT[@]}" install python3 python3-venv python3-dev g++ ffmpeg ca-certificates
+run chroot "$ROOT" env DEBIAN_FRONTEND=noninteractive "${APT[@]}" install python3 python3-venv python3-dev g++ ffmpeg libturbojpeg0 ca-certificates
 
 # The host's way to PyPI: its CA bundle (a proxy's certificate may be in it; it replaces the chroot's
 # own, which ca-certificates wrote just now), its pip.conf and its PIP_* settings (passed on below).
