@@ -9,7 +9,7 @@ streaming TTS path), a restart of our server, and a voice added over our HTTP AP
 
 Runs when Q3T_HA_PYTHON names the install's python inside the chroot (.ci/ha-install.sh prints it; .ci/run
 exports it); skips otherwise, and fails instead when Q3T_REQUIRE_HA=1 (CI). The screenshots test drives the
-real frontend in headless Chromium and writes its PNGs to Q3T_HA_SCREENSHOTS (default: a temporary folder)."""
+real frontend in headless Chromium and writes its PNGs to Q3T_SCREENSHOT_DIR (default: a temporary folder)."""
 
 from __future__ import annotations
 
@@ -576,8 +576,8 @@ def _click_text(driver: Any, selector: str, text: str) -> None:
 
 def test_screenshots(ha: HomeAssistant, browser: Any) -> None:
     """The Wyoming entry in Settings, and the Assist pipeline's voice picker listing our voices, from HA's own
-    frontend in headless Chromium (PNGs in Q3T_HA_SCREENSHOTS, for README's Home Assistant section)."""
-    out = Path(os.environ.get("Q3T_HA_SCREENSHOTS") or ha.config.parent / "screenshots")
+    frontend in headless Chromium (PNGs in Q3T_SCREENSHOT_DIR, for README's Home Assistant section)."""
+    out = Path(os.environ.get("Q3T_SCREENSHOT_DIR") or ha.config.parent / "screenshots")
     out.mkdir(parents=True, exist_ok=True)
 
     async def pipeline() -> None:
