@@ -2,14 +2,14 @@
 # Installs Home Assistant into a venv of the Debian sid chroot that .ci/sid-chroot.sh builds
 # (Q3T_SID_ROOT, default /var/tmp/q3t-sid), for tests/test_homeassistant.py: `.ci/ha-install.sh`.
 # Home Assistant 2026.11 needs Python >= 3.13; sid has 3.14 (bookworm, the CI machine, has 3.11).
-# Installs homeassistant==$Q3T_HA_VERSION (default 2026.11.0), and up front the requirements of the
-# integrations the test loads (the frontend, the Wyoming integration, the Assist pipeline...), read
-# from their manifests, so that Home Assistant finds them installed instead of fetching them at
-# start; plus ffmpeg (HA's TTS converts audio with it), libturbojpeg0 (HA's camera code logs a traceback
-# without it) and g++ (two of the Assist pipeline's requirements,
-# pymicro-vad and pyspeex-noise, have no wheels for Python 3.14). About 4-5 minutes and 1 GB, most of it
-# pip. A chroot holding this version already is kept. Prints the venv's python (inside the
-# chroot) last; run it with `.ci/sid-run /opt/homeassistant/bin/python -m homeassistant`.
+# Installs homeassistant==$Q3T_HA_VERSION (default 2026.11.0) with uv, and up front the requirements of
+# the integrations the test loads (the frontend, the Wyoming integration, the Assist pipeline...), read
+# from their manifests, so that Home Assistant finds them installed instead of fetching them at start.
+# From Debian: ffmpeg (HA's TTS converts audio with it), libturbojpeg0 (HA's camera code logs a
+# traceback without it) and g++ (pymicro-vad and pyspeex-noise, two of the Assist pipeline's
+# requirements, have no wheels for Python 3.14). About 2.5 minutes (apt 1, uv 1.5; from a fresh chroot
+# on a 2-core machine) and 1.2 GB. A chroot holding this version already is kept. Prints the venv's
+# python (inside the chroot) last: `.ci/sid-run /opt/homeassistant/bin/python -m homeassistant` runs it.
 # Needs root and the network (Debian's mirror, PyPI).
 set -euo pipefail
 ROOT=${Q3T_SID_ROOT:-/var/tmp/q3t-sid}
