@@ -352,18 +352,22 @@ async def test_the_entry_and_its_entity(ha: HomeAssistant) -> None:
 
 
 async def test_voices_per_language(ha: HomeAssistant) -> None:
-    """What the voice picker lists for each language the engine offers: the nine speakers and the cloned voice
-    in every one, the English preset in English only."""
+    """The voice picker's questions for an assistant in each locale: which of the engine's languages fit the
+    locale (`tts/engine/list`), then the voices of that language (`tts/engine/voices`): the nine speakers and
+    the cloned voice in every language, the English preset in English only, each under its description."""
+    locales = ["de-DE", "en-US", "es-ES", "fr-FR", "it-IT", "ja-JP", "ko-KR", "pt-BR", "ru-RU", "zh-CN"]
     async with ha.websocket() as ws:
-        for language in LANGUAGES:
+        for locale in locales:
+            providers = (await ws.call("tts/engine/list", language=locale))["providers"]
+            (ours,) = [p for p in providers if p["engine_id"] == ENGINE]
+            (language,) = ours["supported_languages"]
+            assert language == locale.split("-")[0], (locale, ours)
             voices = (await ws.call("tts/engine/voices", engine_id=ENGINE, language=language))["voices"]
             ids = sorted(v["voice_id"] for v in voices)
-            expected = sorted([*SPEAKERS, "anna", *(["ryan-calm"] if language == "en" else [])])
-            assert ids == expected, (language, ids)
+            assert ids == sorted([*SPEAKERS, "anna", *(["ryan-calm"] if language == "en" else [])]), (locale, ids)
             names = {v["voice_id"]: v["name"] for v in voices}
-            assert names["ryan"].startswith("ryan (") and names.get("ryan-calm", "Ryan, calm") == "Ryan, calm"
-        engines = (await ws.call("tts/engine/list", language="en-US"))["providers"]
-    assert ENGINE in [e["engine_id"] for e in engines]
+            assert names["ryan"] == "ryan (English; dynamic male)" and names["anna"] == "anna (cloned from anna.wav)"
+            assert names.get("ryan-calm", "Ryan, calm") == "Ryan, calm"
 
 
 @pytest.mark.parametrize("voice", ["ryan", "ryan-calm", "anna"])
