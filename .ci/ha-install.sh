@@ -2,7 +2,7 @@
 # Installs Home Assistant into a venv of the Debian sid chroot that .ci/sid-chroot.sh builds
 # (Q3T_SID_ROOT, default /var/tmp/q3t-sid), for tests/test_homeassistant.py: `.ci/ha-install.sh`.
 # Home Assistant 2026.11 needs Python >= 3.13; sid has 3.14 (bookworm, the CI machine, has 3.11).
-# Installs homeassistant==$Q3T_HA_VERSION (default 2026.11.0) with uv, and up front the requirements of
+# Installs homeassistant==2026.11.0 (the version the test expects) with uv, and up front the requirements of
 # the integrations the test loads (the frontend, the Wyoming integration, the Assist pipeline...), read
 # from their manifests, so that Home Assistant finds them installed instead of fetching them at start.
 # From Debian: ffmpeg (HA's TTS converts audio with it), libturbojpeg0 (HA's camera code logs a
@@ -13,7 +13,7 @@
 # Needs root and the network (Debian's mirror, PyPI).
 set -euo pipefail
 ROOT=${Q3T_SID_ROOT:-/var/tmp/q3t-sid}
-HA_VERSION=${Q3T_HA_VERSION:-2026.11.0}
+HA_VERSION=2026.11.0
 VENV=/opt/homeassistant
 READY="$ROOT$VENV/.q3t-ready"
 HERE=$(cd "$(dirname "$0")" && pwd)
