@@ -496,6 +496,7 @@ async def test_our_server_restarted_under_home_assistant(ha: HomeAssistant, qwen
     assert 0.05 < decode(audio)[0] < 2
     entries = await ha.rest("GET", "/api/config/config_entries/entry?domain=wyoming")
     assert [e["state"] for e in entries] == ["loaded"]
+    assert (await ha.rest("GET", f"/api/states/{ENGINE}"))["state"] != "unavailable"
 
 
 async def _add_voice(qwen3: Qwen3Server, tmp: Path, name: str, seed: int) -> None:
@@ -564,16 +565,13 @@ def _wait_text(driver: Any, text: str, timeout: float = 60) -> None:
 
 
 def _click_text(driver: Any, selector: str, text: str) -> None:
-    """Click the first element matching selector (shadow roots included) whose text is text."""
+    """Click the first element matching selector (shadow roots included) whose text is text. Found and
+    clicked in one script: the frontend re-renders, and an element found in one call may be gone by the next."""
     from selenium.webdriver.support.ui import WebDriverWait
 
-    def find(d: Any) -> Any:
-        for element in d.execute_script(DEEP_ALL, selector):
-            if d.execute_script("return arguments[0].textContent.trim()", element) == text:
-                return element
-        return None
-
-    WebDriverWait(driver, 60, poll_frequency=0.2).until(find).click()
+    click = DEEP_ALL.replace("return found;", "const hit = found.find((el) => el.textContent.trim() === arguments[1]);\n"
+                             "if (hit) hit.click();\nreturn Boolean(hit);")  # fmt: skip
+    WebDriverWait(driver, 60, poll_frequency=0.2).until(lambda d: d.execute_script(click, selector, text))
 
 
 def test_screenshots(ha: HomeAssistant, browser: Any) -> None:  # noqa: F811 (the fixture imported above)
@@ -601,6 +599,8 @@ def test_screenshots(ha: HomeAssistant, browser: Any) -> None:  # noqa: F811 (th
 
 
 def _take_screenshots(ha: HomeAssistant, browser: Any, out: Path) -> None:  # noqa: F811
+    from selenium.common.exceptions import TimeoutException
+
     browser.set_window_size(1200, 520)
     browser.get(f"{ha.url}/config/integrations/integration/wyoming")
     _wait_text(browser, "qwen3-tts")
@@ -611,8 +611,15 @@ def _take_screenshots(ha: HomeAssistant, browser: Any, out: Path) -> None:  # no
 
     browser.set_window_size(1200, 1000)
     browser.get(f"{ha.url}/config/voice-assistants/assistants")
-    _click_text(browser, "span", "Qwen3-TTS")  # the assistant's row: its settings dialog
-    _wait_text(browser, "Text-to-speech")
+    # The assistant's row opens its settings dialog; a click before the page wired up its handlers is lost.
+    for attempt in range(5):
+        _click_text(browser, "span", "Qwen3-TTS")
+        try:
+            _wait_text(browser, "Text-to-speech", timeout=10)
+            break
+        except TimeoutException:
+            if attempt == 4:
+                raise
     (section,) = browser.execute_script(DEEP_ALL, "assist-pipeline-detail-tts")
     browser.execute_script("arguments[0].scrollIntoView({block: 'end'})", section)
     (picker,) = browser.execute_script(DEEP_ALL, "ha-tts-voice-picker")
