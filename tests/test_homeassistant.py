@@ -139,6 +139,7 @@ class HomeAssistant:
         self.config = config
         self.token = ""
         self.refresh_token = ""
+        self.wyoming_entry = ""  # the config entry of our server
         config.mkdir(parents=True)
         (config / "configuration.yaml").write_text(
             "http:\n"
@@ -303,7 +304,8 @@ def qwen3(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     server.start()
     yield server
     assert server.stop() == 0
-    assert "Traceback" not in server.log.read_text(errors="replace")
+    for log in sorted(tmp.glob("qwen3-*.log")):  # one per start
+        assert "Traceback" not in log.read_text(errors="replace"), log
 
 
 @pytest.fixture(scope="module")
@@ -323,7 +325,7 @@ def ha(tmp_path_factory: pytest.TempPathFactory, qwen3: Qwen3Server) -> Iterator
             await home.onboard()
             entry = await home.add_entry("wyoming", {"host": "127.0.0.1", "port": qwen3.port})
             assert entry["title"] == "qwen3-tts" and entry["state"] == "loaded", entry
-            home.wyoming_entry = entry["entry_id"]  # type: ignore[attr-defined]
+            home.wyoming_entry = entry["entry_id"]
             await home.add_entry("q3t_streaming_agent", None)
 
         asyncio.run(setup())
@@ -345,7 +347,7 @@ async def test_the_entry_and_its_entity(ha: HomeAssistant) -> None:
     entries = await ha.rest("GET", "/api/config/config_entries/entry?domain=wyoming")
     assert [(e["title"], e["state"]) for e in entries] == [("qwen3-tts", "loaded")]
     async with ha.websocket() as ws:
-        entities = [e for e in await ws.call("config/entity_registry/list") if e["config_entry_id"] == ha.wyoming_entry]  # type: ignore[attr-defined]
+        entities = [e for e in await ws.call("config/entity_registry/list") if e["config_entry_id"] == ha.wyoming_entry]
         assert [e["entity_id"] for e in entities] == [ENGINE]
         engine = (await ws.call("tts/engine/get", engine_id=ENGINE))["provider"]
     assert sorted(engine["supported_languages"]) == LANGUAGES
@@ -515,7 +517,7 @@ async def _voice_ids(ws: Websocket, language: str) -> list[str]:
 
 async def test_a_voice_added_over_http_shows_up_after_a_reload(ha: HomeAssistant, qwen3: Qwen3Server, tmp_path: Path) -> None:
     await _add_voice(qwen3, tmp_path, "bob", seed=5)
-    result = await ha.rest("POST", f"/api/config/config_entries/entry/{ha.wyoming_entry}/reload")  # type: ignore[attr-defined]
+    result = await ha.rest("POST", f"/api/config/config_entries/entry/{ha.wyoming_entry}/reload")
     assert result == {"require_restart": False}
     async with ha.websocket() as ws:
         for language in ("en", "de"):
