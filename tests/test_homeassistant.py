@@ -384,6 +384,23 @@ async def test_tts_get_url(ha: HomeAssistant, qwen3: Qwen3Server, voice: str) ->
     assert qwen3.answered() == before + 1
 
 
+async def test_an_unknown_voice_fails_at_once(ha: HomeAssistant, qwen3: Qwen3Server) -> None:
+    """A voice HA still has but our server no longer offers (a cloned voice deleted, say): HA's request ends
+    at once with an error, and HA's log carries our server's reason (HA 2026.11 reads Wyoming error events)."""
+    body = {"engine_id": ENGINE, "message": "Is anybody there?", "options": {"voice": "nobody"}, "cache": False}
+    async with ha.session() as session, session.post("/api/tts_get_url", json=body) as response:
+        if response.status == 200:  # the URL is handed out before the speech is made; fetching it fails
+            path = (await response.json())["path"]
+            started = time.monotonic()
+            async with session.get(path, timeout=aiohttp.ClientTimeout(total=30)) as audio:
+                assert audio.status >= 400, audio.status
+            assert time.monotonic() - started < 10
+        else:
+            assert response.status >= 400
+    assert "Unknown voice 'nobody'" in qwen3.log.read_text(errors="replace")
+    assert "Error from Wyoming service: Unknown voice 'nobody' (code: unknown-voice)" in ha.log.read_text(errors="replace")
+
+
 async def test_tts_speak(ha: HomeAssistant, qwen3: Qwen3Server) -> None:
     """The tts.speak action to a media player: the player gets a media-source id that resolves to our speech."""
     before = qwen3.answered()
