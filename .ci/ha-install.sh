@@ -40,7 +40,7 @@ run() {
 
 # sid's Release file may be past its Valid-Until date on a mirror that lags.
 APT=(apt-get -o Acquire::Check-Valid-Until=false -o APT::Install-Recommends=false -y -qq)
-echo "ha install: apt-get install python3 python3-venv python3-dev g++ ffmpeg in $ROOT (log: $LOG)" >&2
+echo "ha install: apt-get install python3 python3-venv python3-dev g++ ffmpeg libturbojpeg0 in $ROOT (log: $LOG)" >&2
 run chroot "$ROOT" "${APT[@]}" update
 run chroot "$ROOT" env DEBIAN_FRONTEND=noninteractive "${APT[@]}" install python3 python3-venv python3-dev g++ ffmpeg libturbojpeg0 ca-certificates
 
@@ -48,8 +48,8 @@ run chroot "$ROOT" env DEBIAN_FRONTEND=noninteractive "${APT[@]}" install python
 # own, which ca-certificates wrote just now), its pip.conf and its PIP_* settings (passed on below).
 cp /etc/ssl/certs/ca-certificates.crt "$ROOT/etc/ssl/certs/ca-certificates.crt"
 if [ -f /etc/pip.conf ]; then cp /etc/pip.conf "$ROOT/etc/pip.conf"; fi
-# Home Assistant installs a missing requirement with uv, which reads neither pip's settings nor, unless
-# told, the system's certificates: the same index, through the same CA bundle.
+# uv (below, and Home Assistant's own for a requirement it finds missing) reads neither pip's settings
+# nor, unless told, the system's certificates: the same index, through the same CA bundle.
 mkdir -p "$ROOT/etc/uv"
 {
     echo "native-tls = true"
@@ -99,7 +99,9 @@ while wanted:
 print("\n".join(sorted(requirements)))
 PY
 echo "ha install: $(wc -l <"$REQS") requirements of the integrations" >&2
-uv -r "$REQS"
+# Within Home Assistant's constraints, as it installs requirements itself.
+constraints=$(chroot "$ROOT" "$VENV/bin/python" -c "import homeassistant, pathlib; print(pathlib.Path(homeassistant.__file__).parent / 'package_constraints.txt')")
+uv -r "$REQS" -c "$constraints"
 rm -f "$REQS"
 version=$(chroot "$ROOT" "$VENV/bin/python" -c "from homeassistant.const import __version__; print(__version__)")
 [ "$version" = "$HA_VERSION" ] || fail "installed homeassistant $version, wanted $HA_VERSION"
