@@ -7,9 +7,9 @@
 # from their manifests, so that Home Assistant finds them installed instead of fetching them at start.
 # From Debian: ffmpeg (HA's TTS converts audio with it), libturbojpeg0 (HA's camera code logs a
 # traceback without it) and g++ (pymicro-vad and pyspeex-noise, two of the Assist pipeline's
-# requirements, have no wheels for Python 3.14). About 2.5 minutes (apt 1, uv 1.5; from a fresh chroot
-# on a 2-core machine) and 1.2 GB. A chroot holding this version already is kept. Prints the venv's
-# python (inside the chroot) last: `.ci/sid-run /opt/homeassistant/bin/python -m homeassistant` runs it.
+# requirements, have no wheels for Python 3.14). 40 s to 2.5 minutes from a fresh chroot on a 2-core
+# machine (most of it downloads) and 1.2 GB. A chroot holding this version already is kept. Prints the
+# venv's python (inside the chroot) last: `.ci/sid-run /opt/homeassistant/bin/python -m homeassistant`.
 # Needs root and the network (Debian's mirror, PyPI).
 set -euo pipefail
 ROOT=${Q3T_SID_ROOT:-/var/tmp/q3t-sid}
