@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs Home Assistant into a venv of the Debian sid chroot that .ci/sid-chroot.sh builds
-# (Q3T_SID_ROOT, default /var/tmp/q3t-sid), for tests/test_homeassistant.py: `.ci/ha-install.sh`.
+# (Q3T_SID_ROOT, default /var/tmp/q3t-sid), for tests/homeassistant/test_homeassistant.py: `.ci/ha-install.sh`.
 # Home Assistant 2026.11 needs Python >= 3.13; sid has 3.14 (bookworm, the CI machine, has 3.11).
 # Installs homeassistant==2026.11.0 (the version the test expects) with uv, and up front the requirements of
 # the integrations the test loads (the frontend, the Wyoming integration, the Assist pipeline...), read

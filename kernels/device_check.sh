@@ -20,13 +20,13 @@ if has build; then
   /usr/bin/time -f "build %e s" python3 -m wyoming_qwen3tts.native --werror --force 2>&1 | tee "$OUT/build.log"
 fi
 if has tests; then
-  Q3T_PDL=0 timeout 400 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernels_gpu.py -k "not full" -rs 2>&1 | tee "$OUT/pytest.log" | tail -30
+  Q3T_PDL=0 timeout 400 python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_kernels_gpu.py -k "not full" -rs 2>&1 | tee "$OUT/pytest.log" | tail -30
 fi
 if has tests_pdl; then
-  Q3T_PDL=1 timeout 400 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernels_gpu.py -k "not full" -rs 2>&1 | tee "$OUT/pytest_pdl.log" | tail -30
+  Q3T_PDL=1 timeout 400 python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_kernels_gpu.py -k "not full" -rs 2>&1 | tee "$OUT/pytest_pdl.log" | tail -30
 fi
 if has sass; then
-  Q3T_REQUIRE_SASS=1 timeout 200 python3 -m pytest -q -s -p no:cacheprovider tests/test_native_build.py -k sass 2>&1 | tee "$OUT/sass.log" | tail -8
+  Q3T_REQUIRE_SASS=1 timeout 200 python3 -m pytest -q -s -p no:cacheprovider tests/kernels/test_native_build.py -k sass 2>&1 | tee "$OUT/sass.log" | tail -8
 fi
 if has sanitize; then
   for tool in ${SANITIZERS:-memcheck racecheck}; do
@@ -35,7 +35,7 @@ if has sanitize; then
   done
 fi
 if has full; then
-  Q3T_FULL=1 timeout 400 python3 -m pytest -q -x -s -p no:cacheprovider tests/test_kernels_gpu.py -k full 2>&1 | tee "$OUT/full.log" | tail -15
+  Q3T_FULL=1 timeout 400 python3 -m pytest -q -x -s -p no:cacheprovider tests/kernels/test_kernels_gpu.py -k full 2>&1 | tee "$OUT/full.log" | tail -15
 fi
 if has bench_gemv; then
   timeout 300 python3 kernels/device/bench_gemv.py 2>&1 | tee "$OUT/bench_gemv.log"
@@ -55,22 +55,22 @@ if has bench_options; then
   timeout 400 python3 kernels/device/bench_options.py ${BENCH_OPTIONS:--} --sizes ${BENCH_SIZES_CSV:-0.6b,1.7b} 2>&1 | grep -v Warn | tee "$OUT/bench_options.log"
 fi
 if has tests_batched; then
-  # The batched-step kernels (tests/test_batched_kernels_gpu.py), PDL off then on.
+  # The batched-step kernels (tests/kernels/test_batched_kernels_gpu.py), PDL off then on.
   for pdl in 0 1; do
-    Q3T_PDL=$pdl timeout 300 python3 -m pytest -q -x -p no:cacheprovider tests/test_batched_kernels_gpu.py -rs 2>&1 | tee "$OUT/pytest_batched_pdl$pdl.log" | tail -15
+    Q3T_PDL=$pdl timeout 300 python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_batched_kernels_gpu.py -rs 2>&1 | tee "$OUT/pytest_batched_pdl$pdl.log" | tail -15
   done
 fi
 if has tests_int8; then
-  # int8 weights (tests/test_int8_kernels_gpu.py), PDL off then on.
+  # int8 weights (tests/kernels/test_int8_kernels_gpu.py), PDL off then on.
   for pdl in 0 1; do
-    Q3T_PDL=$pdl timeout 500 python3 -m pytest -q -x -p no:cacheprovider tests/test_int8_kernels_gpu.py -rs 2>&1 | tee "$OUT/pytest_int8_pdl$pdl.log" | tail -15
+    Q3T_PDL=$pdl timeout 500 python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_int8_kernels_gpu.py -rs 2>&1 | tee "$OUT/pytest_int8_pdl$pdl.log" | tail -15
   done
 fi
 if has sanitize_batched; then
   # memcheck and racecheck over a few small batched-kernel tests (the GEMV's NaN-row case, attention, draws).
   for tool in ${SANITIZERS:-memcheck racecheck}; do
     timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m pytest -q -x -p no:cacheprovider \
-      tests/test_batched_kernels_gpu.py -k "never_mix or (split_rows and 4-2-16 and dtype0) or (rows_equal_one_stream and 2-1-16 and 3) or sample_rows or embed_sum or store" > "$OUT/san_batched_$tool.log" 2>&1
+      tests/kernels/test_batched_kernels_gpu.py -k "never_mix or (split_rows and 4-2-16 and dtype0) or (rows_equal_one_stream and 2-1-16 and 3) or sample_rows or embed_sum or store" > "$OUT/san_batched_$tool.log" 2>&1
     echo "compute-sanitizer $tool (batched kernels) rc=$?"; tail -4 "$OUT/san_batched_$tool.log"
     # A whole batched decode: joins, a leave, a reused slot, padding rows (kernels/device/sanitize_batched.py).
     timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 python3 kernels/device/sanitize_batched.py \

@@ -12,7 +12,7 @@ from wyoming_qwen3tts.tools.random_checkpoint import write_random_checkpoint
 
 
 # Tests of synthesis need every request synthesized: servers they start (subprocesses included, which inherit the
-# environment) replay nothing unless a test turns the announcement cache on (tests/test_announcements.py).
+# environment) replay nothing unless a test turns the announcement cache on (tests/engine/test_announcements.py).
 os.environ.setdefault("WYOMING_QWEN3TTS_ANNOUNCEMENT_CACHE", "false")
 
 

@@ -64,7 +64,7 @@ _c_int = ctypes.c_int
 _c_float = ctypes.c_float
 _p = ctypes.c_void_p
 
-# Every exported function: restype, argtypes. tests/test_native_build.py checks this table
+# Every exported function: restype, argtypes. tests/kernels/test_native_build.py checks this table
 # against the prototypes in q3t.h, so keep the two in step (and bump ABI_VERSION together).
 FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
     "q3t_abi_version": (_c_int, []),

@@ -4,7 +4,7 @@ Usage: python kernels/device/gemv_shapes.py [NB ...]   (default 8 16)
 
 Each shape (Talker qkv and gate_up, CodePredictor qkv, o, gate_up, down, lm_head) runs once to warm, then once
 per nb (bf16 weights, then int8) with the mode and norm the step uses; each result is checked against float64
-on the same weights (3e-5 relative, the tensor-core bound of tests/test_batched_kernels_gpu.py). Under ncu,
+on the same weights (3e-5 relative, the tensor-core bound of tests/kernels/test_batched_kernels_gpu.py). Under ncu,
 profile the second launch of each (--launch-skip / --kernel-name k_bgemv_mma).
 """
 

@@ -39,8 +39,8 @@ py() { local name=$1 limit=$2; shift 2; left $name || return; timeout $limit pyt
   echo "$name rc=$? $(tail -1 $R/$name.log) [$((SECONDS - t)) s]"; grep -h -E "^FAILED|^E  " $R/$name.log | head -6 | cut -c1-300; }
 ck() { [ -d /tmp/ck/$1 ] || python3 -m wyoming_qwen3tts.tools.random_checkpoint --size $1 --out /tmp/ck/$1 --device cuda > /dev/null 2>&1; }
 step_gemvtests() {
-  py gemvtests 200 tests/test_batched_kernels_gpu.py tests/test_int8_kernels_gpu.py -k "batched_gemv" \
-    tests/test_batched_admission_gpu.py::test_streams_in_slots_past_16_decode_their_codes_alone
+  py gemvtests 200 tests/kernels/test_batched_kernels_gpu.py tests/kernels/test_int8_kernels_gpu.py -k "batched_gemv" \
+    tests/engine/test_batched_admission_gpu.py::test_streams_in_slots_past_16_decode_their_codes_alone
 }
 step_streams() {
   for size in ${SIZES:-1.7b 0.6b}; do
@@ -74,17 +74,17 @@ step_gemvbench() {
   echo "gemvbench rc=$? [$((SECONDS - t)) s]"; grep -E "^\||Sum over" $R/gemvbench.log | tail -26 | cut -c1-200
 }
 step_batchedtests() {
-  py kernels 200 tests/test_batched_kernels_gpu.py tests/test_int8_kernels_gpu.py
-  py engine 200 tests/test_batching_engine_gpu.py tests/test_batched_admission_gpu.py
+  py kernels 200 tests/kernels/test_batched_kernels_gpu.py tests/kernels/test_int8_kernels_gpu.py
+  py engine 200 tests/engine/test_batching_engine_gpu.py tests/engine/test_batched_admission_gpu.py
 }
 step_sass() {
-  Q3T_REQUIRE_SASS=1 py sass 200 tests/test_native_build.py -k sass
+  Q3T_REQUIRE_SASS=1 py sass 200 tests/kernels/test_native_build.py -k sass
 }
 step_tests() {
-  py kernels 200 tests/test_batched_kernels_gpu.py tests/test_int8_kernels_gpu.py
-  py engine 200 tests/test_batching_engine_gpu.py tests/test_batched_admission_gpu.py
-  py onestreamtests 240 tests/test_engine_gpu.py tests/test_prefill_gpu.py tests/test_clone_gpu.py \
-    tests/test_codec_slots_gpu.py tests/test_kernels_gpu.py -k "not full"
+  py kernels 200 tests/kernels/test_batched_kernels_gpu.py tests/kernels/test_int8_kernels_gpu.py
+  py engine 200 tests/engine/test_batching_engine_gpu.py tests/engine/test_batched_admission_gpu.py
+  py onestreamtests 240 tests/engine/test_engine_gpu.py tests/kernels/test_prefill_gpu.py tests/model/test_clone_gpu.py \
+    tests/model/test_codec_slots_gpu.py tests/kernels/test_kernels_gpu.py -k "not full"
 }
 step_server() {
   left server || return

@@ -7,7 +7,7 @@ recognised inside the text at their ids, and no BOS/EOS is added.
 
 Deliberate difference: the reference (qwen-tts 0.1.1 under transformers 4.57.3) may swap in a "fixed Mistral"
 regex when it loads a local checkpoint directory, which splits camelCase words ("iPhone") differently.  We
-follow Qwen's regex, as the reference does when it loads by hub id; tests/test_tokenizer.py pins the gap.
+follow Qwen's regex, as the reference does when it loads by hub id; tests/model/test_tokenizer.py pins the gap.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A conversation agent and a speaker for tests/test_homeassistant.py. The agent answers as a streaming LLM
+"""A conversation agent and a speaker for tests/homeassistant/test_homeassistant.py. The agent answers as a streaming LLM
 does: its reply arrives in deltas, and the last delta is held back until the test fires the event
 `q3t_streaming_agent_release` (over HA's REST API), so the test can see our server speaking the first sentences
 while the reply is still being written. The speaker keeps what `tts.speak` asked it to play."""

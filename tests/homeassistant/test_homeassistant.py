@@ -40,8 +40,8 @@ from test_voice_server import write_clip
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-REPO = Path(__file__).resolve().parent.parent
-CUSTOM_COMPONENT = Path(__file__).resolve().parent / "homeassistant" / "custom_components" / "q3t_streaming_agent"
+REPO = Path(__file__).resolve().parents[2]
+CUSTOM_COMPONENT = Path(__file__).resolve().parent / "custom_components" / "q3t_streaming_agent"
 HA_VERSION = "2026.11.0"
 ENGINE = "tts.qwen3_tts"
 AGENT = "conversation.streaming_test_agent"

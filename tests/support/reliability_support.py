@@ -1,5 +1,5 @@
 """Helpers for the reliability, protocol-abuse and load tests: a server subprocess started through
-tests/reliability_plugin.py, raw-socket clients, and the plugin's stats event."""
+tests/support/reliability_plugin.py, raw-socket clients, and the plugin's stats event."""
 
 from __future__ import annotations
 

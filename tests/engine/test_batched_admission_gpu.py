@@ -2,9 +2,9 @@
 BatchedDecoder.admit_all (one batched prefill of prompts of different lengths, right-padded to the
 longest), decode the codes each gets when admitted alone, frame for frame; through the scheduler,
 requests queued at once are admitted in one such prefill and each gets its codes alone. The torch
-math of the batched prefill is checked on the CPU in tests/test_batched_admission.py. GPU only.
+math of the batched prefill is checked on the CPU in tests/engine/test_batched_admission.py. GPU only.
 
-Run: python3 -m pytest -q tests/test_batched_admission_gpu.py
+Run: python3 -m pytest -q tests/engine/test_batched_admission_gpu.py
 """
 
 from __future__ import annotations

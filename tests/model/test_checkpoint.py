@@ -271,7 +271,7 @@ def test_unknown_repo_id_offline_is_a_load_error(tmp_path: Path) -> None:
         text=True,
         env=env,
         timeout=120,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
     )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "nobody-here/no-such-model" in proc.stdout

@@ -8,7 +8,7 @@ Not bitwise: stacked, the matmuls run with B x T rows instead of L (see prefill_
 block and sum differently. Hence allclose at test_prefill.py's bounds (rtol 1e-5 / atol 4e-6). What
 does not pass through a matmul (positions, seeds, sampling records, trailing text, the slot table)
 is compared exactly. The decode from these states (greedy codes, float32, on the kernels) is
-tests/test_batched_admission_gpu.py.
+tests/engine/test_batched_admission_gpu.py.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 SPEC = importlib.util.spec_from_file_location(
-    "profile_frame", Path(__file__).resolve().parent.parent / "kernels" / "device" / "profile_frame.py"
+    "profile_frame", Path(__file__).resolve().parents[2] / "kernels" / "device" / "profile_frame.py"
 )
 profile_frame = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(profile_frame)
@@ -64,7 +64,7 @@ def test_batched_step_profile_charges_each_kernel_what_it_adds() -> None:
     """profile_batched_step.charge: with PDL a kernel starts before its predecessor ends; it is charged its end
     minus the previous end (its own duration apart), per (name, grid) and per step, and the charges sum to the span."""
     spec = importlib.util.spec_from_file_location(
-        "profile_batched_step", Path(__file__).resolve().parent.parent / "kernels" / "device" / "profile_batched_step.py"
+        "profile_batched_step", Path(__file__).resolve().parents[2] / "kernels" / "device" / "profile_batched_step.py"
     )
     step = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(step)

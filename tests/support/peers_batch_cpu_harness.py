@@ -1,6 +1,6 @@
 """Run benchmarks.peers_batch's two workers on the CPU with a tiny model, to catch mistakes in how they call the peers.
 
-    PYTHONPATH=SITE:REPO python tests/peers_batch_cpu_harness.py OUT.json [triton|fqb ...]
+    PYTHONPATH=SITE:REPO python tests/support/peers_batch_cpu_harness.py OUT.json [triton|fqb ...]
 
 SITE holds qwen-tts 0.1.1, faster-qwen3-tts 0.2.4, qwen3-tts-triton 0.3.0 and faster-qwen3-tts-batch 0.2.0 (and
 transformers 4.57.3 unless the interpreter has it). The peers only run on CUDA, so this stands in for the CUDA calls

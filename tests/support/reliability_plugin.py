@@ -1,6 +1,6 @@
 """Test-only launcher: the real server command line plus fault injection and introspection.
 
-Run as `python tests/reliability_plugin.py <server args>`; environment variables choose:
+Run as `python tests/support/reliability_plugin.py <server args>`; environment variables choose:
 
 - Q3T_TEST_ENGINE=fake: test_handler's FakeEngine (one 80 ms frame per word, Q3T_TEST_FRAME_DELAY
   seconds each) instead of loading --model.
@@ -22,9 +22,11 @@ import threading
 import time
 from pathlib import Path
 
-TESTS_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(TESTS_DIR.parent))
-sys.path.insert(0, str(TESTS_DIR))
+TESTS_DIR = Path(__file__).resolve().parent.parent
+# As pyproject's pytest `pythonpath`: test modules import each other's fakes by module name.
+for _folder in sorted(TESTS_DIR.iterdir()):
+    if _folder.is_dir() and not _folder.name.startswith((".", "_")):
+        sys.path.insert(0, str(_folder))
 
 import torch  # noqa: E402
 from wyoming.event import Event  # noqa: E402

@@ -5,7 +5,7 @@ later sentences of a request being spoken are never refused, and new requests ar
 the queue drains.
 
 First the service itself in-process (the counting, the default, 0), then the real server command
-line (tests/reliability_plugin.py's fake engine: one frame per word at a fixed pace, so what runs
+line (tests/support/reliability_plugin.py's fake engine: one frame per word at a fixed pace, so what runs
 and what waits is known) driven by the wyoming client and the official openai client.
 """
 

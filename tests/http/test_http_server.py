@@ -1,6 +1,6 @@
 """The HTTP API of the real server process, driven by the official `openai` client: the tiny random
 checkpoint on the CPU for speech in every format (streamed and whole, SSE, speed, instructions)
-and next to Wyoming clients; the fake engine (tests/reliability_plugin.py) for the API key and
+and next to Wyoming clients; the fake engine (tests/support/reliability_plugin.py) for the API key and
 SIGTERM, where the model does not matter."""
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import pytest
 
 from wyoming_qwen3tts import native
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROBE = """
 import json
 from wyoming_qwen3tts import native

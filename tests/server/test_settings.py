@@ -16,7 +16,7 @@ from wyoming_qwen3tts.options import EngineOptions
 from wyoming_qwen3tts.request import SamplingParams
 from wyoming_qwen3tts.settings import Settings, load_settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "config.example.toml"
 
 

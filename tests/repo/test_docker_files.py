@@ -27,7 +27,7 @@ from wyoming_qwen3tts import native
 from wyoming_qwen3tts.settings import CONFIG_ENV, build_parser
 from wyoming_qwen3tts.tools import health_check
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
 DOCKERFILES = {"rocm": DOCKER / "Dockerfile.rocm", "cuda": DOCKER / "Dockerfile.cuda"}
 COMPOSE = {"rocm": DOCKER / "compose.yaml", "cuda": DOCKER / "compose.nvidia.yaml"}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 
 CHECKPOINT = ".venv/bin/python -m wyoming_qwen3tts.tools.random_checkpoint --size tiny --out /tmp/tiny"
@@ -41,20 +41,20 @@ NOT_HERE = {
     "python3 -m venv .venv": "the first line of the AMD set-up; the next one needs download.pytorch.org",
     ".venv/bin/pip install torch --index-url": "needs download.pytorch.org (not reachable from CI)",
     ".venv/bin/python -m wyoming_qwen3tts.native --arch gfx1201": "gfx1201 needs ROCm >= 6.3's hipcc "
-    "(CI has ROCm 5.2's; tests/test_native_build.py compiles gfx1030/gfx90a and sm_90 instead)",
+    "(CI has ROCm 5.2's; tests/kernels/test_native_build.py compiles gfx1030/gfx90a and sm_90 instead)",
     "script/setup": "run by every script/run and script/test below",
     "script/run": "without --model /tmp/tiny it downloads the 1.7B model from the Hugging Face hub",
     ".venv/bin/python -m wyoming_qwen3tts.say --voice ryan": "downloads the 1.7B model from the Hugging Face hub",
     ".venv/bin/python -m wyoming_qwen3tts.say --model Qwen/": "downloads a model from the Hugging Face hub; "
-    "tests/test_say.py speaks cloned and designed voices with tiny checkpoints",
-    "curl http://127.0.0.1:8000/v1/audio/speech": "needs a server with --http and a model; tests/test_http_server.py "
+    "tests/engine/test_say.py speaks cloned and designed voices with tiny checkpoints",
+    "curl http://127.0.0.1:8000/v1/audio/speech": "needs a server with --http and a model; tests/http/test_http_server.py "
     "sends the same request to one, with the OpenAI client",
     "python -m wyoming_qwen3tts.voices --data-dir DATA_DIR ": "names the user's data dir and a model from the Hugging "
-    "Face hub; tests/test_voices_cli.py runs add, list, remove and design on tiny checkpoints",
+    "Face hub; tests/voices/test_voices_cli.py runs add, list, remove and design on tiny checkpoints",
     ".venv/bin/python -m wyoming_qwen3tts.tools.quant_check --model Qwen/": "needs the real model from the Hugging "
-    "Face hub; tests/test_quant.py runs the tool on tiny checkpoints",
+    "Face hub; tests/model/test_quant.py runs the tool on tiny checkpoints",
     ".venv/bin/wyoming-bench tts 127.0.0.1:10200": "times a server with the real model (minutes on CPU with the "
-    "random checkpoint); tests/test_server.py runs wyoming-bench against the server",
+    "random checkpoint); tests/server/test_server.py runs wyoming-bench against the server",
 }
 
 

@@ -3,7 +3,7 @@ replaced by a torch version of what kernels/include/q3t.h says it computes, shap
 call, and the frame's launches must then give the torch backend's greedy codes for 40 frames, with
 (tiny) and without (tiny-0.6b) the Talker -> CodePredictor projection, with the matrices as they
 load and quantized to int8 (model/quant.py: the launch list must hand every GEMV its row scales), and
-under teacher forcing the same logits. What this cannot see, the kernels themselves, tests/test_kernels_gpu.py checks on a GPU."""
+under teacher forcing the same logits. What this cannot see, the kernels themselves, tests/kernels/test_kernels_gpu.py checks on a GPU."""
 
 from __future__ import annotations
 

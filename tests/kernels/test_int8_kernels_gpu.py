@@ -17,7 +17,7 @@ Backends: float32 activations, greedy: the int8 kernel backend's codes equal the
 same quantized model, frame for frame, also through the engine (a batched decoder's int8 streams equal the
 same streams alone: a case of test_batched_kernels_gpu.test_batched_decoder_streams_equal_alone).
 
-Run: python3 -m pytest -q -x tests/test_int8_kernels_gpu.py (Q3T_REQUIRE=1 to fail instead of skip when
+Run: python3 -m pytest -q -x tests/kernels/test_int8_kernels_gpu.py (Q3T_REQUIRE=1 to fail instead of skip when
 the library cannot be built; Q3T_PDL=1 launches with programmatic dependent launch).
 """
 

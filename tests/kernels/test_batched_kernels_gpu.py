@@ -11,7 +11,7 @@ different fixed orders; where they happen to agree they are equal). The Talker's
 group's heads in one block) against float64 over its cache <= 1e-5, against the one-stream kernel <= 1e-5,
 its appended cache rows equal to the one-stream kernel's bit for bit. Every other batched kernel runs the
 one-stream kernel's block code per row: equal to it bit for bit.
-Run: python3 -m pytest -q -x tests/test_batched_kernels_gpu.py (seconds on an H200).
+Run: python3 -m pytest -q -x tests/kernels/test_batched_kernels_gpu.py (seconds on an H200).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The HTTP app in-process, on test_handler's fake engine (one frame per word, the word's index as
 the sample value): what reaches the engine, every error status, the API key, limits and abuse,
 draining, metrics.  The same app against the real server process and the official OpenAI client
-is tests/test_http_server.py."""
+is tests/http/test_http_server.py."""
 
 from __future__ import annotations
 
@@ -431,7 +431,7 @@ async def test_metrics() -> None:
     assert value("qwen3tts_active_streams", protocol="wyoming") == 0
     assert value("qwen3tts_engine_jobs") == 0
     assert value("qwen3tts_model_state", state="ready") == 1
-    assert "qwen3tts_gpu_memory_bytes" not in text  # no GPU here (tests/test_http_server.py has the GPU check)
+    assert "qwen3tts_gpu_memory_bytes" not in text  # no GPU here (tests/http/test_http_server.py has the GPU check)
 
 
 def test_speech_meter_for_the_wyoming_handler() -> None:

@@ -19,7 +19,7 @@ TEXT = "The engine on the GPU speaks this sentence for the test, and then anothe
 
 def _engine(path, backend: str, dtype: str = "float32") -> Engine:
     options = EngineOptions(device="cuda", dtype=dtype, backend=backend, first_chunk_frames=2, chunk_frames=8,  # type: ignore[arg-type]
-                            max_streams=1)  # the one-stream kernel backend (tests/test_batching_engine_gpu.py: batching)
+                            max_streams=1)  # the one-stream kernel backend (tests/engine/test_batching_engine_gpu.py: batching)
     engine = Engine.from_pretrained(str(path), options)
     if backend == "kernels" and engine.info.backend != "kernels":
         pytest.fail(f"kernel backend did not load: {engine.info.backend_reason}")

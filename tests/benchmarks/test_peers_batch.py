@@ -1,7 +1,7 @@
 """benchmarks.peers_batch on the CPU: stream counts, the row arithmetic, the ratios and table, and a peer that fails or
 hangs becoming an error in its entry instead of ending the run. The workers themselves need the peers' packages: with
 Q3T_PEERS_SITE pointing at a folder that holds them, they drive both peers on a tiny CPU model
-(tests/peers_batch_cpu_harness.py)."""
+(tests/support/peers_batch_cpu_harness.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks import peers_batch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_stream_counts_are_parsed_and_both_ends_run_first() -> None:

@@ -8,7 +8,7 @@ and summation order by shape, so the last bits may differ. Hence allclose at rto
 (measured worst case on the development machine: 84 % of rtol 1e-5 / atol 1e-6; other CPUs block differently).
 
 The captured-graph path that uses this scheme (backends/kernels/prefill.py) is tested on a GPU in
-tests/test_prefill_gpu.py; its bucket policy and bookkeeping are checked here.
+tests/kernels/test_prefill_gpu.py; its bucket policy and bookkeeping are checked here.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def test_graph_prefill_bookkeeping_on_cpu(engine):
     """What runs around the captured graph (static input, zero pads, the device index of the last
     row, one graph per bucket, re-capture after the cache is replaced), with the capture faked:
     the same hn and cache entries as the eager prefill. The capture itself is GPU-only
-    (tests/test_prefill_gpu.py)."""
+    (tests/kernels/test_prefill_gpu.py)."""
     g = _cpu_graphs(engine)
     cache = engine.model.new_talker_cache(128)
     stack = engine.model.talker.model
