@@ -33,7 +33,7 @@ from wyoming.tts import (
 from wyoming_qwen3tts.engine import SAMPLES_PER_FRAME, AudioChunk, SynthesisRequest
 from wyoming_qwen3tts.errors import Qwen3TTSError
 from wyoming_qwen3tts.handler import HandlerConfig, Qwen3TTSEventHandler
-from wyoming_qwen3tts.server import TtsService
+from wyoming_qwen3tts.service import TtsService
 from wyoming_qwen3tts.voices import SPEAKER_DESCRIPTIONS, VoicePreset
 
 pytestmark = pytest.mark.timeout(30)

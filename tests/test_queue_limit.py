@@ -30,7 +30,7 @@ from test_handler import FakeEngine
 from test_http_app import metric_value
 from wyoming_qwen3tts.errors import QueueFullError
 from wyoming_qwen3tts.request import SAMPLES_PER_FRAME, SynthesisRequest
-from wyoming_qwen3tts.server import QUEUED_MIN, QUEUED_PER_STREAM, TtsService
+from wyoming_qwen3tts.service import QUEUED_MIN, QUEUED_PER_STREAM, TtsService
 from wyoming_qwen3tts.settings import load_settings
 
 pytestmark = pytest.mark.timeout(120)

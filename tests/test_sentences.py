@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from wyoming_qwen3tts.sentences import SentenceSplitter, split_sentences
+from wyoming_qwen3tts.text.sentences import SentenceSplitter, split_sentences
 
 TEXTS = [
     "Hello world. This is Dr. Smith, who paid $3.50 for it! Really?! Yes… fine",

@@ -345,7 +345,7 @@ async def test_service_runs_max_streams_syntheses_at_once(workers: int) -> None:
     import threading
 
     from wyoming_qwen3tts.request import SynthesisRequest
-    from wyoming_qwen3tts.server import TtsService
+    from wyoming_qwen3tts.service import TtsService
 
     engine = _OverlapEngine()
     loaded = threading.Event()
@@ -383,7 +383,7 @@ async def test_workers_zero_takes_the_engines_max_streams_once_loaded() -> None:
     import threading
 
     from wyoming_qwen3tts.request import SynthesisRequest
-    from wyoming_qwen3tts.server import QUEUED_MIN, QUEUED_PER_STREAM, TtsService
+    from wyoming_qwen3tts.service import QUEUED_MIN, QUEUED_PER_STREAM, TtsService
 
     engine = _OverlapEngine()
     engine.max_streams = 5  # type: ignore[attr-defined]
@@ -418,7 +418,7 @@ async def test_synthesis_threads_are_started_and_warmed_before_serving() -> None
     import threading
 
     from wyoming_qwen3tts.request import SynthesisRequest
-    from wyoming_qwen3tts.server import TtsService
+    from wyoming_qwen3tts.service import TtsService
 
     engine = _OverlapEngine()
     warmed: list[int] = []
@@ -441,14 +441,14 @@ def test_a_long_garbage_collection_is_logged(monkeypatch, caplog) -> None:
     GC_WARN_MS or more: here every collection does (0 ms)."""
     import logging
 
-    from wyoming_qwen3tts import server
-    from wyoming_qwen3tts.server import TtsService
+    from wyoming_qwen3tts import service as service_module
+    from wyoming_qwen3tts.service import TtsService
 
     for _ in range(2):
         TtsService(lambda: None, []).shutdown()  # type: ignore[arg-type, return-value]
-    assert gc.callbacks.count(server._warn_long_collection) == 1
-    monkeypatch.setattr(server, "GC_WARN_MS", 0)
-    with caplog.at_level(logging.WARNING, logger="wyoming_qwen3tts.server"):
+    assert gc.callbacks.count(service_module._warn_long_collection) == 1
+    monkeypatch.setattr(service_module, "GC_WARN_MS", 0)
+    with caplog.at_level(logging.WARNING, logger="wyoming_qwen3tts.service"):
         gc.collect()
     assert any("Garbage collection of generation 2 paused every thread" in r.getMessage() for r in caplog.records)
 
@@ -458,14 +458,14 @@ async def test_the_loads_own_collection_is_logged_not_warned(monkeypatch, caplog
     warning meant for collections that stall requests (automatic ones are off here, so only the load's runs)."""
     import logging
 
-    from wyoming_qwen3tts import server
-    from wyoming_qwen3tts.server import TtsService
+    from wyoming_qwen3tts import service as service_module
+    from wyoming_qwen3tts.service import TtsService
 
-    monkeypatch.setattr(server, "GC_WARN_MS", 0)
+    monkeypatch.setattr(service_module, "GC_WARN_MS", 0)
     service = TtsService(lambda: _OverlapEngine(), [])  # type: ignore[arg-type, return-value]
     gc.disable()
     try:
-        with caplog.at_level(logging.INFO, logger="wyoming_qwen3tts.server"):
+        with caplog.at_level(logging.INFO, logger="wyoming_qwen3tts.service"):
             await service.start_loading()
             gc.collect()  # one that is not the load's: warned
     finally:

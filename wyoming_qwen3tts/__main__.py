@@ -26,7 +26,7 @@ from wyoming.server import AsyncServer, AsyncStdioServer, AsyncTcpServer, AsyncU
 
 from . import __version__
 from .handler import HandlerConfig, Qwen3TTSEventHandler
-from .server import TtsService
+from .service import TtsService
 from .settings import Settings, load_settings
 from .voices import VoicePreset, scan_voice_folder
 
@@ -59,13 +59,13 @@ def load_engine(settings: Settings, voices: list[VoicePreset] | None = None) -> 
     # Imported here, on the worker thread: torch takes a second or more to import, and the server
     # must already be answering describe by then (Home Assistant gives setup one second).
     from .engine import Engine
-    from .engines import model_kinds
+    from .engine_set import model_kinds
 
     options = settings.engine_options()
     engine = Engine.from_pretrained(settings.model, options)
     _LOGGER.info("Model loaded: %d speakers", len(engine.speakers))
     if settings.extra_models:  # one model of each type, each voice routed to its model's type
-        from .engines import EngineSet
+        from .engine_set import EngineSet
 
         extra = []
         for model in settings.extra_models:

@@ -39,7 +39,7 @@ from .model.tokenizer import TextTokenizer
 from .metrics import METRICS
 from .options import EngineOptions
 from .runaway import FRAMES_PER_SECOND, LoopDetector, frame_budget
-from .sentences import clean_client_text
+from .text.sentences import clean_client_text
 from .request import (
     CHANNELS,
     SAMPLE_RATE,

@@ -72,8 +72,8 @@ from .request import (
     SAMPLE_WIDTH,
     SynthesisRequest,
 )
-from .sentences import clean_client_text
-from .server import TtsService
+from .text.sentences import clean_client_text
+from .service import TtsService
 from .text.stream import OFFLOAD_CHARS, Sentence, SpokenSentences, spoken_sentences
 from .voices import VoiceChoice
 from .wire import read_event, short

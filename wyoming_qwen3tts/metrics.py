@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 from .errors import Qwen3TTSError
 
 if TYPE_CHECKING:
-    from .server import TtsService
+    from .service import TtsService
 
 PROTOCOLS = ("wyoming", "http")
 # Seconds.  TTFA on a GPU is tens of milliseconds, on a CPU seconds; both ends are covered.

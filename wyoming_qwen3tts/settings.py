@@ -31,7 +31,7 @@ from pydantic_settings import (
 from . import __version__
 from .options import DEFAULT_MODEL, Backend, EngineOptions, Weights
 from .request import SamplingOverrides
-from .server import QUEUED_MIN, QUEUED_PER_STREAM
+from .service import QUEUED_MIN, QUEUED_PER_STREAM
 from .voices import VoicePreset
 
 ENV_PREFIX = "WYOMING_QWEN3TTS_"

@@ -35,9 +35,9 @@ from wyoming.tts import SynthesizeVoice
 from ..errors import Qwen3TTSError
 from ..metrics import Metrics, SpeechMeter, model_state
 from ..request import SAMPLE_RATE, SAMPLES_PER_FRAME, AudioChunk, SynthesisRequest
-from ..sentences import clean_client_text
+from ..text.sentences import clean_client_text
 from ..text.stream import OFFLOAD_CHARS, spoken_sentences
-from ..server import TtsService
+from ..service import TtsService
 from ..voices import AUTO, VoiceChoice, language_code, language_name
 from .audio_formats import FORMATS, MAX_SPEED, MIN_SPEED, AudioEncoder, AudioFormat
 from .errors import ApiError

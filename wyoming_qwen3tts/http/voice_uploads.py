@@ -19,7 +19,7 @@ from pathlib import Path
 from aiohttp import BodyPartReader, web
 
 from ..errors import Qwen3TTSError
-from ..server import TtsService
+from ..service import TtsService
 from ..voices import VoicePreset, check_voice_name
 from ..voices.folder import remove_voice, store_voice, voice_exists
 from .errors import ApiError

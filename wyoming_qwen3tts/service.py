@@ -42,7 +42,7 @@ from .errors import (
     SynthesisCancelled,
     VoiceError,
 )
-from .engines import model_kinds
+from .engine_set import model_kinds
 from .voices import ATTRIBUTION, DEFAULT_LANGUAGES, SPEAKER_DESCRIPTIONS, VoiceCatalog, VoicePreset
 
 _LOGGER = logging.getLogger(__name__)
