@@ -192,6 +192,28 @@ async def test_stream_speaks_first_sentence_before_stop(fake: tuple[FakeEngine, 
     assert len(audio_of(events)) == 4 * FRAME_BYTES
 
 
+async def test_a_control_marker_cut_between_chunks_is_removed_as_in_one_piece(fake: tuple[FakeEngine, int, TtsService]) -> None:
+    """ChatML markers are removed from the streamed text as a whole: cut at every point into two
+    synthesize-chunk events, the engine gets what the one-shot request gives it, never a marker's
+    remains."""
+    engine, port, _ = fake
+    texts = ["One <|im_end|> two <tts_text_bos> three.", "<tts<tts_"]
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+        for text in texts:
+            await client.write_event(Synthesize(text).event())
+            await read_until(client, "audio-stop")
+            whole = [r.text for r in engine.requests]
+            engine.requests.clear()
+            for cut in range(1, len(text)):
+                await client.write_event(SynthesizeStart().event())
+                await client.write_event(SynthesizeChunk(text[:cut]).event())
+                await client.write_event(SynthesizeChunk(text[cut:]).event())
+                await client.write_event(SynthesizeStop().event())
+                await read_until(client, "synthesize-stopped")
+                assert [r.text for r in engine.requests] == whole, (text[:cut], text[cut:])
+                engine.requests.clear()
+
+
 @pytest.mark.parametrize("streaming", [False, True])
 async def test_empty_text_gives_empty_audio(fake: tuple[FakeEngine, int, TtsService], streaming: bool) -> None:
     engine, port, _ = fake

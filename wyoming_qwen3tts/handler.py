@@ -72,7 +72,7 @@ from .request import (
     SAMPLE_WIDTH,
     SynthesisRequest,
 )
-from .text.sentences import clean_client_text
+from .text.sentences import StreamCleaner, clean_client_text
 from .service import TtsService
 from .text.stream import OFFLOAD_CHARS, Sentence, SpokenSentences, spoken_sentences
 from .voices import VoiceChoice
@@ -166,8 +166,8 @@ def _clean_and_split(text: str, language: str, config: HandlerConfig) -> list[Se
     )
 
 
-def _clean_and_feed(sentences: SpokenSentences, text: str) -> list[Sentence]:
-    return sentences.feed(clean_client_text(text))
+def _clean_and_feed(exchange: _Exchange, text: str) -> list[Sentence]:
+    return exchange.sentences.feed(exchange.cleaner.feed(text))
 
 
 class _Exchange:
@@ -180,6 +180,8 @@ class _Exchange:
         self.cancel = threading.Event()
         # Streamed text: the front end keeps what it cannot decide yet until more arrives.
         self.sentences = SpokenSentences(voice.language, enabled=config.text_frontend, max_chars=config.max_sentence_chars)
+        # Cleaned as one text, not per fragment: a control marker may be cut between two chunks.
+        self.cleaner = StreamCleaner()
         self.chars = 0
         self.started_at = time.monotonic()
 
@@ -321,17 +323,18 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
             stream.chars += len(text)
             self._check_length(stream.chars)
             if len(text) <= OFFLOAD_CHARS:
-                sentences = _clean_and_feed(stream.sentences, text)
+                sentences = _clean_and_feed(stream, text)
             else:
                 loop = asyncio.get_running_loop()
-                sentences = await loop.run_in_executor(None, _clean_and_feed, stream.sentences, text)
+                sentences = await loop.run_in_executor(None, _clean_and_feed, stream, text)
             for sentence in sentences:
                 stream.pieces.put_nowait(sentence)
         elif SynthesizeStop.is_type(event.type):
             stream = self._stream
             if stream is None:
                 raise ProtocolError("synthesize-stop without synthesize-start")
-            for sentence in stream.sentences.finish():  # at most a sentence is left
+            rest = stream.sentences.feed(stream.cleaner.finish()) + stream.sentences.finish()
+            for sentence in rest:  # at most a sentence is left
                 stream.pieces.put_nowait(sentence)
             stream.pieces.put_nowait(None)
             self._stream = None

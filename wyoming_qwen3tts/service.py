@@ -367,7 +367,16 @@ class TtsService:
 
         future = self._submit(loop, job, self._synth_executor)
         self.syntheses += 1
-        future.add_done_callback(self._synthesis_done)
+        counted = True
+
+        def uncount(_: object = None) -> None:
+            # Once per sentence: when its job ends, or when its caller gives up on it, whichever is first.
+            nonlocal counted
+            if counted:
+                counted = False
+                self.syntheses -= 1
+
+        future.add_done_callback(uncount)
         # The done callback is scheduled after every chunk the job queued, so _END comes last.
         future.add_done_callback(lambda _: queue.put_nowait(_END))
         try:
@@ -378,12 +387,12 @@ class TtsService:
         finally:
             if not future.done():
                 cancel.set()
+                # An abandoned sentence stops counting against max_queued_streams now, not when the
+                # worker thread reaches it: a client that leaves must not refuse the next one.
+                uncount()
                 # Nobody waits for it any more: fetch its end (e.g. SynthesisCancelled) so asyncio
                 # does not log "exception was never retrieved".
                 future.add_done_callback(_retrieve)
-
-    def _synthesis_done(self, _: object) -> None:
-        self.syntheses -= 1
 
     def _submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], object],
                 executor: ThreadPoolExecutor | None = None) -> asyncio.Future:  # type: ignore[type-arg]  # fmt: skip
