@@ -24,7 +24,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from .engine import int16_samples
+from .model.codec import int16_samples
 from .model.codec import CodecDecoder, CodecSlots, CodecStream
 
 _LOGGER = logging.getLogger(__name__)

@@ -21,22 +21,20 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 import numpy as np
 import torch
 
-from .backends.kernels.options import KernelOptions
 from .errors import EmptyTextError, Qwen3TTSError, SynthesisCancelled, TextTooLongError, VoiceError
 from .model.checkpoint import Checkpoint, load_checkpoint, resolve_dtype
-from .model.codec import CodecDecoder
+from .backends import DecodeBackend, make_backend
+from .model.codec import CodecDecoder, int16_samples, samples_to_pcm
 from .model.clone import VoiceCloner
 from .model.quant import quantize_model
 from .model.prompt import ClonePrompt, Prompt, Voice, build_prompt, chat_instruct, chat_text, resolve_language, resolve_speaker
 from .model.reference_audio import read_reference_audio
 from .model.talker import Qwen3TTSModel
 from .model.tokenizer import TextTokenizer
-from .metrics import METRICS
 from .options import EngineOptions
 from .runaway import FRAMES_PER_SECOND, LoopDetector, frame_budget
 from .text.sentences import clean_client_text
@@ -73,22 +71,6 @@ PROMPT_POSITIONS = 1024
 _CONTROL_MARKERS = ("<|", "|>", "<tts_")
 
 
-class DecodeSession(Protocol):
-    finished: bool
-
-    def launch(self, n: int) -> None | int: ...  # ask for the next n frames (may start them at once)
-
-    def collect(self) -> np.ndarray: ...  # codes of the oldest launch, [k <= n, 16]
-
-    def next_frames(self, n: int) -> np.ndarray: ...  # launch(n) then collect()
-
-
-class DecodeBackend(Protocol):
-    name: str
-
-    def start(self, prompt: Prompt, sampling: SamplingParams, seed: int, max_frames: int) -> DecodeSession: ...
-
-
 def pick_device(device: str) -> torch.device:
     if device in ("", "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -103,17 +85,6 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
         # bf16 on GPUs (the release's own dtype); float32 on CPU where bf16 matmuls are slow.
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return resolve_dtype(dtype)
-
-
-def int16_samples(wave: torch.Tensor) -> torch.Tensor:
-    """Float waveform in [-1, 1] -> int16 samples, on the waveform's device."""
-    return (wave.float().clamp(-1.0, 1.0) * 32767.0).round().to(torch.int16)
-
-
-def samples_to_pcm(samples: torch.Tensor, stream: torch.cuda.Stream | None = None) -> bytes:
-    """int16 samples -> s16le bytes; on a GPU the copy waits for `stream` only (the codec's)."""
-    with torch.cuda.stream(stream) if stream is not None else _nullcontext():
-        return samples.cpu().numpy().astype("<i2").tobytes()
 
 
 def pcm16(wave: torch.Tensor) -> bytes:
@@ -406,12 +377,14 @@ class Engine:
                     _log_first_chunk(session, entered, time.monotonic())
                 frames += len(codes)
                 stuck = detector.feed(codes, pcm) if detector is not None else None
-                yield AudioChunk(pcm=pcm, codes=codes)
+                # The session asks for at most `budget` frames: reaching it is the end of the sentence.
+                over_budget = guarded and frames >= budget and budget < max_frames
+                yield AudioChunk(pcm=pcm, codes=codes, stopped="loop" if stuck is not None else "budget" if over_budget else None)
                 if stuck is not None:
-                    _stopped("loop", f"{stuck}, after {frames} frames", text)
+                    _stopped(f"{stuck}, after {frames} frames", text)
                     break
             if guarded and frames >= budget and budget < max_frames:
-                _stopped("budget", f"no end of speech within its budget of {budget} frames ({budget / FRAMES_PER_SECOND:.1f} s)", text)
+                _stopped(f"no end of speech within its budget of {budget} frames ({budget / FRAMES_PER_SECOND:.1f} s)", text)
         finally:  # also on close() of an abandoned generator
             close = getattr(session, "close", None)  # the batching backend: free the stream's slot now
             if close is not None:
@@ -499,9 +472,8 @@ class Engine:
         return b"".join(pcm), all_codes
 
 
-def _stopped(kind: str, why: str, text: str) -> None:
-    """A sentence cut short by the runaway guard: a warning and a count (qwen3tts_runaway_stops_total)."""
-    METRICS.runaway_stops.labels(kind).inc()
+def _stopped(why: str, text: str) -> None:
+    """A sentence cut short by the runaway guard (its last chunk says so, for the front ends to count)."""
     _LOGGER.warning("Sentence stopped: %s: %r", why, text if len(text) <= 80 else text[:77] + "...")
 
 
@@ -523,47 +495,3 @@ def next_group_size(previous: int, largest: int) -> int:
     """Frame groups double after the first until they reach `largest`: the first audio comes
     early, and a slower GPU still builds a buffer ahead of playback."""
     return min(largest, max(previous * 2, 1))
-
-
-def make_backend(name: str, model: Qwen3TTSModel, kernels: KernelOptions | None = None, *, max_streams: int = 1,
-                 max_seq: int = EngineOptions.max_frames + PROMPT_POSITIONS,
-                 batch_invariant: bool = False) -> tuple[DecodeBackend, str]:  # fmt: skip
-    """The decode backend asked for; 'auto' takes the fused kernels where they load, else torch.
-    max_streams > 1 on the kernels: the batching backend (continuous batching, max_seq positions a stream);
-    0: as many streams as the GPU's free memory holds (1 means the one-stream backend)."""
-    from .backends.torch_backend import TorchBackend
-
-    if name == "torch":
-        return TorchBackend(model), "asked for"
-    if model.device.type != "cuda":
-        if name == "kernels":
-            raise Qwen3TTSError("backend 'kernels' needs a GPU; this engine runs on the CPU")
-        return TorchBackend(model), "no GPU: fused kernels need CUDA or ROCm"
-    try:
-        from .backends.kernels.backend import KernelBackend
-
-        chosen = KernelBackend(model, kernels)
-        lib = chosen.lib
-        # Which kernel build runs: the cached library (its name carries the source hash and archs).
-        reason = f"kernels {lib.path.name}, warp {lib.warp_size}, {lib.sm_count} compute units"
-        if max_streams == 0:
-            from .backends.kernels.batched import BatchedDecoder
-            from .backends.kernels.scheduler import streams_for_memory
-
-            free, _total = torch.cuda.mem_get_info(model.device)
-            max_streams, why = streams_for_memory(free, BatchedDecoder.row_bytes(model.cfg, model.dtype, max_seq))
-            _LOGGER.info("max_streams auto: %d (%s)", max_streams, why)
-        if max_streams > 1:
-            from .backends.kernels.scheduler import BatchingBackend
-
-            batching = BatchingBackend(chosen, max_streams, max_seq, invariant=batch_invariant)
-            cache_gib = batching.decoder.cache.numel() * batching.decoder.cache.element_size() / 1024**3
-            _LOGGER.info("Continuous batching: up to %d streams of %d positions each (KV cache %.2f GiB)",
-                         max_streams, max_seq, cache_gib)  # fmt: skip
-            return batching, reason + f", {max_streams} streams batched" + (", batch-invariant" if batch_invariant else "")
-        return chosen, reason
-    except Exception as err:  # a missing toolchain or a failed build must not stop the service
-        if name == "kernels":
-            raise
-        _LOGGER.warning("Fused kernels unavailable, using the torch path: %s", err)
-        return TorchBackend(model), f"kernels unavailable: {err}"

@@ -112,6 +112,10 @@ class SpeechMeter:
         self.frames += frames
         self._metrics.frames.labels(self.protocol).inc(frames)
 
+    def runaway_stop(self, kind: str) -> None:
+        """A sentence of this request was cut short by the runaway guard (AudioChunk.stopped)."""
+        self._metrics.runaway_stops.labels(kind).inc()
+
     def synthesized(self, seconds: float) -> None:
         """The request waited `seconds` for the engine (one sentence)."""
         self.busy += seconds

@@ -13,7 +13,8 @@ import numpy as np
 
 from .engine import Engine, SynthesisRequest
 from .errors import Qwen3TTSError
-from .options import DEFAULT_MODEL, EngineOptions
+from .model.config import DEFAULT_MODEL
+from .options import EngineOptions
 from .request import SamplingOverrides
 
 

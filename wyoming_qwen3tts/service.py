@@ -43,19 +43,13 @@ from .errors import (
     VoiceError,
 )
 from .engine_set import model_kinds
+from .options import QUEUED_MIN, QUEUED_PER_STREAM
 from .voices import ATTRIBUTION, DEFAULT_LANGUAGES, SPEAKER_DESCRIPTIONS, VoiceCatalog, VoicePreset
 
 _LOGGER = logging.getLogger(__name__)
 PROGRAM_NAME = "qwen3-tts"
 
 _END = object()
-# max_queued_streams unset: this many waiting sentences per decode slot, and at least QUEUED_MIN. A
-# request that has to wait then starts after about this many sentences of each slot, whatever
-# max_streams is: a second or two on a GPU, where an unbounded queue lets a burst make every later
-# request wait longer. The floor keeps a burst of 16 requests (several satellites and the HTTP API at
-# once: issue 18's load) waiting rather than refused on the default single slot.
-QUEUED_PER_STREAM = 4
-QUEUED_MIN = 16
 
 
 def _retrieve(future: asyncio.Future) -> None:  # type: ignore[type-arg]

@@ -126,6 +126,8 @@ async def speak(
         try:
             async with contextlib.aclosing(service.synthesize(request, cancel, continuing=admitted)) as chunks:
                 async for chunk in chunks:
+                    if chunk.stopped is not None:
+                        meter.runaway_stop(chunk.stopped)
                     yield chunk
         except EmptyTextError:
             # Nothing left once the engine tokenized it: the sentence is skipped, the rest is spoken.

@@ -20,6 +20,7 @@ in the model dtype, RMSNorm statistics in fp32, RoPE tables in fp32 cast to the 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypeAlias
@@ -653,3 +654,14 @@ class _SlotRows:
         size, shape = self.slots._kv_size, self.slots._kv_shape
         return (self.data[:, k_off : k_off + size].unflatten(1, shape),
                 self.data[:, v_off : v_off + size].unflatten(1, shape))  # fmt: skip
+
+
+def int16_samples(wave: torch.Tensor) -> torch.Tensor:
+    """Float waveform in [-1, 1] -> int16 samples, on the waveform's device."""
+    return (wave.float().clamp(-1.0, 1.0) * 32767.0).round().to(torch.int16)
+
+
+def samples_to_pcm(samples: torch.Tensor, stream: torch.cuda.Stream | None = None) -> bytes:
+    """int16 samples -> s16le bytes; on a GPU the copy waits for `stream` only (the codec's)."""
+    with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+        return samples.cpu().numpy().astype("<i2").tobytes()

@@ -13,6 +13,9 @@ class ModelConfigError(ValueError):
 
 
 # tts_model_type -> the name the release uses for it (Qwen/Qwen3-TTS-12Hz-1.7B-<name>).
+# The checkpoint served when none is configured.
+DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"
+
 MODEL_TYPE_NAMES: dict[str, str] = {"custom_voice": "CustomVoice", "base": "Base", "voice_design": "VoiceDesign"}
 
 
