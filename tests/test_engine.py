@@ -180,8 +180,8 @@ def test_suppress_eos_decodes_exactly_max_frames(engine):
 
 
 def test_exclusive_backend_runs_one_request_at_a_time(engine, monkeypatch):
-    """A backend without concurrent sessions (the kernel graph) never sees two sessions at once."""
-    monkeypatch.setattr(type(engine.backend), "concurrent_sessions", False, raising=False)
+    """A backend with exclusive sessions (the kernel graph) never sees two sessions at once."""
+    monkeypatch.setattr(type(engine.backend), "exclusive_sessions", True)
     first = engine.synthesize(_request(max_frames=12))
     next(first)
     started = threading.Event()

@@ -24,8 +24,8 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from .model.codec import int16_samples
-from .model.codec import CodecDecoder, CodecSlots, CodecStream
+from .model.codec import CodecDecoder, CodecStream, int16_samples
+from .model.codec_slots import CodecSlots
 
 _LOGGER = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -27,7 +27,7 @@ import torch
 
 from .errors import EmptyTextError, Qwen3TTSError, SynthesisCancelled, TextTooLongError, VoiceError
 from .model.checkpoint import Checkpoint, load_checkpoint, resolve_dtype
-from .backends import DecodeBackend, make_backend
+from .backends import DecodeBackend, DecodeSession, make_backend
 from .model.codec import CodecDecoder, int16_samples, samples_to_pcm
 from .model.clone import VoiceCloner
 from .model.quant import quantize_model
@@ -155,7 +155,7 @@ class Engine:
         # loop, e2e +17 %). Many streams at once: high priority, since the batched steps keep the GPU
         # full and a same-priority codec waited behind them (run 25: a lone request at max_streams 16
         # took 6.7 s for 150 frames that the decoder steps in 0.8 s).
-        concurrent = getattr(backend, "concurrent_sessions", False)
+        concurrent = backend.concurrent_sessions
         self._codec_stream = (
             torch.cuda.Stream(model.device, priority=-1 if concurrent else 0)
             if model.device.type == "cuda"
@@ -164,12 +164,12 @@ class Engine:
         # The batching backend's sessions may be collected from any thread: one codec thread batches the groups
         # of all its requests, so many streams cost about one stream's codec launches and none holds the lock.
         self._codec_worker = None
-        if getattr(backend, "thread_safe_sessions", False):
-            from .codec_worker import CodecWorker  # imports this module
+        if backend.thread_safe_sessions:
+            from .codec_worker import CodecWorker
 
             # Twice the streams: a request's codec slot goes back when it ends, which may be after the next
             # request has opened its own; the slots growing would drop the captured calls (CodecSlots.open).
-            self._codec_worker = CodecWorker(codec, self._codec_stream, 2 * getattr(backend, "max_streams", 1))
+            self._codec_worker = CodecWorker(codec, self._codec_stream, 2 * backend.max_streams)
 
     # -- what the model offers ------------------------------------------------------------
     @property
@@ -187,7 +187,7 @@ class Engine:
     @property
     def max_streams(self) -> int:
         """Requests this engine decodes at once (its backend's streams; 1 where it runs one at a time)."""
-        return getattr(self.backend, "max_streams", 1) if getattr(self.backend, "concurrent_sessions", False) else 1
+        return self.backend.max_streams if self.backend.concurrent_sessions else 1
 
     @property
     def model_type(self) -> str:
@@ -334,7 +334,7 @@ class Engine:
         sampling = request.sampling or self.default_sampling
         # Backends whose sessions share device buffers (the captured kernel graph) run one whole
         # request at a time; the torch backend interleaves requests at frame-group boundaries.
-        exclusive = self._session_lock if not getattr(self.backend, "concurrent_sessions", True) else None
+        exclusive = self._session_lock if self.backend.exclusive_sessions else None
         # The batching backend: sessions and the codec worker need no engine lock (each waits for
         # its own stream), so a request never holds it while the GPU works.
         worker = self._codec_worker
@@ -386,9 +386,8 @@ class Engine:
             if guarded and frames >= budget and budget < max_frames:
                 _stopped(f"no end of speech within its budget of {budget} frames ({budget / FRAMES_PER_SECOND:.1f} s)", text)
         finally:  # also on close() of an abandoned generator
-            close = getattr(session, "close", None)  # the batching backend: free the stream's slot now
-            if close is not None:
-                close()
+            if session is not None:
+                session.close()  # the batching backend: free the stream's slot now
             if audio is not None:
                 audio.close()
             if exclusive is not None:
@@ -432,7 +431,7 @@ class Engine:
         )
         for _ in self.synthesize(request):
             pass
-        streams = getattr(self.backend, "max_streams", 1) if self._codec_worker is not None else 1
+        streams = self.backend.max_streams if self._codec_worker is not None else 1
         if streams > 1:
             # Many streams: max_streams requests at once, each long enough for the first and larger groups, so
             # the batched admission, the decoder's largest bucket and the codec worker's calls at every batch
@@ -444,13 +443,11 @@ class Engine:
                     done.result()
         elapsed = time.monotonic() - started
         _LOGGER.info("Warm-up synthesis took %.0f ms (%d at once)", elapsed * 1000, streams)
-        backend_warm_up = getattr(self.backend, "warm_up", None)  # the kernel backend's prefill graphs
-        if backend_warm_up is not None:
-            t0 = time.monotonic()
-            with self._session_lock:
-                captured = backend_warm_up()
-            if captured:
-                _LOGGER.info("Captured %d prefill graphs in %.0f ms", captured, (time.monotonic() - t0) * 1000)
+        t0 = time.monotonic()
+        with self._session_lock:
+            captured = self.backend.warm_up()  # the kernel backends' prefill graphs
+        if captured:
+            _LOGGER.info("Captured %d prefill graphs in %.0f ms", captured, (time.monotonic() - t0) * 1000)
             elapsed = time.monotonic() - started
         return elapsed
 
@@ -477,12 +474,10 @@ def _stopped(why: str, text: str) -> None:
     _LOGGER.warning("Sentence stopped: %s: %r", why, text if len(text) <= 80 else text[:77] + "...")
 
 
-def _log_first_chunk(session, entered: float, pcm_at: float) -> None:  # noqa: ANN001
+def _log_first_chunk(session: DecodeSession, entered: float, pcm_at: float) -> None:
     """Debug: where a request's first chunk spent its time (the batching backend's sessions carry their
     queue, admission and first-codes times; other sessions log the total only)."""
-    queued = getattr(session, "queued_at", None)
-    admitted = getattr(session, "admitted_at", None)
-    codes = getattr(session, "first_codes_at", None)
+    queued, admitted, codes = session.queued_at, session.admitted_at, session.first_codes_at
     if queued is None or admitted is None or codes is None:
         _LOGGER.debug("First chunk after %.1f ms", (pcm_at - entered) * 1000)
         return

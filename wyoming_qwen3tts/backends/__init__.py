@@ -46,6 +46,8 @@ class DecodeBackend(Protocol):
     # Sessions may run side by side, each collect() waiting for its own frames (the batching backend);
     # False: the engine runs one session at a time.
     concurrent_sessions: bool
+    # Sessions share the backend's device buffers (the captured frame graph): one whole request at a time.
+    exclusive_sessions: bool
     thread_safe_sessions: bool  # collect() may be called without the engine's lock
     max_streams: int  # sessions decoded together at most
 

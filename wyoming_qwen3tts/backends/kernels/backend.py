@@ -33,6 +33,9 @@ class KernelBackend:
     name = "kernels"
     # One decode session at a time: the captured frame graph works on the backend's own buffers.
     concurrent_sessions = False
+    exclusive_sessions = True
+    thread_safe_sessions = False
+    max_streams = 1
 
     def __init__(self, model: Qwen3TTSModel, options: KernelOptions | None = None, *, capacity: int = 2048,
                  lib: library.Native | None = None) -> None:  # fmt: skip
