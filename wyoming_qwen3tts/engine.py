@@ -31,7 +31,7 @@ from .backends import DecodeBackend, DecodeSession, make_backend
 from .model.codec import CodecDecoder, int16_samples, samples_to_pcm
 from .model.clone import VoiceCloner
 from .model.quant import quantize_model
-from .model.prompt import ClonePrompt, Prompt, Voice, build_prompt, chat_instruct, chat_text, resolve_language, resolve_speaker
+from .model.prompt import ClonePrompt, Prompt, PromptVoice, Voice, chat_instruct, chat_text, prompt_for, resolve_voice
 from .model.reference_audio import read_reference_audio
 from .model.talker import Qwen3TTSModel
 from .model.tokenizer import TextTokenizer
@@ -67,9 +67,6 @@ __all__ = [
 # Talker positions a batched stream's cache holds beyond max_frames: its prompt (a long sentence is ~150).
 PROMPT_POSITIONS = 1024
 
-# Special-token strings in user text would become control tokens in the ChatML prompt.
-_CONTROL_MARKERS = ("<|", "|>", "<tts_")
-
 
 def pick_device(device: str) -> torch.device:
     if device in ("", "auto"):
@@ -92,13 +89,12 @@ def pcm16(wave: torch.Tensor) -> bytes:
     return samples_to_pcm(int16_samples(wave))
 
 
-def clean_text(text: str) -> str:
-    """What the engine speaks: unspeakable characters (controls, lone surrogates) and ChatML
-    control markers become spaces, for every caller (server, say, bench)."""
-    text = clean_client_text(text)
-    for marker in _CONTROL_MARKERS:
-        text = text.replace(marker, " ")
-    return text.strip()
+@dataclass(frozen=True)
+class Validated:
+    """A request checked against the model: what the prompt is built from, resolved once."""
+
+    text: str  # cleaned, stripped, within max_text_chars
+    voice: PromptVoice  # speaker or clone, and the language id
 
 
 @dataclass
@@ -272,41 +268,35 @@ class Engine:
             return request.clone
         return request.speaker if self.model_type == "custom_voice" else None
 
-    def validate(self, request: SynthesisRequest) -> str:
-        """Raise the error a request would end with before any work is done; returns the clean text."""
-        if self.model_type == "base" and request.clone is None:
-            raise VoiceError("this Base model speaks cloned voices only: the request names none")
-        if self.model_type == "custom_voice":
-            if request.clone is not None:
-                raise VoiceError("a cloned voice needs a Base model; this is a CustomVoice model")
-            resolve_speaker(self.config, request.speaker)
-            resolve_language(self.config, request.language, request.speaker.strip().lower())
-        else:
-            resolve_language(self.config, request.language, None)
-        text = clean_text(request.text)
+    def validate(self, request: SynthesisRequest) -> Validated:
+        """Raise the error a request would end with before any work is done; returns the request resolved
+        (clean text, voice and language) for the prompt."""
+        voice = resolve_voice(self.config, self._voice(request), request.language)
+        # Control characters and ChatML markers become spaces (also for callers other than the front ends).
+        text = clean_client_text(request.text).strip()
         if not text:
             raise EmptyTextError("text is empty")
         if len(text) > self.max_text_chars:
             raise TextTooLongError(f"text has {len(text)} characters; the limit is {self.max_text_chars}")
-        return text
+        return Validated(text, voice)
 
     def prepare(self, request: SynthesisRequest) -> Prompt:
         return self._prepare(request)[0]
 
     def _prepare(self, request: SynthesisRequest) -> tuple[Prompt, str, int]:
         """(the prompt, the clean text, the text's own token count)."""
-        text = self.validate(request)
+        validated = self.validate(request)
+        text = validated.text
         instruct = (request.instruct or "").strip()
         instruct_ids = self.tokenizer.encode(chat_instruct(instruct)) if instruct else None
         text_ids = self.tokenizer.encode(chat_text(text))
         if self._chat_tokens is None:  # the chat template's own tokens, which take no time to say
             self._chat_tokens = len(self.tokenizer.encode(chat_text("")))
         with self._lock:
-            prompt = build_prompt(
+            prompt = prompt_for(
                 self.model,
                 text_ids,
-                self._voice(request),
-                request.language,
+                validated.voice,
                 instruct_ids,
                 non_streaming_text=(
                     request.clone is None if request.non_streaming_text is None else request.non_streaming_text

@@ -12,12 +12,11 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from .errors import VoiceError
+from .model.config import MODEL_TYPE_NAMES, voice_kind
 from .request import AudioChunk, SynthesisRequest
 
 if TYPE_CHECKING:
-    from .engine import Engine
-
-_KIND_NAMES = {"custom_voice": "CustomVoice", "base": "Base", "voice_design": "VoiceDesign"}
+    from .engine import Engine, Validated
 
 
 def model_kinds(engine: object) -> set[str]:
@@ -36,7 +35,7 @@ class EngineSet:
         for engine in engines:
             if engine.model_type in self.by_kind:
                 raise VoiceError(
-                    f"two {_KIND_NAMES[engine.model_type]} models are configured; load one model of each type"
+                    f"two {MODEL_TYPE_NAMES[engine.model_type]} models are configured; load one model of each type"
                 )
             self.by_kind[engine.model_type] = engine
         self.engines = list(engines)
@@ -79,21 +78,16 @@ class EngineSet:
 
     # -- requests ------------------------------------------------------------------------------------
     def engine_for(self, request: SynthesisRequest) -> Engine:
-        if request.clone is not None:
-            kind = "base"
-        elif request.speaker:
-            kind = "custom_voice"
-        else:
-            kind = "voice_design"
+        kind = voice_kind(cloned=request.clone is not None, speaker=bool(request.speaker))
         engine = self.by_kind.get(kind)
         if engine is None:
-            raise VoiceError(f"this voice needs a {_KIND_NAMES[kind]} model, which is not loaded")
+            raise VoiceError(f"this voice needs a {MODEL_TYPE_NAMES[kind]} model, which is not loaded")
         return engine
 
     def synthesize(self, request: SynthesisRequest, cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
         return self.engine_for(request).synthesize(request, cancel)
 
-    def validate(self, request: SynthesisRequest) -> str:
+    def validate(self, request: SynthesisRequest) -> Validated:
         return self.engine_for(request).validate(request)
 
     def warm_up(self) -> float:

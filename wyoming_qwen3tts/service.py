@@ -43,6 +43,7 @@ from .errors import (
     VoiceError,
 )
 from .engine_set import model_kinds
+from .model.config import MODEL_TYPE_NAMES
 from .options import QUEUED_MIN, QUEUED_PER_STREAM
 from .voices import ATTRIBUTION, DEFAULT_LANGUAGES, SPEAKER_DESCRIPTIONS, VoiceCatalog, VoicePreset
 
@@ -285,7 +286,7 @@ class TtsService:
         program = TtsProgram(
             name=PROGRAM_NAME,
             description="Qwen3-TTS " + " + ".join(
-                {"base": "Base (cloned voices)", "voice_design": "VoiceDesign", "custom_voice": "CustomVoice"}.get(k, k)
+                MODEL_TYPE_NAMES.get(k, k) + (" (cloned voices)" if k == "base" else "")
                 for k in sorted(catalog.model_types or {"custom_voice"})
             ),
             attribution=ATTRIBUTION,

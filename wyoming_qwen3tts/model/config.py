@@ -19,6 +19,14 @@ DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"
 MODEL_TYPE_NAMES: dict[str, str] = {"custom_voice": "CustomVoice", "base": "Base", "voice_design": "VoiceDesign"}
 
 
+def voice_kind(*, cloned: bool, speaker: bool) -> str:
+    """The model type (tts_model_type) that speaks a voice: a cloned voice a Base model, a preset speaker a
+    CustomVoice model, a voice described in words (neither) a VoiceDesign model."""
+    if cloned:
+        return "base"
+    return "custom_voice" if speaker else "voice_design"
+
+
 @dataclass(frozen=True)
 class TransformerConfig:
     """Geometry shared by the Talker and the CodePredictor (Qwen3-style decoder blocks)."""
