@@ -437,18 +437,17 @@ async def test_synthesis_threads_are_started_and_warmed_before_serving() -> None
 
 
 def test_a_long_garbage_collection_is_logged(monkeypatch, caplog) -> None:
-    """The service registers one gc callback (however many services start) that warns when a collection takes
-    GC_WARN_MS or more: here every collection does (0 ms)."""
+    """watch_collections registers one gc callback (however often the process calls it) that warns when a
+    collection takes GC_WARN_MS or more: here every collection does (0 ms)."""
     import logging
 
-    from wyoming_qwen3tts import service as service_module
-    from wyoming_qwen3tts.service import TtsService
+    from wyoming_qwen3tts import process
 
     for _ in range(2):
-        TtsService(lambda: None, []).shutdown()  # type: ignore[arg-type, return-value]
-    assert gc.callbacks.count(service_module._warn_long_collection) == 1
-    monkeypatch.setattr(service_module, "GC_WARN_MS", 0)
-    with caplog.at_level(logging.WARNING, logger="wyoming_qwen3tts.service"):
+        process.watch_collections()
+    assert gc.callbacks.count(process._warn_long_collection) == 1
+    monkeypatch.setattr(process, "GC_WARN_MS", 0)
+    with caplog.at_level(logging.WARNING, logger="wyoming_qwen3tts.process"):
         gc.collect()
     assert any("Garbage collection of generation 2 paused every thread" in r.getMessage() for r in caplog.records)
 
@@ -458,14 +457,15 @@ async def test_the_loads_own_collection_is_logged_not_warned(monkeypatch, caplog
     warning meant for collections that stall requests (automatic ones are off here, so only the load's runs)."""
     import logging
 
-    from wyoming_qwen3tts import service as service_module
+    from wyoming_qwen3tts import process
     from wyoming_qwen3tts.service import TtsService
 
-    monkeypatch.setattr(service_module, "GC_WARN_MS", 0)
+    process.watch_collections()
+    monkeypatch.setattr(process, "GC_WARN_MS", 0)
     service = TtsService(lambda: _OverlapEngine(), [])  # type: ignore[arg-type, return-value]
     gc.disable()
     try:
-        with caplog.at_level(logging.INFO, logger="wyoming_qwen3tts.service"):
+        with caplog.at_level(logging.INFO, logger="wyoming_qwen3tts.process"):
             await service.start_loading()
             gc.collect()  # one that is not the load's: warned
     finally:

@@ -26,6 +26,7 @@ from wyoming.server import AsyncServer, AsyncStdioServer, AsyncTcpServer, AsyncU
 
 from . import __version__
 from .handler import HandlerConfig, Qwen3TTSEventHandler
+from .process import watch_collections
 from .service import TtsService
 from .settings import Settings, load_settings
 from .voices import VoicePreset, scan_voice_folder
@@ -82,6 +83,7 @@ def load_engine(settings: Settings, voices: list[VoicePreset] | None = None) -> 
 
 
 async def main(settings: Settings) -> int:
+    watch_collections()
     voices = all_voices(settings)
     service = TtsService(
         partial(load_engine, settings, voices),

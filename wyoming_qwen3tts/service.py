@@ -14,7 +14,6 @@ is cut short.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import threading
 import time
@@ -45,6 +44,7 @@ from .errors import (
 from .engine_set import model_kinds
 from .model.config import MODEL_TYPE_NAMES
 from .options import QUEUED_MIN, QUEUED_PER_STREAM
+from .process import freeze_loaded, release_gpu_memory
 from .voices import ATTRIBUTION, DEFAULT_LANGUAGES, SPEAKER_DESCRIPTIONS, VoiceCatalog, VoicePreset
 
 _LOGGER = logging.getLogger(__name__)
@@ -66,33 +66,6 @@ class Connection(Protocol):
 
     async def abort(self, err: Qwen3TTSError) -> None:
         """Cancel all work, tell the client `err` and drop the connection, in a bounded time."""
-
-
-GC_WARN_MS = 20
-_collection_started: list[float] = []  # when the collection in progress began
-_deliberate = threading.local()  # .on: this thread's own gc.collect() (the load's), logged by its caller
-
-
-def _warn_long_collection(phase: str, info: dict) -> None:
-    """gc callback: warn when a collection stops every thread for long (a stall no request timeline shows)."""
-    if getattr(_deliberate, "on", False):
-        return
-    if phase == "start":
-        _collection_started[:] = [time.monotonic()]
-    elif _collection_started:
-        ms = (time.monotonic() - _collection_started[0]) * 1000
-        if ms >= GC_WARN_MS:
-            _LOGGER.warning("Garbage collection of generation %s paused every thread for %.0f ms",
-                            info.get("generation"), ms)  # fmt: skip
-
-
-def release_gpu_memory() -> None:
-    """Drop unreferenced tensors and hand the allocator's cached blocks back to the driver."""
-    gc.collect()
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 class TtsService:
@@ -124,8 +97,6 @@ class TtsService:
         self._workers_from_engine = workers == 0
         self._synth_executor: ThreadPoolExecutor | None = None
         self._load_done = threading.Event()
-        if _warn_long_collection not in gc.callbacks:
-            gc.callbacks.append(_warn_long_collection)
         self._engine: Engine | None = None
         self._load_error: BaseException | None = None
         self.loaded: asyncio.Future[Engine] | None = None
@@ -175,14 +146,7 @@ class TtsService:
             self._start_synthesis_threads(self._engine)
             # Everything loaded so far lives as long as the process: out of the collector's sight, a full
             # collection (which stops every thread) walks only what requests make.
-            started, _deliberate.on = time.monotonic(), True
-            try:
-                gc.collect()
-                gc.freeze()
-            finally:
-                _deliberate.on = False
-            _LOGGER.info("Collected the load's garbage and set %d objects out of the collector's sight in %.0f ms",
-                         gc.get_freeze_count(), (time.monotonic() - started) * 1000)  # fmt: skip
+            freeze_loaded()
         except BaseException as err:
             self._load_error = err
             raise
