@@ -38,6 +38,8 @@ POLL_S = 0.0002  # the wait for a call's PCM polls with sleeps: Event.synchroniz
 class WorkerStream:
     """One request's audio on a CodecWorker: its thread decode()s the frame groups in order, then close()s it."""
 
+    needs_engine_lock = False  # engine.AudioSink: the worker's thread runs the codec
+
     def __init__(self, worker: CodecWorker, start: CodecStream) -> None:
         self.worker = worker
         self.start: CodecStream | None = start  # the state it begins in, until the worker gives it a slot

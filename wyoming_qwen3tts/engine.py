@@ -16,11 +16,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -28,7 +30,7 @@ import torch
 from .errors import EmptyTextError, Qwen3TTSError, SynthesisCancelled, TextTooLongError, VoiceError
 from .model.checkpoint import Checkpoint, load_checkpoint, resolve_dtype
 from .backends import DecodeBackend, DecodeSession, make_backend
-from .model.codec import CodecDecoder, int16_samples, samples_to_pcm
+from .model.codec import CodecDecoder, CodecStream, int16_samples, samples_to_pcm
 from .model.clone import VoiceCloner
 from .model.quant import quantize_model
 from .model.prompt import ClonePrompt, Prompt, PromptVoice, Voice, chat_instruct, chat_text, prompt_for, resolve_voice
@@ -87,6 +89,32 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
 def pcm16(wave: torch.Tensor) -> bytes:
     """Float waveform in [-1, 1] -> s16le bytes."""
     return samples_to_pcm(int16_samples(wave))
+
+
+class AudioSink(Protocol):
+    """Where one request's frame groups become s16le PCM, in order (codec_worker.WorkerStream, or _InlineAudio)."""
+
+    needs_engine_lock: bool  # decode() runs the codec on the caller's thread, which must hold Engine._lock
+
+    def decode(self, codes: np.ndarray) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class _InlineAudio:
+    """The codec on the request's own thread, under the engine lock: the one-stream backends' audio."""
+
+    needs_engine_lock = True
+
+    def __init__(self, engine: Engine, stream: CodecStream) -> None:
+        self._engine, self._stream = engine, stream
+
+    def decode(self, codes: np.ndarray) -> bytes:
+        engine = self._engine
+        return samples_to_pcm(engine._decode_audio(self._stream, codes), engine._codec_stream)
+
+    def close(self) -> None:
+        pass
 
 
 @dataclass(frozen=True)
@@ -160,12 +188,16 @@ class Engine:
         # The batching backend's sessions may be collected from any thread: one codec thread batches the groups
         # of all its requests, so many streams cost about one stream's codec launches and none holds the lock.
         self._codec_worker = None
+        # Where a request's frame groups become audio, chosen once: the codec worker, or inline on the
+        # request's thread under the engine lock (the one-stream backends).
+        self._open_audio: Callable[[CodecStream], AudioSink] = partial(_InlineAudio, self)
         if backend.thread_safe_sessions:
             from .codec_worker import CodecWorker
 
             # Twice the streams: a request's codec slot goes back when it ends, which may be after the next
             # request has opened its own; the slots growing would drop the captured calls (CodecSlots.open).
             self._codec_worker = CodecWorker(codec, self._codec_stream, 2 * backend.max_streams)
+            self._open_audio = self._codec_worker.open
 
     # -- what the model offers ------------------------------------------------------------
     @property
@@ -325,18 +357,18 @@ class Engine:
         # Backends whose sessions share device buffers (the captured kernel graph) run one whole
         # request at a time; the torch backend interleaves requests at frame-group boundaries.
         exclusive = self._session_lock if self.backend.exclusive_sessions else None
-        # The batching backend: sessions and the codec worker need no engine lock (each waits for
-        # its own stream), so a request never holds it while the GPU works.
-        worker = self._codec_worker
-        session = audio = None
+        session: DecodeSession | None = None
+        audio: AudioSink | None = None
         if exclusive is not None:
             exclusive.acquire()
         try:
             with self._lock:
                 session = self.backend.start(prompt, sampling, seed, budget)
                 stream = self._codec_stream_for(request.clone, prompt)
-            if worker is not None:
-                audio = worker.open(stream)
+            audio = self._open_audio(stream)
+            # The batching backend: sessions and the codec worker need no engine lock (each waits for
+            # its own stream), so a request never holds it while the GPU works.
+            locked = self._lock if audio.needs_engine_lock else _nullcontext()
             frames = 0
             # Every session takes launch(n)/collect(): kernel sessions enqueue the frames at once
             # and run ahead, so group k+1 is decoded on the GPU while the codec works on group k.
@@ -345,7 +377,7 @@ class Engine:
             while True:
                 if cancel is not None and cancel.is_set():
                     raise SynthesisCancelled("cancelled")
-                with self._lock if audio is None else _nullcontext():
+                with locked:
                     codes = session.collect()
                     if len(codes) == 0:
                         break
@@ -354,15 +386,11 @@ class Engine:
                     # small kernels: the GPU then decodes frames while the host is still issuing
                     # codec work. Measured on the H200 (docs/performance.md): codec first left the
                     # GPU idle during those launches, e2e/decode 1.23 instead of 1.08.
-                    # A batching session is finished when its last frame is decoded, maybe long before
-                    # it is collected: its launch() itself asks for nothing once none are left, and
-                    # skipping it would collect the rest one frame (one codec call) at a time.
-                    if audio is not None or not session.finished:
-                        session.launch(group)
-                    if audio is not None:
-                        pcm = audio.decode(codes)
-                    else:
-                        pcm = samples_to_pcm(self._decode_audio(stream, codes), self._codec_stream)
+                    # Launched even when the session says it is finished: a batching session is finished
+                    # when its last frame is decoded, maybe long before it is collected, and a finished
+                    # session's launch() asks for nothing (one-stream sessions too).
+                    session.launch(group)
+                    pcm = audio.decode(codes)
                 if frames == 0 and _LOGGER.isEnabledFor(logging.DEBUG):
                     _log_first_chunk(session, entered, time.monotonic())
                 frames += len(codes)
@@ -396,7 +424,7 @@ class Engine:
             self._context_streams[id(clone)] = cached
         return cached[1].fork()  # type: ignore[attr-defined]
 
-    def _decode_audio(self, stream, codes: np.ndarray) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    def _decode_audio(self, stream: CodecStream, codes: np.ndarray) -> torch.Tensor:
         """Decode a frame group to int16 samples on the codec stream, without waiting for it."""
         with torch.inference_mode(), torch.cuda.stream(self._codec_stream) if self._codec_stream else _nullcontext():
             return int16_samples(stream.decode(torch.from_numpy(codes).to(self.model.device)))
