@@ -42,11 +42,20 @@ FRAME_BYTES = SAMPLES_PER_FRAME * 2
 
 
 class FakeEngine:
-    """The Engine interface: frames per sentence = number of words, one frame group per word."""
+    """The Engine interface (engine_set.Speaker): frames per sentence = number of words, one frame group per word."""
 
     speakers = list(SPEAKER_DESCRIPTIONS)
     languages = ["auto", "chinese", "english", "german", "italian", "portuguese", "spanish", "japanese", "korean", "french", "russian"]
     supports_instruct = True
+    model_types = {"custom_voice"}
+    max_streams = 1
+
+    def warm_up(self) -> float:
+        return 0.0
+
+    def warm_thread(self) -> None:
+        pass
+
 
     def __init__(self, frame_delay: float = 0.0, fail_on: str | None = None, fail_with: type[Exception] = Qwen3TTSError) -> None:
         self.frame_delay = frame_delay
@@ -55,6 +64,7 @@ class FakeEngine:
         self.requests: list[SynthesisRequest] = []
         self.cancelled: list[str] = []
         self.frames_done = 0
+        self.clone_prompts: dict[str, object] = {}  # a CustomVoice model clones nothing
 
     def synthesize(self, request: SynthesisRequest, cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
         self.requests.append(request)

@@ -313,6 +313,17 @@ class _OverlapEngine:
     speakers = ["ryan"]
     languages = ["auto"]
     supports_instruct = False
+    model_types = {"custom_voice"}
+    max_streams = 1
+
+    def warm_up(self) -> float:
+        return 0.0
+
+    def warm_thread(self) -> None:
+        pass
+
+    clone_prompts: dict[str, object] = {}
+
 
     def __init__(self) -> None:
         import threading

@@ -60,7 +60,6 @@ def load_engine(settings: Settings, voices: list[VoicePreset] | None = None) -> 
     # Imported here, on the worker thread: torch takes a second or more to import, and the server
     # must already be answering describe by then (Home Assistant gives setup one second).
     from .engine import Engine
-    from .engine_set import model_kinds
 
     options = settings.engine_options()
     engine = Engine.from_pretrained(settings.model, options)
@@ -73,12 +72,10 @@ def load_engine(settings: Settings, voices: list[VoicePreset] | None = None) -> 
             _LOGGER.info("Loading %s as well", model)
             extra.append(Engine.from_pretrained(model, options))
         engine = EngineSet([engine, *extra])  # type: ignore[assignment]
-    if "base" in model_kinds(engine):
+    if "base" in engine.model_types:
         engine.clone_voices([v for v in voices or [] if v.kind == "base"])
     # Before "Ready": the first real request must not pay for graph capture or lazy init.
-    warm_up = getattr(engine, "warm_up", None)  # test engines may have none
-    if warm_up is not None:
-        warm_up()
+    engine.warm_up()
     return engine
 
 

@@ -218,6 +218,11 @@ class Engine:
         return self.backend.max_streams if self.backend.concurrent_sessions else 1
 
     @property
+    def model_types(self) -> set[str]:
+        """engine_set.Speaker: the one kind of voice this model speaks."""
+        return {self.model_type}
+
+    @property
     def model_type(self) -> str:
         """custom_voice (preset speakers), base (cloned voices) or voice_design (described voices)."""
         return self.config.tts_model_type

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .errors import VoiceError
 from .model.config import MODEL_TYPE_NAMES, voice_kind
@@ -19,10 +19,36 @@ if TYPE_CHECKING:
     from .engine import Engine, Validated
 
 
-def model_kinds(engine: object) -> set[str]:
-    """The kinds of voice an engine speaks: an EngineSet's model types, an Engine's one (test engines: CustomVoice)."""
-    kinds = getattr(engine, "model_types", None)
-    return set(kinds) if kinds else {getattr(engine, "model_type", "custom_voice")}
+class Speaker(Protocol):
+    """What the service and the entry point need of the loaded model(s): an Engine, or an EngineSet."""
+
+    @property
+    def speakers(self) -> list[str]: ...
+
+    @property
+    def languages(self) -> list[str]: ...
+
+    @property
+    def supports_instruct(self) -> bool: ...
+
+    @property
+    def model_types(self) -> set[str]: ...  # the kinds of voice it speaks (voice_kind's values)
+
+    @property
+    def max_streams(self) -> int: ...  # requests decoded at once
+
+    @property
+    def clone_prompts(self) -> dict[str, object]: ...  # cloned voices by name (the Base model's)
+
+    def clone_voices(self, presets: list) -> dict[str, str]: ...  # type: ignore[type-arg]
+
+    def warm_up(self) -> float: ...  # before serving: the first request pays for no capture or lazy init
+
+    def warm_thread(self) -> None: ...  # on each synthesis thread before serving
+
+    def synthesize(self, request: SynthesisRequest, cancel: threading.Event | None = None) -> Iterator[AudioChunk]: ...
+
+    def validate(self, request: SynthesisRequest) -> Validated: ...
 
 
 class EngineSet:

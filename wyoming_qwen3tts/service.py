@@ -30,7 +30,7 @@ from . import __version__
 from .request import AudioChunk, SynthesisRequest
 
 if TYPE_CHECKING:  # torch and the engine load on the worker thread, after the server is listening
-    from .engine import Engine
+    from .engine_set import Speaker
 from .errors import (
     GpuOutOfMemoryError,
     ModelLoadError,
@@ -41,7 +41,6 @@ from .errors import (
     SynthesisCancelled,
     VoiceError,
 )
-from .engine_set import model_kinds
 from .model.config import MODEL_TYPE_NAMES
 from .options import QUEUED_MIN, QUEUED_PER_STREAM
 from .process import freeze_loaded, release_gpu_memory
@@ -51,6 +50,8 @@ _LOGGER = logging.getLogger(__name__)
 PROGRAM_NAME = "qwen3-tts"
 
 _END = object()
+# How long starting the synthesis threads ahead (TtsService._start_synthesis_threads) may hold up the load.
+WARM_THREADS_SECONDS = 10.0
 
 
 def _retrieve(future: asyncio.Future) -> None:  # type: ignore[type-arg]
@@ -73,7 +74,7 @@ class TtsService:
 
     def __init__(
         self,
-        load_engine: Callable[[], Engine],
+        load_engine: Callable[[], Speaker],
         presets: list[VoicePreset],
         *,
         streaming: bool = True,
@@ -97,9 +98,9 @@ class TtsService:
         self._workers_from_engine = workers == 0
         self._synth_executor: ThreadPoolExecutor | None = None
         self._load_done = threading.Event()
-        self._engine: Engine | None = None
+        self._engine: Speaker | None = None
         self._load_error: BaseException | None = None
-        self.loaded: asyncio.Future[Engine] | None = None
+        self.loaded: asyncio.Future[Speaker] | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # connections' speaking tasks (one each at most)
         self.max_connections = max_connections
         self._queued_setting = max_queued_streams
@@ -122,7 +123,7 @@ class TtsService:
             model_type=None,  # every configured voice, until the model says which kind it speaks
         )
 
-    def start_loading(self) -> asyncio.Future[Engine]:
+    def start_loading(self) -> asyncio.Future[Speaker]:
         """Queue the model load as the worker's first job; returns a future for the engine."""
         loop = asyncio.get_running_loop()
         self.loaded = self._submit(loop, self._load)
@@ -137,11 +138,11 @@ class TtsService:
         queued = self._queued_setting
         self.max_queued_streams = max(QUEUED_MIN, QUEUED_PER_STREAM * workers) if queued is None else queued
 
-    def _load(self) -> Engine:
+    def _load(self) -> Speaker:
         try:
             self._engine = self._load_engine()
             if self._workers_from_engine:
-                self._set_workers(max(int(getattr(self._engine, "max_streams", 1)), 1))
+                self._set_workers(max(self._engine.max_streams, 1))
                 _LOGGER.info("Serving %d request(s) at once (max_streams)", self.workers)
             self._start_synthesis_threads(self._engine)
             # Everything loaded so far lives as long as the process: out of the collector's sight, a full
@@ -154,30 +155,37 @@ class TtsService:
             self._load_done.set()
         return self._engine
 
-    def _start_synthesis_threads(self, engine: Engine) -> None:
+    def _start_synthesis_threads(self, engine: Speaker) -> None:
         """Start every synthesis thread before serving and let each meet its first CUDA work there
         (Engine.warm_thread), so a burst of requests waits neither for threads to start nor for their
         first GPU calls: on the H200 (run 32, max_streams 16) the first round of 16 simultaneous requests,
         on threads new to the process, got first audio at 260 ms, the next round at 60-105 ms."""
-        warm = getattr(engine, "warm_thread", None)
-        if self._synth_executor is None or warm is None:
+        if self._synth_executor is None:
             return
+        if self.syntheses:
+            # Requests that came during the load already hold the threads, waiting for the load to end: warm-up
+            # jobs queued behind them would wait for the load they are part of.
+            _LOGGER.debug("Not starting the synthesis threads ahead: %d requests already hold them", self.syntheses)
+            return
+        warm = engine.warm_thread
         started = time.monotonic()
         barrier = threading.Barrier(self.workers)
 
         def job() -> int:
             warm()
-            barrier.wait(timeout=30)  # held until every job has a thread: the executor starts one each
+            barrier.wait(timeout=WARM_THREADS_SECONDS)  # held until every job has a thread: the executor starts one each
             return threading.get_ident()
 
         try:
-            threads = {f.result() for f in [self._synth_executor.submit(job) for _ in range(self.workers)]}
+            futures = [self._synth_executor.submit(job) for _ in range(self.workers)]
+            # Bounded: a request that arrives now takes a thread first and waits for the load to end.
+            threads = {f.result(timeout=WARM_THREADS_SECONDS) for f in futures}
         except Exception as err:  # not worth failing the load for: requests then start threads as they come
             _LOGGER.warning("Could not start the synthesis threads ahead: %s", err)
             return
         _LOGGER.info("Started %d synthesis threads in %.0f ms", len(threads), (time.monotonic() - started) * 1000)
 
-    def _on_loaded(self, future: asyncio.Future[Engine]) -> None:
+    def _on_loaded(self, future: asyncio.Future[Speaker]) -> None:
         if future.cancelled() or future.exception() is not None:
             return
         try:
@@ -186,7 +194,7 @@ class TtsService:
             self._load_error = err
             _LOGGER.error("Voice presets do not fit the loaded model: %s", err)
 
-    def _catalog_of(self, engine: Engine) -> VoiceCatalog:
+    def _catalog_of(self, engine: Speaker) -> VoiceCatalog:
         return VoiceCatalog(
             engine.speakers,
             engine.languages,
@@ -194,8 +202,8 @@ class TtsService:
             supports_instruct=engine.supports_instruct,
             default_voice=self._default_voice,
             version=__version__,
-            model_type=model_kinds(engine),
-            clones=getattr(engine, "clone_prompts", None),
+            model_type=set(engine.model_types),
+            clones=engine.clone_prompts,
         )
 
     # -- cloned voices added and removed while serving (the web page) ---------------------------
