@@ -117,3 +117,12 @@ def test_the_parser_resolves_relative_type_only_and_local_imports() -> None:
     assert (f"{NAME}.backends", f"{NAME}.backends.torch_backend", False) in edges  # inside make_backend
     layers = _layers()
     assert _layer_of(f"{NAME}.voices.__main__", layers) > _layer_of(f"{NAME}.voices.folder", layers)
+
+
+def test_the_service_knows_no_tensor_library() -> None:
+    """Out-of-memory handling is the engine's: the service (and the front ends above it) import no torch."""
+    for name in ("service.py", "speech.py", "handler.py", "metrics.py"):
+        tree = ast.parse((PACKAGE / name).read_text())
+        imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and not n.level}
+        assert "torch" not in imported, name

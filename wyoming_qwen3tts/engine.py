@@ -27,7 +27,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from .errors import EmptyTextError, Qwen3TTSError, SynthesisCancelled, TextTooLongError, VoiceError
+from .errors import EmptyTextError, GpuOutOfMemoryError, Qwen3TTSError, SynthesisCancelled, TextTooLongError, VoiceError
 from .model.checkpoint import Checkpoint, load_checkpoint, resolve_dtype
 from .backends import DecodeBackend, DecodeSession, make_backend
 from .model.codec import CodecDecoder, CodecStream, int16_samples, samples_to_pcm
@@ -38,6 +38,7 @@ from .model.reference_audio import read_reference_audio
 from .model.talker import Qwen3TTSModel
 from .model.tokenizer import TextTokenizer
 from .options import EngineOptions
+from .process import release_gpu_memory
 from .runaway import FRAMES_PER_SECOND, LoopDetector, frame_budget
 from .text.sentences import clean_client_text
 from .request import (
@@ -342,13 +343,31 @@ class Engine:
         return prompt, text, max(len(text_ids) - self._chat_tokens, 0)
 
     def synthesize(self, request: SynthesisRequest, cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
-        """Yield PCM chunks as frame groups are decoded. Raises SynthesisCancelled if `cancel` is set.
+        """Yield PCM chunks as frame groups are decoded. Raises SynthesisCancelled if `cancel` is set, and
+        GpuOutOfMemoryError (after freeing the allocator's cache, so the next request runs) when the GPU
+        runs out of memory.
 
         A request that leaves max_frames unset (the server's) is guarded against runaway generation
         (runaway.py): it ends at a frame budget from its own length, or earlier when the codes show
         a stuck loop, with a warning; its audio so far is kept. A request that sets max_frames
         (bench, tests) gets exactly that limit.
         """
+        oom: str | None = None
+        try:
+            yield from self._synthesize(request, cancel)
+        except torch.cuda.OutOfMemoryError as err:
+            # Leave the except block first: its traceback keeps the failed step's tensors alive.
+            oom = str(err).strip().splitlines()[0] if str(err).strip() else "CUDA out of memory"
+        if oom is not None:
+            release_gpu_memory()
+            _LOGGER.error(
+                "GPU out of memory while speaking %d characters with %s; cached memory freed, "
+                "the request ends with an error and the next one runs normally (%s)",
+                len(request.text), request.speaker, oom,
+            )
+            raise GpuOutOfMemoryError(f"The GPU ran out of memory: {oom}")
+
+    def _synthesize(self, request: SynthesisRequest, cancel: threading.Event | None) -> Iterator[AudioChunk]:
         entered = time.monotonic()
         prompt, text, tokens = self._prepare(request)
         max_frames = min(request.max_frames or self.max_frames, self.max_frames)

@@ -32,7 +32,6 @@ from .request import AudioChunk, SynthesisRequest
 if TYPE_CHECKING:  # torch and the engine load on the worker thread, after the server is listening
     from .engine_set import Speaker
 from .errors import (
-    GpuOutOfMemoryError,
     ModelLoadError,
     Qwen3TTSError,
     QueueFullError,
@@ -43,7 +42,7 @@ from .errors import (
 )
 from .model.config import MODEL_TYPE_NAMES
 from .options import QUEUED_MIN, QUEUED_PER_STREAM
-from .process import freeze_loaded, release_gpu_memory
+from .process import freeze_loaded
 from .voices import ATTRIBUTION, DEFAULT_LANGUAGES, SPEAKER_DESCRIPTIONS, VoiceCatalog, VoicePreset
 
 _LOGGER = logging.getLogger(__name__)
@@ -290,8 +289,6 @@ class TtsService:
         submitted = time.monotonic()
 
         def job() -> None:
-            import torch  # already loaded with the engine; imported here to keep startup light
-
             _LOGGER.debug("Synthesis thread took the sentence %.1f ms after it was submitted",
                           (time.monotonic() - submitted) * 1000)  # fmt: skip
 
@@ -306,31 +303,18 @@ class TtsService:
             engine = self._engine
             if engine is None or self._load_error is not None:
                 raise ModelLoadError(f"The model could not be loaded: {self._load_error}")
-            oom: str | None = None
+            # Out of GPU memory the engine frees its cache and raises GpuOutOfMemoryError: the request ends
+            # with that error, and the next one runs normally.
             chunks = engine.synthesize(request, cancel)
             try:
                 for chunk in chunks:
                     loop.call_soon_threadsafe(queue.put_nowait, chunk)
                     if cancel.is_set():
                         break
-            except torch.cuda.OutOfMemoryError as err:
-                # Leave the except block first: its traceback keeps the failed step's tensors alive.
-                oom = str(err).strip().splitlines()[0] if str(err).strip() else "CUDA out of memory"
             finally:
                 close = getattr(chunks, "close", None)  # generators: stop the engine's loop now
                 if close is not None:
                     close()
-            if oom is not None:
-                del chunks
-                release_gpu_memory()
-                _LOGGER.error(
-                    "GPU out of memory while speaking %d characters with %s; cached memory freed, "
-                    "the request ends with an error and the next one runs normally (%s)",
-                    len(request.text),
-                    request.speaker,
-                    oom,
-                )
-                raise GpuOutOfMemoryError(f"The GPU ran out of memory: {oom}")
 
         future = self._submit(loop, job, self._synth_executor)
         self.syntheses += 1
