@@ -1,6 +1,6 @@
 """Ships the kernel sources inside the package: kernels/src and kernels/include are copied into the
 built package as wyoming_qwen3tts/_kernels, so a wheel or a non-editable install can build the
-library on the machine it runs on (native.KERNEL_DIR looks there first). An editable install, the
+library on the machine it runs on (backends/kernels/build.py KERNEL_DIR looks there first). An editable install, the
 Docker images and a checkout read kernels/ in place. Everything else is in pyproject.toml."""
 
 import shutil

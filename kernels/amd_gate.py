@@ -1,7 +1,7 @@
 """The AMD build gate: what hipcc made of the kernels, per arch, and whether the decode loop may ship it.
 
 For each AMD arch it builds the library with the project's own compile command
-(`wyoming_qwen3tts.native.compile_command`, `-Werror`) plus clang's kernel-resource-usage remarks, and
+(`wyoming_qwen3tts.backends.kernels.build.compile_command`, `-Werror`) plus clang's kernel-resource-usage remarks, and
 disassembles the code objects inside the built library. It prints, per kernel and arch, VGPRs, AGPRs,
 SGPRs, static LDS, scratch, spills and the compiler's occupancy, and fails (exit 1) when
 - a build fails or prints a warning,
@@ -15,7 +15,7 @@ SGPRs, static LDS, scratch, spills and the compiler's occupancy, and fails (exit
     python3 kernels/amd_gate.py --hipcc ".ci/sid-run hipcc" --objdump ".ci/sid-run llvm-objdump-21" \\
         --arch gfx1201,gfx1200,gfx1100,gfx1151,gfx942,gfx90a --jobs 2   # what .ci/run does
 
-Needs only the standard library and the repository (wyoming_qwen3tts.native for the flags).
+Needs only the standard library and the repository (wyoming_qwen3tts.backends.kernels.build for the flags).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from wyoming_qwen3tts import native  # after the sys.path line above
+from wyoming_qwen3tts.backends.kernels import build  # after the sys.path line above
 
 ALL_ARCHS = ("gfx1201", "gfx1200", "gfx1100", "gfx1151", "gfx942", "gfx90a")
 GATED_ARCHS = ("gfx1201", "gfx1100", "gfx942")
@@ -230,8 +230,8 @@ def check_arch(res: ArchResult, gated: bool, funcs: dict[str, list[str]] | None)
 
 def build_command(hipcc: list[str], arch: str, out: Path) -> list[str]:
     """The project's own build of the library for one arch (-Werror), with resource remarks."""
-    tc = native.Toolchain("hipcc", hipcc[0], "", (arch,))
-    cmd = native.compile_command(tc, out, werror=True)
+    tc = build.Toolchain("hipcc", hipcc[0], "", (arch,))
+    cmd = build.compile_command(tc, out, werror=True)
     return hipcc + cmd[1:] + ["-Rpass-analysis=kernel-resource-usage"]
 
 
@@ -329,12 +329,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--isa-report", action="store_true", help="16-byte load counts of every vectorised GEMV")
     ap.add_argument("--kernel-dir", type=Path, help="another kernel tree (src/, include/) built the same way")
     args = ap.parse_args(argv)
-    kernel_dir = native.KERNEL_DIR
+    kernel_dir = build.KERNEL_DIR
     try:
-        native.KERNEL_DIR = args.kernel_dir or kernel_dir
+        build.KERNEL_DIR = args.kernel_dir or kernel_dir
         return _run(args)
     finally:
-        native.KERNEL_DIR = kernel_dir
+        build.KERNEL_DIR = kernel_dir
 
 
 def _run(args: argparse.Namespace) -> int:

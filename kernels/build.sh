@@ -7,4 +7,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
-exec "$PY" -m wyoming_qwen3tts.native "$@"
+exec "$PY" -m wyoming_qwen3tts.backends.kernels.build "$@"

@@ -17,7 +17,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 if has build; then
-  /usr/bin/time -f "build %e s" python3 -m wyoming_qwen3tts.native --werror --force 2>&1 | tee "$OUT/build.log"
+  /usr/bin/time -f "build %e s" python3 -m wyoming_qwen3tts.backends.kernels.build --werror --force 2>&1 | tee "$OUT/build.log"
 fi
 if has tests; then
   Q3T_PDL=0 timeout 400 python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_kernels_gpu.py -k "not full" -rs 2>&1 | tee "$OUT/pytest.log" | tail -30

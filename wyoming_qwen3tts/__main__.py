@@ -26,7 +26,8 @@ from wyoming.server import AsyncServer, AsyncStdioServer, AsyncTcpServer, AsyncU
 
 from . import __version__
 from .handler import HandlerConfig, Qwen3TTSEventHandler
-from .server import TtsService
+from .process import watch_collections
+from .service import TtsService
 from .settings import Settings, load_settings
 from .voices import VoicePreset, scan_voice_folder
 from .voices.watch import VoiceFolderWatcher
@@ -64,29 +65,27 @@ def load_engine(settings: Settings, voices: list[VoicePreset] | None = None) -> 
     # Imported here, on the worker thread: torch takes a second or more to import, and the server
     # must already be answering describe by then (Home Assistant gives setup one second).
     from .engine import Engine
-    from .engines import model_kinds
 
     options = settings.engine_options()
     engine = Engine.from_pretrained(settings.model, options)
     _LOGGER.info("Model loaded: %d speakers", len(engine.speakers))
     if settings.extra_models:  # one model of each type, each voice routed to its model's type
-        from .engines import EngineSet
+        from .engine_set import EngineSet
 
         extra = []
         for model in settings.extra_models:
             _LOGGER.info("Loading %s as well", model)
             extra.append(Engine.from_pretrained(model, options))
         engine = EngineSet([engine, *extra])  # type: ignore[assignment]
-    if "base" in model_kinds(engine):
+    if "base" in engine.model_types:
         engine.clone_voices([v for v in voices or [] if v.kind == "base"])
     # Before "Ready": the first real request must not pay for graph capture or lazy init.
-    warm_up = getattr(engine, "warm_up", None)  # test engines may have none
-    if warm_up is not None:
-        warm_up()
+    engine.warm_up()
     return engine
 
 
 async def main(settings: Settings) -> int:
+    watch_collections()
     voices = all_voices(settings)
     service = TtsService(
         partial(load_engine, settings, voices),

@@ -14,7 +14,7 @@ another key; the old voice's takes are no longer reachable and age out of both t
 Both tiers are bounded by bytes. The memory tier is an LRU dict on the event loop; the disk tier is one file
 per take in a folder, written and read on a thread of its own (never on the event loop), with its index on
 the event loop. Only complete takes are stored: not one that was cancelled, ended with an error, was cut short
-by the runaway guard (or made while it cut another short), or made before the model loaded.
+by the runaway guard, or made before the model loaded.
 """
 
 from __future__ import annotations
@@ -131,13 +131,15 @@ class Take:
     cancel: threading.Event | None
     chunks: list[AudioChunk] | None = None  # a hit
     _recorded: list[AudioChunk] | None = None
-    _runaway_stops: float = 0.0  # the runaway guard's count when the synthesis began
+    _cut_short: bool = False  # the runaway guard ended this sentence (its last chunk says why)
 
     @property
     def hit(self) -> bool:
         return self.chunks is not None
 
     def record(self, chunk: AudioChunk) -> None:
+        if chunk.stopped is not None:
+            self._cut_short = True
         if self.key is not None:
             if self._recorded is None:
                 self._recorded = []
@@ -149,9 +151,9 @@ class Take:
             return
         if self.cancel is not None and self.cancel.is_set():
             return
-        if _runaway_stops() != self._runaway_stops:
-            # The runaway guard cut a sentence short meanwhile, maybe this one (the count is not per request): a take
-            # that babbled to its budget must not become the announcement's voice for good.
+        if self._cut_short:
+            # A take the runaway guard cut short (it babbled to its budget or looped) must not become the
+            # announcement's voice for good.
             return
         self.cache.store(self.key, self._recorded)
         self._recorded = None
@@ -210,7 +212,7 @@ class AnnouncementCache:
             if chunks is not None:
                 self._keep_in_memory(key, chunks)
         METRICS.announcements.labels("hit" if chunks is not None else "miss").inc()
-        return Take(self, key, cancel, chunks=chunks, _runaway_stops=_runaway_stops())
+        return Take(self, key, cancel, chunks=chunks)
 
     def store(self, key: str, chunks: list[AudioChunk]) -> None:
         chunks = [AudioChunk(pcm=c.pcm, codes=np.array(c.codes)) for c in chunks]  # the engine may reuse its arrays
@@ -306,11 +308,6 @@ class AnnouncementCache:
         """Finish the disk writes queued so far."""
         if self._disk_thread is not None:
             self._disk_thread.shutdown(wait=True)
-
-
-def _runaway_stops() -> float:
-    """Sentences the engine's runaway guard has cut short so far (qwen3tts_runaway_stops_total)."""
-    return sum(s.value for m in METRICS.runaway_stops.collect() for s in m.samples if s.name.endswith("_total"))
 
 
 def _log_failure(future: Any) -> None:

@@ -24,8 +24,8 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from .engine import int16_samples
-from .model.codec import CodecDecoder, CodecSlots, CodecStream
+from .model.codec import CodecDecoder, CodecStream, int16_samples
+from .model.codec_slots import CodecSlots
 
 _LOGGER = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -37,6 +37,8 @@ POLL_S = 0.0002  # the wait for a call's PCM polls with sleeps: Event.synchroniz
 
 class WorkerStream:
     """One request's audio on a CodecWorker: its thread decode()s the frame groups in order, then close()s it."""
+
+    needs_engine_lock = False  # engine.AudioSink: the worker's thread runs the codec
 
     def __init__(self, worker: CodecWorker, start: CodecStream) -> None:
         self.worker = worker

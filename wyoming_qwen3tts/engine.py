@@ -16,30 +16,31 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 import torch
 
-from .backends.kernels.options import KernelOptions
-from .errors import EmptyTextError, Qwen3TTSError, SynthesisCancelled, TextTooLongError, VoiceError
+from .errors import EmptyTextError, GpuOutOfMemoryError, Qwen3TTSError, SynthesisCancelled, TextTooLongError, VoiceError
 from .model.checkpoint import Checkpoint, load_checkpoint, resolve_dtype
-from .model.codec import CodecDecoder
+from .backends import DecodeBackend, DecodeSession, make_backend
+from .model.codec import CodecDecoder, CodecStream, int16_samples, samples_to_pcm
 from .model.clone import VoiceCloner
 from .model.quant import quantize_model
-from .model.prompt import ClonePrompt, Prompt, Voice, build_prompt, chat_instruct, chat_text, resolve_language, resolve_speaker
+from .model.prompt import ClonePrompt, Prompt, PromptVoice, Voice, chat_instruct, chat_text, prompt_for, resolve_voice
 from .model.reference_audio import read_reference_audio
 from .model.talker import Qwen3TTSModel
 from .model.tokenizer import TextTokenizer
-from .metrics import METRICS
 from .options import EngineOptions
+from .process import release_gpu_memory
 from .runaway import FRAMES_PER_SECOND, LoopDetector, frame_budget
-from .sentences import clean_client_text
+from .text.sentences import clean_client_text
 from .request import (
     CHANNELS,
     SAMPLE_RATE,
@@ -69,25 +70,6 @@ __all__ = [
 # Talker positions a batched stream's cache holds beyond max_frames: its prompt (a long sentence is ~150).
 PROMPT_POSITIONS = 1024
 
-# Special-token strings in user text would become control tokens in the ChatML prompt.
-_CONTROL_MARKERS = ("<|", "|>", "<tts_")
-
-
-class DecodeSession(Protocol):
-    finished: bool
-
-    def launch(self, n: int) -> None | int: ...  # ask for the next n frames (may start them at once)
-
-    def collect(self) -> np.ndarray: ...  # codes of the oldest launch, [k <= n, 16]
-
-    def next_frames(self, n: int) -> np.ndarray: ...  # launch(n) then collect()
-
-
-class DecodeBackend(Protocol):
-    name: str
-
-    def start(self, prompt: Prompt, sampling: SamplingParams, seed: int, max_frames: int) -> DecodeSession: ...
-
 
 def pick_device(device: str) -> torch.device:
     if device in ("", "auto"):
@@ -105,29 +87,43 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return resolve_dtype(dtype)
 
 
-def int16_samples(wave: torch.Tensor) -> torch.Tensor:
-    """Float waveform in [-1, 1] -> int16 samples, on the waveform's device."""
-    return (wave.float().clamp(-1.0, 1.0) * 32767.0).round().to(torch.int16)
-
-
-def samples_to_pcm(samples: torch.Tensor, stream: torch.cuda.Stream | None = None) -> bytes:
-    """int16 samples -> s16le bytes; on a GPU the copy waits for `stream` only (the codec's)."""
-    with torch.cuda.stream(stream) if stream is not None else _nullcontext():
-        return samples.cpu().numpy().astype("<i2").tobytes()
-
-
 def pcm16(wave: torch.Tensor) -> bytes:
     """Float waveform in [-1, 1] -> s16le bytes."""
     return samples_to_pcm(int16_samples(wave))
 
 
-def clean_text(text: str) -> str:
-    """What the engine speaks: unspeakable characters (controls, lone surrogates) and ChatML
-    control markers become spaces, for every caller (server, say, bench)."""
-    text = clean_client_text(text)
-    for marker in _CONTROL_MARKERS:
-        text = text.replace(marker, " ")
-    return text.strip()
+class AudioSink(Protocol):
+    """Where one request's frame groups become s16le PCM, in order (codec_worker.WorkerStream, or _InlineAudio)."""
+
+    needs_engine_lock: bool  # decode() runs the codec on the caller's thread, which must hold Engine._lock
+
+    def decode(self, codes: np.ndarray) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class _InlineAudio:
+    """The codec on the request's own thread, under the engine lock: the one-stream backends' audio."""
+
+    needs_engine_lock = True
+
+    def __init__(self, engine: Engine, stream: CodecStream) -> None:
+        self._engine, self._stream = engine, stream
+
+    def decode(self, codes: np.ndarray) -> bytes:
+        engine = self._engine
+        return samples_to_pcm(engine._decode_audio(self._stream, codes), engine._codec_stream)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Validated:
+    """A request checked against the model: what the prompt is built from, resolved once."""
+
+    text: str  # cleaned, stripped, within max_text_chars
+    voice: PromptVoice  # speaker or clone, and the language id
 
 
 @dataclass
@@ -184,7 +180,7 @@ class Engine:
         # loop, e2e +17 %). Many streams at once: high priority, since the batched steps keep the GPU
         # full and a same-priority codec waited behind them (run 25: a lone request at max_streams 16
         # took 6.7 s for 150 frames that the decoder steps in 0.8 s).
-        concurrent = getattr(backend, "concurrent_sessions", False)
+        concurrent = backend.concurrent_sessions
         self._codec_stream = (
             torch.cuda.Stream(model.device, priority=-1 if concurrent else 0)
             if model.device.type == "cuda"
@@ -193,12 +189,16 @@ class Engine:
         # The batching backend's sessions may be collected from any thread: one codec thread batches the groups
         # of all its requests, so many streams cost about one stream's codec launches and none holds the lock.
         self._codec_worker = None
-        if getattr(backend, "thread_safe_sessions", False):
-            from .codec_worker import CodecWorker  # imports this module
+        # Where a request's frame groups become audio, chosen once: the codec worker, or inline on the
+        # request's thread under the engine lock (the one-stream backends).
+        self._open_audio: Callable[[CodecStream], AudioSink] = partial(_InlineAudio, self)
+        if backend.thread_safe_sessions:
+            from .codec_worker import CodecWorker
 
             # Twice the streams: a request's codec slot goes back when it ends, which may be after the next
             # request has opened its own; the slots growing would drop the captured calls (CodecSlots.open).
-            self._codec_worker = CodecWorker(codec, self._codec_stream, 2 * getattr(backend, "max_streams", 1))
+            self._codec_worker = CodecWorker(codec, self._codec_stream, 2 * backend.max_streams)
+            self._open_audio = self._codec_worker.open
 
     # -- what the model offers ------------------------------------------------------------
     @property
@@ -216,7 +216,12 @@ class Engine:
     @property
     def max_streams(self) -> int:
         """Requests this engine decodes at once (its backend's streams; 1 where it runs one at a time)."""
-        return getattr(self.backend, "max_streams", 1) if getattr(self.backend, "concurrent_sessions", False) else 1
+        return self.backend.max_streams if self.backend.concurrent_sessions else 1
+
+    @property
+    def model_types(self) -> set[str]:
+        """engine_set.Speaker: the one kind of voice this model speaks."""
+        return {self.model_type}
 
     @property
     def model_type(self) -> str:
@@ -301,41 +306,35 @@ class Engine:
             return request.clone
         return request.speaker if self.model_type == "custom_voice" else None
 
-    def validate(self, request: SynthesisRequest) -> str:
-        """Raise the error a request would end with before any work is done; returns the clean text."""
-        if self.model_type == "base" and request.clone is None:
-            raise VoiceError("this Base model speaks cloned voices only: the request names none")
-        if self.model_type == "custom_voice":
-            if request.clone is not None:
-                raise VoiceError("a cloned voice needs a Base model; this is a CustomVoice model")
-            resolve_speaker(self.config, request.speaker)
-            resolve_language(self.config, request.language, request.speaker.strip().lower())
-        else:
-            resolve_language(self.config, request.language, None)
-        text = clean_text(request.text)
+    def validate(self, request: SynthesisRequest) -> Validated:
+        """Raise the error a request would end with before any work is done; returns the request resolved
+        (clean text, voice and language) for the prompt."""
+        voice = resolve_voice(self.config, self._voice(request), request.language)
+        # Control characters and ChatML markers become spaces (also for callers other than the front ends).
+        text = clean_client_text(request.text).strip()
         if not text:
             raise EmptyTextError("text is empty")
         if len(text) > self.max_text_chars:
             raise TextTooLongError(f"text has {len(text)} characters; the limit is {self.max_text_chars}")
-        return text
+        return Validated(text, voice)
 
     def prepare(self, request: SynthesisRequest) -> Prompt:
         return self._prepare(request)[0]
 
     def _prepare(self, request: SynthesisRequest) -> tuple[Prompt, str, int]:
         """(the prompt, the clean text, the text's own token count)."""
-        text = self.validate(request)
+        validated = self.validate(request)
+        text = validated.text
         instruct = (request.instruct or "").strip()
         instruct_ids = self.tokenizer.encode(chat_instruct(instruct)) if instruct else None
         text_ids = self.tokenizer.encode(chat_text(text))
         if self._chat_tokens is None:  # the chat template's own tokens, which take no time to say
             self._chat_tokens = len(self.tokenizer.encode(chat_text("")))
         with self._lock:
-            prompt = build_prompt(
+            prompt = prompt_for(
                 self.model,
                 text_ids,
-                self._voice(request),
-                request.language,
+                validated.voice,
                 instruct_ids,
                 non_streaming_text=(
                     request.clone is None if request.non_streaming_text is None else request.non_streaming_text
@@ -344,13 +343,31 @@ class Engine:
         return prompt, text, max(len(text_ids) - self._chat_tokens, 0)
 
     def synthesize(self, request: SynthesisRequest, cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
-        """Yield PCM chunks as frame groups are decoded. Raises SynthesisCancelled if `cancel` is set.
+        """Yield PCM chunks as frame groups are decoded. Raises SynthesisCancelled if `cancel` is set, and
+        GpuOutOfMemoryError (after freeing the allocator's cache, so the next request runs) when the GPU
+        runs out of memory.
 
         A request that leaves max_frames unset (the server's) is guarded against runaway generation
         (runaway.py): it ends at a frame budget from its own length, or earlier when the codes show
         a stuck loop, with a warning; its audio so far is kept. A request that sets max_frames
         (bench, tests) gets exactly that limit.
         """
+        oom: str | None = None
+        try:
+            yield from self._synthesize(request, cancel)
+        except torch.cuda.OutOfMemoryError as err:
+            # Leave the except block first: its traceback keeps the failed step's tensors alive.
+            oom = str(err).strip().splitlines()[0] if str(err).strip() else "CUDA out of memory"
+        if oom is not None:
+            release_gpu_memory()
+            _LOGGER.error(
+                "GPU out of memory while speaking %d characters with %s; cached memory freed, "
+                "the request ends with an error and the next one runs normally (%s)",
+                len(request.text), request.speaker, oom,
+            )
+            raise GpuOutOfMemoryError(f"The GPU ran out of memory: {oom}")
+
+    def _synthesize(self, request: SynthesisRequest, cancel: threading.Event | None) -> Iterator[AudioChunk]:
         entered = time.monotonic()
         prompt, text, tokens = self._prepare(request)
         max_frames = min(request.max_frames or self.max_frames, self.max_frames)
@@ -363,19 +380,19 @@ class Engine:
         sampling = request.sampling or self.default_sampling
         # Backends whose sessions share device buffers (the captured kernel graph) run one whole
         # request at a time; the torch backend interleaves requests at frame-group boundaries.
-        exclusive = self._session_lock if not getattr(self.backend, "concurrent_sessions", True) else None
-        # The batching backend: sessions and the codec worker need no engine lock (each waits for
-        # its own stream), so a request never holds it while the GPU works.
-        worker = self._codec_worker
-        session = audio = None
+        exclusive = self._session_lock if self.backend.exclusive_sessions else None
+        session: DecodeSession | None = None
+        audio: AudioSink | None = None
         if exclusive is not None:
             exclusive.acquire()
         try:
             with self._lock:
                 session = self.backend.start(prompt, sampling, seed, budget)
                 stream = self._codec_stream_for(request.clone, prompt)
-            if worker is not None:
-                audio = worker.open(stream)
+            audio = self._open_audio(stream)
+            # The batching backend: sessions and the codec worker need no engine lock (each waits for
+            # its own stream), so a request never holds it while the GPU works.
+            locked = self._lock if audio.needs_engine_lock else _nullcontext()
             frames = 0
             # Every session takes launch(n)/collect(): kernel sessions enqueue the frames at once
             # and run ahead, so group k+1 is decoded on the GPU while the codec works on group k.
@@ -384,7 +401,7 @@ class Engine:
             while True:
                 if cancel is not None and cancel.is_set():
                     raise SynthesisCancelled("cancelled")
-                with self._lock if audio is None else _nullcontext():
+                with locked:
                     codes = session.collect()
                     if len(codes) == 0:
                         break
@@ -393,29 +410,26 @@ class Engine:
                     # small kernels: the GPU then decodes frames while the host is still issuing
                     # codec work. Measured on the H200 (docs/performance.md): codec first left the
                     # GPU idle during those launches, e2e/decode 1.23 instead of 1.08.
-                    # A batching session is finished when its last frame is decoded, maybe long before
-                    # it is collected: its launch() itself asks for nothing once none are left, and
-                    # skipping it would collect the rest one frame (one codec call) at a time.
-                    if audio is not None or not session.finished:
-                        session.launch(group)
-                    if audio is not None:
-                        pcm = audio.decode(codes)
-                    else:
-                        pcm = samples_to_pcm(self._decode_audio(stream, codes), self._codec_stream)
+                    # Launched even when the session says it is finished: a batching session is finished
+                    # when its last frame is decoded, maybe long before it is collected, and a finished
+                    # session's launch() asks for nothing (one-stream sessions too).
+                    session.launch(group)
+                    pcm = audio.decode(codes)
                 if frames == 0 and _LOGGER.isEnabledFor(logging.DEBUG):
                     _log_first_chunk(session, entered, time.monotonic())
                 frames += len(codes)
                 stuck = detector.feed(codes, pcm) if detector is not None else None
-                yield AudioChunk(pcm=pcm, codes=codes)
+                # The session asks for at most `budget` frames: reaching it is the end of the sentence.
+                over_budget = guarded and frames >= budget and budget < max_frames
+                yield AudioChunk(pcm=pcm, codes=codes, stopped="loop" if stuck is not None else "budget" if over_budget else None)
                 if stuck is not None:
-                    _stopped("loop", f"{stuck}, after {frames} frames", text)
+                    _stopped(f"{stuck}, after {frames} frames", text)
                     break
             if guarded and frames >= budget and budget < max_frames:
-                _stopped("budget", f"no end of speech within its budget of {budget} frames ({budget / FRAMES_PER_SECOND:.1f} s)", text)
+                _stopped(f"no end of speech within its budget of {budget} frames ({budget / FRAMES_PER_SECOND:.1f} s)", text)
         finally:  # also on close() of an abandoned generator
-            close = getattr(session, "close", None)  # the batching backend: free the stream's slot now
-            if close is not None:
-                close()
+            if session is not None:
+                session.close()  # the batching backend: free the stream's slot now
             if audio is not None:
                 audio.close()
             if exclusive is not None:
@@ -434,7 +448,7 @@ class Engine:
             self._context_streams[id(clone)] = cached
         return cached[1].fork()  # type: ignore[attr-defined]
 
-    def _decode_audio(self, stream, codes: np.ndarray) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    def _decode_audio(self, stream: CodecStream, codes: np.ndarray) -> torch.Tensor:
         """Decode a frame group to int16 samples on the codec stream, without waiting for it."""
         with torch.inference_mode(), torch.cuda.stream(self._codec_stream) if self._codec_stream else _nullcontext():
             return int16_samples(stream.decode(torch.from_numpy(codes).to(self.model.device)))
@@ -459,7 +473,7 @@ class Engine:
         )
         for _ in self.synthesize(request):
             pass
-        streams = getattr(self.backend, "max_streams", 1) if self._codec_worker is not None else 1
+        streams = self.backend.max_streams if self._codec_worker is not None else 1
         if streams > 1:
             # Many streams: max_streams requests at once, each long enough for the first and larger groups, so
             # the batched admission, the decoder's largest bucket and the codec worker's calls at every batch
@@ -471,13 +485,11 @@ class Engine:
                     done.result()
         elapsed = time.monotonic() - started
         _LOGGER.info("Warm-up synthesis took %.0f ms (%d at once)", elapsed * 1000, streams)
-        backend_warm_up = getattr(self.backend, "warm_up", None)  # the kernel backend's prefill graphs
-        if backend_warm_up is not None:
-            t0 = time.monotonic()
-            with self._session_lock:
-                captured = backend_warm_up()
-            if captured:
-                _LOGGER.info("Captured %d prefill graphs in %.0f ms", captured, (time.monotonic() - t0) * 1000)
+        t0 = time.monotonic()
+        with self._session_lock:
+            captured = self.backend.warm_up()  # the kernel backends' prefill graphs
+        if captured:
+            _LOGGER.info("Captured %d prefill graphs in %.0f ms", captured, (time.monotonic() - t0) * 1000)
             elapsed = time.monotonic() - started
         return elapsed
 
@@ -499,18 +511,15 @@ class Engine:
         return b"".join(pcm), all_codes
 
 
-def _stopped(kind: str, why: str, text: str) -> None:
-    """A sentence cut short by the runaway guard: a warning and a count (qwen3tts_runaway_stops_total)."""
-    METRICS.runaway_stops.labels(kind).inc()
+def _stopped(why: str, text: str) -> None:
+    """A sentence cut short by the runaway guard (its last chunk says so, for the front ends to count)."""
     _LOGGER.warning("Sentence stopped: %s: %r", why, text if len(text) <= 80 else text[:77] + "...")
 
 
-def _log_first_chunk(session, entered: float, pcm_at: float) -> None:  # noqa: ANN001
+def _log_first_chunk(session: DecodeSession, entered: float, pcm_at: float) -> None:
     """Debug: where a request's first chunk spent its time (the batching backend's sessions carry their
     queue, admission and first-codes times; other sessions log the total only)."""
-    queued = getattr(session, "queued_at", None)
-    admitted = getattr(session, "admitted_at", None)
-    codes = getattr(session, "first_codes_at", None)
+    queued, admitted, codes = session.queued_at, session.admitted_at, session.first_codes_at
     if queued is None or admitted is None or codes is None:
         _LOGGER.debug("First chunk after %.1f ms", (pcm_at - entered) * 1000)
         return
@@ -523,47 +532,3 @@ def next_group_size(previous: int, largest: int) -> int:
     """Frame groups double after the first until they reach `largest`: the first audio comes
     early, and a slower GPU still builds a buffer ahead of playback."""
     return min(largest, max(previous * 2, 1))
-
-
-def make_backend(name: str, model: Qwen3TTSModel, kernels: KernelOptions | None = None, *, max_streams: int = 1,
-                 max_seq: int = EngineOptions.max_frames + PROMPT_POSITIONS,
-                 batch_invariant: bool = False) -> tuple[DecodeBackend, str]:  # fmt: skip
-    """The decode backend asked for; 'auto' takes the fused kernels where they load, else torch.
-    max_streams > 1 on the kernels: the batching backend (continuous batching, max_seq positions a stream);
-    0: as many streams as the GPU's free memory holds (1 means the one-stream backend)."""
-    from .backends.torch_backend import TorchBackend
-
-    if name == "torch":
-        return TorchBackend(model), "asked for"
-    if model.device.type != "cuda":
-        if name == "kernels":
-            raise Qwen3TTSError("backend 'kernels' needs a GPU; this engine runs on the CPU")
-        return TorchBackend(model), "no GPU: fused kernels need CUDA or ROCm"
-    try:
-        from .backends.kernels.backend import KernelBackend
-
-        chosen = KernelBackend(model, kernels)
-        lib = chosen.lib
-        # Which kernel build runs: the cached library (its name carries the source hash and archs).
-        reason = f"kernels {lib.path.name}, warp {lib.warp_size}, {lib.sm_count} compute units"
-        if max_streams == 0:
-            from .backends.kernels.batched import BatchedDecoder
-            from .backends.kernels.scheduler import streams_for_memory
-
-            free, _total = torch.cuda.mem_get_info(model.device)
-            max_streams, why = streams_for_memory(free, BatchedDecoder.row_bytes(model.cfg, model.dtype, max_seq))
-            _LOGGER.info("max_streams auto: %d (%s)", max_streams, why)
-        if max_streams > 1:
-            from .backends.kernels.scheduler import BatchingBackend
-
-            batching = BatchingBackend(chosen, max_streams, max_seq, invariant=batch_invariant)
-            cache_gib = batching.decoder.cache.numel() * batching.decoder.cache.element_size() / 1024**3
-            _LOGGER.info("Continuous batching: up to %d streams of %d positions each (KV cache %.2f GiB)",
-                         max_streams, max_seq, cache_gib)  # fmt: skip
-            return batching, reason + f", {max_streams} streams batched" + (", batch-invariant" if batch_invariant else "")
-        return chosen, reason
-    except Exception as err:  # a missing toolchain or a failed build must not stop the service
-        if name == "kernels":
-            raise
-        _LOGGER.warning("Fused kernels unavailable, using the torch path: %s", err)
-        return TorchBackend(model), f"kernels unavailable: {err}"

@@ -31,7 +31,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import MutableMapping
+from collections.abc import AsyncIterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,30 +51,19 @@ from wyoming.tts import (
     SynthesizeVoice,
 )
 
-from .metrics import METRICS, SpeechMeter
-from .options import EngineOptions
+from . import speech
 from .errors import (
-    EmptyTextError,
     IdleTimeoutError,
     ProtocolError,
     Qwen3TTSError,
-    QueueFullError,
-    ServerBusyError,
     ShuttingDownError,
-    TextTooLongError,
     TooManyRequestsError,
-    UnknownLanguageError,
-    UnknownSpeakerError,
 )
-from .request import (
-    CHANNELS,
-    SAMPLE_RATE,
-    SAMPLE_WIDTH,
-    SynthesisRequest,
-)
-from .sentences import clean_client_text
-from .server import TtsService
-from .text.stream import OFFLOAD_CHARS, Sentence, SpokenSentences, spoken_sentences
+from .metrics import METRICS, SpeechMeter
+from .request import CHANNELS, SAMPLE_RATE, SAMPLE_WIDTH
+from .service import TtsService
+from .speech import TextOptions, TextStream
+from .text.stream import Sentence
 from .voices import VoiceChoice
 from .wire import read_event, short
 
@@ -92,16 +81,6 @@ ABORT_WRITE_SECONDS = 0.25
 # After a protocol error the client's input is read and dropped this long (and at most
 # max_event_bytes), so it reads the error rather than a connection reset.
 LINGER_SECONDS = 1.0
-_CLIENT_ERRORS = (ProtocolError, TextTooLongError, UnknownSpeakerError, UnknownLanguageError, TooManyRequestsError, ServerBusyError,
-                  QueueFullError)
-_ORDINARY_ENDS = (IdleTimeoutError, ShuttingDownError)
-
-
-def _log_level(err: Qwen3TTSError) -> int:
-    """Bad input and limits are warnings, idle clients and shutdown info, the server's failures errors."""
-    if isinstance(err, _ORDINARY_ENDS):
-        return logging.INFO
-    return logging.WARNING if isinstance(err, _CLIENT_ERRORS) else logging.ERROR
 
 
 class _ClientGone(Exception):
@@ -116,14 +95,18 @@ class _ClientGone(Exception):
 class HandlerConfig:
     """The per-request settings every handler shares."""
 
-    max_text_chars: int = EngineOptions.max_text_chars
-    max_sentence_chars: int = 400
-    text_frontend: bool = True  # Markdown, emoji, links, numbers as words (text/)
-    seed: int | None = None
+    max_text_chars: int = TextOptions.max_text_chars
+    max_sentence_chars: int = TextOptions.max_sentence_chars
+    text_frontend: bool = TextOptions.text_frontend
+    seed: int | None = TextOptions.seed
     max_event_bytes: int = 1_048_576
     idle_timeout: float = 120.0
     write_timeout: float = 60.0
     max_pending_requests: int = 8
+
+    @property
+    def text(self) -> TextOptions:
+        return TextOptions(self.max_text_chars, self.max_sentence_chars, self.text_frontend, self.seed)
 
 
 class _ConnectionLog(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -160,16 +143,6 @@ def _voice_of(event: Event) -> SynthesizeVoice | None:
     return SynthesizeVoice.from_dict(voice)
 
 
-def _clean_and_split(text: str, language: str, config: HandlerConfig) -> list[Sentence]:
-    return spoken_sentences(
-        clean_client_text(text), language, enabled=config.text_frontend, max_chars=config.max_sentence_chars
-    )
-
-
-def _clean_and_feed(sentences: SpokenSentences, text: str) -> list[Sentence]:
-    return sentences.feed(clean_client_text(text))
-
-
 class _Exchange:
     """One request: sentences in order in, one audio-start ... audio-stop out."""
 
@@ -179,9 +152,13 @@ class _Exchange:
         self.pieces: asyncio.Queue[Sentence | None] = asyncio.Queue()  # None ends the text
         self.cancel = threading.Event()
         # Streamed text: the front end keeps what it cannot decide yet until more arrives.
-        self.sentences = SpokenSentences(voice.language, enabled=config.text_frontend, max_chars=config.max_sentence_chars)
+        self.text = TextStream(voice.language, config.text)
         self.chars = 0
         self.started_at = time.monotonic()
+
+    async def sentences(self) -> AsyncIterator[Sentence]:
+        while (sentence := await self.pieces.get()) is not None:
+            yield sentence
 
 
 class Qwen3TTSEventHandler(AsyncEventHandler):
@@ -297,16 +274,10 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
                 self.log.debug("Ignoring back-compatible synthesize inside a text stream")
                 return True
             text = _text_of(event)
-            self._check_length(len(text))
+            speech.check_length(len(text), self.config.text)
             exchange = self._begin(self.service.catalog.resolve(_voice_of(event)), streaming=False)
             exchange.chars = len(text)
-            language = exchange.voice.language
-            if len(text) <= OFFLOAD_CHARS:
-                sentences = _clean_and_split(text, language, self.config)
-            else:
-                loop = asyncio.get_running_loop()
-                sentences = await loop.run_in_executor(None, _clean_and_split, text, language, self.config)
-            for sentence in sentences:
+            for sentence in await speech.prepare(text, exchange.voice.language, self.config.text):
                 exchange.pieces.put_nowait(sentence)
             exchange.pieces.put_nowait(None)
         elif SynthesizeStart.is_type(event.type):
@@ -318,20 +289,14 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
             if stream is None:
                 raise ProtocolError("synthesize-chunk without synthesize-start")
             text = _text_of(event)
-            stream.chars += len(text)
-            self._check_length(stream.chars)
-            if len(text) <= OFFLOAD_CHARS:
-                sentences = _clean_and_feed(stream.sentences, text)
-            else:
-                loop = asyncio.get_running_loop()
-                sentences = await loop.run_in_executor(None, _clean_and_feed, stream.sentences, text)
-            for sentence in sentences:
+            for sentence in await stream.text.feed(text):
                 stream.pieces.put_nowait(sentence)
+            stream.chars = stream.text.chars
         elif SynthesizeStop.is_type(event.type):
             stream = self._stream
             if stream is None:
                 raise ProtocolError("synthesize-stop without synthesize-start")
-            for sentence in stream.sentences.finish():  # at most a sentence is left
+            for sentence in stream.text.finish():  # at most a sentence is left
                 stream.pieces.put_nowait(sentence)
             stream.pieces.put_nowait(None)
             self._stream = None
@@ -339,10 +304,6 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
             # Unknown events (select-program, ...) are ignored, as the protocol asks.
             self.log.debug("Ignoring event %s", event.type)
         return True
-
-    def _check_length(self, chars: int) -> None:
-        if chars > self.config.max_text_chars:
-            raise TextTooLongError(f"Text has {chars} characters, more than the limit of {self.config.max_text_chars}")
 
     # -- speaking: one worker per connection, exchanges in order ------------------------------
     def _begin(self, voice: VoiceChoice, streaming: bool) -> _Exchange:
@@ -385,47 +346,18 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
 
     async def _speak_measured(self, exchange: _Exchange, meter: SpeechMeter) -> None:
         started = False
-        audio_bytes = 0
-        first_audio: float | None = None
-        busy = 0.0  # seconds spent synthesizing, for the real-time factor
-        admitted = False  # past the service's queue limit: later sentences always queue
+        chunks = speech.speak(self.service, exchange.voice, exchange.sentences(), exchange.cancel, meter,
+                              seed=self.config.seed, log=self.log)  # fmt: skip
         try:
-            while (sentence := await exchange.pieces.get()) is not None:
-                request = SynthesisRequest(
-                    text=sentence.spoken,
-                    speaker=exchange.voice.speaker,
-                    language=exchange.voice.language,
-                    instruct=exchange.voice.instruct,
-                    seed=self.config.seed,
-                    clone=exchange.voice.clone,
-                )
-                if sentence.spoken != sentence.text:
-                    self.log.debug("Speaking %r (written %r, read as %s) with %s", sentence.spoken, sentence.text, sentence.language, exchange.voice)
-                else:
-                    self.log.debug("Speaking %r with %s", sentence.spoken, exchange.voice)
-                piece_start = time.monotonic()
-                try:
-                    synthesis = self.service.synthesize(request, exchange.cancel, continuing=admitted)
-                    async with contextlib.aclosing(synthesis) as chunks:
-                        async for chunk in chunks:
-                            if not started:
-                                await self.write_event(AudioStart(rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS).event())
-                                started = True
-                                first_audio = time.monotonic()
-                            await self.write_event(
-                                WyomingAudioChunk(
-                                    rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS, audio=chunk.pcm
-                                ).event()
-                            )
-                            audio_bytes += len(chunk.pcm)
-                            meter.audio(chunk.num_frames)
-                except EmptyTextError:
-                    # Nothing left once the engine cleaned it (e.g. only prompt markers): the
-                    # sentence is skipped, the rest of the request is spoken.
-                    self.log.debug("Skipped a sentence with nothing to say: %s", short(sentence.text))
-                admitted = True
-                busy += time.monotonic() - piece_start
-                meter.synthesized(time.monotonic() - piece_start)
+            async with contextlib.aclosing(chunks):
+                async for chunk in chunks:
+                    if not started:
+                        await self.write_event(AudioStart(rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS).event())
+                        started = True
+                    await self.write_event(
+                        WyomingAudioChunk(rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS, audio=chunk.pcm).event()
+                    )
+                    meter.audio(chunk.num_frames)
             if not started:  # nothing to say: still a well-formed, empty answer
                 await self.write_event(AudioStart(rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS).event())
             await self.write_event(AudioStop().event())
@@ -445,16 +377,7 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
             await self._end(Qwen3TTSError(f"Synthesis failed: {err}"), logged=True)
             return
         meter.finish("ok")
-        seconds = audio_bytes / (SAMPLE_RATE * SAMPLE_WIDTH * CHANNELS)
-        self.log.info(
-            "Spoke voice=%s chars=%d audio=%.2fs first_audio=%s rtf=%s%s",
-            exchange.voice.voice,
-            exchange.chars,
-            seconds,
-            f"{first_audio - exchange.started_at:.3f}s" if first_audio is not None else "-",
-            f"{busy / seconds:.3f}" if seconds else "-",
-            " (stream)" if exchange.streaming else "",
-        )
+        speech.log_spoken(self.log, exchange.voice, exchange.chars, meter, " (stream)" if exchange.streaming else "")
 
     # -- writing, and ending the connection ---------------------------------------------------
     async def write_event(self, event: Event) -> None:
@@ -500,7 +423,7 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
             return
         self._closed = True
         if not logged:
-            self.log.log(_log_level(err), "Ending the connection with error %s: %s", err.code, err)
+            self.log.log(err.log_level, "Ending the connection with error %s: %s", err.code, err)
         self._cancel_all()
         with contextlib.suppress(_ClientGone):
             await self._write(Error(text=str(err), code=err.code).event(), min(self.config.write_timeout, ERROR_WRITE_SECONDS))

@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 from .errors import Qwen3TTSError
 
 if TYPE_CHECKING:
-    from .server import TtsService
+    from .service import TtsService
 
 PROTOCOLS = ("wyoming", "http")
 # Seconds.  TTFA on a GPU is tens of milliseconds, on a CPU seconds; both ends are covered.
@@ -117,6 +117,10 @@ class SpeechMeter:
             self._metrics.ttfa.labels(self.protocol).observe(self.first_audio_at - self.started_at)
         self.frames += frames
         self._metrics.frames.labels(self.protocol).inc(frames)
+
+    def runaway_stop(self, kind: str) -> None:
+        """A sentence of this request was cut short by the runaway guard (AudioChunk.stopped)."""
+        self._metrics.runaway_stops.labels(kind).inc()
 
     def synthesized(self, seconds: float) -> None:
         """The request waited `seconds` for the engine (one sentence)."""

@@ -14,7 +14,13 @@ from typing import Literal
 from .backends.kernels.options import KernelOptions
 from .request import SamplingOverrides
 
-DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"
+# max_queued_streams unset: this many waiting sentences per decode slot, and at least QUEUED_MIN. A
+# request that has to wait then starts after about this many sentences of each slot, whatever
+# max_streams is: a second or two on a GPU, where an unbounded queue lets a burst make every later
+# request wait longer. The floor keeps a burst of 16 requests (several satellites and the HTTP API at
+# once) waiting rather than refused on the default single slot.
+QUEUED_PER_STREAM = 4
+QUEUED_MIN = 16
 
 Backend = Literal["auto", "kernels", "torch"]
 Weights = Literal["bf16", "int8"]

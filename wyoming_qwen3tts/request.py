@@ -94,6 +94,9 @@ class SynthesisRequest:
 class AudioChunk:
     pcm: bytes  # s16le, mono, 24 kHz; len == num_frames * 1920 * 2
     codes: np.ndarray  # [num_frames, 16] int64
+    # On a sentence's last chunk when the runaway guard ended it: "loop" (a repeating pattern) or
+    # "budget" (no end of speech within the text's frame budget); counted by the front ends' meters.
+    stopped: str | None = None
 
     @property
     def num_frames(self) -> int:

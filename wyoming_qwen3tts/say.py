@@ -22,7 +22,8 @@ from wyoming.tts import SynthesizeVoice
 
 from .engine import Engine, SynthesisRequest
 from .errors import Qwen3TTSError
-from .options import DEFAULT_MODEL, EngineOptions
+from .model.config import DEFAULT_MODEL
+from .options import EngineOptions
 from .request import SamplingOverrides
 from .voices import AUTO, VoiceCatalog, VoiceChoice, VoicePreset, language_name, scan_voice_folder
 

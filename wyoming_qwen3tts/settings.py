@@ -30,9 +30,9 @@ from pydantic_settings import (
 
 from . import __version__
 from .announcements import AnnouncementCache
-from .options import DEFAULT_MODEL, Backend, EngineOptions, Weights
+from .model.config import DEFAULT_MODEL
+from .options import QUEUED_MIN, QUEUED_PER_STREAM, Backend, EngineOptions, Weights
 from .request import SamplingOverrides
-from .server import QUEUED_MIN, QUEUED_PER_STREAM
 from .voices import VoicePreset
 
 ENV_PREFIX = "WYOMING_QWEN3TTS_"

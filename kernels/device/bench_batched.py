@@ -34,11 +34,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_gemv  # noqa: E402
 
-from wyoming_qwen3tts import native  # noqa: E402
+from wyoming_qwen3tts.backends.kernels import library  # noqa: E402
 
 OUT = Path(os.environ.get("OUT") or "/tmp/q3t-out")
 NBS = (1, 2, 4, 8, 16)
-G = native.GEMV_SWIGLU
+G = library.GEMV_SWIGLU
 # label, rows, K, mode, fused RMSNorm, bias, launches per step (1.7B, 0.6B): bench_gemv's shapes and
 # counts (the Talker's 28 layers, the CodePredictor's 16 positions x 5 layers one position at a time, the
 # 0.6B Talker at the CodePredictor's shapes, 15 lm_heads, codec_head), except small_to_mtp: with the
@@ -88,7 +88,7 @@ def copy_bandwidth() -> float:
     return 2 * 2**30 / time_graph(lambda i: dst.copy_(src), 20) / 1e3
 
 
-def bench_gemv(lib: native.Native, copy_gbs: float) -> None:
+def bench_gemv(lib: library.Native, copy_gbs: float) -> None:
     g = torch.Generator(device="cuda")
     g.manual_seed(0)
     for shape in SHAPES:
@@ -96,7 +96,7 @@ def bench_gemv(lib: native.Native, copy_gbs: float) -> None:
         torch.cuda.empty_cache()
 
 
-def _bench_shape(lib: native.Native, g: torch.Generator, copy_gbs: float, label: str, n: int, k: int, mode: int,
+def _bench_shape(lib: library.Native, g: torch.Generator, copy_gbs: float, label: str, n: int, k: int, mode: int,
                  norm: bool, bias: bool, per_step: tuple[int, int]) -> dict:  # fmt: skip
     nbytes = n * k * 2
     copies = max(2, -(-256 * 2**20 // nbytes))
@@ -110,15 +110,15 @@ def _bench_shape(lib: native.Native, g: torch.Generator, copy_gbs: float, label:
     rec: dict = {"part": "gemv", "shape": label, "n": n, "k": k, "mode": mode, "mb": round(nbytes / 1e6, 2),
                  "per_step_1.7b": per_step[0], "per_step_0.6b": per_step[1]}  # fmt: skip
     rec["us_one_vector"] = round(time_graph(lambda i: lib.call(
-        "q3t_gemv", native.BF16, w[i % copies].data_ptr(), None, n, k, x.data_ptr(), ptrs[0], 1e-6, ptrs[1],
+        "q3t_gemv", library.BF16, w[i % copies].data_ptr(), None, n, k, x.data_ptr(), ptrs[0], 1e-6, ptrs[1],
         y.data_ptr(), mode, stream()), launches), 3)  # fmt: skip
     # The step's kernel (tensor cores where the device has them: with scratch), then the FMA kernel.
-    floats = lib.lib.q3t_batched_gemv_scratch_floats(native.BF16, n, k)
+    floats = lib.lib.q3t_batched_gemv_scratch_floats(library.BF16, n, k)
     scratch = torch.zeros(max(floats, 1), device="cuda")
     for nb in NBS:
         for key, scr in (("", scratch), ("fma_", None)):
             us = time_graph(lambda i, nb=nb, scr=scr: lib.call(
-                "q3t_batched_gemv", native.BF16, w[i % copies].data_ptr(), None, n, k, x.data_ptr(), nb, ptrs[0], 1e-6,
+                "q3t_batched_gemv", library.BF16, w[i % copies].data_ptr(), None, n, k, x.data_ptr(), nb, ptrs[0], 1e-6,
                 ptrs[1], y.data_ptr(), mode, None if scr is None else scr.data_ptr(), 0 if scr is None else scr.numel(),
                 stream()), launches)  # fmt: skip
             rec[f"us_{key}nb{nb}"] = round(us, 3)
@@ -129,7 +129,7 @@ def _bench_shape(lib: native.Native, g: torch.Generator, copy_gbs: float, label:
     return rec
 
 
-def bench_ops(lib: native.Native) -> None:
+def bench_ops(lib: library.Native) -> None:
     from wyoming_qwen3tts.model.layers import rope_tables
 
     dev, bf = "cuda", torch.bfloat16
@@ -149,9 +149,9 @@ def bench_ops(lib: native.Native) -> None:
     pos = torch.zeros(slots, dtype=torch.int32, device=dev)
     step = torch.full((slots,), 5, dtype=torch.int32, device=dev)
     seed = torch.arange(slots, dtype=torch.int64, device=dev)
-    rec_dtype = native.SAMPLE_PARAMS_DTYPE
+    rec_dtype = library.SAMPLE_PARAMS_DTYPE
     code0 = np.zeros(slots, dtype=rec_dtype)
-    code0["flags"], code0["temperature"], code0["top_k"], code0["top_p"] = native.SAMPLE_DO_SAMPLE, 0.9, 50, 1.0
+    code0["flags"], code0["temperature"], code0["top_k"], code0["top_p"] = library.SAMPLE_DO_SAMPLE, 0.9, 50, 1.0
     code0["penalty"], code0["eos"], code0["min_new_tokens"] = 1.05, 2150, 2
     sub = code0.copy()
     sub["penalty"], sub["eos"], sub["min_new_tokens"] = 1.0, -1, 0
@@ -175,7 +175,7 @@ def bench_ops(lib: native.Native) -> None:
 
     def talker_attn(n_splits: int) -> Callable[[int], Callable[[int], None]]:
         return lambda nb: lambda i: lib.call(
-            "q3t_batched_rope_attention_split", native.BF16, qkv.data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6,
+            "q3t_batched_rope_attention_split", library.BF16, qkv.data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6,
             cos.data_ptr(), sin.data_ptr(), slot.data_ptr(), pos.data_ptr(), nb, hq, hkv, d, max_seq, scale, n_splits,
             scratch.data_ptr(), talker[0, 0, 0].data_ptr(), talker[0, 0, 1].data_ptr(), 2 * max_seq, out.data_ptr(),
             stream())  # fmt: skip
@@ -186,23 +186,23 @@ def bench_ops(lib: native.Native) -> None:
     }
     ops |= {
         "CP attention (position 8)": lambda nb: lambda i: lib.call(
-            "q3t_batched_rope_attention", native.BF16, qkv.data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6,
+            "q3t_batched_rope_attention", library.BF16, qkv.data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6,
             cos.data_ptr(), sin.data_ptr(), None, 8, nb, hq, hkv, d, 16, scale, cp[0, 2, 0].data_ptr(),
             cp[0, 2, 1].data_ptr(), 5 * 2 * 16, out.data_ptr(), stream()),
         "CP attention (positions 0, 1)": lambda nb: lambda i: lib.call(
-            "q3t_batched_rope_attention_first", native.BF16, qkv.data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6,
+            "q3t_batched_rope_attention_first", library.BF16, qkv.data_ptr(), qn.data_ptr(), kn.data_ptr(), 1e-6,
             cos.data_ptr(), sin.data_ptr(), 2, nb, hq, hkv, d, 16, scale, cp[0, 2, 0].data_ptr(),
             cp[0, 2, 1].data_ptr(), 5 * 2 * 16, out.data_ptr(), stream()),
         "sample code 0 (top-k 50, penalty)": lambda nb: lambda i: lib.call(
             "q3t_batched_sample", logits0.data_ptr(), 3072, nb, slot.data_ptr(), params0.data_ptr(), seed.data_ptr(),
-            step.data_ptr(), seen.data_ptr(), 2048, 3072, 0, codes.data_ptr(), 16, native.BF16, emb[0].data_ptr(),
+            step.data_ptr(), seen.data_ptr(), 2048, 3072, 0, codes.data_ptr(), 16, library.BF16, emb[0].data_ptr(),
             3072, 2048, cx.data_ptr(), 2048, stream()),
         "sample CP code (top-k 50)": lambda nb: lambda i: lib.call(
             "q3t_batched_sample", logits_cp.data_ptr(), 2048, nb, slot.data_ptr(), params_sub.data_ptr(),
-            seed.data_ptr(), step.data_ptr(), None, 0, 0, 3, codes[:, 3:].data_ptr(), 16, native.BF16,
+            seed.data_ptr(), step.data_ptr(), None, 0, 0, 3, codes[:, 3:].data_ptr(), 16, library.BF16,
             emb[4].data_ptr(), 2048, 2048, cx.data_ptr(), 2048, stream()),
         "embed_sum (h 2048)": lambda nb: lambda i: lib.call(
-            "q3t_batched_embed_sum", native.BF16, emb_ptrs.data_ptr(), 16, 3072, 2048, 2048, codes.data_ptr(), nb,
+            "q3t_batched_embed_sum", library.BF16, emb_ptrs.data_ptr(), 16, 3072, 2048, 2048, codes.data_ptr(), nb,
             slot.data_ptr(), trailing.data_ptr(), 64, n_trailing.data_ptr(), pad.data_ptr(), step.data_ptr(),
             x2048.data_ptr(), stream()),
         "rmsnorm (2048)": lambda nb: lambda i: lib.call(
@@ -286,7 +286,7 @@ def table(copy_gbs: float) -> str:
 
 
 def main(parts: list[str]) -> None:
-    lib = native.load(0)
+    lib = library.load(0)
     lib.call("q3t_set_pdl", 1 if torch.cuda.get_device_capability()[0] >= 9 else 0)
     copy_gbs = copy_bandwidth()
     emit({"part": "copy", "gbs": round(copy_gbs, 1)})

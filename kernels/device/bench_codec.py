@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import random_codec  # noqa: E402
 
 from wyoming_qwen3tts import codec_worker  # noqa: E402
-from wyoming_qwen3tts.engine import int16_samples, samples_to_pcm  # noqa: E402
-from wyoming_qwen3tts.model.codec import CodecDecoder, CodecSlots  # noqa: E402
+from wyoming_qwen3tts.model.codec import CodecDecoder, int16_samples, samples_to_pcm  # noqa: E402
+from wyoming_qwen3tts.model.codec_slots import CodecSlots  # noqa: E402
 
 HISTORY = 80  # frames each stream has decoded before the timing
 FRAME_S = 0.08

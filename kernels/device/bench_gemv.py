@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from wyoming_qwen3tts import native
+from wyoming_qwen3tts.backends.kernels import library
 from wyoming_qwen3tts.backends.kernels.ops import ADD, STORE, SWIGLU, Matrix, Ops
 from wyoming_qwen3tts.model.quant import quantize_rows
 
@@ -112,7 +112,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    ops = Ops(native.load(0))
+    ops = Ops(library.load(0))
     rows = []
     for label, n, k, mode, norm, bias, _ in SHAPES:
         for weights in WEIGHTS:

@@ -17,7 +17,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_batched import time_graph
 
-from wyoming_qwen3tts import native
+from wyoming_qwen3tts.backends.kernels import library
 from wyoming_qwen3tts.backends.kernels.ops import Ops
 from wyoming_qwen3tts.backends.kernels.options import KernelOptions
 
@@ -48,9 +48,9 @@ def time_stack(ops: Ops, g: torch.Generator, stack: tuple[int, int, int, int, in
         for p in range(passes):
             for wq, wo, wg, wd in layers:
                 ops.batched_gemv(wq, xs, q, norm_w=norm, eps=1e-6, scratch=scratch)
-                ops.batched_gemv(wo, a, xs, mode=native.GEMV_ADD, scratch=scratch)
-                ops.batched_gemv(wg, xs, m, mode=native.GEMV_SWIGLU, norm_w=norm, eps=1e-6, scratch=scratch)
-                ops.batched_gemv(wd, m, xs, mode=native.GEMV_ADD, scratch=scratch)
+                ops.batched_gemv(wo, a, xs, mode=library.GEMV_ADD, scratch=scratch)
+                ops.batched_gemv(wg, xs, m, mode=library.GEMV_SWIGLU, norm_w=norm, eps=1e-6, scratch=scratch)
+                ops.batched_gemv(wd, m, xs, mode=library.GEMV_ADD, scratch=scratch)
             if p < heads:
                 ops.batched_gemv(lm[p], xs, lg, norm_w=norm, eps=1e-6, scratch=scratch)
 
@@ -63,7 +63,7 @@ def time_stack(ops: Ops, g: torch.Generator, stack: tuple[int, int, int, int, in
 
 def main() -> None:
     label = sys.argv[1] if len(sys.argv) > 1 else "default"
-    ops = Ops(native.load(0))
+    ops = Ops(library.load(0))
     assert ops.use_pdl(True)
     ops.set_gemv_clusters(KernelOptions.from_env().gemv_clusters)
     g = torch.Generator(device="cuda").manual_seed(0)

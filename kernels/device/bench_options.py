@@ -21,13 +21,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import random_model, text_ids, timed  # noqa: E402
 
-from wyoming_qwen3tts import native  # noqa: E402
+from wyoming_qwen3tts.backends.kernels import library  # noqa: E402
 from wyoming_qwen3tts.backends.kernels.backend import KernelBackend  # noqa: E402
 from wyoming_qwen3tts.backends.kernels.options import KernelOptions  # noqa: E402
 from wyoming_qwen3tts.model.prompt import build_prompt  # noqa: E402
 from wyoming_qwen3tts.request import SamplingParams  # noqa: E402
 
-_libs: dict[str, native.Native] = {}
+_libs: dict[str, library.Native] = {}
 
 
 def backend(model, setting: str) -> KernelBackend:  # noqa: ANN001
@@ -38,7 +38,7 @@ def backend(model, setting: str) -> KernelBackend:  # noqa: ANN001
         name, _, value = pair.partition("=")
         if name == "lib":
             if value not in _libs:
-                _libs[value] = native.Native(Path(value))
+                _libs[value] = library.Native(Path(value))
                 _libs[value].init(0)
             lib = _libs[value]
         else:

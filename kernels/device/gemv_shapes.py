@@ -14,18 +14,18 @@ import sys
 
 import torch
 
-from wyoming_qwen3tts import native
+from wyoming_qwen3tts.backends.kernels import library
 from wyoming_qwen3tts.backends.kernels.ops import Matrix, Ops
 from wyoming_qwen3tts.model.quant import quantize_rows
 
 SHAPES = {  # name: (rows, k, mode, norm)
-    "talker.qkv": (4096, 2048, native.GEMV_STORE, True),
-    "talker.gate_up": (12288, 2048, native.GEMV_SWIGLU, True),
-    "cp.qkv": (4096, 1024, native.GEMV_STORE, True),
-    "cp.o": (1024, 2048, native.GEMV_ADD, False),
-    "cp.gate_up": (6144, 1024, native.GEMV_SWIGLU, True),
-    "cp.down": (1024, 3072, native.GEMV_ADD, False),
-    "cp.lm_head": (2048, 1024, native.GEMV_STORE, True),
+    "talker.qkv": (4096, 2048, library.GEMV_STORE, True),
+    "talker.gate_up": (12288, 2048, library.GEMV_SWIGLU, True),
+    "cp.qkv": (4096, 1024, library.GEMV_STORE, True),
+    "cp.o": (1024, 2048, library.GEMV_ADD, False),
+    "cp.gate_up": (6144, 1024, library.GEMV_SWIGLU, True),
+    "cp.down": (1024, 3072, library.GEMV_ADD, False),
+    "cp.lm_head": (2048, 1024, library.GEMV_STORE, True),
 }
 
 
@@ -34,14 +34,14 @@ def reference(w: torch.Tensor, x: torch.Tensor, nw: torch.Tensor | None, y0: tor
     if nw is not None:
         xd = nw.double() * (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6))
     r = xd @ w.double().t()
-    if mode == native.GEMV_SWIGLU:
+    if mode == library.GEMV_SWIGLU:
         return torch.nn.functional.silu(r[:, 0::2]) * r[:, 1::2]
-    return y0.double() + r if mode == native.GEMV_ADD else r
+    return y0.double() + r if mode == library.GEMV_ADD else r
 
 
 def main() -> None:
     nbs = [int(a) for a in sys.argv[1:]] or [8, 16]
-    ops = Ops(native.load(0))
+    ops = Ops(library.load(0))
     ops.use_pdl(False)
     g = torch.Generator(device="cuda").manual_seed(0)
     worst = 0.0
@@ -53,7 +53,7 @@ def main() -> None:
             scratch = torch.zeros(max(ops.batched_gemv_scratch_floats([w]), 1), device="cuda")
             nw = torch.rand(k, device="cuda", generator=g) + 0.5 if norm else None
             x = torch.randn(16, k, device="cuda", generator=g)
-            n_out = n // 2 if mode == native.GEMV_SWIGLU else n
+            n_out = n // 2 if mode == library.GEMV_SWIGLU else n
             y0 = torch.randn(16, n_out, device="cuda", generator=g)
             for nb in [nbs[0], *nbs]:  # the first launch warms
                 y = y0[:nb].clone()

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import torch
 
-from wyoming_qwen3tts import native
+from wyoming_qwen3tts.backends.kernels import library
 from wyoming_qwen3tts.backends.kernels.ops import Ops
 from wyoming_qwen3tts.model.layers import rope_tables
 
 
 def main() -> None:
-    ops = Ops(native.load(0))
+    ops = Ops(library.load(0))
     g = torch.Generator(device="cuda")
     g.manual_seed(0)
     max_seq, nb = 1024, 16

@@ -12,7 +12,7 @@
 #   sass       the SASS check that every GEMV's weight loads go out before the grid wait (builds a library)
 #   server     the server at its defaults (max_streams auto), 1.7B, first audio under bursts of 1, 16 and 64
 # The kernel library is built here beforehand into .libcache (Q3T_CACHE_DIR=$PWD/.libcache python -m
-# wyoming_qwen3tts.native --toolchain nvcc --arch sm_90) and carried, or built first. Wheels the device lacks
+# wyoming_qwen3tts.backends.kernels.build --toolchain nvcc --arch sm_90) and carried, or built first. Wheels the device lacks
 # (pydantic-settings, wyoming, num2words, soundfile, soxr, ...) travel in .whl. BUDGET_S: steps that would start
 # after this many seconds are skipped, so the archive ($OUT/NAME.tgz) always comes back.
 STEPS=${STEPS:-gemvtests,streams,onestream,profile,gemvbench}
@@ -33,7 +33,7 @@ finish() { tar czf $OUT/$NAME.tgz -C $OUT r && rm -rf $R; echo "total $((SECONDS
 trap finish EXIT
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv,noheader
 echo "commit $(cat COMMIT 2>/dev/null)"
-python3 -m wyoming_qwen3tts.native > $R/build.log 2>&1 || { tail -20 $R/build.log; exit 1; }
+python3 -m wyoming_qwen3tts.backends.kernels.build > $R/build.log 2>&1 || { tail -20 $R/build.log; exit 1; }
 echo "library $(tail -1 $R/build.log) [$((SECONDS - t)) s]"
 py() { local name=$1 limit=$2; shift 2; left $name || return; timeout $limit python3 -m pytest -q -p no:cacheprovider -rs "$@" > $R/$name.log 2>&1
   echo "$name rc=$? $(tail -1 $R/$name.log) [$((SECONDS - t)) s]"; grep -h -E "^FAILED|^E  " $R/$name.log | head -6 | cut -c1-300; }

@@ -26,7 +26,7 @@ from wyoming_qwen3tts.errors import Qwen3TTSError
 from wyoming_qwen3tts.metrics import METRICS
 from wyoming_qwen3tts.model.prompt import ClonePrompt
 from wyoming_qwen3tts.request import SAMPLES_PER_FRAME, AudioChunk, SamplingParams, SynthesisRequest
-from wyoming_qwen3tts.server import TtsService
+from wyoming_qwen3tts.service import TtsService
 from wyoming_qwen3tts.settings import Settings, build_parser, load_settings
 
 pytestmark = pytest.mark.timeout(300)
@@ -187,14 +187,15 @@ async def speak(service: TtsService, request: SynthesisRequest, cancel: threadin
 
 
 class GuardedEngine(FakeEngine):
-    """The fake engine, running a hook as each synthesis starts (the runaway guard's count, here)."""
+    """The fake engine, whose runaway guard ends the sentence when `babbles` is set (its last chunk says so)."""
 
-    on_synthesize: Callable[[], None] | None = None
+    babbles = False
 
     def synthesize(self, request: SynthesisRequest, cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
-        if self.on_synthesize is not None:
-            self.on_synthesize()
-        return super().synthesize(request, cancel)
+        chunks = list(super().synthesize(request, cancel))
+        if self.babbles and chunks:
+            chunks[-1] = replace(chunks[-1], stopped="loop")
+        return iter(chunks)
 
 
 async def test_service_replays_complete_takes_only() -> None:
@@ -221,9 +222,9 @@ async def test_service_replays_complete_takes_only() -> None:
         assert [r.text for r in engine.requests].count("explode now") == 2  # an error is never stored
 
         runaway = replace(REQUEST, text="babble on")
-        engine.on_synthesize = lambda: METRICS.runaway_stops.labels("loop").inc()  # the guard stops this one
+        engine.babbles = True  # the guard stops this one
         await speak(service, runaway)
-        engine.on_synthesize = None
+        engine.babbles = False
         await speak(service, runaway)
         assert [r.text for r in engine.requests].count("babble on") == 2  # the cut take was not kept
         await speak(service, runaway)

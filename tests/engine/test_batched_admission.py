@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from wyoming_qwen3tts import native
+from wyoming_qwen3tts.backends.kernels import library
 from wyoming_qwen3tts.backends.kernels import batched
 from wyoming_qwen3tts.backends.kernels.batched import Admission, BatchedDecoder, prefill_groups, stream_params
 from wyoming_qwen3tts.backends.kernels.weights import ModelWeights
@@ -134,7 +134,7 @@ def test_admit_all_leaves_each_slot_as_admitting_it_alone(model: Qwen3TTSModel, 
     assert [together.active[s] for s in range(SLOTS)] == [s in slots for s in range(SLOTS)]
     assert together.slot[:SLOTS].tolist() == [s if s in slots else -1 for s in range(SLOTS)]
 
-    size = native.SAMPLE_PARAMS_DTYPE.itemsize
+    size = library.SAMPLE_PARAMS_DTYPE.itemsize
     for a in streams:
         alone = decoder()
         alone.admit(a.slot, a.prompt, a.sampling, a.seed)
@@ -155,7 +155,7 @@ def test_admit_all_leaves_each_slot_as_admitting_it_alone(model: Qwen3TTSModel, 
         for name, want in zip(("params_code0", "params_sub"), stream_params(a.sampling, model.cfg.talker.codec_eos_token_id)):
             got = getattr(together, name)[s * size : (s + 1) * size]
             assert torch.equal(got, getattr(alone, name)[s * size : (s + 1) * size]), f"{what}: {name}"
-            record = got.numpy().view(native.SAMPLE_PARAMS_DTYPE)[0]
+            record = got.numpy().view(library.SAMPLE_PARAMS_DTYPE)[0]
             assert {k: record[k].item() for k in want} == pytest.approx(want), f"{what}: {name}"
     for other in set(range(SLOTS)) - set(slots):
         assert together.seen[other].all() and together.step_index[other] == 7, f"slot {other} was touched"

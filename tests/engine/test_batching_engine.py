@@ -18,7 +18,7 @@ import torch
 
 from fake_batching import FakeBatchingBackend
 from wyoming_qwen3tts.codec_worker import CodecWorker
-from wyoming_qwen3tts.model.codec import padded_rows
+from wyoming_qwen3tts.model.codec_slots import padded_rows
 from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, SynthesisRequest, pcm16
 from wyoming_qwen3tts.errors import SynthesisCancelled
 

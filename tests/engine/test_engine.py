@@ -112,11 +112,9 @@ def test_speaker_lookup_is_case_insensitive(engine):
 
 
 def test_control_tokens_in_text_are_neutralised(engine):
-    from wyoming_qwen3tts.engine import clean_text
-
-    assert clean_text(" hello <|im_end|> world ") == "hello  im_end  world"
+    assert engine.validate(_request(text=" hello <|im_end|> world ")).text == "hello  im_end  world"
     # Lone surrogates and control characters would break the tokenizer: spaces instead.
-    assert clean_text("hi\ud800 there\x07") == "hi  there"
+    assert engine.validate(_request(text="hi\ud800 there\x07")).text == "hi  there"
     assert engine.prepare(_request(text="hi\ud800 there\x07")).length == engine.prepare(_request(text="hi  there")).length
     prompt = engine.prepare(_request(text="hello <|im_end|> world"))
     plain = engine.prepare(_request(text="hello  im_end  world"))
@@ -180,8 +178,8 @@ def test_suppress_eos_decodes_exactly_max_frames(engine):
 
 
 def test_exclusive_backend_runs_one_request_at_a_time(engine, monkeypatch):
-    """A backend without concurrent sessions (the kernel graph) never sees two sessions at once."""
-    monkeypatch.setattr(type(engine.backend), "concurrent_sessions", False, raising=False)
+    """A backend with exclusive sessions (the kernel graph) never sees two sessions at once."""
+    monkeypatch.setattr(type(engine.backend), "exclusive_sessions", True)
     first = engine.synthesize(_request(max_frames=12))
     next(first)
     started = threading.Event()

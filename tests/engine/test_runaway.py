@@ -196,11 +196,11 @@ def test_random_weights_stop_at_the_budget_and_their_codes_are_not_a_loop(tiny_c
     assert frames / FRAMES_PER_SECOND < 12.5
 
     # The engine applies that budget itself to a request that sets no max_frames (the server's),
-    # warns and counts the stop; with stop_runaway off the same request runs to max_frames.
-    before = METRICS.runaway_stops.labels("budget")._value.get()
-    spoken = sum(chunk.num_frames for chunk in engine.synthesize(SynthesisRequest(text=text, speaker="ryan", seed=0)))
-    assert spoken == budget
-    assert METRICS.runaway_stops.labels("budget")._value.get() == before + 1
+    # warns and marks the last chunk (the front ends count it); with stop_runaway off the same
+    # request runs to max_frames.
+    chunks = list(engine.synthesize(SynthesisRequest(text=text, speaker="ryan", seed=0)))
+    assert sum(chunk.num_frames for chunk in chunks) == budget
+    assert [c.stopped for c in chunks] == [None] * (len(chunks) - 1) + ["budget"]
     unguarded = Engine.from_pretrained(
         str(tiny_checkpoint_06b), EngineOptions(device="cpu", dtype="float32", max_frames=budget + 20, stop_runaway=False)
     )
@@ -213,14 +213,37 @@ def test_engine_stops_a_stuck_loop_and_keeps_its_audio(tiny_checkpoint_06b, capl
     counts the stop; without the guard the same session runs to max_frames."""
     engine = Engine.from_pretrained(str(tiny_checkpoint_06b), EngineOptions(device="cpu", dtype="float32", max_frames=400))
     engine.backend = LoopingBackend(30, [[3] * 16, [4] * 16, [3] * 16])
-    before = METRICS.runaway_stops.labels("loop")._value.get()
     request = SynthesisRequest(text="Please turn off the lights, all of them, in every room of the house.", speaker="ryan")
     with caplog.at_level("WARNING", logger="wyoming_qwen3tts.engine"):
         chunks = list(engine.synthesize(request))
     frames = sum(c.num_frames for c in chunks)
     assert 30 + 32 - 3 <= frames <= 30 + 32 + 12
     assert all(len(c.pcm) == c.num_frames * 1920 * 2 for c in chunks)
-    assert METRICS.runaway_stops.labels("loop")._value.get() == before + 1
+    assert [c.stopped for c in chunks] == [None] * (len(chunks) - 1) + ["loop"]
     assert any("3-frame pattern" in r.getMessage() and "Sentence stopped" in r.getMessage() for r in caplog.records)
     engine.stop_runaway = False
     assert sum(c.num_frames for c in engine.synthesize(request)) == 400
+
+
+async def test_a_runaway_stop_is_counted_by_the_front_end_that_spoke_it():
+    """speech.speak counts a chunk's stop reason into qwen3tts_runaway_stops_total (the engine counts nothing)."""
+    import threading
+
+    from wyoming_qwen3tts import speech
+    from wyoming_qwen3tts.request import AudioChunk
+    from wyoming_qwen3tts.text.stream import Sentence
+    from wyoming_qwen3tts.voices import VoiceChoice
+
+    class Service:
+        async def synthesize(self, request, cancel, *, continuing=False):  # noqa: ANN001, ANN202
+            codes = np.zeros((1, 16), dtype=np.int64)
+            yield AudioChunk(pcm=bytes(3840), codes=codes)
+            yield AudioChunk(pcm=bytes(3840), codes=codes, stopped="loop")
+
+    before = METRICS.runaway_stops.labels("loop")._value.get()
+    meter = METRICS.speech("wyoming", started_at=0.0)
+    voice = VoiceChoice(voice="ryan", speaker="ryan", language="english", instruct=None)
+    chunks = speech.speak(Service(), voice, speech.each([Sentence("Hi.", "Hi.", "english")]), threading.Event(), meter, seed=None)  # type: ignore[arg-type]
+    assert [c.stopped async for c in chunks] == [None, "loop"]
+    meter.finish("ok")
+    assert METRICS.runaway_stops.labels("loop")._value.get() == before + 1

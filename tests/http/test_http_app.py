@@ -24,7 +24,7 @@ from wyoming_qwen3tts.http.app import HttpConfig, HttpServer, build_app
 from wyoming_qwen3tts.http.openai_speech import SpeechConfig
 from wyoming_qwen3tts.metrics import Metrics
 from wyoming_qwen3tts.request import SAMPLES_PER_FRAME
-from wyoming_qwen3tts.server import TtsService
+from wyoming_qwen3tts.service import TtsService
 from wyoming_qwen3tts.voices import VoicePreset
 
 pytestmark = pytest.mark.timeout(60)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from wyoming_qwen3tts import native
+from wyoming_qwen3tts.backends.kernels import build
 
-_spec = importlib.util.spec_from_file_location("amd_gate", native.KERNEL_DIR / "amd_gate.py")
+_spec = importlib.util.spec_from_file_location("amd_gate", build.KERNEL_DIR / "amd_gate.py")
 assert _spec and _spec.loader
 amd_gate = importlib.util.module_from_spec(_spec)
 sys.modules["amd_gate"] = amd_gate  # dataclasses look their module up there
@@ -278,9 +278,9 @@ def test_gate_fails_on_a_kernel_with_scratch_and_spills(tmp_path: Path, monkeypa
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     hipcc, arch = _gate_toolchain()
     (tmp_path / "src").mkdir()
-    shutil.copytree(native.KERNEL_DIR / "include", tmp_path / "include")
+    shutil.copytree(build.KERNEL_DIR / "include", tmp_path / "include")
     (tmp_path / "src" / "bad.cu").write_text(BAD_KERNELS)
-    monkeypatch.chdir(native.KERNEL_DIR.parent)  # Q3T_GATE_HIPCC may be relative to the checkout
+    monkeypatch.chdir(build.KERNEL_DIR.parent)  # Q3T_GATE_HIPCC may be relative to the checkout
     rc = amd_gate.main(["--hipcc", hipcc, "--objdump", "none", "--arch", arch, "--gate", arch, "--jobs", "1",
                         "--kernel-dir", str(tmp_path)])
     out, err = capsys.readouterr()

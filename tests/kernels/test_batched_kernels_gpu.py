@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from test_kernels_gpu import _check_attention_step, gen, ops, rel  # noqa: F401 - ops is the module's fixture too
-from wyoming_qwen3tts import native
+from wyoming_qwen3tts.backends.kernels import library
 from wyoming_qwen3tts.backends.kernels.ops import Ops
 
 pytestmark = pytest.mark.gpu
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.gpu
 DEV = "cuda"
 F32_TOL = 1e-5
 BF16_TOL = 1e-2
-ROWS = native.BATCH_MAX  # the GEMV tests' vectors: past 16 the batched GEMV takes them 16 a launch
+ROWS = library.BATCH_MAX  # the GEMV tests' vectors: past 16 the batched GEMV takes them 16 a launch
 NBS = (1, 2, 3, 5, 8, 16, 17, 40, 64)
 
 
@@ -79,8 +79,8 @@ def _gemv_inputs(n: int, k: int, dtype: torch.dtype, mode: int, seed: int):  # n
     w = w32.to(dtype)
     x = torch.randn(ROWS, k, device=DEV, generator=g) * torch.linspace(0.5, 4.0, ROWS, device=DEV)[:, None]
     nw = torch.rand(k, device=DEV, generator=g) + 0.5
-    bias = torch.randn(n, device=DEV, generator=g) if mode == native.GEMV_STORE else None
-    n_out = n // 2 if mode == native.GEMV_SWIGLU else n
+    bias = torch.randn(n, device=DEV, generator=g) if mode == library.GEMV_STORE else None
+    n_out = n // 2 if mode == library.GEMV_SWIGLU else n
     y0 = torch.randn(ROWS, n_out, device=DEV, generator=g)  # ADD's residual; the poison STORE must overwrite
     return w, w32, x, nw, bias, y0
 
@@ -91,9 +91,9 @@ def _gemv_reference(w: torch.Tensor, x: torch.Tensor, nw: torch.Tensor | None, b
     if nw is not None:
         xd = nw.double() * (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps))
     r = xd @ w.double().t()
-    if mode == native.GEMV_SWIGLU:
+    if mode == library.GEMV_SWIGLU:
         return torch.nn.functional.silu(r[:, 0::2]) * r[:, 1::2]
-    if mode == native.GEMV_ADD:
+    if mode == library.GEMV_ADD:
         return y0.double() + r
     return r + bias.double() if bias is not None else r
 
@@ -135,7 +135,7 @@ def _tc_device() -> bool:
 
 
 @pytest.mark.parametrize("dtype,kernel", KERNELS)
-@pytest.mark.parametrize("mode", [native.GEMV_STORE, native.GEMV_ADD, native.GEMV_SWIGLU])
+@pytest.mark.parametrize("mode", [library.GEMV_STORE, library.GEMV_ADD, library.GEMV_SWIGLU])
 @pytest.mark.parametrize("with_norm", [False, True])
 @pytest.mark.parametrize("n,k", GEMV_SHAPES)
 def test_batched_gemv(ops: Ops, dtype: torch.dtype, kernel: str, mode: int, with_norm: bool, n: int, k: int) -> None:
@@ -170,7 +170,7 @@ def test_batched_gemv_rows_never_mix(ops: Ops, dtype: torch.dtype, kernel: str) 
     """A row of NaN (and one of huge values) in the batch changes no other row's bits, in its launch's 16
     vectors and in the other launches'."""
     n, k = 1024, 3072
-    for mode in (native.GEMV_STORE, native.GEMV_ADD, native.GEMV_SWIGLU):
+    for mode in (library.GEMV_STORE, library.GEMV_ADD, library.GEMV_SWIGLU):
         w, _, x, nw, bias, y0 = _gemv_inputs(n, k, dtype, mode, 99 + mode)
         scratch = _scratch(ops, w) if kernel == "tc" else None
         want = _batched_gemv(ops, w, x, nw, bias, y0.clone(), mode, scratch=scratch)
@@ -189,15 +189,15 @@ def test_batched_gemv_tensor_cores_take_bf16_with_scratch(ops: Ops) -> None:
     if not _tc_device():
         pytest.skip("no tensor cores (sm_80+) on this GPU: the FMA kernel serves every call")
     n, k = 2048, 6144
-    w, _, x, nw, _, y0 = _gemv_inputs(n, k, torch.bfloat16, native.GEMV_ADD, 5)
+    w, _, x, nw, _, y0 = _gemv_inputs(n, k, torch.bfloat16, library.GEMV_ADD, 5)
     need = ops.batched_gemv_scratch_floats([w])
     assert need > 4096, need  # K = 6144 is split over blocks: counters and partials
     assert ops.batched_gemv_scratch_floats([w.float()]) == 0  # float32 weights: the FMA kernel only
-    tc = _batched_gemv(ops, w, x, nw, None, y0.clone(), native.GEMV_ADD, scratch=_scratch(ops, w))
-    fma = _batched_gemv(ops, w, x, nw, None, y0.clone(), native.GEMV_ADD)
+    tc = _batched_gemv(ops, w, x, nw, None, y0.clone(), library.GEMV_ADD, scratch=_scratch(ops, w))
+    fma = _batched_gemv(ops, w, x, nw, None, y0.clone(), library.GEMV_ADD)
     assert not torch.equal(tc, fma)
     assert_close(tc, fma, TC_TOL, "tensor cores vs FMA")
-    with pytest.raises(native.NativeError, match="needs"):
+    with pytest.raises(library.NativeError, match="needs"):
         ops.batched_gemv(w, x, y0.clone(), scratch=torch.zeros(need - 1, device=DEV))
 
 
@@ -218,7 +218,7 @@ def test_batched_gemv_clusters_equal_scratch_path(ops: Ops, pdl: bool) -> None:
 
     args = []
     for i, (n, k) in enumerate(CLUSTER_SHAPES):
-        mode = (native.GEMV_STORE, native.GEMV_ADD, native.GEMV_SWIGLU)[i % 3]
+        mode = (library.GEMV_STORE, library.GEMV_ADD, library.GEMV_SWIGLU)[i % 3]
         w, w32, x, nw, bias, y0 = _gemv_inputs(n, k, torch.bfloat16, mode, 700 + i)
         args.append((w, x, nw if i % 2 == 0 else None, bias, y0, mode))
         args.append((Matrix(*quantize_rows(w32)), x, nw if i % 2 == 1 else None, bias, y0, mode))
@@ -250,20 +250,20 @@ def test_batched_gemv_clusters_equal_scratch_path(ops: Ops, pdl: bool) -> None:
 
 
 def test_batched_gemv_rejects_bad_arguments(ops: Ops) -> None:
-    over = native.BATCH_MAX + 1
+    over = library.BATCH_MAX + 1
     z = torch.zeros(over * 64 + 4, device=DEV)
     w, y = z[: 4 * 64].view(4, 64), z[: over * 4].view(over, 4)
-    with pytest.raises(native.NativeError, match=f"nb={over}"):
+    with pytest.raises(library.NativeError, match=f"nb={over}"):
         ops.batched_gemv(w, z[: over * 64].view(over, 64), y)
-    with pytest.raises(native.NativeError, match="nb=0"):  # raw: an empty tensor has no data pointer
-        ops.lib.call("q3t_batched_gemv", native.F32, w.data_ptr(), None, 4, 64, z.data_ptr(), 0, None, 1e-6, None,
-                     y.data_ptr(), native.GEMV_STORE, None, 0, torch.cuda.current_stream().cuda_stream)  # fmt: skip
-    with pytest.raises(native.NativeError, match="multiple of 8"):  # bf16 rows of K = 100 are not 16-byte chunks
+    with pytest.raises(library.NativeError, match="nb=0"):  # raw: an empty tensor has no data pointer
+        ops.lib.call("q3t_batched_gemv", library.F32, w.data_ptr(), None, 4, 64, z.data_ptr(), 0, None, 1e-6, None,
+                     y.data_ptr(), library.GEMV_STORE, None, 0, torch.cuda.current_stream().cuda_stream)  # fmt: skip
+    with pytest.raises(library.NativeError, match="multiple of 8"):  # bf16 rows of K = 100 are not 16-byte chunks
         ops.batched_gemv(torch.zeros(4, 100, dtype=torch.bfloat16, device=DEV), z[:200].view(2, 100), y)
-    with pytest.raises(native.NativeError, match="aligned"):
+    with pytest.raises(library.NativeError, match="aligned"):
         ops.batched_gemv(w, z[1 : 1 + 128].view(2, 64), y)
-    with pytest.raises(native.NativeError, match="even row count"):
-        ops.batched_gemv(z[: 5 * 64].view(5, 64), z[:128].view(2, 64), y, mode=native.GEMV_SWIGLU)
+    with pytest.raises(library.NativeError, match="even row count"):
+        ops.batched_gemv(z[: 5 * 64].view(5, 64), z[:128].view(2, 64), y, mode=library.GEMV_SWIGLU)
 
 
 # ------------------------------------------------------------------------------------------ attention
@@ -390,21 +390,21 @@ def test_batched_attention_rejects_bad_shapes(ops: Ops) -> None:
     lib, stream = ops.lib, torch.cuda.current_stream().cuda_stream
     z = torch.zeros(64, device=DEV)
     p = z.data_ptr()
-    over = native.BATCH_MAX + 1
-    with pytest.raises(native.NativeError, match=f"nb={over}"):
-        lib.call("q3t_batched_rope_attention_split", native.F32, p, p, p, 1e-6, p, p, p, p, over, 4, 2, 16, 64, 0.25, 1,
+    over = library.BATCH_MAX + 1
+    with pytest.raises(library.NativeError, match=f"nb={over}"):
+        lib.call("q3t_batched_rope_attention_split", library.F32, p, p, p, 1e-6, p, p, p, p, over, 4, 2, 16, 64, 0.25, 1,
                  None, p, p, 128, p, stream)  # fmt: skip
-    with pytest.raises(native.NativeError, match="slot_rows"):  # slots closer than one cache apart
-        lib.call("q3t_batched_rope_attention_split", native.F32, p, p, p, 1e-6, p, p, p, p, 2, 4, 2, 16, 64, 0.25, 1,
+    with pytest.raises(library.NativeError, match="slot_rows"):  # slots closer than one cache apart
+        lib.call("q3t_batched_rope_attention_split", library.F32, p, p, p, 1e-6, p, p, p, p, 2, 4, 2, 16, 64, 0.25, 1,
                  None, p, p, 32, p, stream)  # fmt: skip
-    with pytest.raises(native.NativeError, match="a multiple of 8"):  # d = 12
-        lib.call("q3t_batched_rope_attention_split", native.F32, p, p, p, 1e-6, p, p, p, p, 2, 4, 2, 12, 64, 0.25, 1,
+    with pytest.raises(library.NativeError, match="a multiple of 8"):  # d = 12
+        lib.call("q3t_batched_rope_attention_split", library.F32, p, p, p, 1e-6, p, p, p, p, 2, 4, 2, 12, 64, 0.25, 1,
                  None, p, p, 128, p, stream)  # fmt: skip
-    with pytest.raises(native.NativeError, match="1, 2 or 4"):  # 3 q heads a KV head
-        lib.call("q3t_batched_rope_attention_split", native.F32, p, p, p, 1e-6, p, p, p, p, 2, 6, 2, 16, 64, 0.25, 1,
+    with pytest.raises(library.NativeError, match="1, 2 or 4"):  # 3 q heads a KV head
+        lib.call("q3t_batched_rope_attention_split", library.F32, p, p, p, 1e-6, p, p, p, p, 2, 6, 2, 16, 64, 0.25, 1,
                  None, p, p, 128, p, stream)  # fmt: skip
-    with pytest.raises(native.NativeError, match="max_seq"):
-        lib.call("q3t_batched_rope_attention", native.F32, p, p, p, 1e-6, p, p, None, 0, 2, 2, 1, 16, 65, 0.25, p, p,
+    with pytest.raises(library.NativeError, match="max_seq"):
+        lib.call("q3t_batched_rope_attention", library.F32, p, p, p, 1e-6, p, p, None, 0, 2, 2, 1, 16, 65, 0.25, p, p,
                  130, p, stream)  # fmt: skip
 
 
@@ -429,10 +429,10 @@ def test_batched_sample_rows_equal_q3t_sample(ops: Ops) -> None:
     table = torch.randn(v, 48, device=DEV, generator=g)
     records = [
         dict(flags=0, temperature=1.0, top_k=0, top_p=1.0, penalty=1.05, eos=eos, min_new_tokens=2),
-        dict(flags=native.SAMPLE_DO_SAMPLE, temperature=0.9, top_k=50, top_p=1.0, penalty=1.05, eos=eos,
+        dict(flags=library.SAMPLE_DO_SAMPLE, temperature=0.9, top_k=50, top_p=1.0, penalty=1.05, eos=eos,
              min_new_tokens=2),
-        dict(flags=native.SAMPLE_DO_SAMPLE, temperature=1.3, top_k=0, top_p=0.8, penalty=1.0, eos=eos, min_new_tokens=0),
-        dict(flags=native.SAMPLE_DO_SAMPLE, temperature=0.7, top_k=20, top_p=0.9, penalty=1.2, eos=-1, min_new_tokens=0),
+        dict(flags=library.SAMPLE_DO_SAMPLE, temperature=1.3, top_k=0, top_p=0.8, penalty=1.0, eos=eos, min_new_tokens=0),
+        dict(flags=library.SAMPLE_DO_SAMPLE, temperature=0.7, top_k=20, top_p=0.9, penalty=1.2, eos=-1, min_new_tokens=0),
         dict(flags=0, temperature=1.0, top_k=0, top_p=1.0, penalty=1.0, eos=eos, min_new_tokens=9),
     ]  # fmt: skip
     params = _params(records)
@@ -459,7 +459,7 @@ def test_batched_sample_rows_equal_q3t_sample(ops: Ops) -> None:
             row = torch.full((48,), float("nan"), device=DEV)
             ops.sample(logits[r], out, seen=want_seen[s], penalty=rec["penalty"], eos=rec["eos"],
                        min_new_tokens=rec["min_new_tokens"], suppress=sup,
-                       do_sample=bool(rec["flags"] & native.SAMPLE_DO_SAMPLE), temperature=rec["temperature"],
+                       do_sample=bool(rec["flags"] & library.SAMPLE_DO_SAMPLE), temperature=rec["temperature"],
                        top_k=rec["top_k"], top_p=rec["top_p"], seed=seed[s:], stream_id=4, step=step[s:],
                        row_table=table, row_out=row)  # fmt: skip
             assert int(codes[r, 3]) == int(out), f"trial {trial} row {r} (slot {s}): {int(codes[r, 3])} vs {int(out)}"
@@ -474,7 +474,7 @@ def test_batched_sample_seeded_draws_ignore_batch_mates(ops: Ops) -> None:
     logits and other settings; its draws follow its own seed (another seed gives other ids)."""
     v = 2048
     g = gen(3)
-    records = [dict(flags=native.SAMPLE_DO_SAMPLE, temperature=1.5, top_k=100, top_p=0.95, penalty=1.0, eos=-1,
+    records = [dict(flags=library.SAMPLE_DO_SAMPLE, temperature=1.5, top_k=100, top_p=0.95, penalty=1.0, eos=-1,
                     min_new_tokens=0)] * 8  # fmt: skip
     params = _params(records)
     seed = torch.arange(100, 108, dtype=torch.int64, device=DEV)

@@ -34,7 +34,7 @@ from test_batched_kernels_gpu import GEMV_SHAPES as BATCHED_SHAPES
 from test_batched_kernels_gpu import TC_TOL, _tc_device, assert_close, assert_equal, rows_alone_and_batched
 from test_batched_kernels_gpu import _gemv_reference as _reference  # float64 y (mode) W @ xn, rows of x
 from test_kernels_gpu import GEMV_SHAPES, MODE_SHAPES, _greedy_parity, _model, gen, ops, rel  # noqa: F401 - ops: the fixture
-from wyoming_qwen3tts import native
+from wyoming_qwen3tts.backends.kernels import library
 from wyoming_qwen3tts.backends.kernels.ops import ADD, STORE, SWIGLU, Matrix, Ops
 from wyoming_qwen3tts.model.quant import quantize_model, quantize_rows
 
@@ -115,13 +115,13 @@ def test_int8_gemv_scale_argument(ops: Ops) -> None:
             ops.lib.call(name, dtype, w.data_ptr(), None if w_scale is None else w_scale.data_ptr(), 4, 64,
                          x.data_ptr(), *extra, None, 1e-6, None, y.data_ptr(), STORE, stream)  # fmt: skip
 
-        with pytest.raises(native.NativeError, match="need w_scale"):
-            call(native.I8, q, None)
-        with pytest.raises(native.NativeError, match="w_scale is for int8"):
-            call(native.F32, torch.zeros(4, 64, device=DEV), scale)
-        call(native.I8, q, scale)
-    with pytest.raises(native.NativeError, match="need w_scale"):
-        ops.lib.call("q3t_batched_gemv", native.I8, q.data_ptr(), None, 4, 64, x.data_ptr(), 1, None, 1e-6, None,
+        with pytest.raises(library.NativeError, match="need w_scale"):
+            call(library.I8, q, None)
+        with pytest.raises(library.NativeError, match="w_scale is for int8"):
+            call(library.F32, torch.zeros(4, 64, device=DEV), scale)
+        call(library.I8, q, scale)
+    with pytest.raises(library.NativeError, match="need w_scale"):
+        ops.lib.call("q3t_batched_gemv", library.I8, q.data_ptr(), None, 4, 64, x.data_ptr(), 1, None, 1e-6, None,
                      y.data_ptr(), STORE, None, 0, stream)  # fmt: skip
     with pytest.raises(ValueError, match="row scales"):
         ops.gemv(q, x, y)
@@ -198,7 +198,7 @@ def test_int8_batched_gemv_tensor_cores_and_limits(ops: Ops) -> None:
     """With scratch on sm_80+ int8 takes the tensor-core kernel (other bits than the FMA kernel, same function);
     the split shapes need scratch; K must be a multiple of 16 (one 16-byte chunk of int8)."""
     z = torch.zeros(2 * 40, device=DEV)
-    with pytest.raises(native.NativeError, match="multiple of 16"):
+    with pytest.raises(library.NativeError, match="multiple of 16"):
         w40, _ = _int8(torch.randn(4, 40, device=DEV))
         ops.batched_gemv(w40, z.view(2, 40), torch.zeros(2, 4, device=DEV))
     if not _tc_device():
@@ -213,7 +213,7 @@ def test_int8_batched_gemv_tensor_cores_and_limits(ops: Ops) -> None:
     ops.batched_gemv(w, x, fma, mode=ADD, norm_w=nw, eps=1e-6)
     assert not torch.equal(tc, fma)
     assert_close(tc, fma, TC_TOL, "tensor cores vs FMA")
-    with pytest.raises(native.NativeError, match="needs"):
+    with pytest.raises(library.NativeError, match="needs"):
         ops.batched_gemv(w, x, y0.clone(), scratch=torch.zeros(need - 1, device=DEV))
 
 

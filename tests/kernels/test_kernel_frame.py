@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from wyoming_qwen3tts import native
+from wyoming_qwen3tts.backends.kernels import library
 from wyoming_qwen3tts.backends.kernels.batched import Admission, BatchedDecoder
 from wyoming_qwen3tts.backends.kernels.frame import NUM_GROUPS, FrameState, launch_frame
 from wyoming_qwen3tts.backends.kernels.ops import ADD, STORE, SWIGLU, Matrix
@@ -177,14 +177,14 @@ class TorchOps:
                        row_out: Tensor | None = None, row_stride: int = 0, stream: int | None = None) -> None:  # fmt: skip
         self.calls["batched_sample"] += 1
         nb, v = logits.shape
-        records = params.numpy().view(native.SAMPLE_PARAMS_DTYPE)
+        records = params.numpy().view(library.SAMPLE_PARAMS_DTYPE)
         out = out_codes.as_strided((nb,), (out_stride,), out_codes.storage_offset())  # out_codes[r * out_stride]
         for r in range(nb):
             s = int(slot[r])
             if s < 0:
                 continue
             rec = records[s]
-            assert not rec["flags"] & native.SAMPLE_DO_SAMPLE, "greedy only here"
+            assert not rec["flags"] & library.SAMPLE_DO_SAMPLE, "greedy only here"
             seen_s = seen[s] if seen is not None else None
             code = self._greedy(logits[r], seen_s, float(rec["penalty"]), int(rec["eos"]), int(rec["min_new_tokens"]),
                                 int(step[s]), suppress)  # fmt: skip

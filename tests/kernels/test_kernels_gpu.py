@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from wyoming_qwen3tts import native
+from wyoming_qwen3tts.backends.kernels import build, library
 from wyoming_qwen3tts.backends.kernels.ops import ADD, STORE, SWIGLU, Ops
 
 pytestmark = pytest.mark.gpu
@@ -32,8 +32,8 @@ BF16_TOL = 1e-2
 @pytest.fixture(scope="module")
 def ops() -> Ops:
     try:
-        lib = native.load(0)
-    except native.NativeUnavailable as err:
+        lib = library.load(0)
+    except build.NativeUnavailable as err:
         if os.environ.get("Q3T_REQUIRE") == "1":
             raise
         pytest.skip(str(err))
@@ -152,7 +152,7 @@ def test_gemv_unaligned_rows(ops: Ops, dtype: torch.dtype, mode: int) -> None:
 
 def test_gemv_rejects_oversized_k(ops: Ops) -> None:
     w, x = torch.zeros(1, 9000, device=DEV), torch.zeros(9000, device=DEV)
-    with pytest.raises(native.NativeError, match="exceeds 8192"):
+    with pytest.raises(library.NativeError, match="exceeds 8192"):
         ops.gemv(w, x, torch.zeros(1, device=DEV))
 
 
@@ -192,9 +192,9 @@ def test_gemv_batch_rows_equal_one_vector_calls(ops: Ops, dtype: torch.dtype, mo
 
 
 def test_gemv_batch_rejects_bad_arguments(ops: Ops) -> None:
-    with pytest.raises(native.NativeError, match="nb=3"):
+    with pytest.raises(library.NativeError, match="nb=3"):
         ops.gemv_batch(torch.zeros(4, 64, device=DEV), torch.zeros(3, 64, device=DEV), torch.zeros(3, 4, device=DEV))
-    with pytest.raises(native.NativeError, match="exceeds 12288"):  # both vectors live in shared memory
+    with pytest.raises(library.NativeError, match="exceeds 12288"):  # both vectors live in shared memory
         ops.gemv_batch(torch.zeros(1, 8192, device=DEV), torch.zeros(2, 8192, device=DEV), torch.zeros(2, 1, device=DEV))
 
 
@@ -319,7 +319,7 @@ def test_rope_attention_first_equals_positions_in_turn(ops: Ops, dtype: torch.dt
     assert torch.equal(kc2, kc1) and torch.equal(vc2, vc1)
     assert torch.equal(kc2[n:], kc0[n:]) and not torch.equal(kc2[:n], kc0[:n])
     too_many = torch.zeros(max_seq + 1, (hq + 2 * hkv) * d, device=DEV)
-    with pytest.raises(native.NativeError, match="n <= max_seq"):
+    with pytest.raises(library.NativeError, match="n <= max_seq"):
         ops.rope_attention_first(too_many, qn, kn, cos, sin, kc2, vc2, torch.zeros(max_seq + 1, hq * d, device=DEV),
                                  **attend)  # fmt: skip
 
@@ -330,7 +330,7 @@ def test_rope_attention_rejects_long_caches(ops: Ops, d: int, max_seq: int) -> N
     held in shared memory), is refused."""
     x = torch.zeros(4 * d, device=DEV)
     cache = torch.zeros(max_seq, 1, d, device=DEV)
-    with pytest.raises(native.NativeError, match="max_seq"):
+    with pytest.raises(library.NativeError, match="max_seq"):
         ops.rope_attention(x, x, x, x, x, cache, cache, x[: 2 * d], eps=1e-6, scale=0.25)
 
 
@@ -381,7 +381,7 @@ def test_sample_writes_the_drawn_codes_embedding_row(ops: Ops, dtype: torch.dtyp
         got = _sample(ops, logits, table=table, row=row, **kw)
         assert got == _sample(ops, logits, **kw)
         assert torch.equal(row, table[got].float())
-    with pytest.raises(native.NativeError, match="embedding row"):
+    with pytest.raises(library.NativeError, match="embedding row"):
         _sample(ops, torch.zeros(16, device=DEV), table=table, row=None)
 
 

@@ -1,5 +1,5 @@
 """The kernel library builds warning-free with nvcc (sm_90) and, where hipcc is installed, for
-gfx1030 (RDNA2, wave32) and gfx90a (CDNA, wave64); and native.py's ctypes table matches
+gfx1030 (RDNA2, wave32) and gfx90a (CDNA, wave64); and library.py's ctypes table matches
 kernels/include/q3t.h. No GPU needed."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wyoming_qwen3tts import native
+from wyoming_qwen3tts.backends.kernels import build, library
 
 C_TO_CTYPES = {
     "int": ctypes.c_int,
@@ -23,6 +23,22 @@ C_TO_CTYPES = {
     "const char*": ctypes.c_char_p,
     "int*": ctypes.POINTER(ctypes.c_int),
 }
+
+
+def header_prototypes(header: Path | None = None) -> dict[str, tuple[str, list[str]]]:
+    """name -> (return type, [parameter types]) parsed from q3t.h's Q3T_API lines."""
+    text = (header or build.KERNEL_DIR / "include" / "q3t.h").read_text()
+    out: dict[str, tuple[str, list[str]]] = {}
+    for m in re.finditer(r"^Q3T_API\s+(.+?)\s*\b(q3t_\w+)\s*\((.*?)\);", text, re.M | re.S):
+        ret, name, params = m.group(1).strip(), m.group(2), m.group(3).strip()
+        types: list[str] = []
+        if params and params != "void":
+            for p in params.split(","):
+                p = " ".join(p.split())
+                pm = re.match(r"(.*?)(\w+)$", p)
+                types.append((pm.group(1) if pm else p).replace(" *", "*").strip())
+        out[name] = (ret, types)
+    return out
 
 
 def _ctype_for(c: str) -> object:
@@ -35,13 +51,13 @@ def _ctype_for(c: str) -> object:
 
 
 def test_header_and_ctypes_table_agree() -> None:
-    protos = native.header_prototypes()
-    assert set(protos) == set(native.FUNCTIONS), (
-        f"only in q3t.h: {sorted(set(protos) - set(native.FUNCTIONS))}; "
-        f"only in native.py: {sorted(set(native.FUNCTIONS) - set(protos))}"
+    protos = header_prototypes()
+    assert set(protos) == set(library.FUNCTIONS), (
+        f"only in q3t.h: {sorted(set(protos) - set(library.FUNCTIONS))}; "
+        f"only in library.py: {sorted(set(library.FUNCTIONS) - set(protos))}"
     )
     for name, (ret, params) in protos.items():
-        restype, argtypes = native.FUNCTIONS[name]
+        restype, argtypes = library.FUNCTIONS[name]
         assert restype is _ctype_for(ret), f"{name}: return {ret} vs {restype}"
         assert len(argtypes) == len(params), f"{name}: {len(params)} C parameters, {len(argtypes)} ctypes"
         for i, (c, py) in enumerate(zip(params, argtypes)):
@@ -53,35 +69,35 @@ def test_header_and_ctypes_table_agree() -> None:
 
 
 def test_abi_version_matches_header() -> None:
-    text = (native.KERNEL_DIR / "include" / "q3t.h").read_text()
+    text = (build.KERNEL_DIR / "include" / "q3t.h").read_text()
     m = re.search(r"#define\s+Q3T_ABI_VERSION\s+(\d+)", text)
-    assert m and int(m.group(1)) == native.ABI_VERSION
+    assert m and int(m.group(1)) == build.ABI_VERSION
 
 
 def test_constants_match_header() -> None:
-    text = (native.KERNEL_DIR / "include" / "q3t.h").read_text()
+    text = (build.KERNEL_DIR / "include" / "q3t.h").read_text()
     for name, value in {
-        "Q3T_F32": native.F32,
-        "Q3T_BF16": native.BF16,
-        "Q3T_I8": native.I8,
-        "Q3T_GEMV_STORE": native.GEMV_STORE,
-        "Q3T_GEMV_ADD": native.GEMV_ADD,
-        "Q3T_GEMV_SWIGLU": native.GEMV_SWIGLU,
-        "Q3T_SAMPLE_DO_SAMPLE": native.SAMPLE_DO_SAMPLE,
-        "Q3T_BATCH_MAX": native.BATCH_MAX,
+        "Q3T_F32": library.F32,
+        "Q3T_BF16": library.BF16,
+        "Q3T_I8": library.I8,
+        "Q3T_GEMV_STORE": library.GEMV_STORE,
+        "Q3T_GEMV_ADD": library.GEMV_ADD,
+        "Q3T_GEMV_SWIGLU": library.GEMV_SWIGLU,
+        "Q3T_SAMPLE_DO_SAMPLE": library.SAMPLE_DO_SAMPLE,
+        "Q3T_BATCH_MAX": library.BATCH_MAX,
     }.items():
         m = re.search(rf"#define\s+{name}\s+(\d+)", text)
         assert m and int(m.group(1)) == value, name
 
 
 def test_sample_params_record_matches_header() -> None:
-    """native.SAMPLE_PARAMS_DTYPE has q3t_sample_params' fields, in order, with their C types (all
+    """library.SAMPLE_PARAMS_DTYPE has q3t_sample_params' fields, in order, with their C types (all
     4 bytes, so the C layout has no padding): the batched draw reads the records the backend writes."""
-    text = (native.KERNEL_DIR / "include" / "q3t.h").read_text()
+    text = (build.KERNEL_DIR / "include" / "q3t.h").read_text()
     m = re.search(r"typedef struct q3t_sample_params \{(.*?)\} q3t_sample_params;", text, re.S)
     assert m
     fields = re.findall(r"^\s*(int|float)\s+(\w+);", m.group(1), re.M)
-    dt = native.SAMPLE_PARAMS_DTYPE
+    dt = library.SAMPLE_PARAMS_DTYPE
     assert [name for _, name in fields] == list(dt.names)
     for ctype, name in fields:
         assert dt[name] == (np.dtype("<i4") if ctype == "int" else np.dtype("<f4")), name
@@ -101,20 +117,20 @@ def _exported(lib: Path) -> set[str]:
 def _build(kind: str, archs: tuple[str, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("Q3T_CACHE_DIR", str(tmp_path))
     try:
-        tc = native.find_toolchain(kind, archs)
-    except native.NativeUnavailable as err:
+        tc = build.find_toolchain(kind, archs)
+    except build.NativeUnavailable as err:
         # CI installs both compilers and sets Q3T_REQUIRE_TOOLCHAINS=1: there a missing one fails.
         if os.environ.get("Q3T_REQUIRE_TOOLCHAINS") == "1":
             pytest.fail(f"{kind} toolchain required on CI: {err}")
         pytest.skip(str(err))
-    lib = native.build(tc, werror=True)
+    lib = build.build(tc, werror=True)
     assert lib.exists() and lib.parent == tmp_path
     # Only the ABI is exported (kernels and helpers stay hidden).
     exported = {s for s in _exported(lib) if s.startswith("q3t_")}
-    assert exported == set(native.FUNCTIONS)
+    assert exported == set(library.FUNCTIONS)
     # The cache is hit on the second call: same path, not rebuilt.
     mtime = lib.stat().st_mtime_ns
-    assert native.build(tc) == lib and lib.stat().st_mtime_ns == mtime
+    assert build.build(tc) == lib and lib.stat().st_mtime_ns == mtime
     return lib
 
 
@@ -243,48 +259,48 @@ def test_cache_key_covers_every_kernel_source_and_header(tmp_path: Path, monkeyp
     import shutil
 
     kernels = tmp_path / "kernels"
-    shutil.copytree(native.KERNEL_DIR / "src", kernels / "src")
-    shutil.copytree(native.KERNEL_DIR / "include", kernels / "include")
-    monkeypatch.setattr(native, "KERNEL_DIR", kernels)
-    tc = native.Toolchain("nvcc", "/x/nvcc", "v1", ("sm_90",))
+    shutil.copytree(build.KERNEL_DIR / "src", kernels / "src")
+    shutil.copytree(build.KERNEL_DIR / "include", kernels / "include")
+    monkeypatch.setattr(build, "KERNEL_DIR", kernels)
+    tc = build.Toolchain("nvcc", "/x/nvcc", "v1", ("sm_90",))
     files = sorted(p for p in kernels.rglob("*") if p.is_file())
     assert {p.suffix for p in files} == {".cu", ".cuh", ".h"}
-    assert set(files) == set(native.sources()) | set(native._headers())
-    key = native.cache_key(tc)
+    assert set(files) == set(build.sources()) | set(build._headers())
+    key = build.cache_key(tc)
     for f in files:
         text = f.read_bytes()
         f.write_bytes(text + b"\n// edited\n")
-        assert native.cache_key(tc) != key, f.name
+        assert build.cache_key(tc) != key, f.name
         f.write_bytes(text)
-    assert native.cache_key(tc) == key
+    assert build.cache_key(tc) == key
 
 
 def test_cache_key_changes_with_arch_and_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    a = native.Toolchain("nvcc", "/x/nvcc", "v1", ("sm_90",))
-    b = native.Toolchain("nvcc", "/x/nvcc", "v1", ("sm_89",))
-    assert native.cache_key(a) != native.cache_key(b)
-    assert native.cache_key(a) == native.cache_key(a)
+    a = build.Toolchain("nvcc", "/x/nvcc", "v1", ("sm_90",))
+    b = build.Toolchain("nvcc", "/x/nvcc", "v1", ("sm_89",))
+    assert build.cache_key(a) != build.cache_key(b)
+    assert build.cache_key(a) == build.cache_key(a)
     # A prebuilt library is found without any compiler (runtime images ship no nvcc/hipcc).
     monkeypatch.setenv("Q3T_CACHE_DIR", str(tmp_path))
-    assert native.cached_library("nvcc", ("sm_90",)) is None
-    lib = native.library_path(a)
+    assert build.cached_library("nvcc", ("sm_90",)) is None
+    lib = build.library_path(a)
     lib.parent.mkdir(parents=True, exist_ok=True)
     lib.write_bytes(b"")
-    c = native.Toolchain("nvcc", "/other/nvcc", "v2", ("sm_90",))
-    assert native.cached_library("nvcc", ("sm_90",)) == lib == native.library_path(c)
+    c = build.Toolchain("nvcc", "/other/nvcc", "v2", ("sm_90",))
+    assert build.cached_library("nvcc", ("sm_90",)) == lib == build.library_path(c)
 
 
 def test_missing_toolchain_gives_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.setenv("NVCC", "/nonexistent/nvcc")
     monkeypatch.setenv("CUDA_HOME", "/nonexistent")
-    with pytest.raises(native.NativeUnavailable, match="nvcc not found"):
-        native.find_toolchain("nvcc", ("sm_90",))
+    with pytest.raises(build.NativeUnavailable, match="nvcc not found"):
+        build.find_toolchain("nvcc", ("sm_90",))
 
 
 def test_availability_without_gpu_is_a_reason_not_a_crash() -> None:
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    ok, reason = native.availability()
-    assert not ok and "GPU" in reason
+    with pytest.raises(library.NativeUnavailable, match="GPU"):
+        library.load()

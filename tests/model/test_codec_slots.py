@@ -15,7 +15,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from wyoming_qwen3tts.model.codec import CodecDecoder, CodecSlots
+from wyoming_qwen3tts.model.codec import CodecDecoder
+from wyoming_qwen3tts.model.codec_slots import CodecSlots
 from wyoming_qwen3tts.model.config import CodecDecoderConfig
 from wyoming_qwen3tts.tools.random_checkpoint import codec_config_dict, codec_tensor_shapes, random_tensor
 
@@ -239,7 +240,7 @@ def test_launches_per_call_do_not_grow_with_the_batch(decoder):
 def test_calls_run_at_padded_batch_sizes(decoder):
     """A call of b streams computes next-power-of-two rows (copies of its first stream), so the GPU meets few
     shapes; only the b real rows come back and only their slots move on."""
-    from wyoming_qwen3tts.model.codec import padded_rows
+    from wyoming_qwen3tts.model.codec_slots import padded_rows
 
     assert [padded_rows(b) for b in (1, 2, 3, 4, 5, 8, 9, 16)] == [1, 2, 4, 4, 8, 8, 16, 16]
     check = _Check(decoder, CodecSlots(decoder, 8), seed=4)

@@ -19,8 +19,8 @@ import torch
 
 from test_codec_slots import BF16_MAX, BF16_RMS, F32_BOUND, _Check, _decoder
 from wyoming_qwen3tts.codec_worker import CodecWorker
-from wyoming_qwen3tts.engine import int16_samples
-from wyoming_qwen3tts.model.codec import CodecSlots
+from wyoming_qwen3tts.model.codec import int16_samples
+from wyoming_qwen3tts.model.codec_slots import CodecSlots
 
 pytestmark = pytest.mark.gpu
 

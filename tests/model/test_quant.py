@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from wyoming_qwen3tts.backends.torch_backend import TorchBackend
-from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, SynthesisRequest, make_backend
+from wyoming_qwen3tts.backends import make_backend
+from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, SynthesisRequest
 from wyoming_qwen3tts.model.checkpoint import load_checkpoint
 from wyoming_qwen3tts.model.quant import QuantLinear, is_quantized, quantize_model, quantize_rows
 from wyoming_qwen3tts.model.talker import Qwen3TTSModel

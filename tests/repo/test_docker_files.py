@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from wyoming_qwen3tts import native
+from wyoming_qwen3tts.backends.kernels import build as kernel_build
 from wyoming_qwen3tts.settings import CONFIG_ENV, build_parser
 from wyoming_qwen3tts.tools import health_check
 
@@ -166,7 +166,7 @@ def test_base_image_is_pinned(flavour: str) -> None:
 
 def test_kernels_are_built_for_the_build_arg_arch_list(flavour: str) -> None:
     ins = parse_dockerfile(DOCKERFILES[flavour])
-    archs = native._split_archs(_args(ins)["Q3T_GPU_ARCHS"])
+    archs = kernel_build._split_archs(_args(ins)["Q3T_GPU_ARCHS"])
     assert archs and all(archs)
     if flavour == "rocm":
         assert all(re.fullmatch(r"gfx[0-9a-f]{3,4}", a) for a in archs), archs
@@ -175,9 +175,9 @@ def test_kernels_are_built_for_the_build_arg_arch_list(flavour: str) -> None:
         assert all(re.fullmatch(r"sm_[0-9]{2,3}", a) for a in archs), archs
         assert "sm_90" in archs
     runs = [i.args for i in ins if i.keyword == "RUN"]
-    build = [r for r in runs if "wyoming_qwen3tts.native" in r]
+    build = [r for r in runs if "wyoming_qwen3tts.backends.kernels.build" in r]
     assert len(build) == 1
-    assert build[0].startswith('python3 -m wyoming_qwen3tts.native --arch "${Q3T_GPU_ARCHS}"')
+    assert build[0].startswith('python3 -m wyoming_qwen3tts.backends.kernels.build --arch "${Q3T_GPU_ARCHS}"')
     # The run-time loader finds the library by Q3T_ARCHS and Q3T_CACHE_DIR: both must be set, to
     # the build's values, before the build, and the cache must not sit on the /data volume.
     env = _env(ins)
@@ -186,7 +186,7 @@ def test_kernels_are_built_for_the_build_arg_arch_list(flavour: str) -> None:
     keywords = [(i.keyword, i.args) for i in ins]
     env_at = next(n for n, (k, a) in enumerate(keywords) if k == "ENV" and "Q3T_CACHE_DIR=" in a)
     install = next(n for n, (k, a) in enumerate(keywords) if k == "RUN" and "pip install" in a)
-    kernels = next(n for n, (k, a) in enumerate(keywords) if k == "RUN" and "wyoming_qwen3tts.native" in a)
+    kernels = next(n for n, (k, a) in enumerate(keywords) if k == "RUN" and "wyoming_qwen3tts.backends.kernels.build" in a)
     user = next(n for n, (k, _) in enumerate(keywords) if k == "USER")
     # Built after the package is installed and before the switch to the unprivileged user.
     assert install < kernels < user and env_at < kernels
@@ -206,12 +206,12 @@ def test_build_time_and_run_time_find_the_same_library(
     monkeypatch.setenv("HIPCC" if kind == "hipcc" else "NVCC", str(fake))
     monkeypatch.setenv("Q3T_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("Q3T_ARCHS", raising=False)
-    at_build = native.find_toolchain(kind, native._split_archs(arch_list))
+    at_build = kernel_build.find_toolchain(kind, kernel_build._split_archs(arch_list))
     monkeypatch.setenv("Q3T_ARCHS", arch_list)
-    at_run = native.find_toolchain(kind)
+    at_run = kernel_build.find_toolchain(kind)
     assert at_build == at_run
-    assert native.cache_key(at_build) == native.cache_key(at_run)
-    assert native.cache_dir() == tmp_path / "cache"
+    assert kernel_build.cache_key(at_build) == kernel_build.cache_key(at_run)
+    assert kernel_build.cache_dir() == tmp_path / "cache"
 
 
 def test_runs_as_non_root_with_data_volume(flavour: str) -> None:

@@ -1,6 +1,6 @@
 """A built wheel, installed non-editable into a fresh virtual environment, carries the kernel sources
 (setup.py copies kernels/src and kernels/include into the package as wyoming_qwen3tts/_kernels), so
-native.py finds and can build them there, with the same cache key as the checkout's."""
+backends/kernels/build.py finds and can build them there, with the same cache key as the checkout's."""
 
 from __future__ import annotations
 
@@ -16,15 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wyoming_qwen3tts import native
+from wyoming_qwen3tts.backends.kernels import build
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = """
 import json
-from wyoming_qwen3tts import native
-tc = native.Toolchain("nvcc", "nvcc", "", ("sm_90",))
-print(json.dumps({"dir": str(native.KERNEL_DIR), "sources": [p.name for p in native.sources()],
-                  "headers": [p.name for p in native._headers()], "key": native.cache_key(tc)}))
+from wyoming_qwen3tts.backends.kernels import build
+tc = build.Toolchain("nvcc", "nvcc", "", ("sm_90",))
+print(json.dumps({"dir": str(build.KERNEL_DIR), "sources": [p.name for p in build.sources()],
+                  "headers": [p.name for p in build._headers()], "key": build.cache_key(tc)}))
 """
 
 
@@ -67,7 +67,7 @@ def test_wheel_installed_non_editable_finds_the_kernel_sources(tmp_path: Path) -
     clean_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True,
                    cwd=tmp_path, env=clean_env)  # fmt: skip
-    # native.py needs numpy, which --no-index cannot install: this environment's numpy alone is linked
+    # the package needs numpy, which --no-index cannot install: this environment's numpy alone is linked
     # in (a folder holding only numpy, on the new venv's path), so nothing else of ours leaks in.
     numpy_dir = Path(np.__file__).resolve().parent
     only_numpy = tmp_path / "only-numpy"
@@ -84,7 +84,7 @@ def test_wheel_installed_non_editable_finds_the_kernel_sources(tmp_path: Path) -
     site = Path(found["dir"]).parent
     assert Path(found["dir"]) == site / "_kernels" and site.name == "wyoming_qwen3tts"
     assert str(env_dir) in found["dir"]  # the installed copy, not the checkout
-    assert found["sources"] == [p.name for p in native.sources()] and "gemv.cu" in found["sources"]
-    assert found["headers"] == [p.name for p in native._headers()] and "q3t.h" in found["headers"]
+    assert found["sources"] == [p.name for p in build.sources()] and "gemv.cu" in found["sources"]
+    assert found["headers"] == [p.name for p in build._headers()] and "q3t.h" in found["headers"]
     # Same sources, same key: a library built from the checkout is the installed package's too.
-    assert found["key"] == native.cache_key(native.Toolchain("nvcc", "nvcc", "", ("sm_90",)))
+    assert found["key"] == build.cache_key(build.Toolchain("nvcc", "nvcc", "", ("sm_90",)))

@@ -40,7 +40,7 @@ NOT_HERE = {
     "echo 'Q3T_GPU_ARCHS": "configures a Docker image build (no Docker engine here)",
     "python3 -m venv .venv": "the first line of the AMD set-up; the next one needs download.pytorch.org",
     ".venv/bin/pip install torch --index-url": "needs download.pytorch.org (not reachable from CI)",
-    ".venv/bin/python -m wyoming_qwen3tts.native --arch gfx1201": "gfx1201 needs ROCm >= 6.3's hipcc "
+    ".venv/bin/python -m wyoming_qwen3tts.backends.kernels.build --arch gfx1201": "gfx1201 needs ROCm >= 6.3's hipcc "
     "(CI has ROCm 5.2's; tests/kernels/test_native_build.py compiles gfx1030/gfx90a and sm_90 instead)",
     "script/setup": "run by every script/run and script/test below",
     "script/run": "without --model /tmp/tiny it downloads the 1.7B model from the Hugging Face hub",

@@ -27,7 +27,7 @@ from test_text_stream import REPLIES
 from wyoming_qwen3tts.engine import SAMPLES_PER_FRAME, Engine, EngineOptions
 from wyoming_qwen3tts.handler import HandlerConfig, Qwen3TTSEventHandler
 from wyoming_qwen3tts.runaway import frame_budget
-from wyoming_qwen3tts.server import TtsService
+from wyoming_qwen3tts.service import TtsService
 from wyoming_qwen3tts.text.stream import spoken_sentences
 from wyoming_qwen3tts.voices import LANGUAGE_CODES
 

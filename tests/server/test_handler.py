@@ -33,7 +33,7 @@ from wyoming.tts import (
 from wyoming_qwen3tts.engine import SAMPLES_PER_FRAME, AudioChunk, SynthesisRequest
 from wyoming_qwen3tts.errors import Qwen3TTSError
 from wyoming_qwen3tts.handler import HandlerConfig, Qwen3TTSEventHandler
-from wyoming_qwen3tts.server import TtsService
+from wyoming_qwen3tts.service import TtsService
 from wyoming_qwen3tts.voices import SPEAKER_DESCRIPTIONS, VoicePreset
 
 pytestmark = pytest.mark.timeout(30)
@@ -42,11 +42,20 @@ FRAME_BYTES = SAMPLES_PER_FRAME * 2
 
 
 class FakeEngine:
-    """The Engine interface: frames per sentence = number of words, one frame group per word."""
+    """The Engine interface (engine_set.Speaker): frames per sentence = number of words, one frame group per word."""
 
     speakers = list(SPEAKER_DESCRIPTIONS)
     languages = ["auto", "chinese", "english", "german", "italian", "portuguese", "spanish", "japanese", "korean", "french", "russian"]
     supports_instruct = True
+    model_types = {"custom_voice"}
+    max_streams = 1
+
+    def warm_up(self) -> float:
+        return 0.0
+
+    def warm_thread(self) -> None:
+        pass
+
 
     def __init__(self, frame_delay: float = 0.0, fail_on: str | None = None, fail_with: type[Exception] = Qwen3TTSError) -> None:
         self.frame_delay = frame_delay
@@ -55,6 +64,7 @@ class FakeEngine:
         self.requests: list[SynthesisRequest] = []
         self.cancelled: list[str] = []
         self.frames_done = 0
+        self.clone_prompts: dict[str, object] = {}  # a CustomVoice model clones nothing
 
     def synthesize(self, request: SynthesisRequest, cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
         self.requests.append(request)
@@ -190,6 +200,28 @@ async def test_stream_speaks_first_sentence_before_stop(fake: tuple[FakeEngine, 
     assert types[-2:] == ["audio-stop", "synthesize-stopped"]
     assert [r.text for r in engine.requests] == ["Hello world.", "Second sentence"]  # back-compat text ignored
     assert len(audio_of(events)) == 4 * FRAME_BYTES
+
+
+async def test_a_control_marker_cut_between_chunks_is_removed_as_in_one_piece(fake: tuple[FakeEngine, int, TtsService]) -> None:
+    """ChatML markers are removed from the streamed text as a whole: cut at every point into two
+    synthesize-chunk events, the engine gets what the one-shot request gives it, never a marker's
+    remains."""
+    engine, port, _ = fake
+    texts = ["One <|im_end|> two <tts_text_bos> three.", "<tts<tts_"]
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+        for text in texts:
+            await client.write_event(Synthesize(text).event())
+            await read_until(client, "audio-stop")
+            whole = [r.text for r in engine.requests]
+            engine.requests.clear()
+            for cut in range(1, len(text)):
+                await client.write_event(SynthesizeStart().event())
+                await client.write_event(SynthesizeChunk(text[:cut]).event())
+                await client.write_event(SynthesizeChunk(text[cut:]).event())
+                await client.write_event(SynthesizeStop().event())
+                await read_until(client, "synthesize-stopped")
+                assert [r.text for r in engine.requests] == whole, (text[:cut], text[cut:])
+                engine.requests.clear()
 
 
 @pytest.mark.parametrize("streaming", [False, True])

@@ -30,7 +30,7 @@ from test_handler import FakeEngine
 from test_http_app import metric_value
 from wyoming_qwen3tts.errors import QueueFullError
 from wyoming_qwen3tts.request import SAMPLES_PER_FRAME, SynthesisRequest
-from wyoming_qwen3tts.server import QUEUED_MIN, QUEUED_PER_STREAM, TtsService
+from wyoming_qwen3tts.service import QUEUED_MIN, QUEUED_PER_STREAM, TtsService
 from wyoming_qwen3tts.settings import load_settings
 
 pytestmark = pytest.mark.timeout(120)
@@ -94,6 +94,49 @@ async def test_service_with_no_waiting_allowed_refuses_while_every_slot_is_busy(
         assert await first == 4
         assert await _speak(service, "now it runs") == 3
     finally:
+        service.shutdown()
+
+
+async def test_clients_that_leave_stop_counting_against_the_limit_at_once() -> None:
+    """One request speaks while 8 clients send a request and hang up before it is reached (the limit is 4):
+    their sentences stop counting at once, so a live client is queued and answered, not refused
+    with queue-full while the engine is still busy with the first."""
+    from functools import partial
+
+    from wyoming.server import AsyncServer
+
+    from wyoming_qwen3tts.handler import HandlerConfig, Qwen3TTSEventHandler
+
+    service = await _service(1, 4, frame_delay=0.02)
+    server = AsyncServer.from_uri("tcp://127.0.0.1:0")
+    await server.start(partial(Qwen3TTSEventHandler, service, HandlerConfig()))  # type: ignore[arg-type]
+    port = server._server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+    try:
+        running = AsyncTcpClient("127.0.0.1", port)
+        await running.connect()
+        await running.write_event(Synthesize(" ".join(["word"] * 150)).event())  # 150 frames x 20 ms
+        await _until(lambda: service.syntheses == 1)
+        leaving = [AsyncTcpClient("127.0.0.1", port) for _ in range(8)]
+        for client in leaving:
+            await client.connect()
+            await client.write_event(Synthesize("never reached").event())
+        # Admitted one by one while fewer than 4 wait; the rest are refused and closed by the server.
+        await _until(lambda: service.syntheses == 5)
+        for client in leaving:
+            await client.disconnect()
+        await _until(lambda: len(service.connections) == 1)
+        assert service.syntheses == 1, "the abandoned sentences still count"
+        async with AsyncTcpClient("127.0.0.1", port) as live:
+            await live.write_event(Synthesize("served").event())
+            answer = []
+            while not answer or answer[-1].type not in ("audio-stop", "error"):
+                event = await asyncio.wait_for(live.read_event(), 10)
+                assert event is not None
+                answer.append(event)
+        assert answer[-1].type == "audio-stop", answer[-1]
+        await running.disconnect()
+    finally:
+        await server.stop()
         service.shutdown()
 
 

@@ -313,6 +313,17 @@ class _OverlapEngine:
     speakers = ["ryan"]
     languages = ["auto"]
     supports_instruct = False
+    model_types = {"custom_voice"}
+    max_streams = 1
+
+    def warm_up(self) -> float:
+        return 0.0
+
+    def warm_thread(self) -> None:
+        pass
+
+    clone_prompts: dict[str, object] = {}
+
 
     def __init__(self) -> None:
         import threading
@@ -345,7 +356,7 @@ async def test_service_runs_max_streams_syntheses_at_once(workers: int) -> None:
     import threading
 
     from wyoming_qwen3tts.request import SynthesisRequest
-    from wyoming_qwen3tts.server import TtsService
+    from wyoming_qwen3tts.service import TtsService
 
     engine = _OverlapEngine()
     loaded = threading.Event()
@@ -383,7 +394,7 @@ async def test_workers_zero_takes_the_engines_max_streams_once_loaded() -> None:
     import threading
 
     from wyoming_qwen3tts.request import SynthesisRequest
-    from wyoming_qwen3tts.server import QUEUED_MIN, QUEUED_PER_STREAM, TtsService
+    from wyoming_qwen3tts.service import QUEUED_MIN, QUEUED_PER_STREAM, TtsService
 
     engine = _OverlapEngine()
     engine.max_streams = 5  # type: ignore[attr-defined]
@@ -418,7 +429,7 @@ async def test_synthesis_threads_are_started_and_warmed_before_serving() -> None
     import threading
 
     from wyoming_qwen3tts.request import SynthesisRequest
-    from wyoming_qwen3tts.server import TtsService
+    from wyoming_qwen3tts.service import TtsService
 
     engine = _OverlapEngine()
     warmed: list[int] = []
@@ -437,18 +448,17 @@ async def test_synthesis_threads_are_started_and_warmed_before_serving() -> None
 
 
 def test_a_long_garbage_collection_is_logged(monkeypatch, caplog) -> None:
-    """The service registers one gc callback (however many services start) that warns when a collection takes
-    GC_WARN_MS or more: here every collection does (0 ms)."""
+    """watch_collections registers one gc callback (however often the process calls it) that warns when a
+    collection takes GC_WARN_MS or more: here every collection does (0 ms)."""
     import logging
 
-    from wyoming_qwen3tts import server
-    from wyoming_qwen3tts.server import TtsService
+    from wyoming_qwen3tts import process
 
     for _ in range(2):
-        TtsService(lambda: None, []).shutdown()  # type: ignore[arg-type, return-value]
-    assert gc.callbacks.count(server._warn_long_collection) == 1
-    monkeypatch.setattr(server, "GC_WARN_MS", 0)
-    with caplog.at_level(logging.WARNING, logger="wyoming_qwen3tts.server"):
+        process.watch_collections()
+    assert gc.callbacks.count(process._warn_long_collection) == 1
+    monkeypatch.setattr(process, "GC_WARN_MS", 0)
+    with caplog.at_level(logging.WARNING, logger="wyoming_qwen3tts.process"):
         gc.collect()
     assert any("Garbage collection of generation 2 paused every thread" in r.getMessage() for r in caplog.records)
 
@@ -458,14 +468,15 @@ async def test_the_loads_own_collection_is_logged_not_warned(monkeypatch, caplog
     warning meant for collections that stall requests (automatic ones are off here, so only the load's runs)."""
     import logging
 
-    from wyoming_qwen3tts import server
-    from wyoming_qwen3tts.server import TtsService
+    from wyoming_qwen3tts import process
+    from wyoming_qwen3tts.service import TtsService
 
-    monkeypatch.setattr(server, "GC_WARN_MS", 0)
+    process.watch_collections()
+    monkeypatch.setattr(process, "GC_WARN_MS", 0)
     service = TtsService(lambda: _OverlapEngine(), [])  # type: ignore[arg-type, return-value]
     gc.disable()
     try:
-        with caplog.at_level(logging.INFO, logger="wyoming_qwen3tts.server"):
+        with caplog.at_level(logging.INFO, logger="wyoming_qwen3tts.process"):
             await service.start_loading()
             gc.collect()  # one that is not the load's: warned
     finally:

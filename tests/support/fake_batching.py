@@ -23,7 +23,11 @@ EOS = 2150
 class FakeBatchingBackend:
     name = "fake-batched"
     concurrent_sessions = True
+    exclusive_sessions = False
     thread_safe_sessions = True
+
+    def warm_up(self) -> int:
+        return 0
 
     def __init__(self, max_streams: int = 4, step_s: float = 0.002, bad_seed: int | None = None,
                  bad_frame: int = 0) -> None:  # fmt: skip

@@ -12,6 +12,11 @@ import numpy as np
 
 
 class LoopingSession:
+    queued_at = admitted_at = first_codes_at = None
+
+    def close(self) -> None:
+        pass
+
     def __init__(self, normal_frames: int, pattern: np.ndarray, max_frames: int, seed: int) -> None:
         self.normal_frames = normal_frames
         self.pattern = pattern
@@ -47,6 +52,11 @@ class LoopingBackend:
     """Sessions give `normal_frames` random frames, then repeat `pattern` ([P, 16]) until max_frames."""
 
     name = "looping"
+    concurrent_sessions = exclusive_sessions = thread_safe_sessions = False
+    max_streams = 1
+
+    def warm_up(self) -> int:
+        return 0
 
     def __init__(self, normal_frames: int, pattern: np.ndarray) -> None:
         self.normal_frames = normal_frames

@@ -50,10 +50,11 @@ def _audit(event: str, args: tuple) -> None:  # type: ignore[type-arg]
 sys.addaudithook(_audit)
 
 
-def _with_faults(engine: object) -> object:
-    synthesize = engine.synthesize  # type: ignore[attr-defined]
+def _out_of_memory_inside(engine: object) -> None:
+    """The OOM markers fire inside the engine's synthesis (its prompt step), where the engine handles them."""
+    prepare = engine._prepare  # type: ignore[attr-defined]
 
-    def faulty(request, cancel=None):  # type: ignore[no-untyped-def]
+    def faulty_prepare(request):  # type: ignore[no-untyped-def]
         text = request.text.lower()
         if "forcegpuoom" in text:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (forced by the test)")
@@ -61,6 +62,18 @@ def _with_faults(engine: object) -> object:
             free, total = torch.cuda.mem_get_info()
             hog = torch.empty(int(total) * 2, dtype=torch.uint8, device="cuda")  # more than the GPU has
             del hog
+        return prepare(request)
+
+    engine._prepare = faulty_prepare  # type: ignore[attr-defined]
+
+
+def _with_faults(engine: object) -> object:
+    if hasattr(engine, "_prepare"):  # a real Engine (the fake one has no GPU to run out of)
+        _out_of_memory_inside(engine)
+    synthesize = engine.synthesize  # type: ignore[attr-defined]
+
+    def faulty(request, cancel=None):  # type: ignore[no-untyped-def]
+        text = request.text.lower()
         for i, chunk in enumerate(synthesize(request, cancel)):
             if "bigaudio" in text:
                 chunk = type(chunk)(pcm=chunk.pcm * 8, codes=chunk.codes.repeat(8, axis=0))

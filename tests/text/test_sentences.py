@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from wyoming_qwen3tts.sentences import SentenceSplitter, split_sentences
+from wyoming_qwen3tts.text.sentences import SentenceSplitter, StreamCleaner, clean_client_text, split_sentences
 
 TEXTS = [
     "Hello world. This is Dr. Smith, who paid $3.50 for it! Really?! Yes… fine",
@@ -117,3 +117,17 @@ def test_pathological_texts_split_in_linear_time(name: str) -> None:
     assert all(len(s) <= 400 for s in whole)
     assert [c for c in "".join(whole) if c.isalnum()] == [c for c in text if c.isalnum()]  # no word lost
     assert elapsed < 0.1 and elapsed_streamed < 0.5, (elapsed, elapsed_streamed)
+
+
+def test_stream_cleaner_equals_cleaning_the_joined_text_however_it_is_cut() -> None:
+    """Random texts dense in marker pieces, cut at random points: the cleaned fragments joined are the
+    joined text cleaned, so no marker survives a cut and no text is held back at the end."""
+    rng = random.Random(7)
+    pieces = ["<", "|", ">", "t", "s", "_", "a", " ", "\x00", "<tts_", "<|", "|>"]
+    for _ in range(5000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
+        cuts = sorted(rng.sample(range(len(text) + 1), min(len(text) + 1, rng.randint(0, 4))))
+        parts = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+        cleaner = StreamCleaner()
+        joined = "".join(cleaner.feed(part) for part in parts) + cleaner.finish()
+        assert joined == clean_client_text(text), parts

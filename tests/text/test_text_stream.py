@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from wyoming_qwen3tts.sentences import split_sentences
+from wyoming_qwen3tts.text.sentences import split_sentences
 from wyoming_qwen3tts.text.stream import DotGuard, SpokenSentences, spoken_sentences
 
 REPLIES = {

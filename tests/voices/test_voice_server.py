@@ -25,7 +25,7 @@ from test_handler import audio_of, read_until
 from wyoming_qwen3tts.__main__ import all_voices, load_engine
 from wyoming_qwen3tts.engine import SAMPLES_PER_FRAME
 from wyoming_qwen3tts.handler import HandlerConfig, Qwen3TTSEventHandler
-from wyoming_qwen3tts.server import TtsService
+from wyoming_qwen3tts.service import TtsService
 from wyoming_qwen3tts.settings import Settings
 from wyoming_qwen3tts.voices import VoiceCatalog, VoicePreset, scan_voice_folder
 
@@ -242,7 +242,7 @@ async def test_one_server_several_models(tiny_checkpoint: Path, tiny_base_checkp
         service.shutdown()
 
     from wyoming_qwen3tts.errors import VoiceError
-    from wyoming_qwen3tts.engines import EngineSet
+    from wyoming_qwen3tts.engine_set import EngineSet
 
     with pytest.raises(VoiceError, match="two CustomVoice models"):
         EngineSet(list(engines.values())[:1] * 2)

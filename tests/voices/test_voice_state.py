@@ -27,7 +27,7 @@ from wyoming_qwen3tts.__main__ import all_voices
 from wyoming_qwen3tts.errors import Qwen3TTSError, ReferenceAudioError, VoiceError
 from wyoming_qwen3tts.http.app import HttpConfig, HttpServer, build_app
 from wyoming_qwen3tts.model.reference_audio import read_reference_audio
-from wyoming_qwen3tts.server import TtsService
+from wyoming_qwen3tts.service import TtsService
 from wyoming_qwen3tts.settings import Settings
 from wyoming_qwen3tts.voices import VoicePreset, check_voice_name, scan_voice_folder
 from wyoming_qwen3tts.voices.folder import (

@@ -18,6 +18,14 @@ from ..model.talker import KVCache, Qwen3TTSModel
 
 
 class TorchDecodeSession:
+    # DecodeSession: a one-stream session starts at once and holds nothing beyond its own buffers.
+    queued_at: float | None = None
+    admitted_at: float | None = None
+    first_codes_at: float | None = None
+
+    def close(self) -> None:
+        pass
+
     def __init__(
         self, model: Qwen3TTSModel, prompt: Prompt, sampling: SamplingParams, seed: int, max_frames: int
     ) -> None:
@@ -116,6 +124,14 @@ class TorchDecodeSession:
 
 class TorchBackend:
     name = "torch"
+    # DecodeBackend: sessions interleave at frame-group boundaries under the engine's lock, one at a time.
+    concurrent_sessions = False
+    exclusive_sessions = False
+    thread_safe_sessions = False
+    max_streams = 1
+
+    def warm_up(self) -> int:
+        return 0  # nothing captured: the torch path has no graphs
 
     def __init__(self, model: Qwen3TTSModel) -> None:
         self.model = model

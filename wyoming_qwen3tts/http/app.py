@@ -29,7 +29,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..metrics import METRICS, Metrics, model_state
-from ..server import TtsService
+from ..service import TtsService
 from ..settings import Settings
 from .errors import ApiError
 from .openai_speech import SpeechApi, SpeechConfig

@@ -6,22 +6,6 @@ from aiohttp import web
 
 from ..errors import Qwen3TTSError
 
-# Status of each service error code; the rest (synthesis-failed, cancelled, ...) are 500.
-_STATUS_OF_CODE = {
-    "unknown-voice": 400,
-    "unknown-language": 400,
-    "empty-text": 400,
-    "text-too-long": 400,
-    "bad-request": 400,
-    "event-too-large": 413,
-    "server-busy": 429,
-    "queue-full": 429,
-    "shutting-down": 503,
-    "model-load-failed": 503,
-    "out-of-memory": 503,  # the cached memory was freed: the next request may well succeed
-}
-
-
 def _error_type(status: int) -> str:
     if status == 401:
         return "authentication_error"
@@ -60,6 +44,6 @@ class ApiError(Exception):
     @classmethod
     def from_service(cls, err: Qwen3TTSError, param: str | None = None) -> ApiError:
         """The HTTP answer for an error the service, the catalog or the engine raised."""
-        status = _STATUS_OF_CODE.get(err.code, 500)
+        status = err.http_status
         headers = {"Retry-After": "1"} if status in (429, 503) else None
         return cls(status, str(err), param=param, code=err.code, headers=headers)

@@ -24,7 +24,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -32,12 +32,15 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, ValidationError
 from wyoming.tts import SynthesizeVoice
 
-from ..errors import Qwen3TTSError
+from .. import speech
+from ..errors import Qwen3TTSError, TextTooLongError
 from ..metrics import Metrics, SpeechMeter, model_state
-from ..request import SAMPLE_RATE, SAMPLES_PER_FRAME, AudioChunk, SynthesisRequest
-from ..sentences import clean_client_text
-from ..text.stream import OFFLOAD_CHARS, spoken_sentences
-from ..server import TtsService
+from ..request import SAMPLE_RATE, AudioChunk
+from ..service import TtsService
+from ..speech import TextOptions
+from ..text.sentences import clean_client_text
+from ..text.stream import Sentence
+from ..wire import short
 from ..voices import AUTO, VoiceChoice, language_code, language_name
 from .audio_formats import FORMATS, MAX_SPEED, MIN_SPEED, AudioEncoder, AudioFormat
 from .errors import ApiError
@@ -60,12 +63,16 @@ class SpeechConfig:
 
     model_id: str = "qwen3-tts"
     max_body_bytes: int = 1_048_576
-    max_text_chars: int = 5000
-    max_sentence_chars: int = 400
-    text_frontend: bool = True  # Markdown, links, numbers as words (text/)
+    max_text_chars: int = TextOptions.max_text_chars
+    max_sentence_chars: int = TextOptions.max_sentence_chars
+    text_frontend: bool = TextOptions.text_frontend
     body_timeout: float = 120.0  # seconds to receive a request body
     write_timeout: float = 60.0  # seconds a client may take to accept audio
-    seed: int | None = None
+    seed: int | None = TextOptions.seed
+
+    @property
+    def text(self) -> TextOptions:
+        return TextOptions(self.max_text_chars, self.max_sentence_chars, self.text_frontend, self.seed)
 
 
 class _VoiceId(BaseModel):
@@ -93,8 +100,8 @@ class SpeechPlan:
     """A checked request: what to speak, with what, and how to send it."""
 
     voice: VoiceChoice
-    text: str  # the input, cleaned
-    sentences: list[str]  # what is spoken (filled by create_speech from text)
+    text: str  # the input as the client sent it
+    sentences: list[Sentence]  # what is spoken (filled by create_speech from text)
     chars: int
     format: AudioFormat
     speed: float
@@ -208,10 +215,10 @@ class SpeechApi:
         started = time.monotonic()
         self._check_ready()
         plan = self._plan(await self._read_json(request))
-        if plan.chars > OFFLOAD_CHARS:  # the front end's work on a long text, off the event loop
-            sentences = await asyncio.get_running_loop().run_in_executor(None, self._sentences, plan.text, plan.voice)
-        else:
-            sentences = self._sentences(plan.text, plan.voice)
+        try:
+            sentences = await speech.prepare(plan.text, plan.voice.language, self.config.text)
+        except TextTooLongError as err:
+            raise ApiError.from_service(err, param="input") from None
         if not sentences:
             raise ApiError(400, "input has nothing to speak (no letters or digits)", param="input", code="empty-text")
         plan = replace(plan, sentences=sentences)
@@ -253,7 +260,7 @@ class SpeechApi:
         try:
             return json.loads(body)
         except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
-            raise ApiError(400, f"The request body is not valid JSON: {_short(err)}", code="invalid-json") from None
+            raise ApiError(400, f"The request body is not valid JSON: {short(err)}", code="invalid-json") from None
 
     def _plan(self, payload: Any) -> SpeechPlan:
         try:
@@ -266,34 +273,23 @@ class SpeechApi:
         if fmt is None:
             raise ApiError(
                 400,
-                f"Unsupported response_format {_short(body.response_format)}; this server offers {', '.join(FORMATS)}",
+                f"Unsupported response_format {short(body.response_format)}; this server offers {', '.join(FORMATS)}",
                 param="response_format",
                 code="unsupported-format",
             )
         if body.stream_format not in STREAM_FORMATS:
-            raise ApiError(400, f"stream_format must be 'audio' or 'sse', not {_short(body.stream_format)}", param="stream_format", code="invalid-request")
+            raise ApiError(400, f"stream_format must be 'audio' or 'sse', not {short(body.stream_format)}", param="stream_format", code="invalid-request")
         if not MIN_SPEED <= body.speed <= MAX_SPEED:
             raise ApiError(400, f"speed must be between {MIN_SPEED} and {MAX_SPEED}, not {body.speed}", param="speed", code="invalid-request")
-        text = clean_client_text(body.input)
-        if not text.strip():
+        if not clean_client_text(body.input).strip():
             raise ApiError(400, "input is empty", param="input", code="empty-text")
-        if len(text) > self.config.max_text_chars:
-            raise ApiError(
-                400, f"input has {len(text)} characters, more than the limit of {self.config.max_text_chars}", param="input", code="text-too-long"
-            )
-        return SpeechPlan(self._voice(body), text, [], len(text), fmt, body.speed, body.stream_format == "sse")
-
-    def _sentences(self, text: str, voice: VoiceChoice) -> list[str]:
-        """What the voice says, sentence by sentence (the Wyoming side's front end)."""
-        config = self.config
-        spoken = spoken_sentences(text, voice.language, enabled=config.text_frontend, max_chars=config.max_sentence_chars)
-        return [sentence.spoken for sentence in spoken]
+        return SpeechPlan(self._voice(body), body.input, [], len(body.input), fmt, body.speed, body.stream_format == "sse")
 
     def _voice(self, body: SpeechBody) -> VoiceChoice:
         catalog = self.service.catalog
         name = body.voice.id if isinstance(body.voice, _VoiceId) else body.voice
         if name is not None and len(name) > MAX_VOICE_CHARS:
-            raise ApiError(400, f"Unknown voice {_short(name)}", param="voice", code="unknown-voice")
+            raise ApiError(400, f"Unknown voice {short(name)}", param="voice", code="unknown-voice")
         try:
             voice = catalog.resolve(SynthesizeVoice(name=name) if name else None)
         except Qwen3TTSError as err:
@@ -316,26 +312,8 @@ class SpeechApi:
             voice = replace(voice, instruct=f"{voice.instruct} {instructions}" if designed else instructions)
         return voice
 
-    async def _chunks(self, plan: SpeechPlan, cancel: threading.Event, meter: SpeechMeter) -> AsyncIterator[AudioChunk]:
-        """The audio of every sentence in order, one sentence at a time on the service."""
-        for i, sentence in enumerate(plan.sentences):
-            request = SynthesisRequest(
-                text=sentence,
-                speaker=plan.voice.speaker,
-                language=plan.voice.language,
-                instruct=plan.voice.instruct,
-                seed=self.config.seed,  # sampling: the engine's (generation_config.json and the settings), as on Wyoming
-                clone=plan.voice.clone,
-            )
-            piece_start = time.monotonic()
-            # Only the first sentence may find the queue full (429); the rest of an answer always queues.
-            async with contextlib.aclosing(self.service.synthesize(request, cancel, continuing=i > 0)) as chunks:
-                async for chunk in chunks:
-                    yield chunk
-            meter.synthesized(time.monotonic() - piece_start)
-
     async def _respond(self, request: web.Request, plan: SpeechPlan, stream: HttpSpeechStream, meter: SpeechMeter) -> web.StreamResponse:
-        chunks = self._chunks(plan, stream.cancel, meter)
+        chunks = speech.speak(self.service, plan.voice, speech.each(plan.sentences), stream.cancel, meter, seed=self.config.seed)
         response: web.StreamResponse | None = None
         encoding: _Encoding | None = None
         try:
@@ -365,7 +343,7 @@ class SpeechApi:
                 _LOGGER.info("HTTP client gone during synthesis with %s: %s", plan.voice.voice, err)
                 return response
             meter.finish("ok")
-            _log_spoken(plan, meter)
+            speech.log_spoken(_LOGGER, plan.voice, plan.chars, meter, f" format={plan.format.name}{' sse' if plan.sse else ''} (http)")
             return response
         except Qwen3TTSError as err:  # from the first frame group
             meter.finish(err.code)
@@ -437,18 +415,3 @@ def _stream_headers(plan: SpeechPlan) -> dict[str, str]:
     }
     headers["Content-Type"] = "text/event-stream" if plan.sse else plan.format.content_type
     return headers
-
-
-def _log_spoken(plan: SpeechPlan, meter: SpeechMeter) -> None:
-    seconds = meter.frames * SAMPLES_PER_FRAME / SAMPLE_RATE
-    first = f"{meter.first_audio_at - meter.started_at:.3f}s" if meter.first_audio_at is not None else "-"
-    _LOGGER.info(
-        "Spoke voice=%s chars=%d audio=%.2fs first_audio=%s format=%s%s (http)",
-        plan.voice.voice, plan.chars, seconds, first, plan.format.name, " sse" if plan.sse else "",
-    )
-
-
-def _short(value: object, limit: int = 80) -> str:
-    text = repr(value) if not isinstance(value, BaseException) else str(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-

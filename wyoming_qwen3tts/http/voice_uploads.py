@@ -27,7 +27,7 @@ from typing import Any
 from aiohttp import BodyPartReader, web
 
 from ..errors import Qwen3TTSError, ShuttingDownError
-from ..server import TtsService
+from ..service import TtsService
 from ..voices import VoicePreset, check_voice_name, language_name
 from ..voices.folder import (
     commit_voice,

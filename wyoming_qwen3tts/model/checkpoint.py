@@ -19,8 +19,8 @@ import torch
 from safetensors import safe_open
 
 from ..errors import ModelLoadError
-from ..options import DEFAULT_MODEL
 from .config import (
+    DEFAULT_MODEL,
     MODEL_TYPE_NAMES,
     CodecDecoderConfig,
     CodecEncoderConfig,

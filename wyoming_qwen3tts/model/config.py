@@ -13,7 +13,18 @@ class ModelConfigError(ValueError):
 
 
 # tts_model_type -> the name the release uses for it (Qwen/Qwen3-TTS-12Hz-1.7B-<name>).
+# The checkpoint served when none is configured.
+DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"
+
 MODEL_TYPE_NAMES: dict[str, str] = {"custom_voice": "CustomVoice", "base": "Base", "voice_design": "VoiceDesign"}
+
+
+def voice_kind(*, cloned: bool, speaker: bool) -> str:
+    """The model type (tts_model_type) that speaks a voice: a cloned voice a Base model, a preset speaker a
+    CustomVoice model, a voice described in words (neither) a VoiceDesign model."""
+    if cloned:
+        return "base"
+    return "custom_voice" if speaker else "voice_design"
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from ..errors import EmptyTextError, UnknownLanguageError, UnknownSpeakerError, VoiceError
-from .config import Qwen3TTSConfig
+from .config import Qwen3TTSConfig, voice_kind
 from .talker import Qwen3TTSModel
 
 _LOGGER = logging.getLogger(__name__)
@@ -118,14 +118,16 @@ def resolve_language(cfg: Qwen3TTSConfig, language: str | None, speaker: str | N
 
 def check_voice(cfg: Qwen3TTSConfig, voice: Voice) -> None:
     """Raise VoiceError unless this model type speaks this kind of voice."""
-    kind = {str: "custom_voice", ClonePrompt: "base", type(None): "voice_design"}.get(type(voice))
+    if not isinstance(voice, (str, ClonePrompt, type(None))):
+        raise VoiceError(f"a {cfg.model_type_name} model cannot speak a {type(voice).__name__}")
+    kind = voice_kind(cloned=isinstance(voice, ClonePrompt), speaker=isinstance(voice, str))
     if kind == cfg.tts_model_type:
         return
     what = {
         "custom_voice": f"a preset speaker ({voice!r})",
         "base": "a cloned voice",
         "voice_design": "a designed voice (no speaker)",
-    }.get(kind or "", f"a {type(voice).__name__}")
+    }[kind]
     needs = {
         "custom_voice": "one of its preset speakers",
         "base": "a cloned voice (a ClonePrompt)",
@@ -134,7 +136,24 @@ def check_voice(cfg: Qwen3TTSConfig, voice: Voice) -> None:
     raise VoiceError(f"a {cfg.model_type_name} model cannot speak {what}; it needs {needs}")
 
 
-@torch.inference_mode()
+@dataclass(frozen=True)
+class PromptVoice:
+    """A request's voice and language resolved against one model (resolve_voice), as prompt_for takes it."""
+
+    preset: str | None  # a preset speaker's key in the checkpoint (CustomVoice)
+    clone: ClonePrompt | None  # a cloned voice (Base)
+    language_id: int | None  # the codec language id (None: auto without a dialect)
+
+
+def resolve_voice(cfg: Qwen3TTSConfig, voice: Voice, language: str | None = "auto") -> PromptVoice:
+    """Check the voice against the model type and resolve speaker and language once; raises VoiceError,
+    UnknownSpeakerError or UnknownLanguageError."""
+    check_voice(cfg, voice)
+    preset = resolve_speaker(cfg, voice) if isinstance(voice, str) else None
+    clone = voice if isinstance(voice, ClonePrompt) else None
+    return PromptVoice(preset, clone, resolve_language(cfg, language, preset))
+
+
 def build_prompt(
     model: Qwen3TTSModel,
     text_ids: list[int],
@@ -144,8 +163,25 @@ def build_prompt(
     *,
     non_streaming_text: bool = True,
 ) -> Prompt:
-    """text_ids: the whole ChatML-wrapped text tokenized (chat_text); speaker: the Voice for this model's type;
-    instruct_ids: chat_instruct tokenized (for VoiceDesign, the voice description; may be None for a random voice).
+    """prompt_for with the voice and language resolved here: for callers that hold raw values (tools, tests)."""
+    if len(text_ids) == 8 and text_ids[0] == model.cfg.im_start_token_id:
+        raise EmptyTextError("text is empty")
+    voice = resolve_voice(model.cfg, speaker, language)
+    return prompt_for(model, text_ids, voice, instruct_ids, non_streaming_text=non_streaming_text)
+
+
+@torch.inference_mode()
+def prompt_for(
+    model: Qwen3TTSModel,
+    text_ids: list[int],
+    voice: PromptVoice,
+    instruct_ids: list[int] | None = None,
+    *,
+    non_streaming_text: bool = True,
+) -> Prompt:
+    """text_ids: the whole ChatML-wrapped text tokenized (chat_text), of a text with something to say; voice: the
+    resolved voice, taken as given; instruct_ids: chat_instruct tokenized (for VoiceDesign, the voice description;
+    may be None for a random voice).
 
     The reference's own defaults for non_streaming_text differ by API (True for CustomVoice and VoiceDesign, False
     for voice cloning); callers pick.
@@ -159,12 +195,7 @@ def build_prompt(
     # token (the random writer's byte-level fallback) still builds a prompt of the right shape.
     if len(text_ids) < 8 or text_ids[0] != cfg.im_start_token_id:
         raise ValueError("text_ids must be the tokenized chat_text(text)")
-    if len(text_ids) == 8:
-        raise EmptyTextError("text is empty")
-    check_voice(cfg, speaker)
-    preset = resolve_speaker(cfg, speaker) if isinstance(speaker, str) else None
-    clone = speaker if isinstance(speaker, ClonePrompt) else None
-    language_id = resolve_language(cfg, language, preset)
+    preset, clone, language_id = voice.preset, voice.clone, voice.language_id
 
     def ids(values: list[int]) -> Tensor:
         return torch.tensor(values, dtype=torch.long, device=device)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..sentences import SentenceSplitter
+from .sentences import SentenceSplitter
 from .language import detect_language
 from .lexicon import LEXICONS
 from .markdown import MarkdownBlocks

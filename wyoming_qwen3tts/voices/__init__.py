@@ -32,6 +32,7 @@ from wyoming.info import Attribution, TtsVoice
 from wyoming.tts import SynthesizeVoice
 
 from ..errors import UnknownLanguageError, UnknownSpeakerError
+from ..model.config import MODEL_TYPE_NAMES, voice_kind
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -129,9 +130,7 @@ class VoicePreset(BaseModel):
 
     @property
     def kind(self) -> VoiceKind:
-        if self.reference_audio is not None:
-            return "base"
-        return "voice_design" if self.design is not None else "custom_voice"
+        return voice_kind(cloned=self.reference_audio is not None, speaker=self.design is None)  # type: ignore[return-value]
 
 
 def scan_voice_folder(folder: Path) -> tuple[list[VoicePreset], list[str]]:
@@ -249,9 +248,8 @@ class VoiceCatalog:
             if preset.kind == "base" and preset.name not in self.clones:
                 return "its reference clip could not be cloned (the log says why)"
             return None
-        names = {"custom_voice": "CustomVoice", "base": "Base", "voice_design": "VoiceDesign"}
-        loaded = " and ".join(names.get(k, k) for k in sorted(kinds))
-        return f"it needs a {names[preset.kind]} model, and the server loaded {loaded} only"
+        loaded = " and ".join(MODEL_TYPE_NAMES.get(k, k) for k in sorted(kinds))
+        return f"it needs a {MODEL_TYPE_NAMES[preset.kind]} model, and the server loaded {loaded} only"
 
     def _check_preset(self, preset: VoicePreset) -> None:
         # Fail at startup, not on the first request, when the config names something unknown.

@@ -26,7 +26,7 @@ from ..errors import Qwen3TTSError
 from . import AUDIO_SUFFIXES, VoicePreset, scan_voice_folder
 
 if TYPE_CHECKING:
-    from ..server import TtsService
+    from ..service import TtsService
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ... import native
+from . import library
 from ...model.prompt import Prompt
 from ...model.talker import Qwen3TTSModel
 from ...request import SamplingParams
@@ -28,23 +28,26 @@ from .weights import ModelWeights
 
 
 class KernelBackend:
-    """Decode loop on the q3t kernels. Raises native.NativeUnavailable where they cannot run."""
+    """Decode loop on the q3t kernels. Raises library.NativeUnavailable where they cannot run."""
 
     name = "kernels"
     # One decode session at a time: the captured frame graph works on the backend's own buffers.
     concurrent_sessions = False
+    exclusive_sessions = True
+    thread_safe_sessions = False
+    max_streams = 1
 
     def __init__(self, model: Qwen3TTSModel, options: KernelOptions | None = None, *, capacity: int = 2048,
-                 lib: native.Native | None = None) -> None:  # fmt: skip
-        """options None: KernelOptions.from_env(); lib None: the library native.load() builds or finds."""
+                 lib: library.Native | None = None) -> None:  # fmt: skip
+        """options None: KernelOptions.from_env(); lib None: the library library.load() builds or finds."""
         if model.device.type != "cuda":
-            raise native.NativeUnavailable("the kernel backend needs the model on a CUDA/ROCm device")
+            raise library.NativeUnavailable("the kernel backend needs the model on a CUDA/ROCm device")
         if model.dtype not in (torch.float32, torch.bfloat16):
-            raise native.NativeUnavailable(f"the kernels take float32 or bfloat16 weights, not {model.dtype}")
+            raise library.NativeUnavailable(f"the kernels take float32 or bfloat16 weights, not {model.dtype}")
         if not fits_short_attention(model.cfg.code_predictor, NUM_GROUPS):
-            raise native.NativeUnavailable("the CodePredictor's heads do not fit the short-attention kernel")
+            raise library.NativeUnavailable("the CodePredictor's heads do not fit the short-attention kernel")
         self.options = options or KernelOptions.from_env()
-        self.lib = lib or native.load(model.device.index or 0)
+        self.lib = lib or library.load(model.device.index or 0)
         self.ops = Ops(self.lib)
         self.ops.set_gemv_clusters(self.options.gemv_clusters)
         self.model = model

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ... import native
+from . import library
 from ...model.config import Qwen3TTSConfig
 from ...model.layers import rope_tables
 from ...model.prompt import Prompt
@@ -81,12 +81,12 @@ def bucket_for(rows: int) -> int:
 
 
 def param_records(records: list[dict[str, float | int]]) -> np.ndarray:
-    """q3t_sample_params records (native.SAMPLE_PARAMS_DTYPE) as host bytes [len(records), record size]."""
-    arr = np.zeros(len(records), dtype=native.SAMPLE_PARAMS_DTYPE)
+    """q3t_sample_params records (library.SAMPLE_PARAMS_DTYPE) as host bytes [len(records), record size]."""
+    arr = np.zeros(len(records), dtype=library.SAMPLE_PARAMS_DTYPE)
     for i, rec in enumerate(records):
         for key, value in rec.items():
             arr[i][key] = value
-    return arr.view(np.uint8).reshape(len(records), native.SAMPLE_PARAMS_DTYPE.itemsize)
+    return arr.view(np.uint8).reshape(len(records), library.SAMPLE_PARAMS_DTYPE.itemsize)
 
 
 def sample_params(records: list[dict[str, float | int]], device: torch.device) -> Tensor:
@@ -130,10 +130,10 @@ def prefill_groups(lengths: list[int], budget: int, max_rows: int | None = None)
 
 def stream_params(sampling: SamplingParams, eos: int) -> tuple[dict[str, float | int], dict[str, float | int]]:
     """The code-0 and CodePredictor draw settings of one stream, as q3t_sample_params fields."""
-    code0 = dict(flags=native.SAMPLE_DO_SAMPLE if sampling.do_sample else 0, temperature=sampling.temperature,
+    code0 = dict(flags=library.SAMPLE_DO_SAMPLE if sampling.do_sample else 0, temperature=sampling.temperature,
                  top_k=sampling.top_k, top_p=sampling.top_p, penalty=sampling.repetition_penalty, eos=eos,
                  min_new_tokens=NO_EOS if sampling.suppress_eos else MIN_NEW_TOKENS)  # fmt: skip
-    sub = dict(flags=native.SAMPLE_DO_SAMPLE if sampling.subtalker_do_sample else 0,
+    sub = dict(flags=library.SAMPLE_DO_SAMPLE if sampling.subtalker_do_sample else 0,
                temperature=sampling.subtalker_temperature, top_k=sampling.subtalker_top_k,
                top_p=sampling.subtalker_top_p, penalty=1.0, eos=-1, min_new_tokens=0)  # fmt: skip
     return code0, sub
@@ -315,7 +315,7 @@ class BatchedDecoder:
             self.step_index.index_fill_(0, index, 0)
             self.seed.index_copy_(0, index, seed)
             self.seen.index_fill_(0, index, 0)
-            size = native.SAMPLE_PARAMS_DTYPE.itemsize
+            size = library.SAMPLE_PARAMS_DTYPE.itemsize
             self.params_code0.view(-1, size).index_copy_(0, index, code0)
             self.params_sub.view(-1, size).index_copy_(0, index, sub)
             self.slot.index_copy_(0, index, slot32)
@@ -435,9 +435,9 @@ class BatchedDecoder:
                                            self.cp_cache[0, i, 1], attn,
                                            row_rows=self.cp_cache.shape[1] * 2 * NUM_GROUPS, eps=eps, scale=scale,
                                            pos_add=pos_add, stream=stream)  # fmt: skip
-            gemv(L.o, attn, x, stream, mode=native.GEMV_ADD)
-            gemv(L.gate_up, x, mlp, stream, mode=native.GEMV_SWIGLU, norm_w=L.post_norm, eps=eps)
-            gemv(L.down, mlp, x, stream, mode=native.GEMV_ADD)
+            gemv(L.o, attn, x, stream, mode=library.GEMV_ADD)
+            gemv(L.gate_up, x, mlp, stream, mode=library.GEMV_SWIGLU, norm_w=L.post_norm, eps=eps)
+            gemv(L.down, mlp, x, stream, mode=library.GEMV_ADD)
 
     def launch_step(self, nb: int, stream: int) -> None:
         """Launch one step for rows [0, nb) on `stream` (what each graph captures)."""

@@ -3,7 +3,7 @@
 Shapes, dtypes and pointers are read off the tensors, so a call site names only what it decides
 (mode, eps, positions, sampling settings). The launches are asynchronous on `stream` (a CUDA/HIP
 stream handle; None: torch's current stream), never synchronise and never allocate, so they can be
-captured into a graph; a failed launch raises native.NativeError with the runtime's message.
+captured into a graph; a failed launch raises library.NativeError with the runtime's message.
 What each entry point computes is documented once, in kernels/include/q3t.h.
 """
 
@@ -15,20 +15,20 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ... import native
+from . import library
 
-STORE, ADD, SWIGLU = native.GEMV_STORE, native.GEMV_ADD, native.GEMV_SWIGLU
+STORE, ADD, SWIGLU = library.GEMV_STORE, library.GEMV_ADD, library.GEMV_SWIGLU
 
 
 def dtype_code(dtype: torch.dtype) -> int:
     """q3t's code for a weight / KV-cache dtype (int8: GEMV matrices only, with their row scales)."""
     if dtype == torch.float32:
-        return native.F32
+        return library.F32
     if dtype == torch.bfloat16:
-        return native.BF16
+        return library.BF16
     if dtype == torch.int8:
-        return native.I8
-    raise native.NativeUnavailable(f"the kernels take float32, bfloat16 or (GEMV matrices) int8, not {dtype}")
+        return library.I8
+    raise library.NativeUnavailable(f"the kernels take float32, bfloat16 or (GEMV matrices) int8, not {dtype}")
 
 
 @dataclass(frozen=True)
@@ -75,12 +75,12 @@ def _stream(stream: int | None) -> int:
 class Ops:
     """The q3t entry points of one loaded library."""
 
-    def __init__(self, lib: native.Native) -> None:
+    def __init__(self, lib: library.Native) -> None:
         self.lib = lib
 
     def set_pdl(self, enable: bool) -> None:
         """Programmatic dependent launch for launches (and captures) from now on; raises
-        native.NativeError where the device has none (HIP, or CUDA before sm_90)."""
+        library.NativeError where the device has none (HIP, or CUDA before sm_90)."""
         self.lib.call("q3t_set_pdl", int(enable))
 
     def set_gemv_clusters(self, enable: bool) -> None:
@@ -94,7 +94,7 @@ class Ops:
         try:
             self.set_pdl(want)
             return want
-        except native.NativeError:  # HIP, or a CUDA device before sm_90
+        except library.NativeError:  # HIP, or a CUDA device before sm_90
             self.set_pdl(False)
             return False
 
@@ -177,7 +177,7 @@ class Ops:
         """Logits processing and one draw into out_code[0]; with row_table, row_out = its drawn row."""
         row_dtype, rows, h = (0, 0, 0) if row_table is None else (dtype_code(row_table.dtype), *row_table.shape)
         self.lib.call("q3t_sample", logits.data_ptr(), logits.numel(), _ptr(seen), penalty, eos, min_new_tokens,
-                      suppress[0], suppress[1], native.SAMPLE_DO_SAMPLE if do_sample else 0, temperature, top_k, top_p,
+                      suppress[0], suppress[1], library.SAMPLE_DO_SAMPLE if do_sample else 0, temperature, top_k, top_p,
                       _ptr(seed), stream_id, _ptr(step), out_code.data_ptr(), row_dtype, _ptr(row_table), rows, h,
                       _ptr(row_out), _stream(stream))  # fmt: skip
 
@@ -211,7 +211,7 @@ class Ops:
         for n, k, code in {(w.shape[0], w.shape[1], dtype_code(w.dtype)) for w in weights}:
             got = self.lib.lib.q3t_batched_gemv_scratch_floats(code, n, k)
             if got < 0:
-                raise native.NativeError(f"q3t_batched_gemv_scratch_floats: {self.lib.last_error()}")
+                raise library.NativeError(f"q3t_batched_gemv_scratch_floats: {self.lib.last_error()}")
             need = max(need, got)
         return need
 
@@ -258,7 +258,7 @@ class Ops:
                        stream_id: int = 0, out_stride: int = 1, row_table: Tensor | None = None,
                        row_out: Tensor | None = None, row_stride: int = 0,
                        stream: int | None = None) -> None:  # fmt: skip
-        """One draw per row of logits [nb, v] with its slot's params (native.SAMPLE_PARAMS_DTYPE records,
+        """One draw per row of logits [nb, v] with its slot's params (library.SAMPLE_PARAMS_DTYPE records,
         as a uint8 device array), seed and step into out_codes[r * out_stride]; seen [slots, v] (the
         penalty's code-0 sets) or None; with row_table, row_out[r * row_stride:] = its drawn row."""
         nb, v = logits.shape

@@ -133,6 +133,7 @@ class BatchingBackend:
 
     name = "kernels-batched"
     concurrent_sessions = True
+    exclusive_sessions = False
     thread_safe_sessions = True  # collect() may be called without the engine's lock
 
     def __init__(self, single, max_streams: int, max_seq: int, max_trailing: int = 512,  # noqa: ANN001

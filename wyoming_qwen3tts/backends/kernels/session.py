@@ -18,6 +18,14 @@ def _no_codes() -> np.ndarray:
 
 
 class KernelDecodeSession:
+    # DecodeSession: a one-stream session starts at once and holds nothing beyond its own buffers.
+    queued_at: float | None = None
+    admitted_at: float | None = None
+    first_codes_at: float | None = None
+
+    def close(self) -> None:
+        pass
+
     def __init__(self, backend: KernelBackend, graph: torch.cuda.CUDAGraph, max_frames: int) -> None:
         self.backend = backend
         self.graph = graph

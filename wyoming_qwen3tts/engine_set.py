@@ -9,21 +9,46 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .errors import VoiceError
+from .model.config import MODEL_TYPE_NAMES, voice_kind
 from .request import AudioChunk, SynthesisRequest
 
 if TYPE_CHECKING:
-    from .engine import Engine
-
-_KIND_NAMES = {"custom_voice": "CustomVoice", "base": "Base", "voice_design": "VoiceDesign"}
+    from .engine import Engine, Validated
 
 
-def model_kinds(engine: object) -> set[str]:
-    """The kinds of voice an engine speaks: an EngineSet's model types, an Engine's one (test engines: CustomVoice)."""
-    kinds = getattr(engine, "model_types", None)
-    return set(kinds) if kinds else {getattr(engine, "model_type", "custom_voice")}
+class Speaker(Protocol):
+    """What the service and the entry point need of the loaded model(s): an Engine, or an EngineSet."""
+
+    @property
+    def speakers(self) -> list[str]: ...
+
+    @property
+    def languages(self) -> list[str]: ...
+
+    @property
+    def supports_instruct(self) -> bool: ...
+
+    @property
+    def model_types(self) -> set[str]: ...  # the kinds of voice it speaks (voice_kind's values)
+
+    @property
+    def max_streams(self) -> int: ...  # requests decoded at once
+
+    @property
+    def clone_prompts(self) -> dict[str, object]: ...  # cloned voices by name (the Base model's)
+
+    def clone_voices(self, presets: list) -> dict[str, str]: ...  # type: ignore[type-arg]
+
+    def warm_up(self) -> float: ...  # before serving: the first request pays for no capture or lazy init
+
+    def warm_thread(self) -> None: ...  # on each synthesis thread before serving
+
+    def synthesize(self, request: SynthesisRequest, cancel: threading.Event | None = None) -> Iterator[AudioChunk]: ...
+
+    def validate(self, request: SynthesisRequest) -> Validated: ...
 
 
 class EngineSet:
@@ -36,7 +61,7 @@ class EngineSet:
         for engine in engines:
             if engine.model_type in self.by_kind:
                 raise VoiceError(
-                    f"two {_KIND_NAMES[engine.model_type]} models are configured; load one model of each type"
+                    f"two {MODEL_TYPE_NAMES[engine.model_type]} models are configured; load one model of each type"
                 )
             self.by_kind[engine.model_type] = engine
         self.engines = list(engines)
@@ -79,21 +104,16 @@ class EngineSet:
 
     # -- requests ------------------------------------------------------------------------------------
     def engine_for(self, request: SynthesisRequest) -> Engine:
-        if request.clone is not None:
-            kind = "base"
-        elif request.speaker:
-            kind = "custom_voice"
-        else:
-            kind = "voice_design"
+        kind = voice_kind(cloned=request.clone is not None, speaker=bool(request.speaker))
         engine = self.by_kind.get(kind)
         if engine is None:
-            raise VoiceError(f"this voice needs a {_KIND_NAMES[kind]} model, which is not loaded")
+            raise VoiceError(f"this voice needs a {MODEL_TYPE_NAMES[kind]} model, which is not loaded")
         return engine
 
     def synthesize(self, request: SynthesisRequest, cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
         return self.engine_for(request).synthesize(request, cancel)
 
-    def validate(self, request: SynthesisRequest) -> str:
+    def validate(self, request: SynthesisRequest) -> Validated:
         return self.engine_for(request).validate(request)
 
     def warm_up(self) -> float:

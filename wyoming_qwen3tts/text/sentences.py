@@ -37,10 +37,43 @@ _RUN = re.compile("[" + re.escape("".join(sorted(TERMINATORS | CLOSERS))) + "]+"
 _LONGEST_WORD = max(8, *map(len, ABBREVIATIONS))
 
 
+_MARKERS = ("<|", "|>", "<tts_")
+# What may still become a marker once more text arrives: every proper prefix of one.
+_MARKER_STARTS = frozenset(m[:i] for m in _MARKERS for i in range(1, len(m)))
+_LONGEST_MARKER = max(map(len, _MARKERS))
+
+
 def clean_client_text(text: str) -> str:
     """Client text made safe to split, log and tokenize: each unspeakable character and control marker
     becomes a space."""
     return _UNSPEAKABLE.sub(" ", text)
+
+
+class StreamCleaner:
+    """clean_client_text for text that arrives in fragments: feed() returns the cleaned text that is
+    settled, holding back a tail that may be the start of a control marker ("<tt" before "s_"), so the
+    joined output equals clean_client_text of the joined input however the text was cut."""
+
+    def __init__(self) -> None:
+        self._tail = ""
+
+    def feed(self, fragment: str) -> str:
+        text = self._tail + fragment
+        window = max(0, len(text) - _LONGEST_MARKER + 1)
+        # Markers and characters the regex takes whole that reach into the last few characters.
+        near_end = [(m.start(), m.end()) for m in _UNSPEAKABLE.finditer(text) if m.end() > window]
+        cut = len(text)
+        for start in range(window, len(text)):
+            inside = any(a < start < b for a, b in near_end)
+            if not inside and text[start:] in _MARKER_STARTS:
+                cut = start  # the regex would try a marker here: wait for the rest
+                break
+        self._tail = text[cut:]
+        return clean_client_text(text[:cut])
+
+    def finish(self) -> str:
+        tail, self._tail = self._tail, ""
+        return clean_client_text(tail)
 
 
 class SentenceSplitter:

@@ -14,7 +14,6 @@ is cut short.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import threading
 import time
@@ -32,9 +31,8 @@ from .announcements import AnnouncementCache
 from .request import AudioChunk, SynthesisRequest
 
 if TYPE_CHECKING:  # torch and the engine load on the worker thread, after the server is listening
-    from .engine import Engine
+    from .engine_set import Speaker
 from .errors import (
-    GpuOutOfMemoryError,
     ModelLoadError,
     Qwen3TTSError,
     QueueFullError,
@@ -43,20 +41,17 @@ from .errors import (
     SynthesisCancelled,
     VoiceError,
 )
-from .engines import model_kinds
+from .model.config import MODEL_TYPE_NAMES
+from .options import QUEUED_MIN, QUEUED_PER_STREAM
+from .process import freeze_loaded
 from .voices import ATTRIBUTION, DEFAULT_LANGUAGES, SPEAKER_DESCRIPTIONS, VoiceCatalog, VoicePreset, language_name
 
 _LOGGER = logging.getLogger(__name__)
 PROGRAM_NAME = "qwen3-tts"
 
 _END = object()
-# max_queued_streams unset: this many waiting sentences per decode slot, and at least QUEUED_MIN. A
-# request that has to wait then starts after about this many sentences of each slot, whatever
-# max_streams is: a second or two on a GPU, where an unbounded queue lets a burst make every later
-# request wait longer. The floor keeps a burst of 16 requests (several satellites and the HTTP API at
-# once: issue 18's load) waiting rather than refused on the default single slot.
-QUEUED_PER_STREAM = 4
-QUEUED_MIN = 16
+# How long starting the synthesis threads ahead (TtsService._start_synthesis_threads) may hold up the load.
+WARM_THREADS_SECONDS = 10.0
 
 
 def _retrieve(future: asyncio.Future) -> None:  # type: ignore[type-arg]
@@ -74,39 +69,12 @@ class Connection(Protocol):
         """Cancel all work, tell the client `err` and drop the connection, in a bounded time."""
 
 
-GC_WARN_MS = 20
-_collection_started: list[float] = []  # when the collection in progress began
-_deliberate = threading.local()  # .on: this thread's own gc.collect() (the load's), logged by its caller
-
-
-def _warn_long_collection(phase: str, info: dict) -> None:
-    """gc callback: warn when a collection stops every thread for long (a stall no request timeline shows)."""
-    if getattr(_deliberate, "on", False):
-        return
-    if phase == "start":
-        _collection_started[:] = [time.monotonic()]
-    elif _collection_started:
-        ms = (time.monotonic() - _collection_started[0]) * 1000
-        if ms >= GC_WARN_MS:
-            _LOGGER.warning("Garbage collection of generation %s paused every thread for %.0f ms",
-                            info.get("generation"), ms)  # fmt: skip
-
-
-def release_gpu_memory() -> None:
-    """Drop unreferenced tensors and hand the allocator's cached blocks back to the driver."""
-    gc.collect()
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
 class TtsService:
     """One engine shared by every connection, plus what describe answers with."""
 
     def __init__(
         self,
-        load_engine: Callable[[], Engine],
+        load_engine: Callable[[], Speaker],
         presets: list[VoicePreset],
         *,
         streaming: bool = True,
@@ -132,11 +100,9 @@ class TtsService:
         self._workers_from_engine = workers == 0
         self._synth_executor: ThreadPoolExecutor | None = None
         self._load_done = threading.Event()
-        if _warn_long_collection not in gc.callbacks:
-            gc.callbacks.append(_warn_long_collection)
-        self._engine: Engine | None = None
+        self._engine: Speaker | None = None
         self._load_error: BaseException | None = None
-        self.loaded: asyncio.Future[Engine] | None = None
+        self.loaded: asyncio.Future[Speaker] | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # connections' speaking tasks (one each at most)
         self.max_connections = max_connections
         self._queued_setting = max_queued_streams
@@ -159,7 +125,7 @@ class TtsService:
             model_type=None,  # every configured voice, until the model says which kind it speaks
         )
 
-    def start_loading(self) -> asyncio.Future[Engine]:
+    def start_loading(self) -> asyncio.Future[Speaker]:
         """Queue the model load as the worker's first job; returns a future for the engine."""
         loop = asyncio.get_running_loop()
         self.loaded = self._submit(loop, self._load)
@@ -174,23 +140,16 @@ class TtsService:
         queued = self._queued_setting
         self.max_queued_streams = max(QUEUED_MIN, QUEUED_PER_STREAM * workers) if queued is None else queued
 
-    def _load(self) -> Engine:
+    def _load(self) -> Speaker:
         try:
             self._engine = self._load_engine()
             if self._workers_from_engine:
-                self._set_workers(max(int(getattr(self._engine, "max_streams", 1)), 1))
+                self._set_workers(max(self._engine.max_streams, 1))
                 _LOGGER.info("Serving %d request(s) at once (max_streams)", self.workers)
             self._start_synthesis_threads(self._engine)
             # Everything loaded so far lives as long as the process: out of the collector's sight, a full
             # collection (which stops every thread) walks only what requests make.
-            started, _deliberate.on = time.monotonic(), True
-            try:
-                gc.collect()
-                gc.freeze()
-            finally:
-                _deliberate.on = False
-            _LOGGER.info("Collected the load's garbage and set %d objects out of the collector's sight in %.0f ms",
-                         gc.get_freeze_count(), (time.monotonic() - started) * 1000)  # fmt: skip
+            freeze_loaded()
         except BaseException as err:
             self._load_error = err
             raise
@@ -198,30 +157,37 @@ class TtsService:
             self._load_done.set()
         return self._engine
 
-    def _start_synthesis_threads(self, engine: Engine) -> None:
+    def _start_synthesis_threads(self, engine: Speaker) -> None:
         """Start every synthesis thread before serving and let each meet its first CUDA work there
         (Engine.warm_thread), so a burst of requests waits neither for threads to start nor for their
         first GPU calls: on the H200 (run 32, max_streams 16) the first round of 16 simultaneous requests,
         on threads new to the process, got first audio at 260 ms, the next round at 60-105 ms."""
-        warm = getattr(engine, "warm_thread", None)
-        if self._synth_executor is None or warm is None:
+        if self._synth_executor is None:
             return
+        if self.syntheses:
+            # Requests that came during the load already hold the threads, waiting for the load to end: warm-up
+            # jobs queued behind them would wait for the load they are part of.
+            _LOGGER.debug("Not starting the synthesis threads ahead: %d requests already hold them", self.syntheses)
+            return
+        warm = engine.warm_thread
         started = time.monotonic()
         barrier = threading.Barrier(self.workers)
 
         def job() -> int:
             warm()
-            barrier.wait(timeout=30)  # held until every job has a thread: the executor starts one each
+            barrier.wait(timeout=WARM_THREADS_SECONDS)  # held until every job has a thread: the executor starts one each
             return threading.get_ident()
 
         try:
-            threads = {f.result() for f in [self._synth_executor.submit(job) for _ in range(self.workers)]}
+            futures = [self._synth_executor.submit(job) for _ in range(self.workers)]
+            # Bounded: a request that arrives now takes a thread first and waits for the load to end.
+            threads = {f.result(timeout=WARM_THREADS_SECONDS) for f in futures}
         except Exception as err:  # not worth failing the load for: requests then start threads as they come
             _LOGGER.warning("Could not start the synthesis threads ahead: %s", err)
             return
         _LOGGER.info("Started %d synthesis threads in %.0f ms", len(threads), (time.monotonic() - started) * 1000)
 
-    def _on_loaded(self, future: asyncio.Future[Engine]) -> None:
+    def _on_loaded(self, future: asyncio.Future[Speaker]) -> None:
         if future.cancelled() or future.exception() is not None:
             return
         try:
@@ -230,7 +196,7 @@ class TtsService:
             self._load_error = err
             _LOGGER.error("Voice presets do not fit the loaded model: %s", err)
 
-    def _catalog_of(self, engine: Engine, presets: list[VoicePreset] | None = None) -> VoiceCatalog:
+    def _catalog_of(self, engine: Speaker, presets: list[VoicePreset] | None = None) -> VoiceCatalog:
         return VoiceCatalog(
             engine.speakers,
             engine.languages,
@@ -238,8 +204,8 @@ class TtsService:
             supports_instruct=engine.supports_instruct,
             default_voice=self._default_voice,
             version=__version__,
-            model_type=model_kinds(engine),
-            clones=getattr(engine, "clone_prompts", None),
+            model_type=set(engine.model_types),
+            clones=engine.clone_prompts,
         )
 
     # -- cloned voices added and removed while serving (the web page) ---------------------------
@@ -282,7 +248,7 @@ class TtsService:
         """Stop offering a cloned voice (requests already speaking it finish)."""
         self._presets = [p for p in self._presets if p.name != name]
         if self._engine is not None:
-            getattr(self._engine, "clone_prompts", {}).pop(name, None)
+            self._engine.clone_prompts.pop(name, None)
             self.catalog = self._catalog_of(self._engine)
 
     @property
@@ -307,7 +273,7 @@ class TtsService:
         program = TtsProgram(
             name=PROGRAM_NAME,
             description="Qwen3-TTS " + " + ".join(
-                {"base": "Base (cloned voices)", "voice_design": "VoiceDesign", "custom_voice": "CustomVoice"}.get(k, k)
+                MODEL_TYPE_NAMES.get(k, k) + (" (cloned voices)" if k == "base" else "")
                 for k in sorted(catalog.model_types or {"custom_voice"})
             ),
             attribution=ATTRIBUTION,
@@ -344,8 +310,6 @@ class TtsService:
         submitted = time.monotonic()
 
         def job() -> None:
-            import torch  # already loaded with the engine; imported here to keep startup light
-
             _LOGGER.debug("Synthesis thread took the sentence %.1f ms after it was submitted",
                           (time.monotonic() - submitted) * 1000)  # fmt: skip
 
@@ -360,35 +324,31 @@ class TtsService:
             engine = self._engine
             if engine is None or self._load_error is not None:
                 raise ModelLoadError(f"The model could not be loaded: {self._load_error}")
-            oom: str | None = None
+            # Out of GPU memory the engine frees its cache and raises GpuOutOfMemoryError: the request ends
+            # with that error, and the next one runs normally.
             chunks = engine.synthesize(request, cancel)
             try:
                 for chunk in chunks:
                     loop.call_soon_threadsafe(queue.put_nowait, chunk)
                     if cancel.is_set():
                         break
-            except torch.cuda.OutOfMemoryError as err:
-                # Leave the except block first: its traceback keeps the failed step's tensors alive.
-                oom = str(err).strip().splitlines()[0] if str(err).strip() else "CUDA out of memory"
             finally:
                 close = getattr(chunks, "close", None)  # generators: stop the engine's loop now
                 if close is not None:
                     close()
-            if oom is not None:
-                del chunks
-                release_gpu_memory()
-                _LOGGER.error(
-                    "GPU out of memory while speaking %d characters with %s; cached memory freed, "
-                    "the request ends with an error and the next one runs normally (%s)",
-                    len(request.text),
-                    request.speaker,
-                    oom,
-                )
-                raise GpuOutOfMemoryError(f"The GPU ran out of memory: {oom}")
 
         future = self._submit(loop, job, self._synth_executor)
         self.syntheses += 1
-        future.add_done_callback(self._synthesis_done)
+        counted = True
+
+        def uncount(_: object = None) -> None:
+            # Once per sentence: when its job ends, or when its caller gives up on it, whichever is first.
+            nonlocal counted
+            if counted:
+                counted = False
+                self.syntheses -= 1
+
+        future.add_done_callback(uncount)
         # The done callback is scheduled after every chunk the job queued, so _END comes last.
         future.add_done_callback(lambda _: queue.put_nowait(_END))
         try:
@@ -401,12 +361,12 @@ class TtsService:
         finally:
             if not future.done():
                 cancel.set()
+                # An abandoned sentence stops counting against max_queued_streams now, not when the
+                # worker thread reaches it: a client that leaves must not refuse the next one.
+                uncount()
                 # Nobody waits for it any more: fetch its end (e.g. SynthesisCancelled) so asyncio
                 # does not log "exception was never retrieved".
                 future.add_done_callback(_retrieve)
-
-    def _synthesis_done(self, _: object) -> None:
-        self.syntheses -= 1
 
     def _submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], object],
                 executor: ThreadPoolExecutor | None = None) -> asyncio.Future:  # type: ignore[type-arg]  # fmt: skip
