@@ -303,7 +303,7 @@ class SpeechApi:
         if instructions:
             designed = not voice.speaker and voice.clone is None  # its instruct is its description: the style joins it
             if not (designed or (voice.speaker and catalog.supports_instruct)):
-                raise ApiError(400, f"Voice {_short(voice.voice)} does not follow style instructions (1.7B CustomVoice speakers and designed voices do)",
+                raise ApiError(400, f"Voice {short(voice.voice)} does not follow style instructions (1.7B CustomVoice speakers and designed voices do)",
                                param="instructions", code="instructions-unsupported")  # fmt: skip
             if len(instructions) > MAX_INSTRUCTIONS_CHARS:
                 raise ApiError(
