@@ -149,7 +149,7 @@ def test_int8_batched_gemv(ops: Ops, kernel: str, mode: int, with_norm: bool, n:
     """At nb in 1, 2, 3, 5, 8, 16, 17, 40, 64: each row bit for bit its nb = 1 result (and again on a second call),
     within 1e-5 (tensor cores: 3e-5) of float64 on the same dequantized weights and of q3t_gemv, within
     3e-2 of the float32 weights."""
-    w32, x, nw, bias, y0 = _inputs(n, k, mode, native.BATCH_MAX, n * 13 + k + 5 * mode + int(with_norm) + 77)
+    w32, x, nw, bias, y0 = _inputs(n, k, mode, library.BATCH_MAX, n * 13 + k + 5 * mode + int(with_norm) + 77)
     w, wd = _int8(w32)
     norm = nw if with_norm else None
     scratch = _scratch(ops, w) if kernel == "tc" else None
