@@ -37,7 +37,7 @@ from ..errors import Qwen3TTSError, TextTooLongError
 from ..metrics import Metrics, SpeechMeter, model_state
 from ..request import SAMPLE_RATE, AudioChunk
 from ..service import TtsService
-from ..speech import TextOptions
+from ..options import TextOptions
 from ..text.sentences import clean_client_text
 from ..text.stream import Sentence
 from ..wire import short
