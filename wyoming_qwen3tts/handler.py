@@ -62,7 +62,8 @@ from .errors import (
 from .metrics import METRICS, SpeechMeter
 from .request import CHANNELS, SAMPLE_RATE, SAMPLE_WIDTH
 from .service import TtsService
-from .speech import TextOptions, TextStream
+from .options import TextOptions
+from .speech import TextStream
 from .text.stream import Sentence
 from .voices import VoiceChoice
 from .wire import read_event, short

@@ -62,3 +62,13 @@ class EngineOptions:
             raise ValueError(f"unknown backend {self.backend!r}: use auto, kernels or torch")
         if self.weights not in ("bf16", "int8"):
             raise ValueError(f"unknown weights {self.weights!r}: use bf16 or int8")
+
+
+@dataclass(frozen=True)
+class TextOptions:
+    """How a request's text is taken: the same for Wyoming and HTTP."""
+
+    max_text_chars: int = EngineOptions.max_text_chars  # the engine's own limit by default
+    max_sentence_chars: int = 400
+    text_frontend: bool = True  # Markdown, emoji, links, numbers as words (text/)
+    seed: int | None = None  # sampling seed of every request; None: random

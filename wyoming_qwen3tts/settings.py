@@ -31,7 +31,7 @@ from pydantic_settings import (
 from . import __version__
 from .announcements import AnnouncementCache
 from .model.config import DEFAULT_MODEL
-from .options import QUEUED_MIN, QUEUED_PER_STREAM, Backend, EngineOptions, Weights
+from .options import QUEUED_MIN, QUEUED_PER_STREAM, Backend, EngineOptions, TextOptions, Weights
 from .request import SamplingOverrides
 from .voices import VoicePreset
 
@@ -85,8 +85,8 @@ class Settings(BaseSettings):
     stop_runaway: bool = Field(EngineOptions.stop_runaway, description="end a sentence at a frame budget from its length, or earlier when its codes loop")
     # --- text ---
     max_text_chars: int = Field(EngineOptions.max_text_chars, ge=1, description="longest text accepted per request")
-    max_sentence_chars: int = Field(400, ge=20, description="longer sentences are split at a comma or space")
-    text_frontend: bool = Field(True, description="speak Markdown, emoji, links and numbers as words (off: the text as written)")
+    max_sentence_chars: int = Field(TextOptions.max_sentence_chars, ge=20, description="longer sentences are split at a comma or space")
+    text_frontend: bool = Field(TextOptions.text_frontend, description="speak Markdown, emoji, links and numbers as words (off: the text as written)")
     # --- voices ---
     voice: str = Field("", description="voice used when a request names none (empty: the first speaker)")
     voices: list[VoicePreset] = Field(default_factory=list, description="voice presets ([[voices]] tables)")
@@ -97,7 +97,7 @@ class Settings(BaseSettings):
     announcement_cache_mb: float = Field(64.0, ge=0, description="memory for replayed sentences, in MB (least recently used dropped first)")
     announcement_disk_mb: float = Field(512.0, ge=0, description="disk for replayed sentences under DATA_DIR/announcements, in MB (0, or no data_dir: memory only)")
     # --- sampling (unset: the model's generation_config.json) ---
-    seed: int | None = Field(None, description="random seed for every sentence (none: random)")
+    seed: int | None = Field(TextOptions.seed, description="random seed for every sentence (none: random)")
     greedy: bool = Field(False, description="greedy decoding instead of sampling")
     temperature: float | None = Field(None, gt=0, description="sampling temperature")
     top_k: int | None = Field(None, ge=0, description="top-k (0: off)")

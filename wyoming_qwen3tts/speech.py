@@ -20,11 +20,10 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterable, AsyncIterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import EmptyTextError, TextTooLongError
-from .options import EngineOptions
+from .options import TextOptions
 from .request import SAMPLE_RATE, SAMPLES_PER_FRAME, AudioChunk, SynthesisRequest
 from .text.sentences import StreamCleaner, clean_client_text
 from .text.stream import OFFLOAD_CHARS, Sentence, SpokenSentences, spoken_sentences
@@ -36,16 +35,6 @@ if TYPE_CHECKING:
     from .service import TtsService
 
 _LOGGER = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TextOptions:
-    """How a request's text is taken: the same for Wyoming and HTTP."""
-
-    max_text_chars: int = EngineOptions.max_text_chars
-    max_sentence_chars: int = 400
-    text_frontend: bool = True  # Markdown, emoji, links, numbers as words (text/)
-    seed: int | None = None  # sampling seed of every request; None: random
 
 
 def check_length(chars: int, options: TextOptions) -> None:

@@ -11,7 +11,7 @@ streams as frames are decoded: raw audio (stream_format "audio") or Server-Sent 
 bytes ends an SSE stream with an "error" event and cuts an audio stream short (the incomplete
 chunked body tells the client it failed).
 
-Each speech request registers with the service as one connection (server.Connection), so it
+Each speech request registers with the service as one connection (service.Connection), so it
 counts against max_connections (429 beyond it) and SIGTERM drains it like a Wyoming exchange.
 """
 
@@ -37,7 +37,7 @@ from ..errors import Qwen3TTSError, TextTooLongError
 from ..metrics import Metrics, SpeechMeter, model_state
 from ..request import SAMPLE_RATE, AudioChunk
 from ..service import TtsService
-from ..speech import TextOptions
+from ..options import TextOptions
 from ..text.sentences import clean_client_text
 from ..text.stream import Sentence
 from ..wire import short
@@ -113,7 +113,7 @@ class _ClientGone(Exception):
 
 
 class HttpSpeechStream:
-    """One speech request as the service sees a connection (server.Connection): drained and aborted on SIGTERM."""
+    """One speech request as the service sees a connection (service.Connection): drained and aborted on SIGTERM."""
 
     def __init__(self) -> None:
         self.cancel = threading.Event()  # stops the engine after its current frame group
