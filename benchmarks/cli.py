@@ -44,11 +44,21 @@ def worker_main(args: argparse.Namespace) -> int:
     import torch
 
     w = WorkerArgs(
-        engine=args.worker, model=args.model, device=args.device, frames=args.frames,
-        sentence_frames=args.sentence_frames, runs=args.runs, warmup=args.warmup, context=args.context,
-        text=args.text, speaker=args.speaker, language=args.language, seed=args.seed, ref_seconds=args.ref_seconds,
+        engine=args.worker,
+        model=args.model,
+        device=args.device,
+        frames=args.frames,
+        sentence_frames=args.sentence_frames,
+        runs=args.runs,
+        warmup=args.warmup,
+        context=args.context,
+        text=args.text,
+        speaker=args.speaker,
+        language=args.language,
+        seed=args.seed,
+        ref_seconds=args.ref_seconds,
         weights=args.weights,
-    )  # fmt: skip
+    )
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     result: dict[str, Any] = {"ok": True}
@@ -89,8 +99,9 @@ def _reason(stderr: str) -> str:
     return _last_lines(stderr)[:400] or "worker exited without a result"
 
 
-def run_worker(engine: str, model: str, args: argparse.Namespace, frames: int, runs: int, timeout: float,
-               log_file: Path | None) -> dict[str, Any]:  # fmt: skip
+def run_worker(
+    engine: str, model: str, args: argparse.Namespace, frames: int, runs: int, timeout: float, log_file: Path | None
+) -> dict[str, Any]:
     """Run one worker subprocess; its result dict, or {"ok": False, "reason": ...}."""
     import tempfile
 
@@ -106,13 +117,40 @@ def run_worker(engine: str, model: str, args: argparse.Namespace, frames: int, r
     with tempfile.TemporaryDirectory() as tmp:
         result_file = Path(tmp) / "result.json"
         cmd = [
-            sys.executable, "-m", "benchmarks", "--worker", engine, "--model", model,
-            "--result", str(result_file), "--device", args.device, "--frames", str(frames),
-            "--sentence-frames", str(args.sentence_frames), "--runs", str(runs), "--warmup", str(args.warmup),
-            "--context", str(args.context), "--text", args.text, "--speaker", args.speaker,
-            "--language", args.language, "--seed", str(args.seed), "--ref-seconds", str(args.ref_seconds),
-            "--weights", args.weights,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--worker",
+            engine,
+            "--model",
+            model,
+            "--result",
+            str(result_file),
+            "--device",
+            args.device,
+            "--frames",
+            str(frames),
+            "--sentence-frames",
+            str(args.sentence_frames),
+            "--runs",
+            str(runs),
+            "--warmup",
+            str(args.warmup),
+            "--context",
+            str(args.context),
+            "--text",
+            args.text,
+            "--speaker",
+            args.speaker,
+            "--language",
+            args.language,
+            "--seed",
+            str(args.seed),
+            "--ref-seconds",
+            str(args.ref_seconds),
+            "--weights",
+            args.weights,
+        ]
         started = time.perf_counter()
         try:
             proc = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True, timeout=timeout)
@@ -143,7 +181,9 @@ def ensure_checkpoint(size: str, root: Path, device: str, model_type: str = "cus
     if (out / "model.safetensors").exists() and (out / "speech_tokenizer" / "model.safetensors").exists():
         return out
     started = time.perf_counter()
-    write_random_checkpoint(out, size, seed=0, device="cuda" if device.startswith("cuda") else None, model_type=model_type)
+    write_random_checkpoint(
+        out, size, seed=0, device="cuda" if device.startswith("cuda") else None, model_type=model_type
+    )
     print(f"[bench] wrote random {size} checkpoint to {out} in {time.perf_counter() - started:.1f} s", flush=True)
     return out
 
@@ -154,10 +194,12 @@ def _git_commit() -> str:
         return os.environ["Q3T_COMMIT"]
     root = REPO_ROOT
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
-                             check=True).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True).stdout.strip()  # fmt: skip
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return os.environ.get("Q3T_COMMIT", "unknown")
@@ -174,17 +216,25 @@ def _sizes_and_models(args: argparse.Namespace) -> list[tuple[str, str]]:
     if unknown:
         raise SystemExit(f"--model-types: unknown {sorted(unknown)}; use {', '.join(TYPE_SUFFIX)}")
     # VoiceDesign is released at 1.7B only.
-    return [(s + TYPE_SUFFIX[t], "") for s in args.sizes.split(",") if s for t in types
-            if not (t == "voice_design" and s == "0.6b")]  # fmt: skip
+    return [
+        (s + TYPE_SUFFIX[t], "")
+        for s in args.sizes.split(",")
+        if s
+        for t in types
+        if not (t == "voice_design" and s == "0.6b")
+    ]
 
 
 def main(argv: Iterable[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="1.7b,0.6b", help="random full-size checkpoints to write and time")
     ap.add_argument("--model", default="", help="an existing checkpoint directory instead of --sizes")
-    ap.add_argument("--model-types", default="custom_voice",
-                    help="random checkpoints of these types per size: custom_voice, base (a cloned voice from a "
-                         "--ref-seconds clip, in context), voice_design (1.7B); ours only")  # fmt: skip
+    ap.add_argument(
+        "--model-types",
+        default="custom_voice",
+        help="random checkpoints of these types per size: custom_voice, base (a cloned voice from a "
+        "--ref-seconds clip, in context), voice_design (1.7B); ours only",
+    )
     ap.add_argument("--ref-seconds", type=float, default=10.0, help="length of a Base row's reference clip")
     ap.add_argument("--ckpt-root", type=Path, default=Path("/tmp/q3t-bench-ckpt"))
     ap.add_argument("--backends", default=",".join(ENGINES))
@@ -200,16 +250,25 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--language", default="english")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--weights", choices=("bf16", "int8"), default="bf16",
-                    help="our engines' matrices: bf16, or int8 quantized at load (the weights setting); peers as released")
+    ap.add_argument(
+        "--weights",
+        choices=("bf16", "int8"),
+        default="bf16",
+        help="our engines' matrices: bf16, or int8 quantized at load (the weights setting); peers as released",
+    )
     ap.add_argument("--ref-path", default=None, help="PYTHONPATH for the reference (qwen-tts + transformers 4.57)")
     ap.add_argument("--fq-path", default=None, help="PYTHONPATH for faster-qwen3-tts (+ qwen-tts-hf)")
     ap.add_argument("--worker-timeout", type=float, default=300.0)
     ap.add_argument("--budget-s", type=float, default=0.0, help="skip workers once this much time has passed (0: none)")
     ap.add_argument("--out", type=Path, default=Path("bench-out"))
     ap.add_argument("--no-copy-bw", action="store_true", help="skip the device-to-device copy measurement")
-    ap.add_argument("--merge", nargs="+", type=Path, metavar="RESULTS_JSON",
-                    help="only combine earlier results.json files (later ones win) into --out")  # fmt: skip
+    ap.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="RESULTS_JSON",
+        help="only combine earlier results.json files (later ones win) into --out",
+    )
     # worker mode (internal)
     ap.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
@@ -269,7 +328,10 @@ def main(argv: Iterable[str] | None = None) -> int:
             frames = frames_for.get(engine, args.frames)
             runs = runs_for.get(engine, args.runs)
             if args.budget_s and time.perf_counter() - started > args.budget_s:
-                res: dict[str, Any] = {"ok": False, "reason": f"skipped: the run's time budget ({args.budget_s:.0f} s) was spent"}
+                res: dict[str, Any] = {
+                    "ok": False,
+                    "reason": f"skipped: the run's time budget ({args.budget_s:.0f} s) was spent",
+                }
             else:
                 remaining = args.worker_timeout
                 if args.budget_s:

@@ -20,8 +20,18 @@ LABELS = {
     "fq": "faster-qwen3-tts 0.5.4",
 }
 
-__all__ = ["ENGINES", "FRAME_RATE", "LABELS", "OURS", "PEERS", "SAMPLES_PER_FRAME", "WorkerArgs", "median", "summary",
-           "sync"]  # fmt: skip
+__all__ = [
+    "ENGINES",
+    "FRAME_RATE",
+    "LABELS",
+    "OURS",
+    "PEERS",
+    "SAMPLES_PER_FRAME",
+    "WorkerArgs",
+    "median",
+    "summary",
+    "sync",
+]
 
 
 def median(xs: Sequence[float]) -> float | None:

@@ -14,8 +14,14 @@ def run_ours(w: WorkerArgs) -> dict[str, Any]:
     from wyoming_qwen3tts.request import SynthesisRequest
 
     t0 = time.perf_counter()
-    options = EngineOptions(device=w.device, backend=w.engine, max_frames=max(w.context, w.frames),  # type: ignore[arg-type]
-                            local_files_only=True, weights=w.weights, max_streams=1)  # type: ignore[arg-type]  # fmt: skip
+    options = EngineOptions(
+        device=w.device,
+        backend=w.engine,
+        max_frames=max(w.context, w.frames),  # type: ignore[arg-type]
+        local_files_only=True,
+        weights=w.weights,
+        max_streams=1,
+    )  # type: ignore[arg-type]
     engine = Engine.from_pretrained(w.model, options)
     if engine.backend.name != w.engine:
         raise RuntimeError(f"engine chose backend {engine.backend.name!r}: {engine.info.backend_reason}")
@@ -29,8 +35,15 @@ def run_ours(w: WorkerArgs) -> dict[str, Any]:
         voice = dict(instruct="A calm, warm female voice with a slight smile, speaking at an even pace.")
 
     def request(frames: int, seed: int) -> SynthesisRequest:
-        return SynthesisRequest(text=w.text, speaker=w.speaker, language=w.language, seed=seed, max_frames=frames,
-                                sampling=sampling, **voice)  # fmt: skip
+        return SynthesisRequest(
+            text=w.text,
+            speaker=w.speaker,
+            language=w.language,
+            seed=seed,
+            max_frames=frames,
+            sampling=sampling,
+            **voice,
+        )
 
     prompt = engine.prepare(request(w.frames, w.seed))
 
@@ -104,7 +117,7 @@ def _clone(engine: Any, seconds: float) -> Any:
     rate = 24000
     t = np.arange(int(rate * seconds)) / rate
     phase = 2 * np.pi * np.cumsum(140 + 20 * np.sin(2 * np.pi * 3 * t)) / rate
-    clip = (sum(np.sin(k * phase) / k for k in range(1, 6)) * 0.2 + np.random.default_rng(0).normal(0, 0.01, t.size))
+    clip = sum(np.sin(k * phase) / k for k in range(1, 6)) * 0.2 + np.random.default_rng(0).normal(0, 0.01, t.size)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "reference.wav"
         soundfile.write(str(path), clip.astype(np.float32), rate)

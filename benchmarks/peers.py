@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from wyoming_qwen3tts.request import SAMPLE_RATE
+
 from .common import SAMPLES_PER_FRAME, WorkerArgs, median, summary, sync
 
 
@@ -118,17 +119,17 @@ def _patch_mimi_rope() -> None:
 
 
 def run_fq(w: WorkerArgs) -> dict[str, Any]:
-    import torch
-
     import qwen_tts  # noqa: F401  (qwen-tts-hf from --fq-path; registers its RoPE entry first)
+    import torch
 
     _patch_mimi_rope()
     import faster_qwen3_tts.generate as fq_generate
     from faster_qwen3_tts import FasterQwen3TTS
 
     t0 = time.perf_counter()
-    fq = FasterQwen3TTS.from_pretrained(w.model, device=w.device, dtype=_peer_dtype(w.device),
-                                        attn_implementation="sdpa", max_seq_len=2048)  # fmt: skip
+    fq = FasterQwen3TTS.from_pretrained(
+        w.model, device=w.device, dtype=_peer_dtype(w.device), attn_implementation="sdpa", max_seq_len=2048
+    )
     load_s = time.perf_counter() - t0
     model = fq.model.model
     _mask_eos(model, model.config.talker_config.codec_eos_token_id)
@@ -174,6 +175,9 @@ def run_fq(w: WorkerArgs) -> dict[str, Any]:
     decode_s = list(gen_s)  # fast_generate: prefill + decode loop
     ttfa_s = [stream(w.sentence_frames, w.seed + 200 + i, first_only=True) for i in range(w.runs)]
     out = summary(decode_s, e2e_s, ttfa_s, w.frames)
-    out.update(load_s=load_s, capture_s=capture_s,
-               notes="decode time includes prefill; TTFA from its streaming API, default chunk_size=12")  # fmt: skip
+    out.update(
+        load_s=load_s,
+        capture_s=capture_s,
+        notes="decode time includes prefill; TTFA from its streaming API, default chunk_size=12",
+    )
     return out

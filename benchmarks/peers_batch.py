@@ -67,8 +67,9 @@ def _median(xs: Sequence[float]) -> float | None:
     return float(statistics.median(xs)) if xs else None
 
 
-def streams_row(n: int, frames: int, e2e_s: list[float], gen_s: list[float], prefill_s: list[float],
-                first_s: float | None) -> dict[str, Any]:  # fmt: skip
+def streams_row(
+    n: int, frames: int, e2e_s: list[float], gen_s: list[float], prefill_s: list[float], first_s: float | None
+) -> dict[str, Any]:
     """One stream count's row from its timed calls (each: whole call, generate loop, prefill forward), in seconds."""
     decode = _median([g - p for g, p in zip(gen_s, prefill_s)])
     pre = _median(prefill_s)
@@ -106,8 +107,10 @@ def _f(v: Any, fmt: str) -> str:
 
 def markdown(result: dict[str, Any], ours: dict[str, Any] | None = None) -> str:
     meta = result.get("meta", {})
-    lines = [f"{meta.get('date', '')}; commit {meta.get('commit', '?')}; {meta.get('frames', '?')} frames per stream, "
-             f"median of {meta.get('runs', '?')} timed call(s) after a capture/warm-up call per stream count"]  # fmt: skip
+    lines = [
+        f"{meta.get('date', '')}; commit {meta.get('commit', '?')}; {meta.get('frames', '?')} frames per stream, "
+        f"median of {meta.get('runs', '?')} timed call(s) after a capture/warm-up call per stream count"
+    ]
     for name, e in result["peers"].items():
         v = e.get("versions") or {}
         if v:
@@ -166,8 +169,17 @@ def run_peer(peer: str, spec: dict[str, Any], path: str, timeout: float, log: Pa
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         result_file = Path(tmp) / "result.json"
-        cmd = [sys.executable, "-m", "benchmarks.peers_batch", "--worker", peer, "--spec", json.dumps(spec),
-               "--result", str(result_file)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "benchmarks.peers_batch",
+            "--worker",
+            peer,
+            "--spec",
+            json.dumps(spec),
+            "--result",
+            str(result_file),
+        ]
         error = None
         try:
             proc = subprocess.run(cmd, env=env, cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=timeout)
@@ -219,8 +231,7 @@ def worker_main(peer: str, spec_text: str, result: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.peers_batch",
-                                 description=__doc__.split("\n\n")[0])  # fmt: skip
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.peers_batch", description=__doc__.split("\n\n")[0])
     ap.add_argument("--triton-path", default="", help="PYTHONPATH of qwen3-tts-triton (+ its common folder)")
     ap.add_argument("--fqb-path", default="", help="PYTHONPATH of faster-qwen3-tts-batch (+ its common folder)")
     ap.add_argument("--peers", default="triton,fqb", help="which peers (default triton,fqb)")
@@ -229,8 +240,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=2, help="timed calls per stream count (default 2)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed calls per stream count, the capture included")
     ap.add_argument("--size", default="1.7b", choices=("1.7b", "0.6b", "tiny", "tiny-0.6b"))
-    ap.add_argument("--triton-mode", default="hybrid", choices=("hybrid", "faster"),
-                    help="hybrid: Triton kernels inside the CUDA graphs (its ~14x claim); faster: graphs only")  # fmt: skip
+    ap.add_argument(
+        "--triton-mode",
+        default="hybrid",
+        choices=("hybrid", "faster"),
+        help="hybrid: Triton kernels inside the CUDA graphs (its ~14x claim); faster: graphs only",
+    )
     ap.add_argument("--text", default=DEFAULT_TEXT)
     ap.add_argument("--text-tokens", type=int, default=18, help="text ids in the fixed prompt (default 18)")
     ap.add_argument("--ref-seconds", type=float, default=10.0, help="reference clip of the Base model (fqb)")
@@ -264,11 +279,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("--frames, --runs and --warmup must be at least 1 (the first call captures the graphs)")
     cmd = "python -m benchmarks.peers_batch " + " ".join(sys.argv[1:] if argv is None else list(argv))
     result: dict[str, Any] = {
-        "meta": {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "commit": _git_commit(), "command": cmd,
-                 "frames": args.frames, "runs": args.runs, "warmup": args.warmup, "size": args.size,
-                 "streams": streams, "text_tokens": args.text_tokens, "max_seq_len": args.max_seq_len},
+        "meta": {
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "commit": _git_commit(),
+            "command": cmd,
+            "frames": args.frames,
+            "runs": args.runs,
+            "warmup": args.warmup,
+            "size": args.size,
+            "streams": streams,
+            "text_tokens": args.text_tokens,
+            "max_seq_len": args.max_seq_len,
+        },
         "peers": {},
-    }  # fmt: skip
+    }
     if ours:
         result["ours"] = {"source": str(args.ours), "rows": ours.get("rows", [])}
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -276,11 +300,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.write_text("")
     paths = {"triton": args.triton_path, "fqb": args.fqb_path}
     for peer in peers:
-        spec = dict(peer=peer, model_type=PEERS[peer]["model_type"], size=args.size, device=args.device,
-                    streams=run_order(streams), frames=args.frames, runs=args.runs, warmup=args.warmup,
-                    text=args.text, text_tokens=args.text_tokens, ref_seconds=args.ref_seconds,
-                    max_seq_len=args.max_seq_len, seed=args.seed, speaker="vivian", language="english",
-                    mode=args.triton_mode)  # fmt: skip
+        spec = dict(
+            peer=peer,
+            model_type=PEERS[peer]["model_type"],
+            size=args.size,
+            device=args.device,
+            streams=run_order(streams),
+            frames=args.frames,
+            runs=args.runs,
+            warmup=args.warmup,
+            text=args.text,
+            text_tokens=args.text_tokens,
+            ref_seconds=args.ref_seconds,
+            max_seq_len=args.max_seq_len,
+            seed=args.seed,
+            speaker="vivian",
+            language="english",
+            mode=args.triton_mode,
+        )
         if not paths[peer]:
             entry: dict[str, Any] = {"ok": False, "error": f"no --{peer}-path given", "rows": []}
         else:

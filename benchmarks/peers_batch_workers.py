@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from wyoming_qwen3tts.request import SAMPLE_RATE, SAMPLES_PER_FRAME
+
 from .common import gpu_name, memory, sync
 from .peers import _mask_eos, _timed
 from .peers_batch import streams_row
@@ -34,8 +35,15 @@ def _versions() -> dict[str, str]:
     from importlib import metadata
 
     out = {}
-    for name in ("qwen3-tts-triton", "faster-qwen3-tts-batch", "faster-qwen3-tts", "qwen-tts", "transformers",
-                 "torch", "triton"):  # fmt: skip
+    for name in (
+        "qwen3-tts-triton",
+        "faster-qwen3-tts-batch",
+        "faster-qwen3-tts",
+        "qwen-tts",
+        "transformers",
+        "torch",
+        "triton",
+    ):
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -113,11 +121,20 @@ def faster_model(wrapper: Any, device: str, dtype: Any, max_seq_len: int) -> Any
     from faster_qwen3_tts.talker_graph import TalkerGraph
 
     t, tc = wrapper.model.talker, wrapper.model.config.talker_config
-    pg = PredictorGraph(t.code_predictor, t.code_predictor.model.config, tc.hidden_size, device=device, dtype=dtype,
-                        do_sample=True, top_k=50, temperature=0.9)  # fmt: skip
+    pg = PredictorGraph(
+        t.code_predictor,
+        t.code_predictor.model.config,
+        tc.hidden_size,
+        device=device,
+        dtype=dtype,
+        do_sample=True,
+        top_k=50,
+        temperature=0.9,
+    )
     tg = TalkerGraph(t.model, tc, device=device, dtype=dtype, max_seq_len=max_seq_len)
-    return FasterQwen3TTS(base_model=wrapper, predictor_graph=pg, talker_graph=tg, device=device, dtype=dtype,
-                          max_seq_len=max_seq_len)  # fmt: skip
+    return FasterQwen3TTS(
+        base_model=wrapper, predictor_graph=pg, talker_graph=tg, device=device, dtype=dtype, max_seq_len=max_seq_len
+    )
 
 
 def _timed_prefill(talker: Any, sink: list[float], shapes: list[int]) -> None:
@@ -147,8 +164,15 @@ def _free() -> None:
         torch.cuda.empty_cache()
 
 
-def _sweep(spec: dict[str, Any], save: Save, base: dict[str, Any], call: Callable[[int, int], float],
-           forget: Callable[[int], None], gen_s: list[float], prefill_s: list[float]) -> dict[str, Any]:  # fmt: skip
+def _sweep(
+    spec: dict[str, Any],
+    save: Save,
+    base: dict[str, Any],
+    call: Callable[[int, int], float],
+    forget: Callable[[int], None],
+    gen_s: list[float],
+    prefill_s: list[float],
+) -> dict[str, Any]:
     """Time every stream count in spec order: a capture/warm-up call, then spec["runs"] timed calls. A count that
     fails becomes a row with its error; the result is saved after every count."""
     import torch
@@ -177,9 +201,16 @@ def _sweep(spec: dict[str, Any], save: Save, base: dict[str, Any], call: Callabl
         forget(n)
         _free()
         rows.append(row)
-        print(f"[{spec['peer']}] {n} streams: " + (f"{row['aggregate_fps']:.1f} frames/s aggregate, "
-              f"{row['step_ms']:.2f} ms/step, call {row['e2e_ms']:.0f} ms" if row.get("ok") and row.get("aggregate_fps")
-              else str(row.get("error"))), flush=True)  # fmt: skip
+        print(
+            f"[{spec['peer']}] {n} streams: "
+            + (
+                f"{row['aggregate_fps']:.1f} frames/s aggregate, "
+                f"{row['step_ms']:.2f} ms/step, call {row['e2e_ms']:.0f} ms"
+                if row.get("ok") and row.get("aggregate_fps")
+                else str(row.get("error"))
+            ),
+            flush=True,
+        )
         save(result)
     result["complete"] = True
     return result
@@ -205,9 +236,19 @@ def _base(spec: dict[str, Any], wrapper: Any, build_s: float) -> dict[str, Any]:
     alloc = torch.cuda.memory_allocated() / 1024**3 if torch.cuda.is_available() else None
     # Which copies were imported: the carried folders must hide the box's own transformers.
     paths = {m.__name__: str(Path(m.__file__).parent) for m in (qwen_tts, transformers)}
-    return dict(gpu=gpu_name(), torch=torch.__version__, versions=_versions(), build_s=build_s, weights_gib=alloc,
-                frames=spec["frames"], runs=spec["runs"], size=spec["size"], model_type=spec["model_type"],
-                attn=wrapper.model.talker.config._attn_implementation, paths=paths)  # fmt: skip
+    return dict(
+        gpu=gpu_name(),
+        torch=torch.__version__,
+        versions=_versions(),
+        build_s=build_s,
+        weights_gib=alloc,
+        frames=spec["frames"],
+        runs=spec["runs"],
+        size=spec["size"],
+        model_type=spec["model_type"],
+        attn=wrapper.model.talker.config._attn_implementation,
+        paths=paths,
+    )
 
 
 def _check(what: str, audio: Any, sr: int, frames: int) -> None:
@@ -247,10 +288,21 @@ def run_triton(spec: dict[str, Any], save: Save) -> dict[str, Any]:
         torch.manual_seed(seed)
         sync()
         a = time.perf_counter()
-        out = runner.generate_batch([spec["text"]] * n, language=spec["language"], speaker=spec["speaker"],
-                                    batch_size=n, max_new_tokens=frames, min_new_tokens=2, repetition_penalty=1.05,
-                                    temperature=0.9, top_k=50, top_p=1.0, greedy=False,
-                                    max_seq_len=spec["max_seq_len"], bucket=True)  # fmt: skip
+        out = runner.generate_batch(
+            [spec["text"]] * n,
+            language=spec["language"],
+            speaker=spec["speaker"],
+            batch_size=n,
+            max_new_tokens=frames,
+            min_new_tokens=2,
+            repetition_penalty=1.05,
+            temperature=0.9,
+            top_k=50,
+            top_p=1.0,
+            greedy=False,
+            max_seq_len=spec["max_seq_len"],
+            bucket=True,
+        )
         sync()
         total = time.perf_counter() - a
         if len(out["results"]) != n or out["num_buckets"] != 1:
@@ -262,10 +314,14 @@ def run_triton(spec: dict[str, Any], save: Save) -> dict[str, Any]:
         return total
 
     base = _base(spec, wrapper, build_s)
-    base.update(mode=spec["mode"], speaker=spec["speaker"], prompt_positions=positions,
-                notes=f"{spec['mode']} runner, generate_batch(batch_size=N): one bucket of N equal clips; decode = "
-                      "_generate_bucket minus its prefill forward; no streaming: TTFA is the whole call, which "
-                      "decodes every clip's codes to audio one after the other")  # fmt: skip
+    base.update(
+        mode=spec["mode"],
+        speaker=spec["speaker"],
+        prompt_positions=positions,
+        notes=f"{spec['mode']} runner, generate_batch(batch_size=N): one bucket of N equal clips; decode = "
+        "_generate_bucket minus its prefill forward; no streaming: TTFA is the whole call, which "
+        "decodes every clip's codes to audio one after the other",
+    )
     return _sweep(spec, save, base, call, lambda n: runner._batched.clear(), gen_s, prefill_s)
 
 
@@ -307,9 +363,16 @@ def run_fqb(spec: dict[str, Any], save: Save) -> dict[str, Any]:
         torch.manual_seed(seed)
         sync()
         a = time.perf_counter()
-        outs = engines[n].generate_voice_clone_batch(requests, max_new_tokens=frames, min_new_tokens=2,
-                                                     temperature=0.9, top_k=50, top_p=1.0, do_sample=True,
-                                                     repetition_penalty=1.05)  # fmt: skip
+        outs = engines[n].generate_voice_clone_batch(
+            requests,
+            max_new_tokens=frames,
+            min_new_tokens=2,
+            temperature=0.9,
+            top_k=50,
+            top_p=1.0,
+            do_sample=True,
+            repetition_penalty=1.05,
+        )
         sync()
         total = time.perf_counter() - a
         if len(outs) != n:
@@ -319,10 +382,13 @@ def run_fqb(spec: dict[str, Any], save: Save) -> dict[str, Any]:
         return total
 
     base = _base(spec, wrapper, build_s)
-    base.update(ref_seconds=spec["ref_seconds"], prompt_positions=positions,
-                notes="Base voice clone (x-vector only, its default); max_batch_size = N, batch-and-wait; decode = "
-                      "batched_fast_generate minus its prefill forward; the 1-stream capture includes the base "
-                      "model's batch-1 graphs; no streaming: TTFA is the whole call")  # fmt: skip
+    base.update(
+        ref_seconds=spec["ref_seconds"],
+        prompt_positions=positions,
+        notes="Base voice clone (x-vector only, its default); max_batch_size = N, batch-and-wait; decode = "
+        "batched_fast_generate minus its prefill forward; the 1-stream capture includes the base "
+        "model's batch-1 graphs; no streaming: TTFA is the whole call",
+    )
     try:
         return _sweep(spec, save, base, call, lambda n: engines.pop(n, None), gen_s, prefill_s)
     finally:

@@ -95,7 +95,10 @@ def chart(results: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), layout="constrained")
     width = 0.8 / max(1, len(engines))
     for k, (key, title, axis) in enumerate(
-        (("decode_fps", "decode frames/s (higher is better)", axes[0]), ("ttfa_ms", "time to first audio, ms (lower is better)", axes[1]))
+        (
+            ("decode_fps", "decode frames/s (higher is better)", axes[0]),
+            ("ttfa_ms", "time to first audio, ms (lower is better)", axes[1]),
+        )
     ):
         for j, eng in enumerate(engines):
             vals = []
@@ -108,8 +111,17 @@ def chart(results: dict[str, Any], path: Path) -> None:
                 if v:
                     axis.text(x, v, f"{v:.3g}", ha="center", va="bottom", fontsize=7)
                 else:  # no number: say so at the bottom of the plot
-                    axis.text(x, 0.02, "n/a", ha="center", va="bottom", fontsize=7, rotation=90,
-                              transform=axis.get_xaxis_transform(), color=b.get_facecolor())  # fmt: skip
+                    axis.text(
+                        x,
+                        0.02,
+                        "n/a",
+                        ha="center",
+                        va="bottom",
+                        fontsize=7,
+                        rotation=90,
+                        transform=axis.get_xaxis_transform(),
+                        color=b.get_facecolor(),
+                    )
         axis.set_xticks(range(len(sizes)), sizes)
         axis.set_xlim(-0.5, len(sizes) - 0.5)
         axis.set_yscale("log")

@@ -34,8 +34,9 @@ def frame_bytes(config: dict[str, Any], dtype_bytes: int = 2, weights: str = "bf
     th, ch = tc["hidden_size"], cc["hidden_size"]
     talker = tc["num_hidden_layers"] * layer(tc) + th * dtype_bytes + matrix(tc["vocab_size"] * th, tc["vocab_size"])
     proj = matrix(th * ch, ch) + ch * dtype_bytes if th != ch else 0
-    cp_pass = (cc["num_hidden_layers"] * layer(cc) + ch * dtype_bytes + proj
-               + matrix(cc["vocab_size"] * ch, cc["vocab_size"]))  # fmt: skip
+    cp_pass = (
+        cc["num_hidden_layers"] * layer(cc) + ch * dtype_bytes + proj + matrix(cc["vocab_size"] * ch, cc["vocab_size"])
+    )
     groups = tc.get("num_code_groups", 16)
     kv = tc["num_hidden_layers"] * 2 * tc["num_key_value_heads"] * tc["head_dim"] * dtype_bytes
     return {
@@ -80,8 +81,14 @@ def roofline(rows: list[dict[str, Any]], configs: dict[str, dict[str, Any]], bw:
         ctx = (k.get("prompt_positions", 40) if k else 40) + frames / 2  # mean Talker context over the run
         kv = int(fb["kv_per_token"] * ctx)
         total = fb["weights"] + kv
-        x: dict[str, Any] = {"size": size, "weights": weights, "weight_bytes": fb["weights"], "kv_bytes": kv,
-                             "bytes": total, "r9700_floor_fps": R9700_BW / total}  # fmt: skip
+        x: dict[str, Any] = {
+            "size": size,
+            "weights": weights,
+            "weight_bytes": fb["weights"],
+            "kv_bytes": kv,
+            "bytes": total,
+            "r9700_floor_fps": R9700_BW / total,
+        }
         if bw:
             x["floor_ms"] = total / bw * 1e3
             x["floor_fps"] = bw / total

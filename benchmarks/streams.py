@@ -28,16 +28,29 @@ from typing import Any
 from .common import gpu_name, memory, sync
 
 
-def run(model_dir: str, streams: list[int], frames: int, runs: int, context: int, text: str,
-        weights: str = "bf16", batch_invariant: bool = False) -> dict[str, Any]:  # fmt: skip
+def run(
+    model_dir: str,
+    streams: list[int],
+    frames: int,
+    runs: int,
+    context: int,
+    text: str,
+    weights: str = "bf16",
+    batch_invariant: bool = False,
+) -> dict[str, Any]:
     import torch
 
     from wyoming_qwen3tts.backends.kernels.batched import Admission, BatchedDecoder
     from wyoming_qwen3tts.engine import Engine, EngineOptions
     from wyoming_qwen3tts.request import SynthesisRequest
 
-    options = EngineOptions(backend="kernels", max_frames=context, local_files_only=True, weights=weights,  # type: ignore[arg-type]
-                            max_streams=1)  # the one-stream backend; the decoder is built below
+    options = EngineOptions(
+        backend="kernels",
+        max_frames=context,
+        local_files_only=True,
+        weights=weights,  # type: ignore[arg-type]
+        max_streams=1,
+    )  # the one-stream backend; the decoder is built below
     engine = Engine.from_pretrained(model_dir, options)
     kb = engine.backend
     sampling = replace(engine.default_sampling, suppress_eos=True)
@@ -47,9 +60,17 @@ def run(model_dir: str, streams: list[int], frames: int, runs: int, context: int
     torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     # As the server builds it (scheduler.BatchingBackend): the one-stream backend's PDL and attention splits.
-    dec = BatchedDecoder(kb.model, kb.ops, kb.weights, slots=max(streams), max_seq=prompt.length + context + 1,
-                         max_trailing=max(prompt.trailing.shape[0], 1), pdl=kb.pdl, invariant=batch_invariant,
-                         lone_splits=kb.options.attn_splits)  # fmt: skip
+    dec = BatchedDecoder(
+        kb.model,
+        kb.ops,
+        kb.weights,
+        slots=max(streams),
+        max_seq=prompt.length + context + 1,
+        max_trailing=max(prompt.trailing.shape[0], 1),
+        pdl=kb.pdl,
+        invariant=batch_invariant,
+        lone_splits=kb.options.attn_splits,
+    )
     build_s = time.perf_counter() - t0
     mem = memory()
 
@@ -105,20 +126,44 @@ def run(model_dir: str, streams: list[int], frames: int, runs: int, context: int
         admit(n, 1000, True)
         together_s = statistics.median(admit(n, 100 * r, True) for r in range(runs))
         one_by_one_s = statistics.median(admit(n, 100 * r, False) for r in range(runs))
-        rows.append(dict(streams=n, aggregate_fps=n * frames / step_s, per_stream_fps=frames / step_s,
-                         step_ms=step_s / frames * 1e3, admit_ms_per_stream=one_by_one_s / n * 1e3,
-                         admit_together_ms=together_s * 1e3))  # fmt: skip
-        print(f"{n:>3} streams: {n * frames / step_s:8.1f} frames/s aggregate, {frames / step_s:6.1f} per stream, "
-              f"{step_s / frames * 1e3:.3f} ms/step, admit {one_by_one_s / n * 1e3:.1f} ms/stream one by one, "
-              f"{together_s * 1e3:.1f} ms all {n} together", flush=True)  # fmt: skip
+        rows.append(
+            dict(
+                streams=n,
+                aggregate_fps=n * frames / step_s,
+                per_stream_fps=frames / step_s,
+                step_ms=step_s / frames * 1e3,
+                admit_ms_per_stream=one_by_one_s / n * 1e3,
+                admit_together_ms=together_s * 1e3,
+            )
+        )
+        print(
+            f"{n:>3} streams: {n * frames / step_s:8.1f} frames/s aggregate, {frames / step_s:6.1f} per stream, "
+            f"{step_s / frames * 1e3:.3f} ms/step, admit {one_by_one_s / n * 1e3:.1f} ms/stream one by one, "
+            f"{together_s * 1e3:.1f} ms all {n} together",
+            flush=True,
+        )
     print(f"batch-1 backend: {frames / alone:.1f} frames/s", flush=True)
     if batched_one is not None:
         print(f"one stream on the batched step (lone steps off): {batched_one:.1f} frames/s", flush=True)
-    return dict(model=model_dir, gpu=gpu_name(), torch=torch.__version__, weights=engine.info.weights, frames=frames,
-                runs=runs, prompt_positions=prompt.length, context=context, slots=max(streams),
-                decoder_build_s=build_s, weights_gib=weights_gib, peak_with_decoder_gib=mem["peak_alloc_gib"],
-                batch1_fps=frames / alone, pdl=dec.pdl, lone_steps=dec.lone is not None,
-                one_stream_batched_step_fps=batched_one, rows=rows)  # fmt: skip
+    return dict(
+        model=model_dir,
+        gpu=gpu_name(),
+        torch=torch.__version__,
+        weights=engine.info.weights,
+        frames=frames,
+        runs=runs,
+        prompt_positions=prompt.length,
+        context=context,
+        slots=max(streams),
+        decoder_build_s=build_s,
+        weights_gib=weights_gib,
+        peak_with_decoder_gib=mem["peak_alloc_gib"],
+        batch1_fps=frames / alone,
+        pdl=dec.pdl,
+        lone_steps=dec.lone is not None,
+        one_stream_batched_step_fps=batched_one,
+        rows=rows,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,15 +174,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=2, help="timed runs per row (default 2)")
     p.add_argument("--context", type=int, default=2048, help="frames of context each slot holds (default 2048)")
     p.add_argument("--text", default="The quick brown fox jumps over the lazy dog while the kettle starts to sing.")
-    p.add_argument("--weights", choices=("bf16", "int8"), default="bf16",
-                   help="the matrices: bf16 as loaded, or int8 quantized at load (default bf16)")
-    p.add_argument("--batch-invariant", action="store_true",
-                   help="no lone steps: one stream runs the batched step too (the batch_invariant setting)")
+    p.add_argument(
+        "--weights",
+        choices=("bf16", "int8"),
+        default="bf16",
+        help="the matrices: bf16 as loaded, or int8 quantized at load (default bf16)",
+    )
+    p.add_argument(
+        "--batch-invariant",
+        action="store_true",
+        help="no lone steps: one stream runs the batched step too (the batch_invariant setting)",
+    )
     p.add_argument("--out", type=Path, help="write the results here as JSON")
     args = p.parse_args(argv)
     streams = [int(s) for s in args.streams.split(",") if s.strip()]
-    result = run(args.model, streams, args.frames, args.runs, args.context, args.text, args.weights,
-                 args.batch_invariant)  # fmt: skip
+    result = run(
+        args.model, streams, args.frames, args.runs, args.context, args.text, args.weights, args.batch_invariant
+    )
     text = json.dumps(result, indent=1)
     if args.out:
         args.out.write_text(text)

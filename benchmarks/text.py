@@ -38,7 +38,10 @@ SENTENCES: dict[str, list[str]] = {
     "french": ["Le thermostat coûte 1 249,99 €, soit 12 % de moins.", "Le 1er mai, M. Dupont court 10 km."],
     "spanish": ["El termostato cuesta 1.249,99 €, un 12 % menos.", "Tu vuelo sale el 15/06/2024 a las 7:45 🛫."],
     "chinese": ["**好的！**客厅现在是21.5°C，湿度45%。", "北京有21,893,095人，面积16,410.54km²。"],
-    "japanese": ["フライトは2024年6月15日の7:45に出発します🛫。", "新しいサーモスタットは¥12,800で、12%安くなりました。"],
+    "japanese": [
+        "フライトは2024年6月15日の7:45に出発します🛫。",
+        "新しいサーモスタットは¥12,800で、12%安くなりました。",
+    ],
     "russian": ["Термостат стоит 1 249,99 ₽, то есть на 12 % дешевле."],
 }
 
@@ -106,14 +109,19 @@ def main() -> None:
         detector.feed(codes[g * 12 : (g + 1) * 12], pcm[g * 12 * 1920 : (g + 1) * 12 * 1920])
     per_frame = (time.perf_counter() - t0) * 1e6 / (12 * 100)
 
-    print(json.dumps({
-        "sentences": len(pairs),
-        "speakable_cold": _summary(cold) | {"slowest_sentence_best_us": round(max(best_cold), 1)},
-        "speakable_warm": _summary(warm),
-        "stream_per_sentence": _summary(streamed),
-        "frame_budget": _summary(budget),
-        "loop_detector_per_frame_us": round(per_frame, 1),
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "sentences": len(pairs),
+                "speakable_cold": _summary(cold) | {"slowest_sentence_best_us": round(max(best_cold), 1)},
+                "speakable_warm": _summary(warm),
+                "stream_per_sentence": _summary(streamed),
+                "frame_budget": _summary(budget),
+                "loop_detector_per_frame_us": round(per_frame, 1),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

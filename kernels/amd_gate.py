@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from wyoming_qwen3tts.backends.kernels import build  # after the sys.path line above
+from wyoming_qwen3tts.backends.kernels import build  # noqa: E402 - after the sys.path line above
 
 ALL_ARCHS = ("gfx1201", "gfx1200", "gfx1100", "gfx1151", "gfx942", "gfx90a")
 GATED_ARCHS = ("gfx1201", "gfx1100", "gfx942")
@@ -118,7 +118,7 @@ def code_objects(lib: bytes) -> list[tuple[str, bytes]]:
     bundles in its .hip_fatbin section, one per source file."""
     if lib[:4] != b"\x7fELF" or lib[4] != 2:
         raise ValueError("not a 64-bit ELF file")
-    shoff, = struct.unpack_from("<Q", lib, 0x28)
+    (shoff,) = struct.unpack_from("<Q", lib, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", lib, 0x3A)
     sections = [struct.unpack_from("<IIQQQQ", lib, shoff + i * shentsize) for i in range(shnum)]
     names_off = sections[shstrndx][4]
@@ -135,7 +135,7 @@ def code_objects(lib: bytes) -> list[tuple[str, bytes]]:
     out = []
     start = fatbin.find(magic)
     while start >= 0:
-        n, = struct.unpack_from("<Q", fatbin, start + len(magic))
+        (n,) = struct.unpack_from("<Q", fatbin, start + len(magic))
         pos = start + len(magic) + 8
         for _ in range(n):
             offset, size, id_len = struct.unpack_from("<QQQ", fatbin, pos)

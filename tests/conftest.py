@@ -10,7 +10,6 @@ import torch
 
 from wyoming_qwen3tts.tools.random_checkpoint import write_random_checkpoint
 
-
 # Tests of synthesis need every request synthesized: servers they start (subprocesses included, which inherit the
 # environment) replay nothing unless a test turns the announcement cache on (tests/engine/test_announcements.py).
 os.environ.setdefault("WYOMING_QWEN3TTS_ANNOUNCEMENT_CACHE", "false")
@@ -65,7 +64,7 @@ def tiny_voice_design_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 
 @pytest.fixture(scope="module")
-def one_torch_thread():  # noqa: ANN201
+def one_torch_thread():
     """One intra-op thread for a module (pytestmark = pytest.mark.usefixtures("one_torch_thread")): the tiny
     codec runs thousands of small ops, and with several OpenMP threads on a busy 2-core machine the hand-offs
     cost far more than the work (measured: 300 ms vs 6 ms per streamed frame)."""

@@ -99,7 +99,7 @@ def test_run_time_imports_form_no_cycle() -> None:
         state[node] = 1
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                cycles.append(path[path.index(nxt):] + [nxt])
+                cycles.append(path[path.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt, [*path, nxt])
         state[node] = 2
@@ -124,5 +124,7 @@ def test_the_service_knows_no_tensor_library() -> None:
     for name in ("service.py", "speech.py", "handler.py", "metrics.py"):
         tree = ast.parse((PACKAGE / name).read_text())
         imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        imported |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and not n.level}
+        imported |= {
+            (n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and not n.level
+        }
         assert "torch" not in imported, name

@@ -58,10 +58,16 @@ def all_voices(settings: Settings) -> list[VoicePreset]:
     return voices
 
 
-def load_engine(settings: Settings, voices: list[VoicePreset] | None = None) -> "Engine":
+def load_engine(settings: Settings, voices: list[VoicePreset] | None = None) -> Engine:
     """The blocking model load (download + weights), run on the engine's worker thread; a Base model
     then clones the cloned voices (from the prompt cache where it has them)."""
-    _LOGGER.info("Loading %s (device=%s, dtype=%s, backend=%s)", settings.model, settings.device, settings.dtype, settings.backend)
+    _LOGGER.info(
+        "Loading %s (device=%s, dtype=%s, backend=%s)",
+        settings.model,
+        settings.device,
+        settings.dtype,
+        settings.backend,
+    )
     # Imported here, on the worker thread: torch takes a second or more to import, and the server
     # must already be answering describe by then (Home Assistant gives setup one second).
     from .engine import Engine
@@ -120,7 +126,11 @@ async def main(settings: Settings) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, signals.put_nowait, signum)
     folder = settings.voice_folder()
-    watcher = VoiceFolderWatcher(service, folder, {v.name for v in settings.voices}) if folder and settings.watch_voices else None
+    watcher = (
+        VoiceFolderWatcher(service, folder, {v.name for v in settings.voices})
+        if folder and settings.watch_voices
+        else None
+    )
     watching: asyncio.Task[None] | None = None
     try:
         loaded = service.start_loading()

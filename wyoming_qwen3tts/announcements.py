@@ -79,7 +79,9 @@ def _weight_files(path: Path) -> list[tuple[str, int, int]]:
     """A cheap fingerprint of a checkpoint's weights: every safetensors file's name, size and mtime."""
     if not path.is_dir():
         return []
-    return [(str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(path.rglob("*.safetensors"))]
+    return [
+        (str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(path.rglob("*.safetensors"))
+    ]
 
 
 def engine_identity(engine: object) -> str:
@@ -164,8 +166,9 @@ class AnnouncementCache:
 
     Used from the event loop only (lookup, store); the disk work runs on a thread of the cache's own."""
 
-    def __init__(self, *, memory_mb: float = 64.0, folder: Path | None = None, disk_mb: float = 512.0,
-                 enabled: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self, *, memory_mb: float = 64.0, folder: Path | None = None, disk_mb: float = 512.0, enabled: bool = True
+    ) -> None:
         self.enabled = enabled
         self.memory_limit = int(memory_mb * _MB)
         self.disk_limit = int(disk_mb * _MB) if folder is not None else 0
@@ -268,7 +271,9 @@ class AnnouncementCache:
             self.disk_bytes += size
         self._remove(self._evict_disk())
         if found:
-            _LOGGER.info("Announcement cache %s: %d take(s), %.1f MB", self.folder, len(self._disk), self.disk_bytes / _MB)
+            _LOGGER.info(
+                "Announcement cache %s: %d take(s), %.1f MB", self.folder, len(self._disk), self.disk_bytes / _MB
+            )
 
     async def _read_disk(self, key: str) -> list[AudioChunk] | None:
         assert self._disk_thread is not None
@@ -319,8 +324,14 @@ def _log_failure(future: Any) -> None:
 def _encode(key: str, chunks: list[AudioChunk]) -> bytes:
     """MAGIC, the header's length, a JSON header (key, each chunk's PCM bytes and frames), then the PCM and the
     codes (int16: codebook indices are below 4096) of every chunk in order."""
-    header = json.dumps({"key": key, "pcm": [len(c.pcm) for c in chunks], "frames": [c.num_frames for c in chunks],
-                         "groups": int(chunks[0].codes.shape[1]) if chunks[0].codes.ndim == 2 else 0}).encode()  # fmt: skip
+    header = json.dumps(
+        {
+            "key": key,
+            "pcm": [len(c.pcm) for c in chunks],
+            "frames": [c.num_frames for c in chunks],
+            "groups": int(chunks[0].codes.shape[1]) if chunks[0].codes.ndim == 2 else 0,
+        }
+    ).encode()
     codes = b"".join(np.asarray(c.codes, dtype="<i2").tobytes() for c in chunks)
     return b"".join([MAGIC, _LENGTH.pack(len(header)), header, *(c.pcm for c in chunks), codes])
 

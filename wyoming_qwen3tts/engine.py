@@ -27,20 +27,18 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from .backends import DecodeBackend, DecodeSession, make_backend
 from .errors import EmptyTextError, GpuOutOfMemoryError, Qwen3TTSError, SynthesisCancelled, TextTooLongError, VoiceError
 from .model.checkpoint import Checkpoint, load_checkpoint, resolve_dtype
-from .backends import DecodeBackend, DecodeSession, make_backend
-from .model.codec import CodecDecoder, CodecStream, int16_samples, samples_to_pcm
 from .model.clone import VoiceCloner
-from .model.quant import quantize_model
+from .model.codec import CodecDecoder, CodecStream, int16_samples, samples_to_pcm
 from .model.prompt import ClonePrompt, Prompt, PromptVoice, Voice, chat_instruct, chat_text, prompt_for, resolve_voice
+from .model.quant import quantize_model
 from .model.reference_audio import read_reference_audio
 from .model.talker import Qwen3TTSModel
 from .model.tokenizer import TextTokenizer
 from .options import EngineOptions
 from .process import release_gpu_memory
-from .runaway import FRAMES_PER_SECOND, LoopDetector, frame_budget
-from .text.sentences import clean_client_text
 from .request import (
     CHANNELS,
     SAMPLE_RATE,
@@ -50,6 +48,8 @@ from .request import (
     SamplingParams,
     SynthesisRequest,
 )
+from .runaway import FRAMES_PER_SECOND, LoopDetector, frame_budget
+from .text.sentences import clean_client_text
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -171,7 +171,9 @@ class Engine:
         # A cloned voice's codec context (its clip's codes), decoded once and forked per request.
         self._context_streams: dict[int, tuple[ClonePrompt, object]] = {}
         # One rule for every caller: the checkpoint's generation_config.json, then the options' overrides.
-        self.default_sampling = options.sampling.apply(SamplingParams.from_generation_config(checkpoint.generation_config))
+        self.default_sampling = options.sampling.apply(
+            SamplingParams.from_generation_config(checkpoint.generation_config)
+        )
         self.info = info or EngineInfo(str(checkpoint.path), str(model.device), str(model.dtype), backend.name, "")
         self._lock = threading.Lock()
         self._session_lock = threading.Lock()
@@ -182,9 +184,7 @@ class Engine:
         # took 6.7 s for 150 frames that the decoder steps in 0.8 s).
         concurrent = backend.concurrent_sessions
         self._codec_stream = (
-            torch.cuda.Stream(model.device, priority=-1 if concurrent else 0)
-            if model.device.type == "cuda"
-            else None
+            torch.cuda.Stream(model.device, priority=-1 if concurrent else 0) if model.device.type == "cuda" else None
         )
         # The batching backend's sessions may be collected from any thread: one codec thread batches the groups
         # of all its requests, so many streams cost about one stream's codec launches and none holds the lock.
@@ -244,8 +244,9 @@ class Engine:
             _LOGGER.info("Cloned voices ready: %d of %d", len(presets) - len(failed), len(presets))
         return failed
 
-    def clone_voice(self, reference_audio: str | Path, transcript: str | None = None, *,
-                    x_vector_only: bool = False) -> ClonePrompt:  # fmt: skip
+    def clone_voice(
+        self, reference_audio: str | Path, transcript: str | None = None, *, x_vector_only: bool = False
+    ) -> ClonePrompt:
         """A Base model's prompt for the voice in a clip (cached on disk when the engine has a voices cache).
         Blocking (runs the encoders on a miss). Raises VoiceError (ReferenceAudioError for a bad clip)."""
         if self.cloner is None:
@@ -256,16 +257,21 @@ class Engine:
 
     # -- loading --------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, model: str, options: EngineOptions = EngineOptions()) -> "Engine":
+    def from_pretrained(cls, model: str, options: EngineOptions = EngineOptions()) -> Engine:
         """Resolve/download, load and prepare the model. Blocking; may take minutes on first start."""
         started = time.monotonic()
         dev = pick_device(options.device)
         torch_dtype = pick_dtype(options.dtype, dev)
         # Loaded to host memory first (zero-copy file mappings where the dtype matches); the model
         # moves what it needs to the device tensor by tensor, which keeps the GPU peak low.
-        ckpt = load_checkpoint(model, options.data_dir, dtype=torch_dtype, device="cpu",
-                               local_files_only=options.local_files_only,
-                               model_types=("custom_voice", "base", "voice_design"))  # fmt: skip
+        ckpt = load_checkpoint(
+            model,
+            options.data_dir,
+            dtype=torch_dtype,
+            device="cpu",
+            local_files_only=options.local_files_only,
+            model_types=("custom_voice", "base", "voice_design"),
+        )
         tokenizer = TextTokenizer.from_dir(ckpt.path)
         # Base: the encoders that turn a reference clip into a clone prompt (float32, on the model's device).
         cloner = (
@@ -286,16 +292,33 @@ class Engine:
             if dev.type == "cuda":
                 torch.cuda.empty_cache()  # hand the freed bf16 matrices back, so the saving shows outside torch too
             _LOGGER.info("int8 weights: %s", report)
-        chosen, reason = make_backend(options.backend, talker, options.kernels, max_streams=options.max_streams,
-                                      max_seq=options.max_frames + PROMPT_POSITIONS,
-                                      batch_invariant=options.batch_invariant)  # fmt: skip
+        chosen, reason = make_backend(
+            options.backend,
+            talker,
+            options.kernels,
+            max_streams=options.max_streams,
+            max_seq=options.max_frames + PROMPT_POSITIONS,
+            batch_invariant=options.batch_invariant,
+        )
         device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
-        info = EngineInfo(model, f"{dev} ({device_name})", str(torch_dtype).removeprefix("torch."), chosen.name, reason,
-                          options.weights)  # fmt: skip
+        info = EngineInfo(
+            model,
+            f"{dev} ({device_name})",
+            str(torch_dtype).removeprefix("torch."),
+            chosen.name,
+            reason,
+            options.weights,
+        )
         _LOGGER.info(
             "Model %s (%s) loaded in %.1fs: device=%s dtype=%s weights=%s backend=%s%s",
-            model, ckpt.config.model_type_name, time.monotonic() - started, info.device, info.dtype, info.weights,
-            info.backend, f" ({reason})" if reason else "",
+            model,
+            ckpt.config.model_type_name,
+            time.monotonic() - started,
+            info.device,
+            info.dtype,
+            info.weights,
+            info.backend,
+            f" ({reason})" if reason else "",
         )
         return cls(ckpt, talker, codec, tokenizer, chosen, options, info, cloner)
 
@@ -363,7 +386,9 @@ class Engine:
             _LOGGER.error(
                 "GPU out of memory while speaking %d characters with %s; cached memory freed, "
                 "the request ends with an error and the next one runs normally (%s)",
-                len(request.text), request.speaker, oom,
+                len(request.text),
+                request.speaker,
+                oom,
             )
             raise GpuOutOfMemoryError(f"The GPU ran out of memory: {oom}")
 
@@ -421,12 +446,16 @@ class Engine:
                 stuck = detector.feed(codes, pcm) if detector is not None else None
                 # The session asks for at most `budget` frames: reaching it is the end of the sentence.
                 over_budget = guarded and frames >= budget and budget < max_frames
-                yield AudioChunk(pcm=pcm, codes=codes, stopped="loop" if stuck is not None else "budget" if over_budget else None)
+                yield AudioChunk(
+                    pcm=pcm, codes=codes, stopped="loop" if stuck is not None else "budget" if over_budget else None
+                )
                 if stuck is not None:
                     _stopped(f"{stuck}, after {frames} frames", text)
                     break
             if guarded and frames >= budget and budget < max_frames:
-                _stopped(f"no end of speech within its budget of {budget} frames ({budget / FRAMES_PER_SECOND:.1f} s)", text)
+                _stopped(
+                    f"no end of speech within its budget of {budget} frames ({budget / FRAMES_PER_SECOND:.1f} s)", text
+                )
         finally:  # also on close() of an abandoned generator
             if session is not None:
                 session.close()  # the batching backend: free the stream's slot now
@@ -442,7 +471,10 @@ class Engine:
             return self.codec.new_stream()
         cached = self._context_streams.get(id(clone))
         if cached is None or cached[0] is not clone:
-            with torch.inference_mode(), torch.cuda.stream(self._codec_stream) if self._codec_stream else _nullcontext():
+            with (
+                torch.inference_mode(),
+                torch.cuda.stream(self._codec_stream) if self._codec_stream else _nullcontext(),
+            ):
                 base = self.codec.new_stream(prompt.codec_context.to(self.model.device))
             cached = (clone, base)  # the prompt is held, so its id is not reused while cached
             self._context_streams[id(clone)] = cached
@@ -463,13 +495,21 @@ class Engine:
             while ladder[-1] < self.chunk_frames:
                 ladder.append(next_group_size(ladder[-1], self.chunk_frames))
             shapes = self._codec_worker.warm_up(ladder)
-            _LOGGER.info("Codec warmed up at %d call shapes (group lengths %s) in %.0f ms", shapes,
-                         ",".join(map(str, ladder)), (time.monotonic() - started) * 1000)  # fmt: skip
+            _LOGGER.info(
+                "Codec warmed up at %d call shapes (group lengths %s) in %.0f ms",
+                shapes,
+                ",".join(map(str, ladder)),
+                (time.monotonic() - started) * 1000,
+            )
         # A Base model warms up with a zero speaker embedding: any x-vector prompt has the same shape.
         clone = ClonePrompt(torch.zeros(self.config.talker.hidden_size)) if self.model_type == "base" else None
         request = SynthesisRequest(
-            text="Hello.", speaker=self.speakers[0] if self.speakers else "", sampling=SamplingParams.greedy(), seed=0,
-            max_frames=4, clone=clone,
+            text="Hello.",
+            speaker=self.speakers[0] if self.speakers else "",
+            sampling=SamplingParams.greedy(),
+            seed=0,
+            max_frames=4,
+            clone=clone,
         )
         for _ in self.synthesize(request):
             pass
@@ -523,9 +563,14 @@ def _log_first_chunk(session: DecodeSession, entered: float, pcm_at: float) -> N
     if queued is None or admitted is None or codes is None:
         _LOGGER.debug("First chunk after %.1f ms", (pcm_at - entered) * 1000)
         return
-    _LOGGER.debug("First chunk after %.1f ms: prompt %.1f, queued %.1f, admitted to first codes %.1f, codec %.1f",
-                  (pcm_at - entered) * 1000, (queued - entered) * 1000, (admitted - queued) * 1000,
-                  (codes - admitted) * 1000, (pcm_at - codes) * 1000)  # fmt: skip
+    _LOGGER.debug(
+        "First chunk after %.1f ms: prompt %.1f, queued %.1f, admitted to first codes %.1f, codec %.1f",
+        (pcm_at - entered) * 1000,
+        (queued - entered) * 1000,
+        (admitted - queued) * 1000,
+        (codes - admitted) * 1000,
+        (pcm_at - codes) * 1000,
+    )
 
 
 def next_group_size(previous: int, largest: int) -> int:

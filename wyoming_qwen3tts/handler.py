@@ -60,9 +60,9 @@ from .errors import (
     TooManyRequestsError,
 )
 from .metrics import METRICS, SpeechMeter
+from .options import TextOptions
 from .request import CHANNELS, SAMPLE_RATE, SAMPLE_WIDTH
 from .service import TtsService
-from .options import TextOptions
 from .speech import TextStream
 from .text.stream import Sentence
 from .voices import VoiceChoice
@@ -243,7 +243,9 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
                     return read.result()
                 if not self._speaking() and time.monotonic() - self._quiet_since >= self.config.idle_timeout:
                     waiting_for = "the text of its stream" if self._stream is not None else "a request"
-                    raise IdleTimeoutError(f"No event for {self.config.idle_timeout:g} s while waiting for {waiting_for}")
+                    raise IdleTimeoutError(
+                        f"No event for {self.config.idle_timeout:g} s while waiting for {waiting_for}"
+                    )
         finally:
             if not read.done():
                 read.cancel()
@@ -261,7 +263,9 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
             await self._end(ProtocolError(f"Malformed {event.type} event: {short(err)}"), linger=True)
         except Exception as err:  # a bug must still end the exchange for the client
             self.log.exception("Failed to handle %s", event.type)
-            await self._end(Qwen3TTSError(f"Internal error handling {event.type}: {short(err)}"), linger=True, logged=True)
+            await self._end(
+                Qwen3TTSError(f"Internal error handling {event.type}: {short(err)}"), linger=True, logged=True
+            )
         return False
 
     async def _dispatch(self, event: Event) -> bool:
@@ -347,16 +351,27 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
 
     async def _speak_measured(self, exchange: _Exchange, meter: SpeechMeter) -> None:
         started = False
-        chunks = speech.speak(self.service, exchange.voice, exchange.sentences(), exchange.cancel, meter,
-                              seed=self.config.seed, log=self.log)  # fmt: skip
+        chunks = speech.speak(
+            self.service,
+            exchange.voice,
+            exchange.sentences(),
+            exchange.cancel,
+            meter,
+            seed=self.config.seed,
+            log=self.log,
+        )
         try:
             async with contextlib.aclosing(chunks):
                 async for chunk in chunks:
                     if not started:
-                        await self.write_event(AudioStart(rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS).event())
+                        await self.write_event(
+                            AudioStart(rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS).event()
+                        )
                         started = True
                     await self.write_event(
-                        WyomingAudioChunk(rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS, audio=chunk.pcm).event()
+                        WyomingAudioChunk(
+                            rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS, audio=chunk.pcm
+                        ).event()
                     )
                     meter.audio(chunk.num_frames)
             if not started:  # nothing to say: still a well-formed, empty answer
@@ -427,7 +442,9 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
             self.log.log(err.log_level, "Ending the connection with error %s: %s", err.code, err)
         self._cancel_all()
         with contextlib.suppress(_ClientGone):
-            await self._write(Error(text=str(err), code=err.code).event(), min(self.config.write_timeout, ERROR_WRITE_SECONDS))
+            await self._write(
+                Error(text=str(err), code=err.code).event(), min(self.config.write_timeout, ERROR_WRITE_SECONDS)
+            )
         if linger and not self.writer.transport.is_closing():
             with contextlib.suppress(ConnectionError, RuntimeError, OSError):  # TimeoutError is an OSError
                 if self.writer.can_write_eof():

@@ -45,35 +45,56 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.speech_requests = Counter(
-            "qwen3tts_speech_requests", "Speech requests answered, by protocol and outcome (ok or an error code)",
-            ["protocol", "outcome"], registry=r,
+            "qwen3tts_speech_requests",
+            "Speech requests answered, by protocol and outcome (ok or an error code)",
+            ["protocol", "outcome"],
+            registry=r,
         )
         self.http_requests = Counter(
-            "qwen3tts_http_requests", "HTTP requests, by route, method and status code", ["route", "method", "status"], registry=r,
+            "qwen3tts_http_requests",
+            "HTTP requests, by route, method and status code",
+            ["route", "method", "status"],
+            registry=r,
         )
         self.ttfa = Histogram(
-            "qwen3tts_time_to_first_audio_seconds", "From the request to its first audio chunk",
-            ["protocol"], buckets=TTFA_BUCKETS, registry=r,
+            "qwen3tts_time_to_first_audio_seconds",
+            "From the request to its first audio chunk",
+            ["protocol"],
+            buckets=TTFA_BUCKETS,
+            registry=r,
         )
         self.duration = Histogram(
-            "qwen3tts_speech_duration_seconds", "From the request to its last audio chunk (successful requests)",
-            ["protocol"], buckets=DURATION_BUCKETS, registry=r,
+            "qwen3tts_speech_duration_seconds",
+            "From the request to its last audio chunk (successful requests)",
+            ["protocol"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
         )
         self.frames = Counter("qwen3tts_audio_frames", "Audio frames (80 ms each) sent", ["protocol"], registry=r)
         self.synthesis_seconds = Counter(
-            "qwen3tts_synthesis_seconds", "Seconds requests waited for the engine to speak their sentences", ["protocol"], registry=r,
+            "qwen3tts_synthesis_seconds",
+            "Seconds requests waited for the engine to speak their sentences",
+            ["protocol"],
+            registry=r,
         )
         self.frames_per_second = Histogram(
-            "qwen3tts_frames_per_second", "Frames per second of synthesis, per successful request",
-            ["protocol"], buckets=FPS_BUCKETS, registry=r,
+            "qwen3tts_frames_per_second",
+            "Frames per second of synthesis, per successful request",
+            ["protocol"],
+            buckets=FPS_BUCKETS,
+            registry=r,
         )
         self.runaway_stops = Counter(
-            "qwen3tts_runaway_stops", "Sentences cut short by the runaway guard: at their frame budget, or on a stuck loop",
-            ["reason"], registry=r,
+            "qwen3tts_runaway_stops",
+            "Sentences cut short by the runaway guard: at their frame budget, or on a stuck loop",
+            ["reason"],
+            registry=r,
         )
         self.announcements = Counter(
-            "qwen3tts_announcement_cache", "Sentences looked up in the announcement cache: hit (replayed) or miss (synthesized)",
-            ["result"], registry=r,
+            "qwen3tts_announcement_cache",
+            "Sentences looked up in the announcement cache: hit (replayed) or miss (synthesized)",
+            ["result"],
+            registry=r,
         )
         self.active = Gauge("qwen3tts_active_streams", "Speech requests being answered now", ["protocol"], registry=r)
         for protocol in PROTOCOLS:  # export zeros before the first request
@@ -161,7 +182,8 @@ class _ServiceCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         service = self._service
         jobs = GaugeMetricFamily(
-            "qwen3tts_engine_jobs", "Jobs (one sentence each, or the model load) queued or running on the engine's worker"
+            "qwen3tts_engine_jobs",
+            "Jobs (one sentence each, or the model load) queued or running on the engine's worker",
         )
         jobs.add_metric([], service.jobs_running)
         yield jobs
@@ -192,7 +214,8 @@ def _gpu_memory() -> Iterator[Metric]:
     if torch is None or not torch.cuda.is_initialized():
         return
     family = GaugeMetricFamily(
-        "qwen3tts_gpu_memory_bytes", "GPU memory: allocated by tensors, reserved by torch's caching allocator, total",
+        "qwen3tts_gpu_memory_bytes",
+        "GPU memory: allocated by tensors, reserved by torch's caching allocator, total",
         labels=["device", "kind"],
     )
     for index in range(torch.cuda.device_count()):

@@ -31,8 +31,9 @@ def _warn_long_collection(phase: str, info: dict) -> None:  # type: ignore[type-
     elif _collection_started:
         ms = (time.monotonic() - _collection_started[0]) * 1000
         if ms >= GC_WARN_MS:
-            _LOGGER.warning("Garbage collection of generation %s paused every thread for %.0f ms",
-                            info.get("generation"), ms)  # fmt: skip
+            _LOGGER.warning(
+                "Garbage collection of generation %s paused every thread for %.0f ms", info.get("generation"), ms
+            )
 
 
 def watch_collections() -> None:
@@ -49,8 +50,11 @@ def freeze_loaded() -> None:
         gc.freeze()
     finally:
         _deliberate.on = False
-    _LOGGER.info("Collected the load's garbage and set %d objects out of the collector's sight in %.0f ms",
-                 gc.get_freeze_count(), (time.monotonic() - started) * 1000)  # fmt: skip
+    _LOGGER.info(
+        "Collected the load's garbage and set %d objects out of the collector's sight in %.0f ms",
+        gc.get_freeze_count(),
+        (time.monotonic() - started) * 1000,
+    )
 
 
 def release_gpu_memory() -> None:

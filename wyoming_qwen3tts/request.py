@@ -32,11 +32,11 @@ class SamplingParams:
     suppress_eos: bool = False
 
     @classmethod
-    def greedy(cls) -> "SamplingParams":
+    def greedy(cls) -> SamplingParams:
         return cls(do_sample=False, subtalker_do_sample=False)
 
     @classmethod
-    def from_generation_config(cls, gen: Mapping[str, Any]) -> "SamplingParams":
+    def from_generation_config(cls, gen: Mapping[str, Any]) -> SamplingParams:
         """The sampling a checkpoint's generation_config.json asks for."""
         d = cls()
         return cls(

@@ -28,16 +28,35 @@ FRAMES_PER_SECOND = 12.5  # the codec's frame rate: 24,000 samples/s / 1,920 sam
 # and a kanji about two; a Hangul block is one Korean syllable (~6/s).  A digit (front end off)
 # is read as about one word.
 _LETTERS_PER_SECOND = {
-    "english": 14.5, "german": 13.0, "french": 14.0, "spanish": 15.0, "italian": 15.0,
-    "portuguese": 14.0, "russian": 13.0,
+    "english": 14.5,
+    "german": 13.0,
+    "french": 14.0,
+    "spanish": 15.0,
+    "italian": 15.0,
+    "portuguese": 14.0,
+    "russian": 13.0,
 }
 _DEFAULT_LETTERS_PER_SECOND = 14.0
 _HAN_SECONDS = {"japanese": 0.27, "chinese": 0.22}
 _KANA_SECONDS = 0.135
 _HANGUL_SECONDS = 0.17
 _DIGIT_SECONDS = 0.3
-_PAUSE_SECONDS = {",": 0.2, ";": 0.25, ":": 0.25, ".": 0.35, "!": 0.35, "?": 0.35, "，": 0.2, "、": 0.15,
-                  "。": 0.35, "！": 0.35, "？": 0.35, "；": 0.25, "：": 0.25, "\n": 0.35}
+_PAUSE_SECONDS = {
+    ",": 0.2,
+    ";": 0.25,
+    ":": 0.25,
+    ".": 0.35,
+    "!": 0.35,
+    "?": 0.35,
+    "，": 0.2,
+    "、": 0.15,
+    "。": 0.35,
+    "！": 0.35,
+    "？": 0.35,
+    "；": 0.25,
+    "：": 0.25,
+    "\n": 0.35,
+}
 # A text token takes at least this long to say: a lower bound for scripts the character classes
 # above do not know (Thai, Arabic, ...).  English and Chinese tokens take ~0.3 s.
 _MIN_SECONDS_PER_TOKEN = 0.15
@@ -126,7 +145,8 @@ class LoopDetector:
         self._history: list[int] = []  # the last max_period codes 0
         self._runs = [0] * (s.max_period + 1)  # runs[P]: frames in a row with c0[t] == c0[t - P]
         self._needed = [
-            max(p * s.min_repeats, math.ceil(s.min_loop_seconds * FRAMES_PER_SECOND)) - p for p in range(s.max_period + 1)
+            max(p * s.min_repeats, math.ceil(s.min_loop_seconds * FRAMES_PER_SECOND)) - p
+            for p in range(s.max_period + 1)
         ]
         self._quiet_frames = 0
         self._quiet_needed = math.ceil(s.silence_seconds * FRAMES_PER_SECOND) if s.silence_seconds > 0 else 0
@@ -170,7 +190,9 @@ class LoopDetector:
     def _quiet_flags(self, pcm: bytes | np.ndarray | None, frames: int) -> list[bool] | None:
         if pcm is None or not self._quiet_needed:
             return None
-        samples = np.frombuffer(pcm, dtype="<i2") if isinstance(pcm, (bytes, bytearray, memoryview)) else np.asarray(pcm)
+        samples = (
+            np.frombuffer(pcm, dtype="<i2") if isinstance(pcm, (bytes, bytearray, memoryview)) else np.asarray(pcm)
+        )
         if samples.size != frames * SAMPLES_PER_FRAME:
             raise ValueError(f"pcm has {samples.size} samples; {frames} frames need {frames * SAMPLES_PER_FRAME}")
         power = np.square(samples.reshape(frames, SAMPLES_PER_FRAME).astype(np.float32)).mean(axis=1)

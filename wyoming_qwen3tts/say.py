@@ -29,34 +29,68 @@ from .voices import AUTO, VoiceCatalog, VoiceChoice, VoicePreset, language_name,
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m wyoming_qwen3tts.say", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m wyoming_qwen3tts.say", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint directory or Hugging Face repo id")
-    p.add_argument("--data-dir", type=Path, default=None, help="where downloaded models are kept; its voices/ is the voices folder")
+    p.add_argument(
+        "--data-dir", type=Path, default=None, help="where downloaded models are kept; its voices/ is the voices folder"
+    )
     p.add_argument("--text", required=True)
     p.add_argument("--out", type=Path, required=True, help="output .wav (24 kHz, 16-bit mono)")
     voice = p.add_argument_group("voice (one of)")
-    voice.add_argument("--voice", default=None, help="a speaker (ryan, vivian, ono_anna, ...), a preset of --config, or a "
-                       "cloned voice of the voices folder (default: the model's first speaker)")  # fmt: skip
-    voice.add_argument("--ref-audio", type=Path, default=None, help="Base: clone the voice of this clip (WAV/FLAC/OGG/MP3, 1-30 s)")
+    voice.add_argument(
+        "--voice",
+        default=None,
+        help="a speaker (ryan, vivian, ono_anna, ...), a preset of --config, or a "
+        "cloned voice of the voices folder (default: the model's first speaker)",
+    )
+    voice.add_argument(
+        "--ref-audio", type=Path, default=None, help="Base: clone the voice of this clip (WAV/FLAC/OGG/MP3, 1-30 s)"
+    )
     voice.add_argument("--design", default=None, help="VoiceDesign: the voice's description")
     p.add_argument("--ref-text", default=None, help="with --ref-audio: what is said in the clip (in-context cloning)")
-    p.add_argument("--x-vector-only", action="store_true", help="with --ref-audio: clone from the speaker embedding alone (no transcript)")
-    p.add_argument("--config", type=Path, default=None, help="the server's TOML settings file, for its [[voices]] presets")
-    p.add_argument("--voices-dir", type=Path, default=None, help="folder of cloned voices, NAME.wav + NAME.txt (default: DATA_DIR/voices)")
+    p.add_argument(
+        "--x-vector-only",
+        action="store_true",
+        help="with --ref-audio: clone from the speaker embedding alone (no transcript)",
+    )
+    p.add_argument(
+        "--config", type=Path, default=None, help="the server's TOML settings file, for its [[voices]] presets"
+    )
+    p.add_argument(
+        "--voices-dir",
+        type=Path,
+        default=None,
+        help="folder of cloned voices, NAME.wav + NAME.txt (default: DATA_DIR/voices)",
+    )
     p.add_argument("--language", default=AUTO, help="auto, a code or locale tag (en, de-DE), or a name (english)")
-    p.add_argument("--instruct", default=None, help="speaking style (1.7B CustomVoice); on a VoiceDesign model without --design, the voice's description")
+    p.add_argument(
+        "--instruct",
+        default=None,
+        help="speaking style (1.7B CustomVoice); on a VoiceDesign model without --design, the voice's description",
+    )
     p.add_argument("--greedy", action="store_true", help="argmax decoding instead of the model's sampling")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--device", default=EngineOptions.device, help="auto, cpu, cuda, cuda:N")
     p.add_argument("--dtype", default=EngineOptions.dtype, choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--backend", default=EngineOptions.backend, choices=["auto", "kernels", "torch"])
-    p.add_argument("--weights", default=EngineOptions.weights, choices=["bf16", "int8"],
-                   help="the Talker's and CodePredictor's matrices as loaded, or int8 (README, 8-bit weights)")  # fmt: skip
-    p.add_argument("--max-frames", type=int, default=None,
-                   help=f"exactly this limit on 80 ms frames (default: the sentence's own budget, at most {EngineOptions.max_frames}; "
-                        "see README, What is spoken)")  # fmt: skip
-    p.add_argument("--streaming-text", action="store_true", help="feed text dual-track (the reference's non_streaming_mode=False)")
+    p.add_argument(
+        "--weights",
+        default=EngineOptions.weights,
+        choices=["bf16", "int8"],
+        help="the Talker's and CodePredictor's matrices as loaded, or int8 (README, 8-bit weights)",
+    )
+    p.add_argument(
+        "--max-frames",
+        type=int,
+        default=None,
+        help=f"exactly this limit on 80 ms frames (default: the sentence's own budget, at most {EngineOptions.max_frames}; "
+        "see README, What is spoken)",
+    )
+    p.add_argument(
+        "--streaming-text", action="store_true", help="feed text dual-track (the reference's non_streaming_mode=False)"
+    )
     p.add_argument("--codes-out", type=Path, default=None, help="also write the codes [frames, 16] as .npy")
     p.add_argument("--debug", action="store_true")
     return p
@@ -72,8 +106,11 @@ def write_wav(path: Path, pcm: bytes, rate: int) -> None:
 
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse combinations that mean nothing, before the model loads."""
-    given = [flag for flag, value in (("--voice", args.voice), ("--ref-audio", args.ref_audio), ("--design", args.design))
-             if value is not None]  # fmt: skip
+    given = [
+        flag
+        for flag, value in (("--voice", args.voice), ("--ref-audio", args.ref_audio), ("--design", args.design))
+        if value is not None
+    ]
     if len(given) > 1:
         parser.error(f"give one voice: {' and '.join(given)} were both given")
     if args.ref_audio is None and (args.ref_text is not None or args.x_vector_only):
@@ -115,19 +152,29 @@ def choose_voice(engine: Engine, args: argparse.Namespace) -> VoiceChoice:
     if args.design is not None or (kind == "voice_design" and args.voice is None):
         design = args.design or args.instruct  # a VoiceDesign model's instruct is the voice's description
         if not design:
-            raise Qwen3TTSError("a VoiceDesign model speaks a described voice: give --design \"the voice's description\"")
+            raise Qwen3TTSError(
+                'a VoiceDesign model speaks a described voice: give --design "the voice\'s description"'
+            )
         return VoiceChoice("design", "", language, design)
     presets = [p for p in configured_voices(args) if p.kind == kind]
     if kind == "base":
         if args.voice is None:
-            raise Qwen3TTSError("a Base model speaks cloned voices: give --ref-audio CLIP (with --ref-text) or "
-                                "--voice NAME of the voices folder (--voices-dir)")  # fmt: skip
+            raise Qwen3TTSError(
+                "a Base model speaks cloned voices: give --ref-audio CLIP (with --ref-text) or "
+                "--voice NAME of the voices folder (--voices-dir)"
+            )
         presets = [p for p in presets if p.name == args.voice]
         failed = engine.clone_voices(presets)
         if failed:
             raise Qwen3TTSError(f"voice {args.voice!r} could not be cloned: {failed[args.voice]}")
-    catalog = VoiceCatalog(engine.speakers, engine.languages, presets, supports_instruct=engine.supports_instruct,
-                           model_type=kind, clones=engine.clone_prompts)  # fmt: skip
+    catalog = VoiceCatalog(
+        engine.speakers,
+        engine.languages,
+        presets,
+        supports_instruct=engine.supports_instruct,
+        model_type=kind,
+        clones=engine.clone_prompts,
+    )
     choice = catalog.resolve(SynthesizeVoice(name=args.voice) if args.voice else None)
     if language != AUTO:
         choice = replace(choice, language=language)
@@ -143,10 +190,17 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO, format="%(levelname)s %(message)s")
     try:
         folder = voice_folder(args)
-        options = EngineOptions(data_dir=args.data_dir, device=args.device, dtype=args.dtype, backend=args.backend,
-                                weights=args.weights, max_frames=args.max_frames or EngineOptions.max_frames,
-                                sampling=SamplingOverrides(greedy=args.greedy), max_streams=1,  # one request: no batching
-                                voice_cache_dir=folder / ".prompts" if folder is not None else None)  # fmt: skip
+        options = EngineOptions(
+            data_dir=args.data_dir,
+            device=args.device,
+            dtype=args.dtype,
+            backend=args.backend,
+            weights=args.weights,
+            max_frames=args.max_frames or EngineOptions.max_frames,
+            sampling=SamplingOverrides(greedy=args.greedy),
+            max_streams=1,  # one request: no batching
+            voice_cache_dir=folder / ".prompts" if folder is not None else None,
+        )
         engine = Engine.from_pretrained(args.model, options)
         voice = choose_voice(engine, args)
         request = SynthesisRequest(

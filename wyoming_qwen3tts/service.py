@@ -19,9 +19,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from wyoming.event import Event
 from wyoming.info import Info, TtsProgram
@@ -34,8 +32,8 @@ if TYPE_CHECKING:  # torch and the engine load on the worker thread, after the s
     from .engine_set import Speaker
 from .errors import (
     ModelLoadError,
-    Qwen3TTSError,
     QueueFullError,
+    Qwen3TTSError,
     ServerBusyError,
     ShuttingDownError,
     SynthesisCancelled,
@@ -175,7 +173,9 @@ class TtsService:
 
         def job() -> int:
             warm()
-            barrier.wait(timeout=WARM_THREADS_SECONDS)  # held until every job has a thread: the executor starts one each
+            barrier.wait(
+                timeout=WARM_THREADS_SECONDS
+            )  # held until every job has a thread: the executor starts one each
             return threading.get_ident()
 
         try:
@@ -272,7 +272,8 @@ class TtsService:
     def _build_info(self, catalog: VoiceCatalog) -> Info:
         program = TtsProgram(
             name=PROGRAM_NAME,
-            description="Qwen3-TTS " + " + ".join(
+            description="Qwen3-TTS "
+            + " + ".join(
                 MODEL_TYPE_NAMES.get(k, k) + (" (cloned voices)" if k == "base" else "")
                 for k in sorted(catalog.model_types or {"custom_voice"})
             ),
@@ -284,8 +285,9 @@ class TtsService:
         )
         return Info(tts=[program])
 
-    async def synthesize(self, request: SynthesisRequest, cancel: threading.Event, *,
-                         continuing: bool = False) -> AsyncIterator[AudioChunk]:  # fmt: skip
+    async def synthesize(
+        self, request: SynthesisRequest, cancel: threading.Event, *, continuing: bool = False
+    ) -> AsyncIterator[AudioChunk]:
         """Audio chunks of one sentence as the worker produces them.
 
         The first sentence of a request raises QueueFullError at once when max_queued_streams
@@ -310,8 +312,10 @@ class TtsService:
         submitted = time.monotonic()
 
         def job() -> None:
-            _LOGGER.debug("Synthesis thread took the sentence %.1f ms after it was submitted",
-                          (time.monotonic() - submitted) * 1000)  # fmt: skip
+            _LOGGER.debug(
+                "Synthesis thread took the sentence %.1f ms after it was submitted",
+                (time.monotonic() - submitted) * 1000,
+            )
 
             # Runs on the worker thread, after every job submitted before it (or, with several
             # synthesis threads, once the model load has ended).
@@ -368,8 +372,9 @@ class TtsService:
                 # does not log "exception was never retrieved".
                 future.add_done_callback(_retrieve)
 
-    def _submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], object],
-                executor: ThreadPoolExecutor | None = None) -> asyncio.Future:  # type: ignore[type-arg]  # fmt: skip
+    def _submit(
+        self, loop: asyncio.AbstractEventLoop, fn: Callable[[], object], executor: ThreadPoolExecutor | None = None
+    ) -> asyncio.Future:  # type: ignore[type-arg]
         self.jobs_running += 1
         future = loop.run_in_executor(executor or self._executor, fn)
 

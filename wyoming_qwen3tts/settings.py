@@ -56,46 +56,114 @@ class Settings(BaseSettings):
     debug: bool = Field(False, description="log at DEBUG level")
     log_format: str = Field(logging.BASIC_FORMAT, description="Python logging format string")
     # --- HTTP: OpenAI-compatible speech API, web page, metrics (wyoming_qwen3tts/http) ---
-    http: str | None = Field(None, description="also serve the OpenAI speech API, web page and /metrics here: tcp://HOST:PORT (none: off)")
-    api_key: SecretStr | None = Field(None, description="HTTP clients must send 'Authorization: Bearer KEY' (none: no key)")
+    http: str | None = Field(
+        None, description="also serve the OpenAI speech API, web page and /metrics here: tcp://HOST:PORT (none: off)"
+    )
+    api_key: SecretStr | None = Field(
+        None, description="HTTP clients must send 'Authorization: Bearer KEY' (none: no key)"
+    )
     # --- limits (docs/reliability.md) ---
-    max_connections: int = Field(64, ge=1, description="most client connections at once; more are refused with an error")
-    max_event_bytes: int = Field(1_048_576, ge=4096, description="largest event a client may send (header + data + payload)")
-    idle_timeout: float = Field(120.0, gt=0, description="seconds a client may stay silent while no request of its is being spoken")
-    write_timeout: float = Field(60.0, gt=0, description="seconds a client may take to accept audio before it is dropped")
-    drain_seconds: float = Field(8.0, ge=0, description="on SIGTERM, seconds to finish requests in progress before cancelling them")
-    max_pending_requests: int = Field(8, ge=1, description="most requests one connection may have queued or in progress; one more ends it with an error")
+    max_connections: int = Field(
+        64, ge=1, description="most client connections at once; more are refused with an error"
+    )
+    max_event_bytes: int = Field(
+        1_048_576, ge=4096, description="largest event a client may send (header + data + payload)"
+    )
+    idle_timeout: float = Field(
+        120.0, gt=0, description="seconds a client may stay silent while no request of its is being spoken"
+    )
+    write_timeout: float = Field(
+        60.0, gt=0, description="seconds a client may take to accept audio before it is dropped"
+    )
+    drain_seconds: float = Field(
+        8.0, ge=0, description="on SIGTERM, seconds to finish requests in progress before cancelling them"
+    )
+    max_pending_requests: int = Field(
+        8,
+        ge=1,
+        description="most requests one connection may have queued or in progress; one more ends it with an error",
+    )
     max_uploads: int = Field(2, ge=1, description="HTTP voice uploads received at once; one more is refused with 429")
-    upload_timeout: float = Field(120.0, gt=0, description="seconds an HTTP voice upload may take to arrive whole; then 408")
-    max_queued_streams: int | None = Field(None, ge=0, description=f"most requests waiting for a decode slot, all connections together; one more is refused at once with an error (none: {QUEUED_PER_STREAM} x max_streams, at least {QUEUED_MIN})")
+    upload_timeout: float = Field(
+        120.0, gt=0, description="seconds an HTTP voice upload may take to arrive whole; then 408"
+    )
+    max_queued_streams: int | None = Field(
+        None,
+        ge=0,
+        description=f"most requests waiting for a decode slot, all connections together; one more is refused at once with an error (none: {QUEUED_PER_STREAM} x max_streams, at least {QUEUED_MIN})",
+    )
     # --- model ---
     model: str = Field(DEFAULT_MODEL, description="Hugging Face repo id or local directory")
-    extra_models: list[str] = Field(default_factory=list, description="more models to load beside model, one of each type (e.g. a Base model for cloned voices)")
+    extra_models: list[str] = Field(
+        default_factory=list,
+        description="more models to load beside model, one of each type (e.g. a Base model for cloned voices)",
+    )
     data_dir: Path | None = Field(None, description="where downloaded models are kept (default: Hugging Face cache)")
     device: str = Field(EngineOptions.device, description="torch device: auto, cuda, cuda:1, cpu")
     dtype: str = Field(EngineOptions.dtype, description="weights dtype: auto, bfloat16, float16, float32")
     backend: Backend = Field(EngineOptions.backend, description="decode loop: fused kernels or plain torch")
-    weights: Weights = Field(EngineOptions.weights, description="the Talker's and CodePredictor's matrices: bf16 (as loaded, in dtype) or int8 (quantized at load: half their bytes and memory)")
-    max_streams: int = Field(EngineOptions.max_streams, ge=0, le=16, description="requests decoded at once on the GPU's batched kernels (0: as many as the GPU's free memory holds; 1: one at a time)")
-    batch_invariant: bool = Field(EngineOptions.batch_invariant, description="a request's audio never depends on other requests decoded beside it (a request decoding alone is then ~13 % slower)")
+    weights: Weights = Field(
+        EngineOptions.weights,
+        description="the Talker's and CodePredictor's matrices: bf16 (as loaded, in dtype) or int8 (quantized at load: half their bytes and memory)",
+    )
+    max_streams: int = Field(
+        EngineOptions.max_streams,
+        ge=0,
+        le=16,
+        description="requests decoded at once on the GPU's batched kernels (0: as many as the GPU's free memory holds; 1: one at a time)",
+    )
+    batch_invariant: bool = Field(
+        EngineOptions.batch_invariant,
+        description="a request's audio never depends on other requests decoded beside it (a request decoding alone is then ~13 % slower)",
+    )
     # --- streaming audio ---
-    first_chunk_frames: int = Field(EngineOptions.first_chunk_frames, ge=1, description="frames (80 ms each) in the first audio chunk")
-    chunk_frames: int = Field(EngineOptions.chunk_frames, ge=1, description="largest later audio chunk (groups double from the first up to this)")
-    max_frames: int = Field(EngineOptions.max_frames, ge=1, description="most frames spoken per sentence (12.5 frames = 1 s)")
-    stop_runaway: bool = Field(EngineOptions.stop_runaway, description="end a sentence at a frame budget from its length, or earlier when its codes loop")
+    first_chunk_frames: int = Field(
+        EngineOptions.first_chunk_frames, ge=1, description="frames (80 ms each) in the first audio chunk"
+    )
+    chunk_frames: int = Field(
+        EngineOptions.chunk_frames,
+        ge=1,
+        description="largest later audio chunk (groups double from the first up to this)",
+    )
+    max_frames: int = Field(
+        EngineOptions.max_frames, ge=1, description="most frames spoken per sentence (12.5 frames = 1 s)"
+    )
+    stop_runaway: bool = Field(
+        EngineOptions.stop_runaway,
+        description="end a sentence at a frame budget from its length, or earlier when its codes loop",
+    )
     # --- text ---
     max_text_chars: int = Field(EngineOptions.max_text_chars, ge=1, description="longest text accepted per request")
-    max_sentence_chars: int = Field(TextOptions.max_sentence_chars, ge=20, description="longer sentences are split at a comma or space")
-    text_frontend: bool = Field(TextOptions.text_frontend, description="speak Markdown, emoji, links and numbers as words (off: the text as written)")
+    max_sentence_chars: int = Field(
+        TextOptions.max_sentence_chars, ge=20, description="longer sentences are split at a comma or space"
+    )
+    text_frontend: bool = Field(
+        TextOptions.text_frontend,
+        description="speak Markdown, emoji, links and numbers as words (off: the text as written)",
+    )
     # --- voices ---
     voice: str = Field("", description="voice used when a request names none (empty: the first speaker)")
     voices: list[VoicePreset] = Field(default_factory=list, description="voice presets ([[voices]] tables)")
-    voices_dir: Path | None = Field(None, description="folder of cloned voices, NAME.wav + NAME.txt (default: DATA_DIR/voices)")
-    watch_voices: bool = Field(True, description="offer voices added to the voices folder (and withdraw removed ones) while running, without a restart")
+    voices_dir: Path | None = Field(
+        None, description="folder of cloned voices, NAME.wav + NAME.txt (default: DATA_DIR/voices)"
+    )
+    watch_voices: bool = Field(
+        True,
+        description="offer voices added to the voices folder (and withdraw removed ones) while running, without a restart",
+    )
     # --- announcement cache (announcements.py) ---
-    announcement_cache: bool = Field(True, description="replay the audio of a sentence spoken before with the same voice, language, style and sampling instead of synthesizing it again (a sampled voice keeps its first take)")
-    announcement_cache_mb: float = Field(64.0, ge=0, description="memory for replayed sentences, in MB (least recently used dropped first)")
-    announcement_disk_mb: float = Field(512.0, ge=0, description="disk for replayed sentences under DATA_DIR/announcements, in MB (0, or no data_dir: memory only)")
+    announcement_cache: bool = Field(
+        True,
+        description="replay the audio of a sentence spoken before with the same voice, language, style and sampling instead of synthesizing it again (a sampled voice keeps its first take)",
+    )
+    announcement_cache_mb: float = Field(
+        64.0, ge=0, description="memory for replayed sentences, in MB (least recently used dropped first)"
+    )
+    announcement_disk_mb: float = Field(
+        512.0,
+        ge=0,
+        description="disk for replayed sentences under DATA_DIR/announcements, in MB (0, or no data_dir: memory only)",
+    )
     # --- sampling (unset: the model's generation_config.json) ---
     seed: int | None = Field(TextOptions.seed, description="random seed for every sentence (none: random)")
     greedy: bool = Field(False, description="greedy decoding instead of sampling")
@@ -140,8 +208,12 @@ class Settings(BaseSettings):
     def announcements(self) -> AnnouncementCache:
         """The announcement cache these settings ask for (its disk tier indexed now, before serving)."""
         folder = self.data_dir / "announcements" if self.data_dir is not None else None
-        return AnnouncementCache(memory_mb=self.announcement_cache_mb, folder=folder, disk_mb=self.announcement_disk_mb,
-                                 enabled=self.announcement_cache)  # fmt: skip
+        return AnnouncementCache(
+            memory_mb=self.announcement_cache_mb,
+            folder=folder,
+            disk_mb=self.announcement_disk_mb,
+            enabled=self.announcement_cache,
+        )
 
     def engine_options(self) -> EngineOptions:
         folder = self.voice_folder()

@@ -108,7 +108,9 @@ async def speak(
             clone=voice.clone,
         )
         if sentence.spoken != sentence.text:
-            log.debug("Speaking %r (written %r, read as %s) with %s", sentence.spoken, sentence.text, sentence.language, voice)
+            log.debug(
+                "Speaking %r (written %r, read as %s) with %s", sentence.spoken, sentence.text, sentence.language, voice
+            )
         else:
             log.debug("Speaking %r with %s", sentence.spoken, voice)
         started = time.monotonic()
@@ -131,9 +133,13 @@ async def each(sentences: list[Sentence]) -> AsyncIterator[Sentence]:
         yield sentence
 
 
-def log_spoken(log: logging.Logger | logging.LoggerAdapter, voice: VoiceChoice, chars: int, meter: SpeechMeter, detail: str = "") -> None:  # type: ignore[type-arg]
+def log_spoken(
+    log: logging.Logger | logging.LoggerAdapter, voice: VoiceChoice, chars: int, meter: SpeechMeter, detail: str = ""
+) -> None:  # type: ignore[type-arg]
     """The line every answered request leaves: voice, text length, audio length, time to first audio, real-time factor."""
     seconds = meter.frames * SAMPLES_PER_FRAME / SAMPLE_RATE
     first = f"{meter.first_audio_at - meter.started_at:.3f}s" if meter.first_audio_at is not None else "-"
     rtf = f"{meter.busy / seconds:.3f}" if seconds else "-"
-    log.info("Spoke voice=%s chars=%d audio=%.2fs first_audio=%s rtf=%s%s", voice.voice, chars, seconds, first, rtf, detail)
+    log.info(
+        "Spoke voice=%s chars=%d audio=%.2fs first_audio=%s rtf=%s%s", voice.voice, chars, seconds, first, rtf, detail
+    )

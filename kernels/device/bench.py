@@ -12,13 +12,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import random_model, text_ids, timed  # noqa: E402
+from common import random_model, text_ids, timed
 
-from wyoming_qwen3tts.backends.kernels.backend import KernelBackend  # noqa: E402
-from wyoming_qwen3tts.backends.kernels.options import KernelOptions  # noqa: E402
-from wyoming_qwen3tts.backends.torch_backend import TorchBackend  # noqa: E402
-from wyoming_qwen3tts.model.prompt import build_prompt  # noqa: E402
-from wyoming_qwen3tts.request import SamplingParams  # noqa: E402
+from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
+from wyoming_qwen3tts.backends.kernels.options import KernelOptions
+from wyoming_qwen3tts.backends.torch_backend import TorchBackend
+from wyoming_qwen3tts.model.prompt import build_prompt
+from wyoming_qwen3tts.request import SamplingParams
 
 
 def replay_ms(graph: torch.cuda.CUDAGraph, n: int = 100) -> float:
@@ -50,8 +50,11 @@ def kernel_profile(kb: KernelBackend, s: SamplingParams, size: str) -> dict[str,
         total += t
         rows.append((t / 5, ev.count // 5, ev.key[:60]))
     rows.sort(reverse=True)
-    return {"size": size, "kernel_us_per_frame_total": round(total / 5, 1),
-            "top": [[round(a, 1), c, k] for a, c, k in rows[:12]]}  # fmt: skip
+    return {
+        "size": size,
+        "kernel_us_per_frame_total": round(total / 5, 1),
+        "top": [[round(a, 1), c, k] for a, c, k in rows[:12]],
+    }
 
 
 def main(sizes: list[str]) -> None:
@@ -59,7 +62,12 @@ def main(sizes: list[str]) -> None:
         model = random_model(size, torch.bfloat16)
         prompt = build_prompt(model, text_ids(20), "ryan", "english")
         s = SamplingParams()
-        res: dict[str, object] = {"size": size, "dtype": "bf16", "prompt_len": prompt.length, "gpu": torch.cuda.get_device_name()}
+        res: dict[str, object] = {
+            "size": size,
+            "dtype": "bf16",
+            "prompt_len": prompt.length,
+            "gpu": torch.cuda.get_device_name(),
+        }
         torch_session = TorchBackend(model).start(prompt, s, 0, 10_000)
         torch_session.next_frames(2)
         _, dt = timed(lambda: torch_session.next_frames(8))
@@ -90,7 +98,7 @@ def main(sizes: list[str]) -> None:
             no_pdl.start(prompt, s, 0, 1000)
             print(json.dumps(kernel_profile(no_pdl, s, size)), flush=True)
             del no_pdl
-        except Exception as err:  # noqa: BLE001 - the profile is extra information only
+        except Exception as err:
             print(json.dumps({"profile_error": repr(err)}), flush=True)
         torch.cuda.empty_cache()
 

@@ -34,11 +34,11 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import random_codec  # noqa: E402
+from common import random_codec
 
-from wyoming_qwen3tts import codec_worker  # noqa: E402
-from wyoming_qwen3tts.model.codec import CodecDecoder, int16_samples, samples_to_pcm  # noqa: E402
-from wyoming_qwen3tts.model.codec_slots import CodecSlots  # noqa: E402
+from wyoming_qwen3tts import codec_worker
+from wyoming_qwen3tts.model.codec import CodecDecoder, int16_samples, samples_to_pcm
+from wyoming_qwen3tts.model.codec_slots import CodecSlots
 
 HISTORY = 80  # frames each stream has decoded before the timing
 FRAME_S = 0.08
@@ -49,7 +49,7 @@ def codes(*shape: int) -> np.ndarray:
     return rng.integers(0, 2048, (*shape, 16))
 
 
-def median_ms(fn, rounds: int) -> float:  # noqa: ANN001
+def median_ms(fn, rounds: int) -> float:
     for _ in range(2):
         fn()
     times = []
@@ -117,7 +117,7 @@ def worker(dec: CodecDecoder, b: int, n: int, rounds: int, depth: int) -> float:
     return b * n * rounds * FRAME_S / wall
 
 
-def kernels_per_call(fn) -> int:  # noqa: ANN001
+def kernels_per_call(fn) -> int:
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -134,7 +134,7 @@ def launches(dec: CodecDecoder) -> dict[str, int]:
         slots = CodecSlots(dec, b)
         ids = [slots.open() for _ in range(b)]
         slots.decode(ids, codes(b, HISTORY))
-        out[f"batched call, B = {b}"] = kernels_per_call(lambda: slots.decode(ids, codes(b, n)))  # noqa: B023
+        out[f"batched call, B = {b}"] = kernels_per_call(lambda: slots.decode(ids, codes(b, n)))
     return out
 
 
@@ -148,11 +148,14 @@ def main() -> None:
     dtype = getattr(torch, args.dtype)
     dec = random_codec(dtype)
     print(f"# {torch.cuda.get_device_name()}, codec {args.dtype}, torch {torch.__version__}", flush=True)
-    lines = [f"codec decode, {torch.cuda.get_device_name()}, {args.dtype}, {HISTORY} frames of history, "
-             f"medians of {args.rounds} rounds", "",
-             "| frames/group | streams | per-stream ms/round | per-stream audio s/s | batched ms/call | "
-             "batched issue ms | batched audio s/s | worker audio s/s | worker, 1 in flight | batched / per-stream |",
-             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"codec decode, {torch.cuda.get_device_name()}, {args.dtype}, {HISTORY} frames of history, "
+        f"medians of {args.rounds} rounds",
+        "",
+        "| frames/group | streams | per-stream ms/round | per-stream audio s/s | batched ms/call | "
+        "batched issue ms | batched audio s/s | worker audio s/s | worker, 1 in flight | batched / per-stream |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     with torch.inference_mode():
         for n in (int(x) for x in args.groups.split(",")):
             for b in (int(x) for x in args.batches.split(",")):
@@ -161,15 +164,23 @@ def main() -> None:
                 through = worker(dec, b, n, args.rounds, 2)
                 through1 = worker(dec, b, n, args.rounds, 1)
                 audio = b * n * FRAME_S
-                rec = dict(frames=n, streams=b, per_stream_ms=round(one, 3),
-                           per_stream_audio_s_per_s=round(audio / one * 1000, 1), batched_ms=round(ms, 3),
-                           batched_issue_ms=round(issue, 3), batched_audio_s_per_s=round(audio / ms * 1000, 1),
-                           worker_audio_s_per_s=round(through, 1),
-                           worker_depth1_audio_s_per_s=round(through1, 1))  # fmt: skip
+                rec = dict(
+                    frames=n,
+                    streams=b,
+                    per_stream_ms=round(one, 3),
+                    per_stream_audio_s_per_s=round(audio / one * 1000, 1),
+                    batched_ms=round(ms, 3),
+                    batched_issue_ms=round(issue, 3),
+                    batched_audio_s_per_s=round(audio / ms * 1000, 1),
+                    worker_audio_s_per_s=round(through, 1),
+                    worker_depth1_audio_s_per_s=round(through1, 1),
+                )
                 print(json.dumps(rec), flush=True)
-                lines.append(f"| {n} | {b} | {one:.2f} | {audio / one * 1000:.1f} | {ms:.2f} | {issue:.2f} | "
-                             f"{audio / ms * 1000:.1f} | {through:.1f} | {through1:.1f} | "
-                             f"{one / ms:.2f}x |")  # fmt: skip
+                lines.append(
+                    f"| {n} | {b} | {one:.2f} | {audio / one * 1000:.1f} | {ms:.2f} | {issue:.2f} | "
+                    f"{audio / ms * 1000:.1f} | {through:.1f} | {through1:.1f} | "
+                    f"{one / ms:.2f}x |"
+                )
         counts = launches(dec)
     print(json.dumps({"cuda_kernels_per_call": counts}))
     lines += ["", "CUDA kernels per call (12 frames): " + ", ".join(f"{k}: {v}" for k, v in counts.items())]

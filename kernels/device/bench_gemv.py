@@ -53,11 +53,22 @@ def time_shape(ops: Ops, label: str, n: int, k: int, mode: int, norm: bool, bias
     if weights == "int8":
         w = [Matrix(*quantize_rows(m)) for m in w]
     x = torch.randn(k, device=dev, generator=g)
-    kw = dict(mode=mode, norm_w=torch.rand(k, device=dev, generator=g) + 0.5 if norm else None, eps=1e-6,
-              bias=torch.randn(n, device=dev, generator=g) if bias else None)  # fmt: skip
+    kw = dict(
+        mode=mode,
+        norm_w=torch.rand(k, device=dev, generator=g) + 0.5 if norm else None,
+        eps=1e-6,
+        bias=torch.randn(n, device=dev, generator=g) if bias else None,
+    )
     y = torch.zeros(n // 2 if mode == G else n, device=dev)
-    rec: dict = {"shape": label, "weights": weights, "n": n, "k": k, "mode": mode, "mb": round(nbytes / 1e6, 2),
-                 "launches": copies * reps}  # fmt: skip
+    rec: dict = {
+        "shape": label,
+        "weights": weights,
+        "n": n,
+        "k": k,
+        "mode": mode,
+        "mb": round(nbytes / 1e6, 2),
+        "launches": copies * reps,
+    }
 
     def launch(kernel: str, c: int) -> None:
         if kernel == "gemv":
@@ -95,10 +106,14 @@ def time_shape(ops: Ops, label: str, n: int, k: int, mode: int, norm: bool, bias
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["## GEMV shapes (bf16, int8)", "",
-             "Per launch in a chain of the same GEMV over rotating weights (HBM, not L2): us (GB/s).",
-             "", "| shape | weights | rows x K | MB | " + " | ".join(f"{k} PDL | {k} no PDL" for k in KERNELS) + " |",
-             "|---" * (4 + 2 * len(KERNELS)) + "|"]  # fmt: skip
+    lines = [
+        "## GEMV shapes (bf16, int8)",
+        "",
+        "Per launch in a chain of the same GEMV over rotating weights (HBM, not L2): us (GB/s).",
+        "",
+        "| shape | weights | rows x K | MB | " + " | ".join(f"{k} PDL | {k} no PDL" for k in KERNELS) + " |",
+        "|---" * (4 + 2 * len(KERNELS)) + "|",
+    ]
     for r in rows:
         cells = [f"{r[f'us_{k}_pdl']} ({r[f'gbs_{k}_pdl']}) | {r[f'us_{k}']}" for k in KERNELS]
         lines.append(f"| {r['shape']} | {r['weights']} | {r['n']}x{r['k']} | {r['mb']} | " + " | ".join(cells) + " |")
@@ -107,7 +122,9 @@ def table(rows: list[dict]) -> str:
         for i, size in enumerate(("1.7b", "0.6b")):
             per = {label: frame[i] for label, *_, frame in SHAPES}
             total = sum(r["us_gemv_pdl"] * per[r["shape"]] for r in rows if r["weights"] == weights) / 1000
-            lines.append(f"Sum over one {size} frame's GEMVs, {weights} (launches per frame x us, PDL): {total:.3f} ms  ")
+            lines.append(
+                f"Sum over one {size} frame's GEMVs, {weights} (launches per frame x us, PDL): {total:.3f} ms  "
+            )
     return "\n".join(lines) + "\n"
 
 

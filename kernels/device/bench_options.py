@@ -19,18 +19,18 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import random_model, text_ids, timed  # noqa: E402
+from common import random_model, text_ids, timed
 
-from wyoming_qwen3tts.backends.kernels import library  # noqa: E402
-from wyoming_qwen3tts.backends.kernels.backend import KernelBackend  # noqa: E402
-from wyoming_qwen3tts.backends.kernels.options import KernelOptions  # noqa: E402
-from wyoming_qwen3tts.model.prompt import build_prompt  # noqa: E402
-from wyoming_qwen3tts.request import SamplingParams  # noqa: E402
+from wyoming_qwen3tts.backends.kernels import library
+from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
+from wyoming_qwen3tts.backends.kernels.options import KernelOptions
+from wyoming_qwen3tts.model.prompt import build_prompt
+from wyoming_qwen3tts.request import SamplingParams
 
 _libs: dict[str, library.Native] = {}
 
 
-def backend(model, setting: str) -> KernelBackend:  # noqa: ANN001
+def backend(model, setting: str) -> KernelBackend:
     """The kernel backend of one setting ("-": the defaults)."""
     fields: dict[str, object] = {}
     lib = None
@@ -47,7 +47,7 @@ def backend(model, setting: str) -> KernelBackend:  # noqa: ANN001
     return KernelBackend(model, KernelOptions(**fields), lib=lib)
 
 
-def per_frame_ms(kb: KernelBackend, prompt, sampling: SamplingParams, frames: int) -> float:  # noqa: ANN001
+def per_frame_ms(kb: KernelBackend, prompt, sampling: SamplingParams, frames: int) -> float:
     session = kb.start(prompt, sampling, 0, frames + 8)
     session.next_frames(8)  # capture + warm-up
     got, seconds = timed(lambda: session.next_frames(frames))
@@ -71,11 +71,18 @@ def main(argv: list[str]) -> None:
     for size in sizes:
         model = random_model(size, torch.bfloat16)  # EOS row zeroed: every run decodes all its frames
         prompt = build_prompt(model, text_ids(20), "ryan", "english")
-        res: dict[str, object] = {"size": size, "gpu": torch.cuda.get_device_name(), "frames": frames, "ms_per_frame": {}}
+        res: dict[str, object] = {
+            "size": size,
+            "gpu": torch.cuda.get_device_name(),
+            "frames": frames,
+            "ms_per_frame": {},
+        }
         for order in (settings, settings[::-1]):
             for setting in order:
                 kb = backend(model, setting)
-                res["ms_per_frame"].setdefault(setting, []).append(round(per_frame_ms(kb, prompt, SamplingParams(), frames), 4))
+                res["ms_per_frame"].setdefault(setting, []).append(
+                    round(per_frame_ms(kb, prompt, SamplingParams(), frames), 4)
+                )
                 if greedy:
                     ms = per_frame_ms(kb, prompt, SamplingParams.greedy(), frames)
                     res.setdefault("greedy_ms_per_frame", {}).setdefault(setting, []).append(round(ms, 4))

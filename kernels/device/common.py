@@ -21,7 +21,6 @@ from wyoming_qwen3tts.tools.random_checkpoint import (
     random_tensor,
 )
 
-
 T = TypeVar("T")
 
 

@@ -48,8 +48,10 @@ def main() -> None:
     for name, (n, k, mode, norm) in SHAPES.items():
         w32 = torch.randn(n, k, device="cuda", generator=g) * 0.05
         q, scale = quantize_rows(w32)
-        for label, w, wref in (("bf16", w32.bfloat16(), w32.bfloat16().float()),
-                               ("int8", Matrix(q, scale), q.float() * scale[:, None])):  # fmt: skip
+        for label, w, wref in (
+            ("bf16", w32.bfloat16(), w32.bfloat16().float()),
+            ("int8", Matrix(q, scale), q.float() * scale[:, None]),
+        ):
             scratch = torch.zeros(max(ops.batched_gemv_scratch_floats([w]), 1), device="cuda")
             nw = torch.rand(k, device="cuda", generator=g) + 0.5 if norm else None
             x = torch.randn(16, k, device="cuda", generator=g)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from profile_frame import kernel_events, short_name  # noqa: E402
+from profile_frame import kernel_events, short_name
 
 REPLAYS = 6  # steps traced at each context; the first is dropped
 
@@ -43,16 +43,17 @@ def charge(kernels: list[dict[str, Any]], steps: int) -> tuple[float, list[dict[
         r["added_us"] += max(0.0, end - (prev_end if prev_end is not None else k["ts"]))
         prev_end = end if prev_end is None else max(prev_end, end)
     span = kernels[-1]["ts"] + kernels[-1]["dur"] - kernels[0]["ts"]
-    table = [dict(kernel=n, grid=list(g), **{key: round(v / steps, 2) for key, v in r.items()})
-             for (n, g), r in sorted(rows.items(), key=lambda kv: -kv[1]["added_us"])]  # fmt: skip
+    table = [
+        dict(kernel=n, grid=list(g), **{key: round(v / steps, 2) for key, v in r.items()})
+        for (n, g), r in sorted(rows.items(), key=lambda kv: -kv[1]["added_us"])
+    ]
     return span / steps, table
 
 
 def main() -> None:
     import torch
-    from torch.profiler import ProfilerActivity, profile
-
     from common import random_model, text_ids
+    from torch.profiler import ProfilerActivity, profile
 
     from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
     from wyoming_qwen3tts.backends.kernels.batched import Admission, BatchedDecoder
@@ -74,8 +75,16 @@ def main() -> None:
     sampling = replace(SamplingParams(), suppress_eos=True)
     results = []
     for splits in [int(x) for x in args.splits.split(",") if x.strip()] or [None]:
-        dec = BatchedDecoder(model, kb.ops, kb.weights, slots=max(16, args.nb), max_seq=prompt.length + at[-1] + 64,
-                             max_trailing=max(prompt.trailing.shape[0], 1), pdl=kb.pdl, attn_splits=splits)  # fmt: skip
+        dec = BatchedDecoder(
+            model,
+            kb.ops,
+            kb.weights,
+            slots=max(16, args.nb),
+            max_seq=prompt.length + at[-1] + 64,
+            max_trailing=max(prompt.trailing.shape[0], 1),
+            pdl=kb.pdl,
+            attn_splits=splits,
+        )
         dec.admit_all([Admission(s, prompt, sampling, s) for s in range(args.nb)])
         ctx = prompt.length
         for target in at:
@@ -86,8 +95,11 @@ def main() -> None:
                 ctx += 1
             torch.cuda.synchronize()
             if ctx > n0:
-                print(f"splits {dec.splits}: steps {n0}..{ctx}: {(time.perf_counter() - t0) / (ctx - n0) * 1e3:.3f} "
-                      "ms/step", flush=True)  # fmt: skip
+                print(
+                    f"splits {dec.splits}: steps {n0}..{ctx}: {(time.perf_counter() - t0) / (ctx - n0) * 1e3:.3f} "
+                    "ms/step",
+                    flush=True,
+                )
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 for _ in range(REPLAYS):
                     dec.step()
@@ -99,10 +111,22 @@ def main() -> None:
                 kernels = kernel_events(json.loads(path.read_text()))
             per = len(kernels) // REPLAYS
             step_us, table = charge(kernels[per:], REPLAYS - 1)
-            results.append(dict(size=args.size, nb=args.nb, splits=dec.splits, context=target,
-                                step_us=round(step_us, 1), launches=per, kernels=table))  # fmt: skip
-            print(f"\n{args.size} nb={args.nb} splits {dec.splits} context {target}: {step_us:.1f} µs per step, "
-                  f"{per} launches", flush=True)  # fmt: skip
+            results.append(
+                dict(
+                    size=args.size,
+                    nb=args.nb,
+                    splits=dec.splits,
+                    context=target,
+                    step_us=round(step_us, 1),
+                    launches=per,
+                    kernels=table,
+                )
+            )
+            print(
+                f"\n{args.size} nb={args.nb} splits {dec.splits} context {target}: {step_us:.1f} µs per step, "
+                f"{per} launches",
+                flush=True,
+            )
             print(f"{'added us':>9} {'own us':>8} {'n':>4}  kernel [grid]")
             for r in table[:12]:
                 print(f"{r['added_us']:9.1f} {r['own_us']:8.1f} {r['launches']:4.0f}  {r['kernel'][:80]} {r['grid']}")

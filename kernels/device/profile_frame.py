@@ -24,8 +24,18 @@ SKIP = 2
 def kernel_events(trace: dict[str, Any]) -> list[dict[str, Any]]:
     """The device kernels of a chrome trace, in start order: name, grid, ts (µs), dur (µs)."""
     events = [e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel" and e.get("ph") == "X"]
-    return sorted(({"name": e["name"], "grid": tuple(e.get("args", {}).get("grid", ())), "ts": float(e["ts"]),
-                    "dur": float(e["dur"])} for e in events), key=lambda e: e["ts"])  # fmt: skip
+    return sorted(
+        (
+            {
+                "name": e["name"],
+                "grid": tuple(e.get("args", {}).get("grid", ())),
+                "ts": float(e["ts"]),
+                "dur": float(e["dur"]),
+            }
+            for e in events
+        ),
+        key=lambda e: e["ts"],
+    )
 
 
 def short_name(name: str) -> str:
@@ -135,7 +145,11 @@ def markdown(res: dict[str, Any], top: int = 25) -> str:
     ]
     for r in res["kernels"][:top]:
         lines.append(f"| `{r['kernel']}` | {r['launches']:g} | {r['busy_us']:.1f} | {r['gap_us']:.1f} |")
-    lines += ["", "| part | µs / frame (end minus the latest end before) | of which the draw | launches |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "| part | µs / frame (end minus the latest end before) | of which the draw | launches |",
+        "|---|---|---|---|",
+    ]
     for r in res.get("sections", []):
         lines.append(f"| {r['part']} | {r['us']:.1f} | {r['draw_us']:.1f} | {r['launches']:g} |")
     return "\n".join(lines) + "\n"

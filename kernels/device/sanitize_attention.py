@@ -35,9 +35,23 @@ def main() -> None:
                 per_row = hq * splits * (d + 2) + hq
                 scratch = torch.zeros(nb * per_row, device="cuda")
                 out = torch.zeros(nb, hq * d, device="cuda")
-                ops.batched_rope_attention_split(qkv, qn, kn, cos, sin, cache[0, 0], cache[0, 1], out, slot=slot,
-                                                 pos=pos, slot_rows=2 * max_seq, eps=1e-6, scale=d**-0.5,
-                                                 splits=splits, scratch=scratch)  # fmt: skip
+                ops.batched_rope_attention_split(
+                    qkv,
+                    qn,
+                    kn,
+                    cos,
+                    sin,
+                    cache[0, 0],
+                    cache[0, 1],
+                    out,
+                    slot=slot,
+                    pos=pos,
+                    slot_rows=2 * max_seq,
+                    eps=1e-6,
+                    scale=d**-0.5,
+                    splits=splits,
+                    scratch=scratch,
+                )
                 torch.cuda.synchronize()
                 rows = [r for r in range(nb) if r != 3]
                 assert bool(out[rows].isfinite().all()), (hq, hkv, d, dtype, splits)

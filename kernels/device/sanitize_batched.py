@@ -17,12 +17,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import random_model, text_ids  # noqa: E402
+from common import random_model, text_ids
 
-from wyoming_qwen3tts.backends.kernels.backend import KernelBackend  # noqa: E402
-from wyoming_qwen3tts.backends.kernels.batched import Admission, BatchedDecoder  # noqa: E402
-from wyoming_qwen3tts.model.prompt import build_prompt  # noqa: E402
-from wyoming_qwen3tts.request import SamplingParams  # noqa: E402
+from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
+from wyoming_qwen3tts.backends.kernels.batched import Admission, BatchedDecoder
+from wyoming_qwen3tts.model.prompt import build_prompt
+from wyoming_qwen3tts.request import SamplingParams
 
 args = sys.argv[1:]
 sizes = [a for a in args if a.startswith("tiny")] or ["tiny", "tiny-0.6b"]

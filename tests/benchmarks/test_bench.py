@@ -47,9 +47,12 @@ def test_no_eos_wrapper_keeps_the_torch_session_going(tiny_checkpoint: Path) -> 
     from wyoming_qwen3tts.engine import Engine, EngineOptions
     from wyoming_qwen3tts.request import SamplingParams, SynthesisRequest
 
-    engine = Engine.from_pretrained(str(tiny_checkpoint), EngineOptions(device="cpu", backend="torch", local_files_only=True))
+    engine = Engine.from_pretrained(
+        str(tiny_checkpoint), EngineOptions(device="cpu", backend="torch", local_files_only=True)
+    )
     prompt = engine.prepare(SynthesisRequest(text="Hello there.", speaker="vivian", language="english"))
     eos = engine.config.talker.codec_eos_token_id
+
     # Make EOS the certain greedy choice: without the wrapper the session ends once min-new-tokens allows it.
     def force_eos(_module: object, _inputs: object, logits: torch.Tensor) -> torch.Tensor:
         logits[..., eos] = 1e4
@@ -65,12 +68,32 @@ def test_no_eos_wrapper_keeps_the_torch_session_going(tiny_checkpoint: Path) -> 
 
 def test_markdown_ratios_and_missing_values() -> None:
     rows = [
-        {"size": "1.7b", "engine": "kernels", "ok": True, "frames": 10, "decode_fps": 300.0, "decode_rtf": 12.5 / 300,
-         "e2e_rtf": 0.05, "ttfa_ms": 20.0, "peak_alloc_gib": 4.0, "peak_reserved_gib": 4.5},
-        {"size": "1.7b", "engine": "ref", "ok": True, "frames": 10, "decode_fps": 7.5, "decode_rtf": 12.5 / 7.5,
-         "e2e_rtf": 1.5, "ttfa_ms": 5000.0, "peak_alloc_gib": None, "peak_reserved_gib": None},
+        {
+            "size": "1.7b",
+            "engine": "kernels",
+            "ok": True,
+            "frames": 10,
+            "decode_fps": 300.0,
+            "decode_rtf": 12.5 / 300,
+            "e2e_rtf": 0.05,
+            "ttfa_ms": 20.0,
+            "peak_alloc_gib": 4.0,
+            "peak_reserved_gib": 4.5,
+        },
+        {
+            "size": "1.7b",
+            "engine": "ref",
+            "ok": True,
+            "frames": 10,
+            "decode_fps": 7.5,
+            "decode_rtf": 12.5 / 7.5,
+            "e2e_rtf": 1.5,
+            "ttfa_ms": 5000.0,
+            "peak_alloc_gib": None,
+            "peak_reserved_gib": None,
+        },
         {"size": "1.7b", "engine": "fq", "ok": False, "reason": "no wheel"},
-    ]  # fmt: skip
+    ]
     report.add_ratios(rows)
     assert rows[0]["x_ref"]["decode"] == pytest.approx(40.0)
     assert rows[0]["x_ref"]["e2e"] == pytest.approx(30.0)
@@ -84,12 +107,32 @@ def test_markdown_ratios_and_missing_values() -> None:
 def test_bench_cli_runs_torch_and_reports_peers_that_cannot_run(tiny_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     frames, sentence = 4, 3
-    code = cli.main([
-        "--model", str(tiny_checkpoint), "--device", "cpu", "--backends", "torch,kernels,fq",
-        "--frames", str(frames), "--sentence-frames", str(sentence), "--runs", "2", "--warmup", "1",
-        "--context", "16", "--fq-path", str(tmp_path / "no-such-site"), "--worker-timeout", "240",
-        "--out", str(out),
-    ])  # fmt: skip
+    code = cli.main(
+        [
+            "--model",
+            str(tiny_checkpoint),
+            "--device",
+            "cpu",
+            "--backends",
+            "torch,kernels,fq",
+            "--frames",
+            str(frames),
+            "--sentence-frames",
+            str(sentence),
+            "--runs",
+            "2",
+            "--warmup",
+            "1",
+            "--context",
+            "16",
+            "--fq-path",
+            str(tmp_path / "no-such-site"),
+            "--worker-timeout",
+            "240",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     results = json.loads((out / "results.json").read_text())
     rows = {r["engine"]: r for r in results["rows"]}
@@ -123,9 +166,21 @@ def test_bench_worker_quantizes_with_weights_int8(tiny_checkpoint: Path) -> None
     from benchmarks.common import WorkerArgs
     from benchmarks.ours import run_ours
 
-    w = WorkerArgs(engine="torch", model=str(tiny_checkpoint), device="cpu", frames=3, sentence_frames=2, runs=1,
-                   warmup=0, context=8, text="Hello there.", speaker="vivian", language="english", seed=1,
-                   weights="int8")  # fmt: skip
+    w = WorkerArgs(
+        engine="torch",
+        model=str(tiny_checkpoint),
+        device="cpu",
+        frames=3,
+        sentence_frames=2,
+        runs=1,
+        warmup=0,
+        context=8,
+        text="Hello there.",
+        speaker="vivian",
+        language="english",
+        seed=1,
+        weights="int8",
+    )
     res = run_ours(w)
     assert res["weights"] == "int8" and res["decode_fps"] > 0
 
@@ -137,14 +192,38 @@ def test_merge_combines_runs_and_recomputes_ratios(tmp_path: Path) -> None:
         path.write_text(json.dumps({"meta": meta, "rows": rows}))
         return path
 
-    peers = run("1", 4000.0, [
-        {"size": "1.7b", "engine": "kernels", "ok": False, "reason": "broken then"},
-        {"size": "1.7b", "engine": "fq", "ok": True, "frames": 200, "decode_fps": 50.0, "e2e_rtf": 0.25, "ttfa_ms": 300.0},
-    ])  # fmt: skip
-    ours = run("2", 4100.0, [
-        {"size": "1.7b", "engine": "kernels", "ok": True, "frames": 200, "decode_fps": 250.0, "e2e_rtf": 0.05,
-         "ttfa_ms": 30.0, "prompt_positions": 30},
-    ])  # fmt: skip
+    peers = run(
+        "1",
+        4000.0,
+        [
+            {"size": "1.7b", "engine": "kernels", "ok": False, "reason": "broken then"},
+            {
+                "size": "1.7b",
+                "engine": "fq",
+                "ok": True,
+                "frames": 200,
+                "decode_fps": 50.0,
+                "e2e_rtf": 0.25,
+                "ttfa_ms": 300.0,
+            },
+        ],
+    )
+    ours = run(
+        "2",
+        4100.0,
+        [
+            {
+                "size": "1.7b",
+                "engine": "kernels",
+                "ok": True,
+                "frames": 200,
+                "decode_fps": 250.0,
+                "e2e_rtf": 0.05,
+                "ttfa_ms": 30.0,
+                "prompt_positions": 30,
+            },
+        ],
+    )
     out = tmp_path / "merged"
     assert cli.main(["--merge", str(peers), str(ours), "--out", str(out)]) == 0
     merged = json.loads((out / "results.json").read_text())
@@ -164,8 +243,10 @@ def test_the_server_never_imports_the_benchmark() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, wyoming_qwen3tts.__main__, wyoming_qwen3tts.engine, wyoming_qwen3tts.backends.kernels.backend; "
-            "print(sorted(m for m in sys.modules if m.startswith('benchmarks')))")  # fmt: skip
+    code = (
+        "import sys, wyoming_qwen3tts.__main__, wyoming_qwen3tts.engine, wyoming_qwen3tts.backends.kernels.backend; "
+        "print(sorted(m for m in sys.modules if m.startswith('benchmarks')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

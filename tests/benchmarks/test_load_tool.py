@@ -16,12 +16,28 @@ from wyoming_qwen3tts.tools.load import Record, parse_args, run_load, summarize
 
 pytestmark = pytest.mark.timeout(240)
 
-STATS_KEYS = {"count", "served", "failed", "errors", "ttfa_p50_ms", "ttfa_p95_ms", "ttfa_max_ms", "completion_p50_ms",
-              "completion_p95_ms", "completion_max_ms", "audio_frames", "audio_seconds", "frames_per_s"}
+STATS_KEYS = {
+    "count",
+    "served",
+    "failed",
+    "errors",
+    "ttfa_p50_ms",
+    "ttfa_p95_ms",
+    "ttfa_max_ms",
+    "completion_p50_ms",
+    "completion_p95_ms",
+    "completion_max_ms",
+    "audio_frames",
+    "audio_seconds",
+    "frames_per_s",
+}
 
 
 def made_up(protocol: str, ttfa_ms: list[float], frames: int = 5) -> list[Record]:
-    return [Record(protocol, i, 0, ok=True, ttfa_s=t / 1000, total_s=t / 1000 + 0.5, frames=frames) for i, t in enumerate(ttfa_ms)]
+    return [
+        Record(protocol, i, 0, ok=True, ttfa_s=t / 1000, total_s=t / 1000 + 0.5, frames=frames)
+        for i, t in enumerate(ttfa_ms)
+    ]
 
 
 def test_summary_of_made_up_records() -> None:
@@ -50,8 +66,23 @@ def test_summary_of_made_up_records() -> None:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Iterator[tuple[Server, int]]:
     http_port = free_port()
-    args = ["--model", str(tiny_checkpoint), "--device", "cpu", "--dtype", "float32", "--max-frames", "2",
-            "--first-chunk-frames", "1", "--chunk-frames", "1", "--greedy", "--http", f"tcp://127.0.0.1:{http_port}"]
+    args = [
+        "--model",
+        str(tiny_checkpoint),
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--max-frames",
+        "2",
+        "--first-chunk-frames",
+        "1",
+        "--chunk-frames",
+        "1",
+        "--greedy",
+        "--http",
+        f"tcp://127.0.0.1:{http_port}",
+    ]
     srv = start(tmp_path_factory.mktemp("load-tool"), args, fake=False, name="load-tool")
     yield srv, http_port
     assert srv.stop() == 0
@@ -75,9 +106,27 @@ def check_run(report: dict, records: list[Record], n: int) -> None:  # type: ign
 @pytest.mark.parametrize("arrivals", ["simultaneous", "poisson"])
 async def test_both_protocols_all_served(server: tuple[Server, int], arrivals: str) -> None:
     srv, http_port = server
-    args = parse_args(["--wyoming", f"tcp://127.0.0.1:{srv.port}", "--http", f"http://127.0.0.1:{http_port}",
-                       "--clients", "8", "--protocol", "both", "--arrivals", arrivals, "--rate", "20", "--seed", "3",
-                       "--streaming", "--timeout", "60"])
+    args = parse_args(
+        [
+            "--wyoming",
+            f"tcp://127.0.0.1:{srv.port}",
+            "--http",
+            f"http://127.0.0.1:{http_port}",
+            "--clients",
+            "8",
+            "--protocol",
+            "both",
+            "--arrivals",
+            arrivals,
+            "--rate",
+            "20",
+            "--seed",
+            "3",
+            "--streaming",
+            "--timeout",
+            "60",
+        ]
+    )
     report, records = await run_load(args)
     check_run(report, records, 8)
     if arrivals == "poisson":  # spread out, in the order of the seeded arrivals
@@ -88,14 +137,27 @@ async def test_both_protocols_all_served(server: tuple[Server, int], arrivals: s
 
 def test_cli_json_and_failures(server: tuple[Server, int]) -> None:
     srv, http_port = server
-    base = [sys.executable, "-m", "wyoming_qwen3tts.tools.load", "--wyoming", f"tcp://127.0.0.1:{srv.port}",
-            "--http", f"http://127.0.0.1:{http_port}", "--clients", "2", "--timeout", "60"]
+    base = [
+        sys.executable,
+        "-m",
+        "wyoming_qwen3tts.tools.load",
+        "--wyoming",
+        f"tcp://127.0.0.1:{srv.port}",
+        "--http",
+        f"http://127.0.0.1:{http_port}",
+        "--clients",
+        "2",
+        "--timeout",
+        "60",
+    ]
     out = subprocess.run([*base, "--rounds", "2", "--json"], check=False, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     report = json.loads(out.stdout)
     assert (report["sent"], report["served"], report["settings"]["protocol"]) == (4, 4, "both"), report
     # An unknown voice: every request fails, with its reason, and the exit status says so.
-    out = subprocess.run([*base, "--voice", "no-such-voice", "--json"], check=False, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [*base, "--voice", "no-such-voice", "--json"], check=False, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 1, out.stdout + out.stderr
     report = json.loads(out.stdout)
     assert (report["sent"], report["served"], report["failed"]) == (2, 0, 2), report

@@ -45,22 +45,36 @@ def _result() -> dict:
     return {
         "meta": {"date": "d", "commit": "c", "frames": 200, "runs": 1},
         "peers": {
-            "triton": {"label": "qwen3-tts-triton 0.3.0 (hybrid)", "ok": False, "gpu": "H200",
-                       "versions": {"transformers": "4.57.3"},
-                       "rows": [dict(ok(1, 200, [4.0], [3.9], [0.02], 9.0), peak_alloc_gib=4.5, peak_reserved_gib=5.0),
-                                dict(ok(16, 200, [8.0], [6.1], [0.1], 20.0)),
-                                {"streams": 8, "ok": False, "error": "OutOfMemoryError: no room"}],
-                       "error": "timed out after 160 s; not run: 2, 4 streams"},
-            "fqb": {"label": "faster-qwen3-tts-batch 0.2.0 (Base clone)", "ok": False, "rows": [],
-                    "error": "RuntimeError: broken (exit 1)"},
+            "triton": {
+                "label": "qwen3-tts-triton 0.3.0 (hybrid)",
+                "ok": False,
+                "gpu": "H200",
+                "versions": {"transformers": "4.57.3"},
+                "rows": [
+                    dict(ok(1, 200, [4.0], [3.9], [0.02], 9.0), peak_alloc_gib=4.5, peak_reserved_gib=5.0),
+                    dict(ok(16, 200, [8.0], [6.1], [0.1], 20.0)),
+                    {"streams": 8, "ok": False, "error": "OutOfMemoryError: no room"},
+                ],
+                "error": "timed out after 160 s; not run: 2, 4 streams",
+            },
+            "fqb": {
+                "label": "faster-qwen3-tts-batch 0.2.0 (Base clone)",
+                "ok": False,
+                "rows": [],
+                "error": "RuntimeError: broken (exit 1)",
+            },
         },
-    }  # fmt: skip
+    }
 
 
 def test_ratios_read_times_better_than_the_peer_and_the_table_shows_failures() -> None:
     result = _result()
-    ours = {"rows": [{"streams": 1, "aggregate_fps": 172.2, "ttfa_ms": 40.0},
-                     {"streams": 16, "aggregate_fps": 1304.1, "per_stream_fps": 81.5, "step_ms": 12.27}]}  # fmt: skip
+    ours = {
+        "rows": [
+            {"streams": 1, "aggregate_fps": 172.2, "ttfa_ms": 40.0},
+            {"streams": 16, "aggregate_fps": 1304.1, "per_stream_fps": 81.5, "step_ms": 12.27},
+        ]
+    }
     peers_batch.add_ratios(result, ours)
     one, sixteen, failed = result["peers"]["triton"]["rows"]
     assert one["x_aggregate"] == pytest.approx(172.2 / one["aggregate_fps"])
@@ -93,9 +107,26 @@ def test_a_peer_that_fails_or_hangs_is_recorded_and_the_run_goes_on(tmp_path: Pa
     _stand_in(hangs, "faster_qwen3_tts", "import time\ntime.sleep(60)\n")
     _stand_in(fails, "faster_qwen3_tts_batch", "raise RuntimeError('stand-in peer, broken on purpose')\n")
     out = tmp_path / "o" / "peers.json"
-    code = peers_batch.main(["--triton-path", str(hangs), "--fqb-path", f"{fails}{os.pathsep}{tmp_path / 'nothing'}",
-                             "--streams", "1,2", "--frames", "2", "--runs", "1", "--device", "cpu", "--timeout", "8",
-                             "--out", str(out)])  # fmt: skip
+    code = peers_batch.main(
+        [
+            "--triton-path",
+            str(hangs),
+            "--fqb-path",
+            f"{fails}{os.pathsep}{tmp_path / 'nothing'}",
+            "--streams",
+            "1,2",
+            "--frames",
+            "2",
+            "--runs",
+            "1",
+            "--device",
+            "cpu",
+            "--timeout",
+            "8",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     result = json.loads(out.read_text())
     tri, fqb = result["peers"]["triton"], result["peers"]["fqb"]
@@ -132,8 +163,14 @@ def test_the_workers_drive_both_peers_on_a_tiny_cpu_model(tmp_path: Path) -> Non
         pytest.skip("Q3T_PEERS_SITE: a folder with the three peer packages (see .ci/run)")
     out = tmp_path / "smoke.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.environ["Q3T_PEERS_SITE"], str(REPO)]))
-    proc = subprocess.run([sys.executable, str(REPO / "tests" / "peers_batch_cpu_harness.py"), str(out)], env=env,
-                          cwd=REPO, capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "peers_batch_cpu_harness.py"), str(out)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["patched"] == ["Qwen3TTSForConditionalGeneration"]  # the hybrid runner's own kernel patching ran

@@ -77,8 +77,13 @@ def test_batched_step_profile_charges_each_kernel_what_it_adds() -> None:
     step_us, table = step.charge(ks, 2)
     assert step_us == 12.0
     rows = {(r["kernel"], tuple(r["grid"])): r for r in table}
-    assert rows[("k_attn", (8, 4, 16))] == {"kernel": "k_attn", "grid": [8, 4, 16], "launches": 1.0, "own_us": 8.0,
-                                            "added_us": 4.0}  # fmt: skip
+    assert rows[("k_attn", (8, 4, 16))] == {
+        "kernel": "k_attn",
+        "grid": [8, 4, 16],
+        "launches": 1.0,
+        "own_us": 8.0,
+        "added_us": 4.0,
+    }
     assert rows[("k_gemv<float>", (16, 4, 1))]["added_us"] == 3.0
     assert rows[("k_gemv<float>", (64, 1, 1))]["added_us"] == 5.0  # the first one whole, the second 5 past 12
     assert sum(r["added_us"] for r in table) == step_us

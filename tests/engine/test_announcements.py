@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,12 +15,12 @@ import numpy as np
 import openai
 import pytest
 import torch
-from wyoming.event import Event
-
 from reliability_support import Raw, start
 from test_handler import FakeEngine
 from test_http_app import metric_value
 from test_http_server import HttpServer, start_http
+from wyoming.event import Event
+
 from wyoming_qwen3tts.announcements import SUFFIX, AnnouncementCache, engine_identity
 from wyoming_qwen3tts.errors import Qwen3TTSError
 from wyoming_qwen3tts.metrics import METRICS
@@ -37,7 +37,9 @@ REQUEST = SynthesisRequest(text="The washing machine is done.", speaker="ryan", 
 def take(frames: int, value: int = 1) -> list[AudioChunk]:
     """`frames` one-frame chunks whose samples are `value`, `value + 1`, ..."""
     return [
-        AudioChunk(pcm=np.full(SAMPLES_PER_FRAME, value + i, "<i2").tobytes(), codes=np.full((1, 16), value + i, np.int64))
+        AudioChunk(
+            pcm=np.full(SAMPLES_PER_FRAME, value + i, "<i2").tobytes(), codes=np.full((1, 16), value + i, np.int64)
+        )
         for i in range(frames)
     ]
 
@@ -137,7 +139,9 @@ async def test_disk_tier_survives_a_restart_and_is_bounded(tmp_path: Path) -> No
     for i, request in enumerate(requests):
         await record(cache, request, engine, take(2, 10 * i))
     cache.close()
-    assert len(list(folder.glob("*" + SUFFIX))) == 2 and not list(folder.glob(".*"))  # the oldest removed, no temp files
+    assert len(list(folder.glob("*" + SUFFIX))) == 2 and not list(
+        folder.glob(".*")
+    )  # the oldest removed, no temp files
     restarted = AnnouncementCache(folder=folder, disk_mb=cache.disk_limit / 2**20)
     before = hits()
     assert not (await restarted.lookup(requests[0], engine)).hit
@@ -155,7 +159,7 @@ async def test_a_damaged_file_is_dropped_not_served(tmp_path: Path) -> None:
     cache = AnnouncementCache(folder=tmp_path, memory_mb=0)
     await record(cache, REQUEST, engine, take(2))
     cache.close()
-    (file,) = tmp_path.glob("*" + SUFFIX)
+    (file,) = tmp_path.glob("*" + SUFFIX)  # noqa: ASYNC240 - a test's small folder
     file.write_bytes(file.read_bytes()[:-10])
     restarted = AnnouncementCache(folder=tmp_path, memory_mb=0)
     assert not (await restarted.lookup(REQUEST, engine)).hit
@@ -176,8 +180,9 @@ async def test_off_means_never_a_hit() -> None:
 # -- the service: what is stored ---------------------------------------------------------------------
 
 
-async def speak(service: TtsService, request: SynthesisRequest, cancel: threading.Event | None = None,
-                stop_after: int | None = None) -> bytes:  # fmt: skip
+async def speak(
+    service: TtsService, request: SynthesisRequest, cancel: threading.Event | None = None, stop_after: int | None = None
+) -> bytes:
     out = []
     async for chunk in service.synthesize(request, cancel or threading.Event()):
         out.append(chunk.pcm)
@@ -243,13 +248,30 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def server_args(checkpoint: Path, data: Path) -> list[str]:
     # Sampled (no --greedy, no --seed): every synthesis of a sentence differs, so equal audio means a replay.
-    return ["--model", str(checkpoint), "--device", "cpu", "--dtype", "float32", "--max-frames", "6",
-            "--first-chunk-frames", "1", "--chunk-frames", "2", "--data-dir", str(data), "--announcement-cache"]  # fmt: skip
+    return [
+        "--model",
+        str(checkpoint),
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--max-frames",
+        "6",
+        "--first-chunk-frames",
+        "1",
+        "--chunk-frames",
+        "2",
+        "--data-dir",
+        str(data),
+        "--announcement-cache",
+    ]
 
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path, data_dir: Path) -> Iterator[HttpServer]:
-    http = start_http(tmp_path_factory.mktemp("announce"), server_args(tiny_checkpoint, data_dir), fake=False, name="announce")
+    http = start_http(
+        tmp_path_factory.mktemp("announce"), server_args(tiny_checkpoint, data_dir), fake=False, name="announce"
+    )
     yield http
     assert http.server.stop() == 0
     assert "Traceback" not in http.server.log_text()
@@ -277,7 +299,9 @@ async def wyoming_say(port: int, text: str) -> tuple[float, bytes]:
 def http_say(client: openai.OpenAI, text: str) -> tuple[float, bytes]:
     """Seconds from sending the request to its first bytes of audio (pcm, streamed), and all its audio."""
     sent = time.monotonic()
-    with client.audio.speech.with_streaming_response.create(model="tts-1", voice="ryan", input=text, response_format="pcm") as response:
+    with client.audio.speech.with_streaming_response.create(
+        model="tts-1", voice="ryan", input=text, response_format="pcm"
+    ) as response:
         chunks = response.iter_bytes()
         first = next(chunks)
         waited = time.monotonic() - sent
@@ -318,8 +342,7 @@ def test_a_repeated_sentence_is_replayed_on_both_protocols(real: HttpServer) -> 
     assert other != first and cache_count(real, "miss") == misses0 + 2
 
 
-def test_takes_outlive_a_restart(real: HttpServer, tiny_checkpoint: Path, data_dir: Path,
-                                 tmp_path: Path) -> None:  # fmt: skip
+def test_takes_outlive_a_restart(real: HttpServer, tiny_checkpoint: Path, data_dir: Path, tmp_path: Path) -> None:
     text = "Dinner is ready."
     _, first = asyncio.run(wyoming_say(real.server.port, text))
     deadline = time.monotonic() + 10  # written on the cache's own thread

@@ -21,8 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from wyoming_qwen3tts.backends.kernels import library
-from wyoming_qwen3tts.backends.kernels import batched
+from wyoming_qwen3tts.backends.kernels import batched, library
 from wyoming_qwen3tts.backends.kernels.batched import Admission, BatchedDecoder, prefill_groups, stream_params
 from wyoming_qwen3tts.backends.kernels.weights import ModelWeights
 from wyoming_qwen3tts.model.checkpoint import load_checkpoint
@@ -52,10 +51,12 @@ def _text_ids(n: int, seed: int) -> list[int]:
 
 def _prompts(model: Qwen3TTSModel) -> list[Prompt]:
     """Four prompts of 10 to 56 positions; the third feeds its text streamed (30 rows of trailing text)."""
-    return [build_prompt(model, _text_ids(12, 1), "ryan", "english"),
-            build_prompt(model, _text_ids(45, 2), "vivian", "chinese"),
-            build_prompt(model, _text_ids(30, 3), "ryan", "english", non_streaming_text=False),
-            build_prompt(model, _text_ids(3, 4), "vivian", "english")]  # fmt: skip
+    return [
+        build_prompt(model, _text_ids(12, 1), "ryan", "english"),
+        build_prompt(model, _text_ids(45, 2), "vivian", "chinese"),
+        build_prompt(model, _text_ids(30, 3), "ryan", "english", non_streaming_text=False),
+        build_prompt(model, _text_ids(3, 4), "vivian", "english"),
+    ]
 
 
 def _close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
@@ -105,8 +106,9 @@ def test_prefill_rows_of_one_prompt_is_the_plain_prefill(model: Qwen3TTSModel) -
 
 
 @pytest.mark.parametrize("budget", [batched.PREFILL_POSITIONS, 60])
-def test_admit_all_leaves_each_slot_as_admitting_it_alone(model: Qwen3TTSModel, budget: int,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_admit_all_leaves_each_slot_as_admitting_it_alone(
+    model: Qwen3TTSModel, budget: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Four streams admitted together into used slots (their last stream's seen set, frame index and
     trailing text still there) against each admitted alone into a fresh decoder: the same state in
     every per-slot buffer. Budget 60: the prompts take three forwards (prefill_groups)."""
@@ -123,8 +125,15 @@ def test_admit_all_leaves_each_slot_as_admitting_it_alone(model: Qwen3TTSModel, 
     weights = ModelWeights.from_model(model)
 
     def decoder() -> BatchedDecoder:
-        return BatchedDecoder(model, no_kernels, weights, slots=SLOTS, max_seq=MAX_SEQ, max_trailing=16,  # type: ignore[arg-type]
-                              graphs=False)  # fmt: skip
+        return BatchedDecoder(
+            model,
+            no_kernels,
+            weights,
+            slots=SLOTS,
+            max_seq=MAX_SEQ,
+            max_trailing=16,  # type: ignore[arg-type]
+            graphs=False,
+        )
 
     together = decoder()
     together.seen.fill_(1)
@@ -152,7 +161,9 @@ def test_admit_all_leaves_each_slot_as_admitting_it_alone(model: Qwen3TTSModel, 
         assert torch.equal(together.trailing[s, :m], alone.trailing[s, :m]), what
         assert torch.equal(together.trailing[s, :m], a.prompt.trailing[:m].float()), what
         assert torch.equal(together.pad[s], alone.pad[s]) and torch.equal(together.pad[s], a.prompt.pad.float()), what
-        for name, want in zip(("params_code0", "params_sub"), stream_params(a.sampling, model.cfg.talker.codec_eos_token_id)):
+        for name, want in zip(
+            ("params_code0", "params_sub"), stream_params(a.sampling, model.cfg.talker.codec_eos_token_id)
+        ):
             got = getattr(together, name)[s * size : (s + 1) * size]
             assert torch.equal(got, getattr(alone, name)[s * size : (s + 1) * size]), f"{what}: {name}"
             record = got.numpy().view(library.SAMPLE_PARAMS_DTYPE)[0]
@@ -190,8 +201,16 @@ def test_row_bytes_is_what_each_decoder_row_holds(model: Qwen3TTSModel) -> None:
     """BatchedDecoder.row_bytes (max_streams auto sizes the decoder by it) counts each row's cache, CodePredictor
     cache, trailing text, code history and penalty set: exactly what the decoder allocates for them."""
     no_kernels = SimpleNamespace(batched_gemv_scratch_floats=lambda matrices: 0)
-    dec = BatchedDecoder(model, no_kernels, ModelWeights.from_model(model), slots=3, max_seq=MAX_SEQ,  # type: ignore[arg-type]
-                         max_trailing=16, graphs=False, invariant=True)  # fmt: skip
+    dec = BatchedDecoder(
+        model,
+        no_kernels,
+        ModelWeights.from_model(model),
+        slots=3,
+        max_seq=MAX_SEQ,  # type: ignore[arg-type]
+        max_trailing=16,
+        graphs=False,
+        invariant=True,
+    )
     held = sum(t.numel() * t.element_size() for t in (dec.cache, dec.cp_cache, dec.trailing, dec.history, dec.seen))
     assert dec.rows == 4 and held == 4 * BatchedDecoder.row_bytes(model.cfg, model.dtype, MAX_SEQ, 16)
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from test_batched_kernels_gpu import _model, _text_ids
 from test_batching_engine_gpu import _engine, _request
 from test_kernels_gpu import ops  # noqa: F401 - the kernels' fixture (skips without a build)
+
 from wyoming_qwen3tts.backends.kernels.ops import Ops
 from wyoming_qwen3tts.request import SamplingParams
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.gpu
 Wave = tuple[int, list[tuple[str, object, int]]]  # (join step, [(name, Admission, frames)])
 
 
-def _decode(dec, waves: list[Wave]) -> dict[str, np.ndarray]:  # noqa: ANN001
+def _decode(dec, waves: list[Wave]) -> dict[str, np.ndarray]:
     """Each wave joins at its step in ONE admit_all; a stream leaves (release) after its frames.
     Returns each stream's codes [frames, 16] by name, read as it leaves."""
     out: dict[str, np.ndarray] = {}
@@ -51,8 +51,9 @@ def _decode(dec, waves: list[Wave]) -> dict[str, np.ndarray]:  # noqa: ANN001
 
 @pytest.mark.parametrize("graphs", [False, True])
 @pytest.mark.parametrize("size", ["tiny", "tiny-0.6b"])
-def test_streams_admitted_together_decode_their_codes_alone(tiny_checkpoint: Path, tiny_checkpoint_06b: Path,
-                                                            ops: Ops, size: str, graphs: bool) -> None:  # noqa: F811  # fmt: skip
+def test_streams_admitted_together_decode_their_codes_alone(
+    tiny_checkpoint: Path, tiny_checkpoint_06b: Path, ops: Ops, size: str, graphs: bool
+) -> None:
     """Four prompts of 10 to 56 positions (one feeding its text streamed: 30 rows of trailing text)
     admitted in one admit_all into slots 3, 0, 5, 1 (out of order, slots 2 and 4 padding), then at step
     16, while two of them still run, two more together into slot 0 (used) and slot 2 (never used):
@@ -64,12 +65,14 @@ def test_streams_admitted_together_decode_their_codes_alone(tiny_checkpoint: Pat
 
     model = _model(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b)
     kb = KernelBackend(model, KernelOptions(graph_prefill=False))
-    prompts = {"a": build_prompt(model, _text_ids(12, 1), "ryan", "english"),
-               "b": build_prompt(model, _text_ids(45, 2), "vivian", "chinese"),
-               "c": build_prompt(model, _text_ids(30, 3), "ryan", "english", non_streaming_text=False),
-               "d": build_prompt(model, _text_ids(3, 4), "vivian", "english"),
-               "e": build_prompt(model, _text_ids(20, 5), "vivian", "english", non_streaming_text=False),
-               "f": build_prompt(model, _text_ids(7, 6), "ryan", "chinese")}  # fmt: skip
+    prompts = {
+        "a": build_prompt(model, _text_ids(12, 1), "ryan", "english"),
+        "b": build_prompt(model, _text_ids(45, 2), "vivian", "chinese"),
+        "c": build_prompt(model, _text_ids(30, 3), "ryan", "english", non_streaming_text=False),
+        "d": build_prompt(model, _text_ids(3, 4), "vivian", "english"),
+        "e": build_prompt(model, _text_ids(20, 5), "vivian", "english", non_streaming_text=False),
+        "f": build_prompt(model, _text_ids(7, 6), "ryan", "chinese"),
+    }
     lengths = [p.length for p in prompts.values()]
     assert len(set(lengths[:4])) == 4, lengths  # the first wave pads three of its four rows
     greedy = SamplingParams.greedy()
@@ -77,12 +80,22 @@ def test_streams_admitted_together_decode_their_codes_alone(tiny_checkpoint: Pat
     def stream(name: str, slot: int, frames: int) -> tuple[str, Admission, int]:
         return name, Admission(slot, prompts[name], greedy, 0), frames
 
-    waves: list[Wave] = [(0, [stream("a", 3, 20), stream("b", 0, 16), stream("c", 5, 24), stream("d", 1, 12)]),
-                         (16, [stream("e", 0, 14), stream("f", 2, 10)])]  # fmt: skip
+    waves: list[Wave] = [
+        (0, [stream("a", 3, 20), stream("b", 0, 16), stream("c", 5, 24), stream("d", 1, 12)]),
+        (16, [stream("e", 0, 14), stream("f", 2, 10)]),
+    ]
 
     def decoder() -> BatchedDecoder:
-        return BatchedDecoder(model, kb.ops, kb.weights, slots=6, max_seq=256, max_trailing=64,
-                              attn_splits=kb.options.attn_splits, graphs=graphs)  # fmt: skip
+        return BatchedDecoder(
+            model,
+            kb.ops,
+            kb.weights,
+            slots=6,
+            max_seq=256,
+            max_trailing=64,
+            attn_splits=kb.options.attn_splits,
+            graphs=graphs,
+        )
 
     together = _decode(decoder(), waves)
     one = decoder()
@@ -94,7 +107,7 @@ def test_streams_admitted_together_decode_their_codes_alone(tiny_checkpoint: Pat
             assert mism.size == 0, f"stream {name}: first mismatch at frame/code {mism[0].tolist()} of {frames}"
 
 
-def test_streams_in_slots_past_16_decode_their_codes_alone(tiny_checkpoint: Path, ops: Ops) -> None:  # noqa: F811
+def test_streams_in_slots_past_16_decode_their_codes_alone(tiny_checkpoint: Path, ops: Ops) -> None:
     """A decoder of 64 slots (the most a step takes: its GEMVs run 16 vectors a launch, so rows 16-63 go
     through the later launches): streams in slots 63, 17, 40 and 0 (buckets 64 and, once 63 and 40 leave,
     32), then two more into 33 and 16, captured graphs on: each stream's float32 greedy codes equal those it
@@ -112,16 +125,20 @@ def test_streams_in_slots_past_16_decode_their_codes_alone(tiny_checkpoint: Path
     model = _model(tiny_checkpoint)
     kb = KernelBackend(model, KernelOptions(graph_prefill=False))
     greedy = SamplingParams.greedy()
-    prompts = [build_prompt(model, _text_ids(4 + 7 * i, 30 + i), ("ryan", "vivian")[i % 2], "english")
-               for i in range(6)]  # fmt: skip
+    prompts = [
+        build_prompt(model, _text_ids(4 + 7 * i, 30 + i), ("ryan", "vivian")[i % 2], "english") for i in range(6)
+    ]
 
     def stream(i: int, slot: int, frames: int) -> tuple[str, Admission, int]:
         return str(i), Admission(slot, prompts[i], greedy, 0), frames
 
-    waves: list[Wave] = [(0, [stream(0, 63, 10), stream(1, 17, 22), stream(2, 40, 12), stream(3, 0, 20)]),
-                         (14, [stream(4, 33, 9), stream(5, 16, 8)])]  # fmt: skip
-    dec = BatchedDecoder(model, kb.ops, kb.weights, slots=MAX_SLOTS, max_seq=160, max_trailing=64,
-                         attn_splits=kb.options.attn_splits)  # fmt: skip
+    waves: list[Wave] = [
+        (0, [stream(0, 63, 10), stream(1, 17, 22), stream(2, 40, 12), stream(3, 0, 20)]),
+        (14, [stream(4, 33, 9), stream(5, 16, 8)]),
+    ]
+    dec = BatchedDecoder(
+        model, kb.ops, kb.weights, slots=MAX_SLOTS, max_seq=160, max_trailing=64, attn_splits=kb.options.attn_splits
+    )
     assert sorted(dec.graphs) == [1, 2, 4, 8, 16, 32, 64]
     together = _decode(dec, waves)
     for _, wave in waves:
@@ -132,7 +149,7 @@ def test_streams_in_slots_past_16_decode_their_codes_alone(tiny_checkpoint: Path
             assert mism.size == 0, f"stream {name}: first mismatch at frame/code {mism[0].tolist()} of {frames}"
 
 
-def test_few_arrivals_are_prefilled_through_the_captured_graphs(tiny_checkpoint: Path, ops: Ops) -> None:  # noqa: F811
+def test_few_arrivals_are_prefilled_through_the_captured_graphs(tiny_checkpoint: Path, ops: Ops) -> None:
     """Up to GRAPHED_ADMISSIONS streams joining together are prefilled one by one through the one-stream
     backend's captured prefill graphs and copied into their slots; five at once take the eager batched
     forward. Each stream's float32 greedy codes equal those of a decoder that admits every stream eagerly."""
@@ -148,15 +165,18 @@ def test_few_arrivals_are_prefilled_through_the_captured_graphs(tiny_checkpoint:
     kb = KernelBackend(model)
     assert kb.warm_up() > 0
     greedy = SamplingParams.greedy()
-    prompts = [build_prompt(model, _text_ids(5 + 9 * i, 10 + i), ("ryan", "vivian")[i % 2], "english")
-               for i in range(8)]  # fmt: skip
+    prompts = [
+        build_prompt(model, _text_ids(5 + 9 * i, 10 + i), ("ryan", "vivian")[i % 2], "english") for i in range(8)
+    ]
 
     def stream(i: int, slot: int, frames: int) -> tuple[str, Admission, int]:
         return str(i), Admission(slot, prompts[i], greedy, 0), frames
 
-    waves: list[Wave] = [(0, [stream(0, 0, 12), stream(1, 1, 20)]),
-                         (3, [stream(2, 2, 9)]),
-                         (13, [stream(3, 0, 6), stream(4, 3, 6), stream(5, 4, 6), stream(6, 5, 6), stream(7, 6, 6)])]  # fmt: skip
+    waves: list[Wave] = [
+        (0, [stream(0, 0, 12), stream(1, 1, 20)]),
+        (3, [stream(2, 2, 9)]),
+        (13, [stream(3, 0, 6), stream(4, 3, 6), stream(5, 4, 6), stream(6, 5, 6), stream(7, 6, 6)]),
+    ]
     assert len(waves[2][1]) > GRAPHED_ADMISSIONS
 
     def decoder(graphed: bool) -> BatchedDecoder:
@@ -184,7 +204,7 @@ def test_requests_queued_together_are_admitted_in_one_prefill(tiny_checkpoint: P
     requests = [_request(i, sampling, frames[i]) for i in range(4)]
     prompts = [engine.prepare(r) for r in requests]
 
-    def codes(session) -> np.ndarray:  # noqa: ANN001
+    def codes(session) -> np.ndarray:
         parts = []
         while len(got := session.next_frames(8)):
             parts.append(got)
@@ -195,7 +215,7 @@ def test_requests_queued_together_are_admitted_in_one_prefill(tiny_checkpoint: P
     admitted: list[list[int]] = []
     admit_all = backend.decoder.admit_all
 
-    def spy(streams) -> None:  # noqa: ANN001
+    def spy(streams) -> None:
         admitted.append([a.slot for a in streams])
         admit_all(streams)
 
@@ -210,7 +230,7 @@ def test_requests_queued_together_are_admitted_in_one_prefill(tiny_checkpoint: P
     assert backend.active() == 0 and backend.queued() == 0
 
 
-def test_many_arrivals_are_prefilled_through_captured_batched_graphs(tiny_checkpoint: Path, ops: Ops) -> None:  # noqa: F811
+def test_many_arrivals_are_prefilled_through_captured_batched_graphs(tiny_checkpoint: Path, ops: Ops) -> None:
     """More than GRAPHED_ADMISSIONS streams joining together replay a captured batched prefill (capture_prefills:
     8 and 16 rows, prompts right-padded to their bucket, spare rows repeating the first): six at once take the
     8-row graph, then ten at once the 16-row one, into slots that earlier streams used. Each stream's float32
@@ -226,16 +246,25 @@ def test_many_arrivals_are_prefilled_through_captured_batched_graphs(tiny_checkp
     model = _model(tiny_checkpoint)
     kb = KernelBackend(model)
     greedy = SamplingParams.greedy()
-    prompts = [build_prompt(model, _text_ids(3 + 5 * i, 20 + i), ("ryan", "vivian")[i % 2], ("english", "chinese")[i % 3 == 0],
-                            non_streaming_text=i % 4 != 1)
-               for i in range(16)]  # fmt: skip
+    prompts = [
+        build_prompt(
+            model,
+            _text_ids(3 + 5 * i, 20 + i),
+            ("ryan", "vivian")[i % 2],
+            ("english", "chinese")[i % 3 == 0],
+            non_streaming_text=i % 4 != 1,
+        )
+        for i in range(16)
+    ]
     assert len({p.length for p in prompts}) > 8  # lengths differ: rows pad differently within a bucket
 
     def stream(i: int, slot: int, frames: int) -> tuple[str, Admission, int]:
         return str(i), Admission(slot, prompts[i], greedy, 0), frames
 
-    waves: list[Wave] = [(0, [stream(i, i, 8 + i) for i in range(6)]),
-                         (14, [stream(6 + i, (i * 5) % 11, 7 + i) for i in range(10)])]  # fmt: skip
+    waves: list[Wave] = [
+        (0, [stream(i, i, 8 + i) for i in range(6)]),
+        (14, [stream(6 + i, (i * 5) % 11, 7 + i) for i in range(10)]),
+    ]
     assert min(len(w) for _, w in waves) > GRAPHED_ADMISSIONS
 
     def decoder() -> BatchedDecoder:

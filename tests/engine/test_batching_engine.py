@@ -15,12 +15,12 @@ import time
 import numpy as np
 import pytest
 import torch
-
 from fake_batching import FakeBatchingBackend
+
 from wyoming_qwen3tts.codec_worker import CodecWorker
-from wyoming_qwen3tts.model.codec_slots import padded_rows
 from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, SynthesisRequest, pcm16
 from wyoming_qwen3tts.errors import SynthesisCancelled
+from wyoming_qwen3tts.model.codec_slots import padded_rows
 
 OPTIONS = EngineOptions(device="cpu", dtype="float32", first_chunk_frames=2, chunk_frames=8, max_text_chars=200)
 FRAMES = [30, 17, 45, 9, 24, 3]  # per request: different lengths, so different last groups
@@ -34,20 +34,26 @@ def loaded(tiny_checkpoint) -> Engine:
     return Engine.from_pretrained(str(tiny_checkpoint), OPTIONS)
 
 
-def _engine(loaded: Engine, **backend) -> Engine:  # noqa: ANN003
+def _engine(loaded: Engine, **backend) -> Engine:
     """An engine with the loaded model's parts on a fresh fake batching backend (and so its own codec worker)."""
-    engine = Engine(loaded.checkpoint, loaded.model, loaded.codec, loaded.tokenizer, FakeBatchingBackend(**backend),
-                    OPTIONS)  # fmt: skip
+    engine = Engine(
+        loaded.checkpoint, loaded.model, loaded.codec, loaded.tokenizer, FakeBatchingBackend(**backend), OPTIONS
+    )
     assert isinstance(engine._codec_worker, CodecWorker)
     return engine
 
 
 def _request(i: int, frames: int) -> SynthesisRequest:
-    return SynthesisRequest(text=f"Request number {i} speaks.", speaker="ryan", sampling=SamplingParams.greedy(),
-                            seed=100 + i, max_frames=frames)  # fmt: skip
+    return SynthesisRequest(
+        text=f"Request number {i} speaks.",
+        speaker="ryan",
+        sampling=SamplingParams.greedy(),
+        seed=100 + i,
+        max_frames=frames,
+    )
 
 
-def _chunks(engine: Engine, request: SynthesisRequest, cancel: threading.Event | None = None):  # noqa: ANN202
+def _chunks(engine: Engine, request: SynthesisRequest, cancel: threading.Event | None = None):
     return [(c.pcm, c.codes) for c in engine.synthesize(request, cancel)]
 
 
@@ -59,7 +65,7 @@ def _at_once(fns: list, delays: list[float], timeout: float = 120) -> list:  # t
         time.sleep(delays[i])
         try:
             out[i] = fns[i]()
-        except BaseException as err:  # noqa: BLE001 - returned to the test
+        except BaseException as err:
             out[i] = err
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(fns))]
@@ -97,7 +103,7 @@ def _record_calls(engine: Engine) -> list[tuple[int, int]]:
     calls: list[tuple[int, int]] = []
     decode = slots.decode
 
-    def recording(ids, codes):  # noqa: ANN001, ANN202
+    def recording(ids, codes):
         calls.append((len(ids), codes.shape[1]))
         return decode(ids, codes)
 
@@ -133,7 +139,7 @@ class _Gate:
         entered, release = threading.Event(), threading.Event()
         decode = worker.slots.decode
 
-        def gated(ids, codes):  # noqa: ANN001, ANN202
+        def gated(ids, codes):
             self.calls.append((len(ids), codes.shape[1]))
             entered.set()
             release.wait(30)
@@ -157,8 +163,7 @@ def test_a_first_group_goes_before_larger_groups(loaded):
     codes = np.random.default_rng(0).integers(0, 2048, (5, 8, 16))
     streams = [worker.open(loaded.codec.new_stream()) for _ in range(5)]
     sizes = [1, 8, 8, 8, 2]
-    out = _at_once([lambda i=i: streams[i].decode(codes[i, : sizes[i]]) for i in range(5)],
-                   [0.0, 0.2, 0.2, 0.2, 0.3])  # fmt: skip
+    out = _at_once([lambda i=i: streams[i].decode(codes[i, : sizes[i]]) for i in range(5)], [0.0, 0.2, 0.2, 0.2, 0.3])
     assert gate.calls == [(1, 1), (1, 2), (3, 8)]
     for i in range(5):
         assert isinstance(out[i], bytes) and len(out[i]) == sizes[i] * 1920 * 2
@@ -172,8 +177,10 @@ def test_a_bad_group_in_a_batched_call_fails_its_stream_only(loaded):
     codes = np.random.default_rng(1).integers(0, 2048, (2, 4, 16))
     codes[1, 2, 5] = 5000
     holder, good, bad = (worker.open(loaded.codec.new_stream()) for _ in range(3))
-    out = _at_once([lambda: holder.decode(codes[0, :1]), lambda: good.decode(codes[0]), lambda: bad.decode(codes[1])],
-                   [0.0, 0.2, 0.2])  # fmt: skip
+    out = _at_once(
+        [lambda: holder.decode(codes[0, :1]), lambda: good.decode(codes[0]), lambda: bad.decode(codes[1])],
+        [0.0, 0.2, 0.2],
+    )
     assert gate.calls[:2] == [(1, 1), (2, 4)], gate.calls  # the two were tried together first
     assert isinstance(out[2], IndexError)
     want = np.frombuffer(pcm16(loaded.codec.decode(torch.from_numpy(codes[0]))), dtype="<i2").astype(np.int32)
@@ -211,8 +218,10 @@ def test_cancel_and_disconnect_free_everything_and_the_others_go_on(loaded):
         chunks.close()
         return "closed"
 
-    out = _at_once([cancelled, abandoned, lambda: _chunks(engine, requests[2]), lambda: _chunks(engine, requests[3])],
-                   [0.0, 0.0, 0.0, 0.01])  # fmt: skip
+    out = _at_once(
+        [cancelled, abandoned, lambda: _chunks(engine, requests[2]), lambda: _chunks(engine, requests[3])],
+        [0.0, 0.0, 0.0, 0.01],
+    )
     assert out[:2] == ["cancelled", "closed"], out[:2]
     for i in (2, 3):
         _assert_same_audio(out[i], alone[i], f"request {i}")
@@ -271,7 +280,7 @@ def test_warm_up_meets_every_codec_call_shape_first(loaded):
     calls: list[tuple[str, int, int]] = []
     decode = slots.decode
 
-    def spy(ids, codes):  # noqa: ANN001, ANN202
+    def spy(ids, codes):
         calls.append((threading.current_thread().name, padded_rows(len(ids)), codes.shape[1]))
         return decode(ids, codes)
 

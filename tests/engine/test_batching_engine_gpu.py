@@ -25,10 +25,17 @@ TEXTS = [
 ]
 
 
-def _engine(path, max_streams: int, backend: str = "kernels", batch_invariant: bool = False) -> Engine:  # noqa: ANN001
-    options = EngineOptions(device="cuda", dtype="float32", backend=backend, first_chunk_frames=2, chunk_frames=8,
-                            max_streams=max_streams, max_frames=256,
-                            batch_invariant=batch_invariant)  # type: ignore[arg-type]  # fmt: skip
+def _engine(path, max_streams: int, backend: str = "kernels", batch_invariant: bool = False) -> Engine:
+    options = EngineOptions(
+        device="cuda",
+        dtype="float32",
+        backend=backend,
+        first_chunk_frames=2,
+        chunk_frames=8,
+        max_streams=max_streams,
+        max_frames=256,
+        batch_invariant=batch_invariant,
+    )  # type: ignore[arg-type]
     engine = Engine.from_pretrained(str(path), options)
     if backend == "kernels" and max_streams > 1 and engine.info.backend != "kernels-batched":
         pytest.fail(f"batching backend did not load: {engine.info.backend_reason}")
@@ -37,8 +44,9 @@ def _engine(path, max_streams: int, backend: str = "kernels", batch_invariant: b
 
 def _request(i: int, sampling: SamplingParams, frames: int) -> SynthesisRequest:
     text, speaker, language = TEXTS[i]
-    return SynthesisRequest(text=text, speaker=speaker, language=language, sampling=sampling, max_frames=frames,
-                            seed=10 + i)  # fmt: skip
+    return SynthesisRequest(
+        text=text, speaker=speaker, language=language, sampling=sampling, max_frames=frames, seed=10 + i
+    )
 
 
 def _concurrently(engine: Engine, requests: list[SynthesisRequest], delays: list[float]) -> list[np.ndarray]:
@@ -48,7 +56,7 @@ def _concurrently(engine: Engine, requests: list[SynthesisRequest], delays: list
         time.sleep(delays[i])
         try:
             out[i] = engine.synthesize_all(requests[i])[1]
-        except BaseException as err:  # noqa: BLE001 - reported below
+        except BaseException as err:
             out[i] = err
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(requests))]

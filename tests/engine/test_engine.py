@@ -22,7 +22,6 @@ from wyoming_qwen3tts.errors import (
 )
 from wyoming_qwen3tts.model.config import ModelConfigError
 
-
 CPU32 = EngineOptions(device="cpu", dtype="float32")
 
 
@@ -115,7 +114,9 @@ def test_control_tokens_in_text_are_neutralised(engine):
     assert engine.validate(_request(text=" hello <|im_end|> world ")).text == "hello  im_end  world"
     # Lone surrogates and control characters would break the tokenizer: spaces instead.
     assert engine.validate(_request(text="hi\ud800 there\x07")).text == "hi  there"
-    assert engine.prepare(_request(text="hi\ud800 there\x07")).length == engine.prepare(_request(text="hi  there")).length
+    assert (
+        engine.prepare(_request(text="hi\ud800 there\x07")).length == engine.prepare(_request(text="hi  there")).length
+    )
     prompt = engine.prepare(_request(text="hello <|im_end|> world"))
     plain = engine.prepare(_request(text="hello  im_end  world"))
     assert torch.equal(prompt.embeds, plain.embeds)
@@ -131,7 +132,7 @@ def test_missing_files_named(tiny_checkpoint, tmp_path):
     assert "model.safetensors" in str(info.value) and "speech_tokenizer/config.json" in str(info.value)
 
 
-def _relabelled(tiny_checkpoint, tmp_path, model_type: str):  # noqa: ANN202
+def _relabelled(tiny_checkpoint, tmp_path, model_type: str):
     """A copy of the tiny CustomVoice checkpoint whose config.json says another tts_model_type."""
     other = tmp_path / model_type
     shutil.copytree(tiny_checkpoint, other)
@@ -214,8 +215,9 @@ def test_sampling_comes_from_the_checkpoint_then_the_options(tiny_checkpoint, tm
     assert (plain.default_sampling.temperature, plain.default_sampling.top_k) == (0.5, 7)
     assert plain.default_sampling.subtalker_top_p == 0.8 and plain.default_sampling.do_sample
     overridden = Engine.from_pretrained(str(other), replace(CPU32, sampling=SamplingOverrides(top_k=3, greedy=True)))
-    assert overridden.default_sampling == replace(plain.default_sampling, top_k=3, do_sample=False,
-                                                  subtalker_do_sample=False)  # fmt: skip
+    assert overridden.default_sampling == replace(
+        plain.default_sampling, top_k=3, do_sample=False, subtalker_do_sample=False
+    )
     request = SynthesisRequest(text="Sampling rule.", speaker="ryan", seed=5, max_frames=6)
     assert request.sampling is None
     _, implicit = plain.synthesize_all(request)

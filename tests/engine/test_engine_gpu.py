@@ -18,8 +18,14 @@ TEXT = "The engine on the GPU speaks this sentence for the test, and then anothe
 
 
 def _engine(path, backend: str, dtype: str = "float32") -> Engine:
-    options = EngineOptions(device="cuda", dtype=dtype, backend=backend, first_chunk_frames=2, chunk_frames=8,  # type: ignore[arg-type]
-                            max_streams=1)  # the one-stream kernel backend (tests/engine/test_batching_engine_gpu.py: batching)
+    options = EngineOptions(
+        device="cuda",
+        dtype=dtype,
+        backend=backend,
+        first_chunk_frames=2,
+        chunk_frames=8,  # type: ignore[arg-type]
+        max_streams=1,
+    )  # the one-stream kernel backend (tests/engine/test_batching_engine_gpu.py: batching)
     engine = Engine.from_pretrained(str(path), options)
     if backend == "kernels" and engine.info.backend != "kernels":
         pytest.fail(f"kernel backend did not load: {engine.info.backend_reason}")
@@ -52,15 +58,17 @@ def test_kernels_engine_cancel_then_next_request(tiny_checkpoint):
     cancel.set()
     with pytest.raises(SynthesisCancelled):
         next(gen)
-    pcm, codes = engine.synthesize_all(SynthesisRequest(text="Next one.", speaker="sohee", sampling=sampling,
-                                                        max_frames=20, seed=1))
+    pcm, codes = engine.synthesize_all(
+        SynthesisRequest(text="Next one.", speaker="sohee", sampling=sampling, max_frames=20, seed=1)
+    )
     assert codes.shape == (20, 16) and len(pcm) == 20 * 1920 * 2
 
 
 def test_kernels_engine_bf16_sampled_is_reproducible(tiny_checkpoint):
     engine = _engine(tiny_checkpoint, "kernels", dtype="bfloat16")
-    request = SynthesisRequest(text=TEXT, speaker="aiden", sampling=replace(SamplingParams(), suppress_eos=True),
-                               max_frames=40, seed=11)
+    request = SynthesisRequest(
+        text=TEXT, speaker="aiden", sampling=replace(SamplingParams(), suppress_eos=True), max_frames=40, seed=11
+    )
     first = engine.synthesize_all(request)
     second = engine.synthesize_all(request)
     assert np.array_equal(first[1], second[1]) and first[0] == second[0]

@@ -6,13 +6,12 @@ import math
 
 import numpy as np
 import pytest
+from looping_backend import LoopingBackend
 
 from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, SynthesisRequest, next_group_size
 from wyoming_qwen3tts.metrics import METRICS
 from wyoming_qwen3tts.runaway import FRAMES_PER_SECOND, LoopDetector, LoopSettings, frame_budget, speech_seconds
 from wyoming_qwen3tts.text.stream import spoken_sentences
-
-from looping_backend import LoopingBackend
 
 TYPICAL = {
     "english": "The kitchen lights are off and the front door is locked for the night.",
@@ -121,7 +120,9 @@ def test_stuck_patterns_are_stopped(period):
 
 
 def test_stop_is_the_same_frame_by_frame_or_in_groups():
-    codes = np.concatenate([np.random.default_rng(2).integers(0, 2048, size=(37, 16)), np.tile([[5] * 16, [9] * 16], (40, 1))])
+    codes = np.concatenate(
+        [np.random.default_rng(2).integers(0, 2048, size=(37, 16)), np.tile([[5] * 16, [9] * 16], (40, 1))]
+    )
     one_by_one = LoopDetector()
     stopped_at = next(i + 1 for i in range(len(codes)) if one_by_one.feed(codes[i : i + 1]) is not None)
     grouped = LoopDetector()
@@ -182,7 +183,9 @@ def test_looping_backend_session_stops_early():
 def test_random_weights_stop_at_the_budget_and_their_codes_are_not_a_loop(tiny_checkpoint_06b):
     """Random weights never end a sentence: the budget ends it after seconds.  Their sampled codes
     and audio (varied, like speech) pass the loop detector untouched for 100+ frames."""
-    engine = Engine.from_pretrained(str(tiny_checkpoint_06b), EngineOptions(device="cpu", dtype="float32", chunk_frames=12))
+    engine = Engine.from_pretrained(
+        str(tiny_checkpoint_06b), EngineOptions(device="cpu", dtype="float32", chunk_frames=12)
+    )
     text = "Please turn off the lights."
     budget = frame_budget(text, "english")
     assert 100 <= budget <= 150
@@ -202,18 +205,26 @@ def test_random_weights_stop_at_the_budget_and_their_codes_are_not_a_loop(tiny_c
     assert sum(chunk.num_frames for chunk in chunks) == budget
     assert [c.stopped for c in chunks] == [None] * (len(chunks) - 1) + ["budget"]
     unguarded = Engine.from_pretrained(
-        str(tiny_checkpoint_06b), EngineOptions(device="cpu", dtype="float32", max_frames=budget + 20, stop_runaway=False)
+        str(tiny_checkpoint_06b),
+        EngineOptions(device="cpu", dtype="float32", max_frames=budget + 20, stop_runaway=False),
     )
-    assert sum(c.num_frames for c in unguarded.synthesize(SynthesisRequest(text=text, speaker="ryan", seed=0))) == budget + 20
+    assert (
+        sum(c.num_frames for c in unguarded.synthesize(SynthesisRequest(text=text, speaker="ryan", seed=0)))
+        == budget + 20
+    )
 
 
 def test_engine_stops_a_stuck_loop_and_keeps_its_audio(tiny_checkpoint_06b, caplog):
     """On a backend stuck after 30 frames (a 3-frame code-0 pattern) the engine ends the sentence
     within one frame group of the detector's window, keeps the audio decoded so far, logs why and
     counts the stop; without the guard the same session runs to max_frames."""
-    engine = Engine.from_pretrained(str(tiny_checkpoint_06b), EngineOptions(device="cpu", dtype="float32", max_frames=400))
+    engine = Engine.from_pretrained(
+        str(tiny_checkpoint_06b), EngineOptions(device="cpu", dtype="float32", max_frames=400)
+    )
     engine.backend = LoopingBackend(30, [[3] * 16, [4] * 16, [3] * 16])
-    request = SynthesisRequest(text="Please turn off the lights, all of them, in every room of the house.", speaker="ryan")
+    request = SynthesisRequest(
+        text="Please turn off the lights, all of them, in every room of the house.", speaker="ryan"
+    )
     with caplog.at_level("WARNING", logger="wyoming_qwen3tts.engine"):
         chunks = list(engine.synthesize(request))
     frames = sum(c.num_frames for c in chunks)
@@ -235,7 +246,7 @@ async def test_a_runaway_stop_is_counted_by_the_front_end_that_spoke_it():
     from wyoming_qwen3tts.voices import VoiceChoice
 
     class Service:
-        async def synthesize(self, request, cancel, *, continuing=False):  # noqa: ANN001, ANN202
+        async def synthesize(self, request, cancel, *, continuing=False):
             codes = np.zeros((1, 16), dtype=np.int64)
             yield AudioChunk(pcm=bytes(3840), codes=codes)
             yield AudioChunk(pcm=bytes(3840), codes=codes, stopped="loop")
@@ -243,7 +254,9 @@ async def test_a_runaway_stop_is_counted_by_the_front_end_that_spoke_it():
     before = METRICS.runaway_stops.labels("loop")._value.get()
     meter = METRICS.speech("wyoming", started_at=0.0)
     voice = VoiceChoice(voice="ryan", speaker="ryan", language="english", instruct=None)
-    chunks = speech.speak(Service(), voice, speech.each([Sentence("Hi.", "Hi.", "english")]), threading.Event(), meter, seed=None)  # type: ignore[arg-type]
+    chunks = speech.speak(
+        Service(), voice, speech.each([Sentence("Hi.", "Hi.", "english")]), threading.Event(), meter, seed=None
+    )  # type: ignore[arg-type]
     assert [c.stopped async for c in chunks] == [None, "loop"]
     meter.finish("ok")
     assert METRICS.runaway_stops.labels("loop")._value.get() == before + 1

@@ -6,13 +6,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import wave
-
 from pathlib import Path
 
 import numpy as np
 import pytest
-
 from test_voice_server import write_clip
+
 from wyoming_qwen3tts.say import main
 
 pytestmark = pytest.mark.timeout(300)
@@ -27,9 +26,23 @@ def _say(*args: str) -> subprocess.CompletedProcess[str]:
 def test_say_writes_wav_and_codes(tiny_checkpoint, tmp_path):
     out, codes_out = tmp_path / "out.wav", tmp_path / "codes.npy"
     proc = _say(
-        "--model", str(tiny_checkpoint), "--voice", "vivian", "--text", "你好，世界。Hello world.",
-        "--out", str(out), "--greedy", "--device", "cpu", "--dtype", "float32", "--max-frames", "15",
-        "--codes-out", str(codes_out),
+        "--model",
+        str(tiny_checkpoint),
+        "--voice",
+        "vivian",
+        "--text",
+        "你好，世界。Hello world.",
+        "--out",
+        str(out),
+        "--greedy",
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--max-frames",
+        "15",
+        "--codes-out",
+        str(codes_out),
     )
     assert proc.returncode == 0, proc.stderr
     codes = np.load(codes_out)
@@ -41,21 +54,47 @@ def test_say_writes_wav_and_codes(tiny_checkpoint, tmp_path):
 
 
 def test_say_unknown_voice_is_a_clear_error(tiny_checkpoint, tmp_path):
-    proc = _say("--model", str(tiny_checkpoint), "--voice", "nobody", "--text", "hi", "--out", str(tmp_path / "x.wav"),
-                "--device", "cpu", "--dtype", "float32")
+    proc = _say(
+        "--model",
+        str(tiny_checkpoint),
+        "--voice",
+        "nobody",
+        "--text",
+        "hi",
+        "--out",
+        str(tmp_path / "x.wav"),
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+    )
     assert proc.returncode == 2
     assert "Unknown voice 'nobody'" in proc.stderr
     assert not (tmp_path / "x.wav").exists()
 
 
 def test_say_missing_model_dir(tmp_path):
-    proc = _say("--model", str(tmp_path / "nothing-here"), "--voice", "ryan", "--text", "hi", "--out", str(tmp_path / "x.wav"))
+    proc = _say(
+        "--model", str(tmp_path / "nothing-here"), "--voice", "ryan", "--text", "hi", "--out", str(tmp_path / "x.wav")
+    )
     assert proc.returncode == 2
     assert "error:" in proc.stderr
 
 
 # Every run below: float32 on the CPU, greedy, a fixed seed and a few frames, so two runs of one voice agree code for code.
-COMMON = ["--device", "cpu", "--dtype", "float32", "--greedy", "--seed", "3", "--max-frames", "6", "--text", "Hello there."]
+COMMON = [
+    "--device",
+    "cpu",
+    "--dtype",
+    "float32",
+    "--greedy",
+    "--seed",
+    "3",
+    "--max-frames",
+    "6",
+    "--text",
+    "Hello there.",
+]
 
 
 def say_codes(tmp_path: Path, checkpoint: Path, *args: str) -> np.ndarray:
@@ -76,8 +115,9 @@ def test_say_a_preset_of_the_config(tiny_checkpoint: Path, tmp_path: Path) -> No
     assert not np.array_equal(preset, say_codes(tmp_path, tiny_checkpoint, "--voice", "ryan", "--language", "en"))
 
 
-def test_say_cloned_voices_from_the_folder_and_inline(tiny_base_checkpoint: Path, tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_say_cloned_voices_from_the_folder_and_inline(
+    tiny_base_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     folder = tmp_path / "voices"
     folder.mkdir()
     clip = write_clip(folder / "anna.wav", seconds=2.0)
@@ -99,14 +139,21 @@ def test_say_a_designed_voice(tiny_voice_design_checkpoint: Path, tmp_path: Path
 
 @pytest.mark.parametrize(
     ("checkpoint", "args", "message"),
-    [("tiny_base_checkpoint", [], "--ref-audio CLIP"),
-     ("tiny_base_checkpoint", ["--voice", "nobody"], "Unknown voice 'nobody'"),
-     ("tiny_voice_design_checkpoint", [], "--design"),
-     ("tiny_checkpoint", ["--ref-audio", "missing.wav", "--x-vector-only"], "cloning a voice needs a Base model")],
-)  # fmt: skip
-def test_say_tells_which_voice_the_model_needs(request: pytest.FixtureRequest, tmp_path: Path, checkpoint: str,
-                                               args: list[str], message: str,
-                                               capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    [
+        ("tiny_base_checkpoint", [], "--ref-audio CLIP"),
+        ("tiny_base_checkpoint", ["--voice", "nobody"], "Unknown voice 'nobody'"),
+        ("tiny_voice_design_checkpoint", [], "--design"),
+        ("tiny_checkpoint", ["--ref-audio", "missing.wav", "--x-vector-only"], "cloning a voice needs a Base model"),
+    ],
+)
+def test_say_tells_which_voice_the_model_needs(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    checkpoint: str,
+    args: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     out = tmp_path / "x.wav"
     assert main(["--model", str(request.getfixturevalue(checkpoint)), *COMMON, *args, "--out", str(out)]) == 2
     assert message in capsys.readouterr().err and not out.exists()
@@ -114,10 +161,12 @@ def test_say_tells_which_voice_the_model_needs(request: pytest.FixtureRequest, t
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["--voice", "ryan", "--design", "A voice."], "--voice and --design"),
-     (["--ref-text", "Hello."], "go with --ref-audio"),
-     (["--ref-audio", "clip.wav"], "needs --ref-text")],
-)  # fmt: skip
+    [
+        (["--voice", "ryan", "--design", "A voice."], "--voice and --design"),
+        (["--ref-text", "Hello."], "go with --ref-audio"),
+        (["--ref-audio", "clip.wav"], "needs --ref-text"),
+    ],
+)
 def test_say_refuses_meaningless_arguments(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["--text", "hi", "--out", "x.wav", *args])

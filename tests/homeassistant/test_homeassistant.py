@@ -66,8 +66,10 @@ reference_text = "Hello there, this is Anna."
 def _ha_python() -> str:
     python = os.environ.get("Q3T_HA_PYTHON", "")
     if not python:
-        reason = ("no Home Assistant install: build one with `.ci/sid-chroot.sh /var/tmp/q3t-sid && .ci/ha-install.sh` "
-                  "and set Q3T_HA_PYTHON to the python it prints")  # fmt: skip
+        reason = (
+            "no Home Assistant install: build one with `.ci/sid-chroot.sh /var/tmp/q3t-sid && .ci/ha-install.sh` "
+            "and set Q3T_HA_PYTHON to the python it prints"
+        )
         if os.environ.get("Q3T_REQUIRE_HA") == "1":
             pytest.fail(f"Q3T_REQUIRE_HA=1 but {reason}")
         pytest.skip(reason)
@@ -83,8 +85,16 @@ class Qwen3Server:
     def __init__(self, tmp: Path, args: list[str]) -> None:
         self.port, self.http_port = free_port(), free_port()
         self.http = f"http://127.0.0.1:{self.http_port}"
-        self.args = [sys.executable, "-m", "wyoming_qwen3tts", *args, "--uri", f"tcp://127.0.0.1:{self.port}",
-                     "--http", f"tcp://127.0.0.1:{self.http_port}"]  # fmt: skip
+        self.args = [
+            sys.executable,
+            "-m",
+            "wyoming_qwen3tts",
+            *args,
+            "--uri",
+            f"tcp://127.0.0.1:{self.port}",
+            "--http",
+            f"tcp://127.0.0.1:{self.http_port}",
+        ]
         self.tmp = tmp
         self.starts = 0
         self.proc: subprocess.Popen[bytes] | None = None
@@ -154,8 +164,10 @@ class HomeAssistant:
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(
                 [str(REPO / ".ci" / "sid-run"), python, "-m", "homeassistant", "--config", str(config)],
-                stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-            )  # fmt: skip
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+            )
 
     def log_tail(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
@@ -165,7 +177,10 @@ class HomeAssistant:
         while True:
             if self.proc.poll() is not None:
                 pytest.fail(f"Home Assistant exited with {self.proc.returncode}:\n{self.log_tail()}")
-            with contextlib.suppress(OSError), urllib.request.urlopen(f"{self.url}/api/onboarding", timeout=5) as response:
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(f"{self.url}/api/onboarding", timeout=5) as response,
+            ):
                 if response.status == 200:
                     return
             if time.monotonic() > deadline:
@@ -212,11 +227,19 @@ class HomeAssistant:
     async def onboard(self) -> None:
         """The onboarding the frontend walks a new user through: owner, location, analytics, integrations."""
         assert await self.rest("GET", "/api/onboarding") == [
-            {"step": "user", "done": False}, {"step": "core_config", "done": False},
-            {"step": "analytics", "done": False}, {"step": "integration", "done": False},
-        ]  # fmt: skip
+            {"step": "user", "done": False},
+            {"step": "core_config", "done": False},
+            {"step": "analytics", "done": False},
+            {"step": "integration", "done": False},
+        ]
         client_id = f"{self.url}/"
-        user = {"client_id": client_id, "name": "Test", "username": "test", "password": "test-password", "language": "en"}
+        user = {
+            "client_id": client_id,
+            "name": "Test",
+            "username": "test",
+            "password": "test-password",
+            "language": "en",
+        }
         code = (await self.rest("POST", "/api/onboarding/users", user))["auth_code"]
         async with self.session() as session:
             form = {"grant_type": "authorization_code", "code": code, "client_id": client_id}
@@ -226,7 +249,11 @@ class HomeAssistant:
         self.token, self.refresh_token = tokens["access_token"], tokens["refresh_token"]
         await self.rest("POST", "/api/onboarding/core_config", {})
         await self.rest("POST", "/api/onboarding/analytics", {})
-        await self.rest("POST", "/api/onboarding/integration", {"client_id": client_id, "redirect_uri": f"{self.url}/?auth_callback=1"})
+        await self.rest(
+            "POST",
+            "/api/onboarding/integration",
+            {"client_id": client_id, "redirect_uri": f"{self.url}/?auth_callback=1"},
+        )
         assert all(step["done"] for step in await self.rest("GET", "/api/onboarding"))
         # HA 2026.11 moves configuration.yaml's http settings into its storage as a trial that reverts (with a
         # restart) in five minutes unless confirmed: confirmed as the dialog in the frontend does.
@@ -236,7 +263,9 @@ class HomeAssistant:
 
     async def add_entry(self, handler: str, answers: dict[str, Any] | None) -> dict[str, Any]:
         """A config flow as the Add integration dialog runs it: the form (if answers), then the entry."""
-        flow = await self.rest("POST", "/api/config/config_entries/flow", {"handler": handler, "show_advanced_options": False})
+        flow = await self.rest(
+            "POST", "/api/config/config_entries/flow", {"handler": handler, "show_advanced_options": False}
+        )
         if answers is not None:
             assert flow["type"] == "form" and flow["step_id"] == "user", flow
             assert {field["name"] for field in flow["data_schema"]} >= set(answers), flow
@@ -296,11 +325,31 @@ def qwen3(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     tmp = tmp_path_factory.mktemp("qwen3")
     config = tmp / "config.toml"
     config.write_text(PRESETS.format(clip=write_clip(tmp / "anna.wav")))
-    server = Qwen3Server(tmp, [
-        "--model", str(tiny_checkpoint), "--extra-models", str(tiny_base_checkpoint), "--device", "cpu", "--dtype", "float32",
-        "--max-frames", "6", "--first-chunk-frames", "1", "--chunk-frames", "2", "--seed", "1",
-        "--config", str(config), "--data-dir", str(tmp / "data"),
-    ])  # fmt: skip
+    server = Qwen3Server(
+        tmp,
+        [
+            "--model",
+            str(tiny_checkpoint),
+            "--extra-models",
+            str(tiny_base_checkpoint),
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+            "--max-frames",
+            "6",
+            "--first-chunk-frames",
+            "1",
+            "--chunk-frames",
+            "2",
+            "--seed",
+            "1",
+            "--config",
+            str(config),
+            "--data-dir",
+            str(tmp / "data"),
+        ],
+    )
     server.start()
     yield server
     assert server.stop() == 0
@@ -313,8 +362,18 @@ def ha(tmp_path_factory: pytest.TempPathFactory, qwen3: Qwen3Server) -> Iterator
     """A running, onboarded Home Assistant with our server added through the Wyoming config flow, and the
     custom component's agent and speaker."""
     python = _ha_python()
-    version = subprocess.run([str(REPO / ".ci" / "sid-run"), python, "-c", "from homeassistant.const import __version__; print(__version__)"],
-                             capture_output=True, text=True, cwd=REPO, check=False)  # fmt: skip
+    version = subprocess.run(
+        [
+            str(REPO / ".ci" / "sid-run"),
+            python,
+            "-c",
+            "from homeassistant.const import __version__; print(__version__)",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
     assert version.returncode == 0, f"{python} in the sid chroot: {version.stderr}"
     assert version.stdout.strip() == HA_VERSION
     home = HomeAssistant(python, tmp_path_factory.mktemp("homeassistant") / "config")
@@ -376,7 +435,12 @@ async def test_voices_per_language(ha: HomeAssistant) -> None:
 async def test_tts_get_url(ha: HomeAssistant, qwen3: Qwen3Server, voice: str) -> None:
     """A speaker, a preset (CustomVoice) and a cloned voice (the Base model): HA's MP3 of our speech."""
     before = qwen3.answered()
-    body = {"engine_id": ENGINE, "message": f"Good morning, {voice} speaking.", "options": {"voice": voice}, "cache": False}
+    body = {
+        "engine_id": ENGINE,
+        "message": f"Good morning, {voice} speaking.",
+        "options": {"voice": voice},
+        "cache": False,
+    }
     url = await ha.rest("POST", "/api/tts_get_url", body)
     audio, mime = await ha.audio(url["path"])
     seconds, _rate = decode(audio)
@@ -398,16 +462,25 @@ async def test_an_unknown_voice_fails_at_once(ha: HomeAssistant, qwen3: Qwen3Ser
         else:
             assert response.status >= 400
     assert "Unknown voice 'nobody'" in qwen3.log.read_text(errors="replace")
-    assert "Error from Wyoming service: Unknown voice 'nobody' (code: unknown-voice)" in ha.log.read_text(errors="replace")
+    assert "Error from Wyoming service: Unknown voice 'nobody' (code: unknown-voice)" in ha.log.read_text(
+        errors="replace"
+    )
 
 
 async def test_tts_speak(ha: HomeAssistant, qwen3: Qwen3Server) -> None:
     """The tts.speak action to a media player: the player gets a media-source id that resolves to our speech."""
     before = qwen3.answered()
-    await ha.rest("POST", "/api/services/tts/speak", {
-        "entity_id": ENGINE, "media_player_entity_id": SPEAKER, "message": "The kettle has boiled.",
-        "options": {"voice": "vivian"}, "cache": False,
-    })  # fmt: skip
+    await ha.rest(
+        "POST",
+        "/api/services/tts/speak",
+        {
+            "entity_id": ENGINE,
+            "media_player_entity_id": SPEAKER,
+            "message": "The kettle has boiled.",
+            "options": {"voice": "vivian"},
+            "cache": False,
+        },
+    )
     state = await ha.rest("GET", f"/api/states/{SPEAKER}")
     media_id = state["attributes"]["media_content_id"]
     assert state["state"] == "playing" and media_id.startswith("media-source://tts/"), state
@@ -420,16 +493,27 @@ async def test_tts_speak(ha: HomeAssistant, qwen3: Qwen3Server) -> None:
 
 async def _create_pipeline(ws: Websocket, name: str, agent: str, voice: str) -> str:
     pipeline = await ws.call(
-        "assist_pipeline/pipeline/create", name=name, language="en", conversation_engine=agent, conversation_language="en",
-        stt_engine=None, stt_language=None, tts_engine=ENGINE, tts_language="en", tts_voice=voice,
-        wake_word_entity=None, wake_word_id=None,
-    )  # fmt: skip
+        "assist_pipeline/pipeline/create",
+        name=name,
+        language="en",
+        conversation_engine=agent,
+        conversation_language="en",
+        stt_engine=None,
+        stt_language=None,
+        tts_engine=ENGINE,
+        tts_language="en",
+        tts_voice=voice,
+        wake_word_entity=None,
+        wake_word_id=None,
+    )
     return str(pipeline["id"])
 
 
 async def _run_pipeline(ws: Websocket, pipeline: str, text: str) -> AsyncIterator[dict[str, Any]]:
     """The events of an Assist run from text (intent) to speech (tts), as the frontend's Assist dialog runs it."""
-    msg_id = await ws.send("assist_pipeline/run", start_stage="intent", end_stage="tts", input={"text": text}, pipeline=pipeline)
+    msg_id = await ws.send(
+        "assist_pipeline/run", start_stage="intent", end_stage="tts", input={"text": text}, pipeline=pipeline
+    )
     result = await ws.receive(msg_id)
     assert result["type"] == "result" and result["success"], result
     while True:
@@ -485,14 +569,20 @@ async def test_streamed_answer_is_spoken_while_it_is_written(ha: HomeAssistant, 
             metrics = qwen3.metrics()
             if metric_value(metrics, "qwen3tts_time_to_first_audio_seconds_count", protocol="wyoming") > ttfa_before:
                 break
-            assert time.monotonic() < deadline, f"no audio from our server while the reply was still being written\n{ha.log_tail()}"
+            assert time.monotonic() < deadline, (
+                f"no audio from our server while the reply was still being written\n{ha.log_tail()}"
+            )
             await asyncio.sleep(0.1)
-        assert metric_value(metrics, "qwen3tts_active_streams", protocol="wyoming") == 1  # the streamed request, still open
+        assert (
+            metric_value(metrics, "qwen3tts_active_streams", protocol="wyoming") == 1
+        )  # the streamed request, still open
         await ha.rest("POST", "/api/events/q3t_streaming_agent_release", {})
         events += [e async for e in run]
     types = [e["type"] for e in events]
     assert types[-3:] == ["tts-start", "tts-end", "run-end"], types
-    spoken = next(e["data"] for e in events if e["type"] == "intent-end")["intent_output"]["response"]["speech"]["plain"]["speech"]
+    spoken = next(e["data"] for e in events if e["type"] == "intent-end")["intent_output"]["response"]["speech"][
+        "plain"
+    ]["speech"]
     assert spoken == first + second + last
     audio, _mime = await ha.audio(events[-2]["data"]["tts_output"]["url"])
     assert 0.2 < decode(audio)[0] < 10  # three sentences of up to 6 frames each
@@ -523,7 +613,12 @@ async def _add_voice(qwen3: Qwen3Server, tmp: Path, name: str, seed: int) -> Non
     form = aiohttp.FormData(default_to_multipart=True)
     form.add_field("name", name)
     form.add_field("text", f"Hello there, this is {name}.")
-    form.add_field("audio", write_clip(tmp / f"{name}.wav", seed=seed).read_bytes(), filename=f"{name}.wav", content_type="audio/wav")
+    form.add_field(
+        "audio",
+        write_clip(tmp / f"{name}.wav", seed=seed).read_bytes(),
+        filename=f"{name}.wav",
+        content_type="audio/wav",
+    )
     async with aiohttp.ClientSession() as session, session.post(f"{qwen3.http}/v1/audio/voices", data=form) as response:
         assert response.status == 201, await response.text()
 
@@ -532,18 +627,26 @@ async def _voice_ids(ws: Websocket, language: str) -> list[str]:
     return [v["voice_id"] for v in (await ws.call("tts/engine/voices", engine_id=ENGINE, language=language))["voices"]]
 
 
-async def test_a_voice_added_over_http_shows_up_after_a_reload(ha: HomeAssistant, qwen3: Qwen3Server, tmp_path: Path) -> None:
+async def test_a_voice_added_over_http_shows_up_after_a_reload(
+    ha: HomeAssistant, qwen3: Qwen3Server, tmp_path: Path
+) -> None:
     await _add_voice(qwen3, tmp_path, "bob", seed=5)
     result = await ha.rest("POST", f"/api/config/config_entries/entry/{ha.wyoming_entry}/reload")
     assert result == {"require_restart": False}
     async with ha.websocket() as ws:
         for language in ("en", "de"):
             assert "bob" in await _voice_ids(ws, language), language
-    url = await ha.rest("POST", "/api/tts_get_url", {"engine_id": ENGINE, "message": "Bob here.", "options": {"voice": "bob"}, "cache": False})
+    url = await ha.rest(
+        "POST",
+        "/api/tts_get_url",
+        {"engine_id": ENGINE, "message": "Bob here.", "options": {"voice": "bob"}, "cache": False},
+    )
     assert 0.05 < decode((await ha.audio(url["path"]))[0])[0] < 2
 
 
-async def test_a_voice_added_over_http_shows_up_by_itself(ha: HomeAssistant, qwen3: Qwen3Server, tmp_path: Path) -> None:
+async def test_a_voice_added_over_http_shows_up_by_itself(
+    ha: HomeAssistant, qwen3: Qwen3Server, tmp_path: Path
+) -> None:
     """Without a reload too: HA 2026.11's Wyoming integration asks for the server's info every 30 s."""
     await _add_voice(qwen3, tmp_path, "carl", seed=6)
     deadline = time.monotonic() + 45
@@ -588,12 +691,15 @@ def _click_text(driver: Any, selector: str, text: str) -> None:
     clicked in one script: the frontend re-renders, and an element found in one call may be gone by the next."""
     from selenium.webdriver.support.ui import WebDriverWait
 
-    click = DEEP_ALL.replace("return found;", "const hit = found.find((el) => el.textContent.trim() === arguments[1]);\n"
-                             "if (hit) hit.click();\nreturn Boolean(hit);")  # fmt: skip
+    click = DEEP_ALL.replace(
+        "return found;",
+        "const hit = found.find((el) => el.textContent.trim() === arguments[1]);\n"
+        "if (hit) hit.click();\nreturn Boolean(hit);",
+    )
     WebDriverWait(driver, 60, poll_frequency=0.2).until(lambda d: d.execute_script(click, selector, text))
 
 
-def test_screenshots(ha: HomeAssistant, browser: Any) -> None:  # noqa: F811 (the fixture imported above)
+def test_screenshots(ha: HomeAssistant, browser: Any) -> None:
     """The Wyoming entry in Settings, and the Assist pipeline's voice picker listing our voices, from HA's own
     frontend in headless Chromium (PNGs in Q3T_SCREENSHOT_DIR, for README's Home Assistant section)."""
     out = Path(os.environ.get("Q3T_SCREENSHOT_DIR") or ha.config.parent / "screenshots")
@@ -606,8 +712,15 @@ def test_screenshots(ha: HomeAssistant, browser: Any) -> None:  # noqa: F811 (th
     asyncio.run(pipeline())
     # Logged in as the onboarded user: the frontend keeps its tokens in localStorage.
     browser.get(f"{ha.url}/")
-    tokens = {"hassUrl": ha.url, "clientId": f"{ha.url}/", "access_token": ha.token, "refresh_token": ha.refresh_token,
-              "token_type": "Bearer", "expires_in": 1800, "expires": int(time.time() * 1000) + 1_800_000}  # fmt: skip
+    tokens = {
+        "hassUrl": ha.url,
+        "clientId": f"{ha.url}/",
+        "access_token": ha.token,
+        "refresh_token": ha.refresh_token,
+        "token_type": "Bearer",
+        "expires_in": 1800,
+        "expires": int(time.time() * 1000) + 1_800_000,
+    }
     browser.execute_script("localStorage.setItem('hassTokens', arguments[0]);", json.dumps(tokens))
 
     try:
@@ -617,7 +730,7 @@ def test_screenshots(ha: HomeAssistant, browser: Any) -> None:  # noqa: F811 (th
         raise
 
 
-def _take_screenshots(ha: HomeAssistant, browser: Any, out: Path) -> None:  # noqa: F811
+def _take_screenshots(ha: HomeAssistant, browser: Any, out: Path) -> None:
     from selenium.common.exceptions import TimeoutException
 
     browser.set_window_size(1200, 520)

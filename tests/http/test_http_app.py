@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import aiohttp
 import numpy as np
 import pytest
-
 from test_handler import FakeEngine
+
 from wyoming_qwen3tts.errors import Qwen3TTSError
 from wyoming_qwen3tts.http.app import HttpConfig, HttpServer, build_app
 from wyoming_qwen3tts.http.openai_speech import SpeechConfig
@@ -157,13 +157,23 @@ async def test_sse_events() -> None:
 async def test_models_voices_health() -> None:
     async with serve() as api:
         models = await (await api.http.get(f"{api.url}/v1/models")).json()
-        assert models == {"object": "list", "data": [{"id": "tiny", "object": "model", "created": 0, "owned_by": "qwen"}]}
+        assert models == {
+            "object": "list",
+            "data": [{"id": "tiny", "object": "model", "created": 0, "owned_by": "qwen"}],
+        }
         voices = await (await api.http.get(f"{api.url}/v1/audio/voices")).json()
         by_id = {v["id"]: v for v in voices["data"]}
         assert list(by_id)[:9] == FakeEngine.speakers and by_id["vivian"]["kind"] == "speaker"
         assert by_id["ryan-calm"] | {"description": None} == {
-            "id": "ryan-calm", "object": "voice", "name": "ryan-calm", "description": None, "languages": ["en"],
-            "kind": "preset", "speaker": "ryan", "instruct": "Speak slowly and calmly.", "removable": False,
+            "id": "ryan-calm",
+            "object": "voice",
+            "name": "ryan-calm",
+            "description": None,
+            "languages": ["en"],
+            "kind": "preset",
+            "speaker": "ryan",
+            "instruct": "Speak slowly and calmly.",
+            "removable": False,
         }
         assert voices["can_add_voices"] is False  # a CustomVoice model: no cloned voices to add
         assert "Chinese" in by_id["vivian"]["description"] and "en" in by_id["vivian"]["languages"]
@@ -320,7 +330,9 @@ async def test_slow_body_is_408() -> None:
     async with serve(body_timeout=0.5) as api:
         host, port = api.url.removeprefix("http://").split(":")
         reader, writer = await asyncio.open_connection(host, int(port))
-        writer.write(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+        writer.write(
+            b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+        )
         await writer.drain()
         status = await asyncio.wait_for(reader.readline(), 5)
         assert status.startswith(b"HTTP/1.1 408"), status
@@ -384,7 +396,13 @@ async def test_api_key() -> None:
             assert (await api.http.get(f"{api.url}{path}", headers=good)).status in (200, 404), path
         # Raw request lines, not normalised by a client: no spelling of a path reaches a route unkeyed.
         host, port = api.url.removeprefix("http://").split(":")
-        for path in ("/static/../v1/models", "/static/%2e%2e/v1/models", "//v1/models", "/./v1/models", "/static/..%2fv1/models"):
+        for path in (
+            "/static/../v1/models",
+            "/static/%2e%2e/v1/models",
+            "//v1/models",
+            "/./v1/models",
+            "/static/..%2fv1/models",
+        ):
             reader, writer = await asyncio.open_connection(host, int(port))
             writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
             answer = await asyncio.wait_for(reader.read(), 5)
@@ -414,7 +432,7 @@ async def test_page_and_its_files() -> None:
 
 async def test_metrics() -> None:
     async with serve(FakeEngine(frame_delay=0.01)) as api:
-        assert (await (await api.speak(input="One two three.", response_format="wav")).read())
+        assert await (await api.speak(input="One two three.", response_format="wav")).read()
         assert (await api.speak(input="Hi.", voice="nobody")).status == 400
         text = await (await api.http.get(f"{api.url}/metrics")).text()
     value = lambda name, **labels: metric_value(text, name, **labels)  # noqa: E731
@@ -454,7 +472,10 @@ def test_speech_meter_for_the_wyoming_handler() -> None:
     assert metric_value(text, "qwen3tts_frames_per_second_sum", protocol="wyoming") == 12.0
     with pytest.raises(Qwen3TTSError), metrics.speech("wyoming"):
         raise Qwen3TTSError("engine exploded")
-    assert metric_value(_scrape(metrics), "qwen3tts_speech_requests_total", protocol="wyoming", outcome="synthesis-failed") == 1
+    assert (
+        metric_value(_scrape(metrics), "qwen3tts_speech_requests_total", protocol="wyoming", outcome="synthesis-failed")
+        == 1
+    )
 
 
 def _scrape(metrics: Metrics) -> str:

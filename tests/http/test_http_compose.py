@@ -7,8 +7,8 @@ import re
 
 import pytest
 import yaml
-
 from test_docker_files import COMPOSE, _service, interpolate
+
 from wyoming_qwen3tts.settings import ENV_PREFIX, load_settings
 
 HTTP_LINES = re.compile(r'^(\s*)# (- "8000:8000"|WYOMING_QWEN3TTS_(?:HTTP|API_KEY): .*)$', re.M)

@@ -49,7 +49,9 @@ def clip(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory, tiny_base_checkpoint: Path, clip: bytes) -> Iterator[tuple[HttpServer, Path]]:
+def base(
+    tmp_path_factory: pytest.TempPathFactory, tiny_base_checkpoint: Path, clip: bytes
+) -> Iterator[tuple[HttpServer, Path]]:
     """A keyless server on a Base model, with a configured voice whose clip lies in the voices folder (as
     config.example.toml suggests); at most 2 uploads at once and 3 connections, uploads due within 1.5 s."""
     tmp = tmp_path_factory.mktemp("http-hostile")
@@ -59,10 +61,35 @@ def base(tmp_path_factory: pytest.TempPathFactory, tiny_base_checkpoint: Path, c
     config = tmp / "config.toml"
     config.write_text(CONFIG.replace("VOICES", str(folder)))
     port = free_port()
-    args = ["--model", str(tiny_base_checkpoint), "--device", "cpu", "--dtype", "float32", "--max-frames", "4",
-            "--first-chunk-frames", "1", "--chunk-frames", "2", "--seed", "1", "--data-dir", str(tmp / "data"),
-            "--config", str(config), "--http", f"tcp://{HOST}:{port}", "--upload-timeout", str(UPLOAD_TIMEOUT),
-            "--max-uploads", "2", "--max-connections", "3", "--debug"]  # fmt: skip
+    args = [
+        "--model",
+        str(tiny_base_checkpoint),
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--max-frames",
+        "4",
+        "--first-chunk-frames",
+        "1",
+        "--chunk-frames",
+        "2",
+        "--seed",
+        "1",
+        "--data-dir",
+        str(tmp / "data"),
+        "--config",
+        str(config),
+        "--http",
+        f"tcp://{HOST}:{port}",
+        "--upload-timeout",
+        str(UPLOAD_TIMEOUT),
+        "--max-uploads",
+        "2",
+        "--max-connections",
+        "3",
+        "--debug",
+    ]
     server = start(tmp, args, fake=False, name="base")
     http = HttpServer(server, port)
     yield http, folder
@@ -122,31 +149,47 @@ def status_of(response: bytes) -> int:
 def form(fields: dict[str, str], audio: bytes | None, boundary: str = "XyZ") -> bytes:
     parts = []
     for key, value in fields.items():
-        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{key}"\r\n\r\n'.encode() + value.encode() + b"\r\n")
+        parts.append(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{key}"\r\n\r\n'.encode() + value.encode() + b"\r\n"
+        )
     if audio is not None:
-        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="audio"; filename="c.wav"\r\n'
-                     "Content-Type: audio/wav\r\n\r\n".encode() + audio + b"\r\n")  # fmt: skip
+        parts.append(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="audio"; filename="c.wav"\r\n'
+            "Content-Type: audio/wav\r\n\r\n".encode()
+            + audio
+            + b"\r\n"
+        )
     return b"".join(parts) + f"--{boundary}--\r\n".encode()
 
 
 def upload_request(body: bytes, boundary: str = "XyZ", extra: str = "", length: int | None = None) -> bytes:
-    head = (f"POST /v1/audio/voices HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: multipart/form-data; boundary={boundary}\r\n"
-            f"Content-Length: {len(body) if length is None else length}\r\n{extra}\r\n")  # fmt: skip
+    head = (
+        f"POST /v1/audio/voices HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: multipart/form-data; boundary={boundary}\r\n"
+        f"Content-Length: {len(body) if length is None else length}\r\n{extra}\r\n"
+    )
     return head.encode() + body
 
 
-async def post(http: HttpServer, fields: dict[str, str], audio: bytes | None, headers: dict[str, str] | None = None) -> tuple[int, dict]:  # type: ignore[type-arg]
+async def post(
+    http: HttpServer, fields: dict[str, str], audio: bytes | None, headers: dict[str, str] | None = None
+) -> tuple[int, dict]:  # type: ignore[type-arg]
     data = aiohttp.FormData(default_to_multipart=True)
     for key, value in fields.items():
         data.add_field(key, value)
     if audio is not None:
         data.add_field("audio", audio, filename="c.wav", content_type="audio/wav")
-    async with aiohttp.ClientSession() as session, session.post(f"{http.url}/v1/audio/voices", data=data, headers=headers) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{http.url}/v1/audio/voices", data=data, headers=headers) as response,
+    ):
         return response.status, await response.json()
 
 
 async def delete(http: HttpServer, name: str, headers: dict[str, str] | None = None) -> int:
-    async with aiohttp.ClientSession() as session, session.delete(f"{http.url}/v1/audio/voices/{name}", headers=headers) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.delete(f"{http.url}/v1/audio/voices/{name}", headers=headers) as response,
+    ):
         await response.read()
         return response.status
 
@@ -339,7 +382,9 @@ async def test_a_compressed_upload_is_limited_by_what_it_expands_to(base: tuple[
     """200 KB of gzip that expands to 200 MB (aiohttp inflates a Content-Encoding body as it is read): refused
     once 16 MiB have come out, not held whole."""
     http, folder = base
-    body = _gzip_of_zeros(b'--XyZ\r\nContent-Disposition: form-data; name="audio"\r\n\r\n', 200 << 20, b"\r\n--XyZ--\r\n")
+    body = _gzip_of_zeros(
+        b'--XyZ\r\nContent-Disposition: form-data; name="audio"\r\n\r\n', 200 << 20, b"\r\n--XyZ--\r\n"
+    )
     assert len(body) < 300_000
     pid = http.server.pid
     peak_known = reset_peak(pid)
@@ -359,19 +404,36 @@ async def test_a_compressed_upload_is_limited_by_what_it_expands_to(base: tuple[
 MULTIPART_CASES = {
     "no boundary": (b"", "multipart/form-data", b"--XyZ\r\n\r\n--XyZ--\r\n"),
     "empty body": (b"", "multipart/form-data; boundary=XyZ", b""),
-    "unterminated": (b"", "multipart/form-data; boundary=XyZ",
-                     b'--XyZ\r\nContent-Disposition: form-data; name="name"\r\n\r\nEVIL'),
-    "no closing boundary": (b"", "multipart/form-data; boundary=XyZ",
-                            b'--XyZ\r\nContent-Disposition: form-data; name="name"\r\n\r\nEVIL\r\n'),
+    "unterminated": (
+        b"",
+        "multipart/form-data; boundary=XyZ",
+        b'--XyZ\r\nContent-Disposition: form-data; name="name"\r\n\r\nEVIL',
+    ),
+    "no closing boundary": (
+        b"",
+        "multipart/form-data; boundary=XyZ",
+        b'--XyZ\r\nContent-Disposition: form-data; name="name"\r\n\r\nEVIL\r\n',
+    ),
     "over-long boundary": (b"", "multipart/form-data; boundary=" + "B" * 300, b"--" + b"B" * 300 + b"--\r\n"),
     "garbage": (b"", "multipart/form-data; boundary=XyZ", b"\xff\xfeEVIL\x00\x01" * 50),
     "wrong boundary": (b"", "multipart/form-data; boundary=XyZ", b"--Other\r\n\r\nEVIL\r\n--Other--\r\n"),
-    "part without headers end": (b"", "multipart/form-data; boundary=XyZ", b"--XyZ\r\nContent-Disposition: form-data; name=EVIL"),
-    "nested multipart": (b"", "multipart/form-data; boundary=XyZ",
-                         b"--XyZ\r\nContent-Type: multipart/mixed; boundary=In\r\n\r\n--In\r\n\r\nEVIL\r\n--In--\r\n--XyZ--\r\n"),
-    "bad chunked body": (b"Transfer-Encoding: chunked\r\n", "multipart/form-data; boundary=XyZ", b"zz\r\nEVIL\r\n0\r\n\r\n"),
+    "part without headers end": (
+        b"",
+        "multipart/form-data; boundary=XyZ",
+        b"--XyZ\r\nContent-Disposition: form-data; name=EVIL",
+    ),
+    "nested multipart": (
+        b"",
+        "multipart/form-data; boundary=XyZ",
+        b"--XyZ\r\nContent-Type: multipart/mixed; boundary=In\r\n\r\n--In\r\n\r\nEVIL\r\n--In--\r\n--XyZ--\r\n",
+    ),
+    "bad chunked body": (
+        b"Transfer-Encoding: chunked\r\n",
+        "multipart/form-data; boundary=XyZ",
+        b"zz\r\nEVIL\r\n0\r\n\r\n",
+    ),
     "not gzip": (b"Content-Encoding: gzip\r\n", "multipart/form-data; boundary=XyZ", b"EVIL, not gzip at all" * 10),
-}  # fmt: skip
+}
 
 
 @pytest.mark.slow
@@ -380,8 +442,14 @@ async def test_malformed_multipart_bodies_are_400(base: tuple[HttpServer, Path])
     http, folder = base
     port = port_of(http)
     for case, (extra, content_type, body) in MULTIPART_CASES.items():
-        head = (b"POST /v1/audio/voices HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: " + content_type.encode() + b"\r\n"
-                + extra + (b"" if b"chunked" in extra else f"Content-Length: {len(body)}\r\n".encode()) + b"\r\n")  # fmt: skip
+        head = (
+            b"POST /v1/audio/voices HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+            + content_type.encode()
+            + b"\r\n"
+            + extra
+            + (b"" if b"chunked" in extra else f"Content-Length: {len(body)}\r\n".encode())
+            + b"\r\n"
+        )
         answer = await asyncio.get_running_loop().run_in_executor(None, raw_request, port, head + body)
         assert status_of(answer) == 400, (case, answer[:300])
     assert assert_agree(http, folder) == set()
@@ -416,7 +484,9 @@ async def test_a_non_utf8_authorization_is_401(keyed: HttpServer) -> None:
     """Defect 7: a byte that is not UTF-8 in Authorization was a 500 with a traceback."""
     port = port_of(keyed)
     for value in (b"Bearer \xff\xfe", b"Bearer " + KEY.encode() + b"\xe9", b"\xffBearer x", b"Bearer \xc3\x28EVIL"):
-        request = b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: " + value + b"\r\nConnection: close\r\n\r\n"
+        request = (
+            b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: " + value + b"\r\nConnection: close\r\n\r\n"
+        )
         answer = await asyncio.get_running_loop().run_in_executor(None, raw_request, port, request)
         assert status_of(answer) == 401, (value, answer[:300])
     assert keyed.get("/v1/models", KEY)[0] == 200
@@ -427,15 +497,20 @@ BAD_REQUESTS = [
     b"EVIL / HTTP/1.1\x00\r\n\r\n",  # not a method
     b"\x16\x03\x01\x02\x00\x01\x00\x01\xfcEVIL\r\n\r\n",  # a TLS ClientHello on the plain port
     b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() + b"\x01EVIL\r\n\r\n",  # bad byte
-    b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() + b"EVIL" * 5000 + b"\r\n\r\n",  # too long
+    b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+    + KEY.encode()
+    + b"EVIL" * 5000
+    + b"\r\n\r\n",  # too long
     b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization Bearer " + KEY.encode() + b"EVIL\r\n\r\n",  # no colon
     b"GET /v1/models HTTP/1.1\r\nHost: x\r\n Authorization: Bearer " + KEY.encode() + b"EVIL\r\n\r\n",  # folded line
     b"GET /v1/models HTTP/9.9\r\nHost: x\r\nX-EVIL: " + KEY.encode() + b"\r\n\r\n",  # unknown version
     b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Length: EVIL\r\n\r\n",  # bad length
     b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nEVIL!",  # two lengths
-    b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
+    b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+    + KEY.encode()
     + b"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nEVIL\r\n0\r\n\r\n",  # bad chunk
-    b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
+    b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+    + KEY.encode()
     + b"\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\nContent-Length: 12\r\n\r\nEVIL not gz",  # not gzip
 ]
 
@@ -491,7 +566,10 @@ async def test_a_keyless_server_refuses_cross_site_changes(base: tuple[HttpServe
     assert status == 201, body
     assert await delete(http, "xsite") == 200
     # Reading stays open to every page (nothing changes).
-    async with aiohttp.ClientSession() as session, session.get(f"{http.url}/v1/audio/voices", headers={"Origin": "http://evil.example"}) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"{http.url}/v1/audio/voices", headers={"Origin": "http://evil.example"}) as response,
+    ):
         assert response.status == 200
     assert assert_agree(http, folder) == set()
 
@@ -521,9 +599,24 @@ async def test_sigterm_during_an_upload_exits_in_time_and_leaves_nothing(
     waits for it up to drain_seconds, then cuts it; the server exits 0 and the folder holds nothing of it."""
     folder = tmp_path / "data" / "voices"
     port = free_port()
-    args = ["--model", str(tiny_base_checkpoint), "--device", "cpu", "--dtype", "float32", "--max-frames", "2",
-            "--data-dir", str(tmp_path / "data"), "--http", f"tcp://{HOST}:{port}", "--drain-seconds", "1",
-            "--upload-timeout", "60"]  # fmt: skip
+    args = [
+        "--model",
+        str(tiny_base_checkpoint),
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--max-frames",
+        "2",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--http",
+        f"tcp://{HOST}:{port}",
+        "--drain-seconds",
+        "1",
+        "--upload-timeout",
+        "60",
+    ]
     server = start(tmp_path, args, fake=False, name="sigterm")
     http = HttpServer(server, port)
     try:

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from test_http_server import HttpServer, start_http
 
 pytestmark = pytest.mark.timeout(300)
@@ -56,8 +55,23 @@ def browser() -> Iterator[object]:
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Iterator[HttpServer]:
-    args = ["--model", str(tiny_checkpoint), "--device", "cpu", "--dtype", "float32", "--max-frames", "8",
-            "--first-chunk-frames", "1", "--chunk-frames", "2", "--greedy", "--seed", "1"]
+    args = [
+        "--model",
+        str(tiny_checkpoint),
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--max-frames",
+        "8",
+        "--first-chunk-frames",
+        "1",
+        "--chunk-frames",
+        "2",
+        "--greedy",
+        "--seed",
+        "1",
+    ]
     http = start_http(tmp_path_factory.mktemp("page"), args, fake=False, name="page")
     yield http
     assert http.server.stop() == 0
@@ -145,11 +159,26 @@ def test_page_adds_and_removes_a_cloned_voice(browser: object, tmp_path: Path, t
     """With a Base model: the Voices panel's form uploads a clip and its transcript, the voice appears in the
     table and the voice menu, speaks, and its Remove button takes it away again. A screenshot goes to docs/."""
     from selenium.webdriver.common.by import By
-
     from test_voice_server import write_clip
 
-    args = ["--model", str(tiny_base_checkpoint), "--device", "cpu", "--dtype", "float32", "--max-frames", "6",
-            "--first-chunk-frames", "1", "--chunk-frames", "2", "--seed", "1", "--data-dir", str(tmp_path / "data")]  # fmt: skip
+    args = [
+        "--model",
+        str(tiny_base_checkpoint),
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--max-frames",
+        "6",
+        "--first-chunk-frames",
+        "1",
+        "--chunk-frames",
+        "2",
+        "--seed",
+        "1",
+        "--data-dir",
+        str(tmp_path / "data"),
+    ]
     http = start_http(tmp_path, args, fake=False, name="page-base")
     try:
         d = browser
@@ -161,7 +190,9 @@ def test_page_adds_and_removes_a_cloned_voice(browser: object, tmp_path: Path, t
         d.find_element(By.ID, "new-voice-text").send_keys("Hello there, this is Anna.")  # type: ignore[attr-defined]
         d.find_element(By.ID, "new-voice-button").click()  # type: ignore[attr-defined]
         assert wait(d, "document.getElementById('voice-admin-status').textContent.startsWith('Added')", 120)
-        assert wait(d, "[...document.querySelectorAll('#voice-table tbody tr')].some(r => r.cells[0].textContent === 'anna')")
+        assert wait(
+            d, "[...document.querySelectorAll('#voice-table tbody tr')].some(r => r.cells[0].textContent === 'anna')"
+        )
         assert d.execute_script("return [...document.querySelectorAll('#voice option')].map(o => o.value)") == ["anna"]  # type: ignore[attr-defined]
         shots = Path(os.environ.get("Q3T_SCREENSHOT_DIR", tmp_path))  # Q3T_SCREENSHOT_DIR=docs: the README's picture
         assert d.save_screenshot(str(shots / "page-voices.png"))  # type: ignore[attr-defined]

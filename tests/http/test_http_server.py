@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import openai
 import pytest
-
 from reliability_support import Server, free_port, start, synthesize
 from test_http_app import metric_value
 from test_http_audio import decode
+
 from wyoming_qwen3tts.http.app import _loopback_only
 from wyoming_qwen3tts.request import SAMPLE_RATE, SAMPLES_PER_FRAME
 
@@ -74,9 +74,27 @@ def start_http(tmp: Path, args: list[str], *, fake: bool, key: str | None = None
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Iterator[HttpServer]:
-    args = ["--model", str(tiny_checkpoint), "--device", "cpu", "--dtype", "float32", "--max-frames", "6",
-            "--first-chunk-frames", "1", "--chunk-frames", "2", "--greedy", "--seed", "1",
-            "--max-text-chars", "300", "--max-event-bytes", "65536"]
+    args = [
+        "--model",
+        str(tiny_checkpoint),
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--max-frames",
+        "6",
+        "--first-chunk-frames",
+        "1",
+        "--chunk-frames",
+        "2",
+        "--greedy",
+        "--seed",
+        "1",
+        "--max-text-chars",
+        "300",
+        "--max-event-bytes",
+        "65536",
+    ]
     http = start_http(tmp_path_factory.mktemp("http-real"), args, fake=False, name="real")
     yield http
     assert http.server.stop() == 0
@@ -96,7 +114,9 @@ def reference(real: HttpServer) -> np.ndarray:
 def test_every_format_whole_and_streamed(real: HttpServer, reference: np.ndarray, fmt: str) -> None:
     client = real.client()
     whole = client.audio.speech.create(model="tts-1", voice="ryan", input=TEXT, response_format=fmt)
-    with client.audio.speech.with_streaming_response.create(model="tts-1", voice="ryan", input=TEXT, response_format=fmt) as response:
+    with client.audio.speech.with_streaming_response.create(
+        model="tts-1", voice="ryan", input=TEXT, response_format=fmt
+    ) as response:
         chunks = response.iter_bytes()
         first = next(chunks)
         # The first bytes are here while the request is still being answered.
@@ -130,8 +150,12 @@ def test_speed_and_instructions(real: HttpServer, reference: np.ndarray) -> None
     fast = client.audio.speech.create(model="tts-1", voice="ryan", input=TEXT, response_format="wav", speed=2.0)
     samples, _, _ = decode("wav", fast.content)
     assert abs(len(samples) - len(reference) / 2) <= 0.1 * len(reference)
-    styled = client.audio.speech.create(model="tts-1", voice="ryan", input=TEXT, response_format="pcm", instructions="Whisper, very slowly.")
-    assert len(styled.content) % (SAMPLES_PER_FRAME * 2) == 0 and styled.content != reference.tobytes()  # the prompt changed
+    styled = client.audio.speech.create(
+        model="tts-1", voice="ryan", input=TEXT, response_format="pcm", instructions="Whisper, very slowly."
+    )
+    assert (
+        len(styled.content) % (SAMPLES_PER_FRAME * 2) == 0 and styled.content != reference.tobytes()
+    )  # the prompt changed
     preset = client.audio.speech.create(model="tts-1", voice="ryan-calm", input=TEXT, response_format="pcm")
     assert len(preset.content) % (SAMPLES_PER_FRAME * 2) == 0
 
@@ -182,11 +206,17 @@ async def test_wyoming_requests_are_counted(real: HttpServer) -> None:
     frames = await synthesize(real.server.port, TEXT, {"name": "ryan"})
     after = real.metrics()
     ok = {"protocol": "wyoming", "outcome": "ok"}
-    assert metric_value(after, "qwen3tts_speech_requests_total", **ok) == metric_value(before, "qwen3tts_speech_requests_total", **ok) + 1
+    assert (
+        metric_value(after, "qwen3tts_speech_requests_total", **ok)
+        == metric_value(before, "qwen3tts_speech_requests_total", **ok) + 1
+    )
     count = "qwen3tts_time_to_first_audio_seconds_count"
     assert metric_value(after, count, protocol="wyoming") == metric_value(before, count, protocol="wyoming") + 1
     frames_total = "qwen3tts_audio_frames_total"
-    assert metric_value(after, frames_total, protocol="wyoming") - metric_value(before, frames_total, protocol="wyoming") == frames
+    assert (
+        metric_value(after, frames_total, protocol="wyoming") - metric_value(before, frames_total, protocol="wyoming")
+        == frames
+    )
 
 
 # -- the fake engine: API key, SIGTERM ----------------------------------------------------------------
@@ -195,7 +225,9 @@ async def test_wyoming_requests_are_counted(real: HttpServer) -> None:
 def test_api_key(tmp_path: Path) -> None:
     http = start_http(tmp_path, [], fake=True, key="k3y-for-tests")
     try:
-        audio = http.client().audio.speech.create(model="tts-1", voice="ryan", input="One two three.", response_format="pcm")
+        audio = http.client().audio.speech.create(
+            model="tts-1", voice="ryan", input="One two three.", response_format="pcm"
+        )
         assert len(audio.content) == 3 * SAMPLES_PER_FRAME * 2
         for wrong in ("wrong", "k3y-for-test"):
             with pytest.raises(openai.AuthenticationError) as caught:
@@ -217,7 +249,9 @@ def test_sigterm_drains_http_streams(tmp_path: Path) -> None:
     try:
         words = 60
         text = " ".join(["word"] * words) + "."
-        with http.client().audio.speech.with_streaming_response.create(model="tts-1", voice="ryan", input=text, response_format="pcm") as response:
+        with http.client().audio.speech.with_streaming_response.create(
+            model="tts-1", voice="ryan", input=text, response_format="pcm"
+        ) as response:
             chunks = response.iter_bytes()
             received = next(chunks)
             http.server.proc.send_signal(signal.SIGTERM)
@@ -234,7 +268,11 @@ def test_sigterm_drains_http_streams(tmp_path: Path) -> None:
 
 
 def test_loopback_only() -> None:
-    assert _loopback_only("tcp://127.0.0.1:8000") and _loopback_only("tcp://[::1]:8000") and _loopback_only("tcp://localhost:80")
+    assert (
+        _loopback_only("tcp://127.0.0.1:8000")
+        and _loopback_only("tcp://[::1]:8000")
+        and _loopback_only("tcp://localhost:80")
+    )
     assert _loopback_only("unix:///run/qwen3tts.sock")
     assert not _loopback_only("tcp://0.0.0.0:8000") and not _loopback_only("tcp://[::]:8000")
     assert not _loopback_only("tcp://192.168.1.5:8000") and not _loopback_only("tcp://tts.example:8000")
@@ -249,7 +287,10 @@ def test_gpu_memory_in_metrics(tmp_path: Path, tiny_checkpoint: Path) -> None:
         audio = http.client().audio.speech.create(model="tts-1", voice="ryan", input=TEXT, response_format="pcm")
         assert len(audio.content) % (SAMPLES_PER_FRAME * 2) == 0
         text = http.metrics()
-        memory = {kind: metric_value(text, "qwen3tts_gpu_memory_bytes", device="cuda:0", kind=kind) for kind in ("allocated", "reserved", "total")}
+        memory = {
+            kind: metric_value(text, "qwen3tts_gpu_memory_bytes", device="cuda:0", kind=kind)
+            for kind in ("allocated", "reserved", "total")
+        }
         assert 0 < memory["allocated"] <= memory["reserved"] < memory["total"], memory
         assert metric_value(text, "qwen3tts_frames_per_second_count", protocol="http") == 1
     finally:

@@ -11,11 +11,11 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
-
 from test_handler import FakeEngine
 from test_http_app import serve
 from test_http_audio import decode, encode
 from test_http_server import HttpServer, start_http
+
 from wyoming_qwen3tts.http.audio_formats import FORMATS
 from wyoming_qwen3tts.request import SAMPLE_RATE, SAMPLES_PER_FRAME
 from wyoming_qwen3tts.voices import VoicePreset
@@ -61,8 +61,9 @@ def test_every_format_streams_at_any_speed(slow: HttpServer, fmt: str) -> None:
     client = slow.client()
     for speed in (1.0, 0.5, 2.0):
         sent = time.monotonic()
-        with client.audio.speech.with_streaming_response.create(model="tts-1", voice="ryan", input=TEXT,
-                                                                response_format=fmt, speed=speed) as response:  # fmt: skip
+        with client.audio.speech.with_streaming_response.create(
+            model="tts-1", voice="ryan", input=TEXT, response_format=fmt, speed=speed
+        ) as response:
             chunks = response.iter_bytes()
             first = next(chunks)
             first_at = time.monotonic() - sent
@@ -85,8 +86,10 @@ class KindsEngine(FakeEngine):
 
 
 async def test_instructions_become_the_style_where_the_voice_takes_one(tmp_path: Path) -> None:
-    presets = [VoicePreset(name="narrator", design="A calm, deep narrator."),
-               VoicePreset(name="anna", reference_audio=tmp_path / "anna.wav", x_vector_only=True)]  # fmt: skip
+    presets = [
+        VoicePreset(name="narrator", design="A calm, deep narrator."),
+        VoicePreset(name="anna", reference_audio=tmp_path / "anna.wav", x_vector_only=True),
+    ]
     engine = KindsEngine()
     async with serve(engine, presets=presets) as api:
         for voice, expected in (("ryan", "Whisper."), ("narrator", "A calm, deep narrator. Whisper.")):

@@ -15,7 +15,6 @@ import numpy as np
 import openai
 import pytest
 import soundfile
-
 from test_http_server import HttpServer, start_http
 from test_voice_server import write_clip
 
@@ -23,11 +22,29 @@ pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
-def base_http(tmp_path_factory: pytest.TempPathFactory, tiny_base_checkpoint: Path) -> Iterator[tuple[HttpServer, Path]]:
+def base_http(
+    tmp_path_factory: pytest.TempPathFactory, tiny_base_checkpoint: Path
+) -> Iterator[tuple[HttpServer, Path]]:
     tmp = tmp_path_factory.mktemp("http-voices")
     data = tmp / "data"
-    args = ["--model", str(tiny_base_checkpoint), "--device", "cpu", "--dtype", "float32", "--max-frames", "6",
-            "--first-chunk-frames", "1", "--chunk-frames", "2", "--seed", "1", "--data-dir", str(data)]  # fmt: skip
+    args = [
+        "--model",
+        str(tiny_base_checkpoint),
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--max-frames",
+        "6",
+        "--first-chunk-frames",
+        "1",
+        "--chunk-frames",
+        "2",
+        "--seed",
+        "1",
+        "--data-dir",
+        str(data),
+    ]
     http = start_http(tmp, args, fake=False, name="base")
     yield http, data / "voices"
     assert http.server.stop() == 0
@@ -70,7 +87,11 @@ async def test_add_speak_and_remove_a_voice(base_http: tuple[HttpServer, Path], 
     assert sorted(p.name for p in folder.iterdir() if p.is_file()) == ["anna.txt", "anna.wav"]
     assert not (folder.parent / "escape.wav").exists() and not (folder.parent.parent / "escape.wav").exists()
     assert len(list((folder / ".prompts").glob("*.safetensors"))) == 1
-    pcm = http.client().audio.speech.create(model="tts-1", voice="anna", input="Good morning.", response_format="pcm").content
+    pcm = (
+        http.client()
+        .audio.speech.create(model="tts-1", voice="anna", input="Good morning.", response_format="pcm")
+        .content
+    )
     assert 0 < len(pcm) and len(pcm) % (1920 * 2) == 0
 
     status, body = await _delete(http.url, "anna")
@@ -118,8 +139,12 @@ def test_a_customvoice_server_cannot_add_voices(tmp_path: Path) -> None:
     try:
         assert _listing(http.url)["can_add_voices"] is False
         form = b'--B\r\nContent-Disposition: form-data; name="name"\r\n\r\nanna\r\n--B--\r\n'
-        request = urllib.request.Request(f"{http.url}/v1/audio/voices", data=form, method="POST",
-                                         headers={"Content-Type": "multipart/form-data; boundary=B"})  # fmt: skip
+        request = urllib.request.Request(
+            f"{http.url}/v1/audio/voices",
+            data=form,
+            method="POST",
+            headers={"Content-Type": "multipart/form-data; boundary=B"},
+        )
         with pytest.raises(urllib.error.HTTPError) as caught:
             urllib.request.urlopen(request, timeout=30)
         assert caught.value.code == 409 and b"Base model" in caught.value.read()

@@ -170,8 +170,15 @@ def _gemv_functions(wide: str) -> dict[str, list[str]]:
     return funcs
 
 
-@pytest.mark.parametrize(("arch", "wide"), [("gfx1201", "global_load_b128"), ("gfx1100", "global_load_b128"),
-                                            ("gfx942", "global_load_dwordx4"), ("gfx1030", "global_load_dwordx4")])
+@pytest.mark.parametrize(
+    ("arch", "wide"),
+    [
+        ("gfx1201", "global_load_b128"),
+        ("gfx1100", "global_load_b128"),
+        ("gfx942", "global_load_dwordx4"),
+        ("gfx1030", "global_load_dwordx4"),
+    ],
+)
 def test_gemv_isa_check(arch: str, wide: str) -> None:
     assert amd_gate.wide_load(arch) == wide
     funcs = _gemv_functions(wide)
@@ -274,15 +281,30 @@ def _gate_toolchain() -> tuple[str, str]:
 
 
 @pytest.mark.slow
-def test_gate_fails_on_a_kernel_with_scratch_and_spills(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_gate_fails_on_a_kernel_with_scratch_and_spills(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     hipcc, arch = _gate_toolchain()
     (tmp_path / "src").mkdir()
     shutil.copytree(build.KERNEL_DIR / "include", tmp_path / "include")
     (tmp_path / "src" / "bad.cu").write_text(BAD_KERNELS)
     monkeypatch.chdir(build.KERNEL_DIR.parent)  # Q3T_GATE_HIPCC may be relative to the checkout
-    rc = amd_gate.main(["--hipcc", hipcc, "--objdump", "none", "--arch", arch, "--gate", arch, "--jobs", "1",
-                        "--kernel-dir", str(tmp_path)])
+    rc = amd_gate.main(
+        [
+            "--hipcc",
+            hipcc,
+            "--objdump",
+            "none",
+            "--arch",
+            arch,
+            "--gate",
+            arch,
+            "--jobs",
+            "1",
+            "--kernel-dir",
+            str(tmp_path),
+        ]
+    )
     out, err = capsys.readouterr()
     print(out, err)
     assert rc == 1, "the gate passed a kernel with scratch memory and spills"
@@ -292,6 +314,21 @@ def test_gate_fails_on_a_kernel_with_scratch_and_spills(tmp_path: Path, monkeypa
     assert "k_clean" not in err  # the clean kernel is listed in the table, not among the problems
     assert "k_clean" in out
     # The same kernels on an arch that is not gated: reported, not failed.
-    rc = amd_gate.main(["--hipcc", hipcc, "--objdump", "none", "--arch", arch, "--gate", "", "--jobs", "1",
-                        "--kernel-dir", str(tmp_path), "--quiet"])
+    rc = amd_gate.main(
+        [
+            "--hipcc",
+            hipcc,
+            "--objdump",
+            "none",
+            "--arch",
+            arch,
+            "--gate",
+            "",
+            "--jobs",
+            "1",
+            "--kernel-dir",
+            str(tmp_path),
+            "--quiet",
+        ]
+    )
     assert rc == 0, capsys.readouterr()

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from test_kernels_gpu import _check_attention_step, gen, ops, rel  # noqa: F401 - ops is the module's fixture too
+
 from wyoming_qwen3tts.backends.kernels import library
 from wyoming_qwen3tts.backends.kernels.ops import Ops
 
@@ -73,7 +73,7 @@ def assert_close(got: torch.Tensor, ref: torch.Tensor, tol: float, what: str) ->
 GEMV_SHAPES = [(4096, 2048), (2048, 6144), (1024, 3072), (3072, 1024), (64, 96), (130, 16)]
 
 
-def _gemv_inputs(n: int, k: int, dtype: torch.dtype, mode: int, seed: int):  # noqa: ANN202
+def _gemv_inputs(n: int, k: int, dtype: torch.dtype, mode: int, seed: int):
     g = gen(seed)
     w32 = torch.randn(n, k, device=DEV, generator=g) * 0.05
     w = w32.to(dtype)
@@ -85,8 +85,15 @@ def _gemv_inputs(n: int, k: int, dtype: torch.dtype, mode: int, seed: int):  # n
     return w, w32, x, nw, bias, y0
 
 
-def _gemv_reference(w: torch.Tensor, x: torch.Tensor, nw: torch.Tensor | None, bias: torch.Tensor | None,
-                    y0: torch.Tensor, mode: int, eps: float) -> torch.Tensor:  # fmt: skip
+def _gemv_reference(
+    w: torch.Tensor,
+    x: torch.Tensor,
+    nw: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    y0: torch.Tensor,
+    mode: int,
+    eps: float,
+) -> torch.Tensor:
     xd = x.double()
     if nw is not None:
         xd = nw.double() * (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps))
@@ -98,7 +105,7 @@ def _gemv_reference(w: torch.Tensor, x: torch.Tensor, nw: torch.Tensor | None, b
     return r + bias.double() if bias is not None else r
 
 
-def rows_alone_and_batched(run, x: torch.Tensor, y0: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+def rows_alone_and_batched(run, x: torch.Tensor, y0: torch.Tensor) -> torch.Tensor:
     """run(rows, y) for each row of x alone (returned), then at every nb of NBS up to x's rows and again at all
     of them: each row bit for bit its nb = 1 result (row independence) and finite."""
     rows = x.shape[0]
@@ -116,9 +123,17 @@ def _scratch(ops: Ops, w: torch.Tensor) -> torch.Tensor:
     return torch.zeros(max(ops.batched_gemv_scratch_floats([w]), 1), device=DEV)
 
 
-def _batched_gemv(ops: Ops, w: torch.Tensor, x: torch.Tensor, nw: torch.Tensor | None,
-                  bias: torch.Tensor | None, y: torch.Tensor, mode: int, eps: float = 1e-6,
-                  scratch: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+def _batched_gemv(
+    ops: Ops,
+    w: torch.Tensor,
+    x: torch.Tensor,
+    nw: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    y: torch.Tensor,
+    mode: int,
+    eps: float = 1e-6,
+    scratch: torch.Tensor | None = None,
+) -> torch.Tensor:
     ops.batched_gemv(w, x, y, mode=mode, norm_w=nw, eps=eps, bias=bias, scratch=scratch)
     return y
 
@@ -161,8 +176,10 @@ def test_batched_gemv(ops: Ops, dtype: torch.dtype, kernel: str, mode: int, with
     assert_close(alone, one, tol, "vs q3t_gemv")
     if scratch is not None:  # every call leaves its row-tile counters 0 (the next shape relies on it)
         assert int(scratch.view(torch.int32)[:4096].count_nonzero()) == 0, "split-K counters not left 0"
-    print(f"{n}x{k} {dtype} {kernel} mode {mode} norm {with_norm}: rel err vs float64 {rel(alone, ref):.2e}, "
-          f"bit-equal to q3t_gemv: {torch.equal(alone, one)}")
+    print(
+        f"{n}x{k} {dtype} {kernel} mode {mode} norm {with_norm}: rel err vs float64 {rel(alone, ref):.2e}, "
+        f"bit-equal to q3t_gemv: {torch.equal(alone, one)}"
+    )
 
 
 @pytest.mark.parametrize("dtype,kernel", KERNELS)
@@ -204,6 +221,8 @@ def test_batched_gemv_tensor_cores_take_bf16_with_scratch(ops: Ops) -> None:
 # The split shapes of a 1.7B / 0.6B step whose row tiles run as thread-block clusters on sm_90 (2..8 splits):
 # Talker qkv, CodePredictor qkv, o, gate_up, down (6 splits) and lm_head; Talker down (12) keeps the scratch path.
 CLUSTER_SHAPES = [(4096, 2048), (4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (2048, 1024), (2048, 6144)]
+
+
 @pytest.mark.parametrize("pdl", [False, True])
 def test_batched_gemv_clusters_equal_scratch_path(ops: Ops, pdl: bool) -> None:
     """On sm_90 the tensor-core kernel splits K across a cluster's blocks (distributed shared memory) where
@@ -233,8 +252,9 @@ def test_batched_gemv_clusters_equal_scratch_path(ops: Ops, pdl: bool) -> None:
                 scratch = torch.zeros(max(ops.batched_gemv_scratch_floats([w]), 1), device=DEV)
                 for nb in (1, 5, 8, 16):
                     yy = y[:nb].clone()
-                    ops.batched_gemv(w, x[:nb].contiguous(), yy, mode=mode, norm_w=nw, eps=1e-6, bias=bias,
-                                     scratch=scratch)  # fmt: skip
+                    ops.batched_gemv(
+                        w, x[:nb].contiguous(), yy, mode=mode, norm_w=nw, eps=1e-6, bias=bias, scratch=scratch
+                    )
                     outs[clusters].append(yy.cpu())
                 records[clusters].append(int(scratch[4096:].count_nonzero()))  # partials past the counters
     finally:  # the module's library as the fixture left it
@@ -256,8 +276,24 @@ def test_batched_gemv_rejects_bad_arguments(ops: Ops) -> None:
     with pytest.raises(library.NativeError, match=f"nb={over}"):
         ops.batched_gemv(w, z[: over * 64].view(over, 64), y)
     with pytest.raises(library.NativeError, match="nb=0"):  # raw: an empty tensor has no data pointer
-        ops.lib.call("q3t_batched_gemv", library.F32, w.data_ptr(), None, 4, 64, z.data_ptr(), 0, None, 1e-6, None,
-                     y.data_ptr(), library.GEMV_STORE, None, 0, torch.cuda.current_stream().cuda_stream)  # fmt: skip
+        ops.lib.call(
+            "q3t_batched_gemv",
+            library.F32,
+            w.data_ptr(),
+            None,
+            4,
+            64,
+            z.data_ptr(),
+            0,
+            None,
+            1e-6,
+            None,
+            y.data_ptr(),
+            library.GEMV_STORE,
+            None,
+            0,
+            torch.cuda.current_stream().cuda_stream,
+        )
     with pytest.raises(library.NativeError, match="multiple of 8"):  # bf16 rows of K = 100 are not 16-byte chunks
         ops.batched_gemv(torch.zeros(4, 100, dtype=torch.bfloat16, device=DEV), z[:200].view(2, 100), y)
     with pytest.raises(library.NativeError, match="aligned"):
@@ -279,8 +315,9 @@ def _rope_tables(max_seq: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("hq,hkv,d", [(16, 8, 128), (4, 2, 16), (8, 8, 64), (16, 4, 32)])
 @pytest.mark.parametrize("splits", [1, 4, 32])
-def test_batched_rope_attention_split_rows(ops: Ops, dtype: torch.dtype, hq: int, hkv: int, d: int,
-                                           splits: int) -> None:  # fmt: skip
+def test_batched_rope_attention_split_rows(
+    ops: Ops, dtype: torch.dtype, hq: int, hkv: int, d: int, splits: int
+) -> None:
     """Rows in shuffled slots at different positions (0 .. 1000: one chunk of 1,001 positions read in many
     shared-memory tiles, or many chunks merged), one padding row, KV groups of 2, 1 and 4 q heads: each
     slot's cache gets q3t_rope_attention_split's row bit for bit (the slots no row uses and the other layer
@@ -305,8 +342,18 @@ def test_batched_rope_attention_split_rows(ops: Ops, dtype: torch.dtype, hq: int
         scratch[i * per_row : i * per_row + hq * splits * (d + 2)] = float("nan")  # partials: always written first
     cache = cache0.clone()
     out = torch.full((nb, hq * d), float("nan"), device=DEV)
-    call = partial(ops.batched_rope_attention_split, q_norm=qn, k_norm=kn, cos=cos, sin=sin, eps=eps, scale=scale,
-                   splits=splits, slot_rows=layers * 2 * max_seq, pos=pos)  # fmt: skip
+    call = partial(
+        ops.batched_rope_attention_split,
+        q_norm=qn,
+        k_norm=kn,
+        cos=cos,
+        sin=sin,
+        eps=eps,
+        scale=scale,
+        splits=splits,
+        slot_rows=layers * 2 * max_seq,
+        pos=pos,
+    )
     for _ in range(2):
         cache.copy_(cache0)
         call(qkv, k_cache=cache[0, layer, 0], v_cache=cache[0, layer, 1], out=out, slot=slot, scratch=scratch)
@@ -321,23 +368,43 @@ def test_batched_rope_attention_split_rows(ops: Ops, dtype: torch.dtype, hq: int
         kc, vc = want_cache[s, layer, 0], want_cache[s, layer, 1]
         one_scratch = torch.zeros(per_row, device=DEV)
         one = torch.full((hq * d,), float("nan"), device=DEV)
-        ops.rope_attention_split(qkv[r], qn, kn, cos, sin, kc, vc, one, eps=eps, scale=scale, splits=splits,
-                                 scratch=one_scratch, pos=pos[s:])  # fmt: skip
+        ops.rope_attention_split(
+            qkv[r], qn, kn, cos, sin, kc, vc, one, eps=eps, scale=scale, splits=splits, scratch=one_scratch, pos=pos[s:]
+        )
         assert_close(out[r], one, F32_TOL, f"{what} against the one-stream kernel")
         # Against float64 (q, k normed and rotated by the model's functions) over the rows the kernel left, the
         # appended row against float64 too and every other row of the slot's cache untouched.
-        _check_attention_step(qkv[r], qn, kn, cos, sin, cache0[s, layer, 0], cache0[s, layer, 1], cache[s, layer, 0],
-                              cache[s, layer, 1], out[r], p, hq, scale)  # fmt: skip
+        _check_attention_step(
+            qkv[r],
+            qn,
+            kn,
+            cos,
+            sin,
+            cache0[s, layer, 0],
+            cache0[s, layer, 1],
+            cache[s, layer, 0],
+            cache[s, layer, 1],
+            out[r],
+            p,
+            hq,
+            scale,
+        )
         alone_cache = cache0.clone()
         alone = torch.full((1, hq * d), float("nan"), device=DEV)
-        call(qkv[r : r + 1], k_cache=alone_cache[0, layer, 0], v_cache=alone_cache[0, layer, 1], out=alone,
-             slot=slot[r : r + 1], scratch=torch.zeros(per_row, device=DEV))  # fmt: skip
+        call(
+            qkv[r : r + 1],
+            k_cache=alone_cache[0, layer, 0],
+            v_cache=alone_cache[0, layer, 1],
+            out=alone,
+            slot=slot[r : r + 1],
+            scratch=torch.zeros(per_row, device=DEV),
+        )
         assert_equal(alone[0], out[r], f"{what} alone (nb = 1) against in the batch")
     assert_equal(cache, want_cache, "caches (written rows, untouched slots and layers)")
     assert not torch.equal(cache, cache0)
 
 
-def _short_inputs(g: torch.Generator, nb: int, n: int, hq: int, hkv: int, d: int, dtype: torch.dtype):  # noqa: ANN202
+def _short_inputs(g: torch.Generator, nb: int, n: int, hq: int, hkv: int, d: int, dtype: torch.dtype):
     max_seq, layers = 16, 3
     cache0 = torch.randn(nb, layers, 2, max_seq, hkv, d, device=DEV, generator=g).to(dtype)
     qkv = torch.randn(nb, n, (hq + 2 * hkv) * d, device=DEV, generator=g)
@@ -349,8 +416,9 @@ def _short_inputs(g: torch.Generator, nb: int, n: int, hq: int, hkv: int, d: int
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("hq,hkv,d", [(16, 8, 128), (2, 1, 16)])
 @pytest.mark.parametrize("nb", [1, 3, 16])
-def test_batched_rope_attention_rows_equal_one_stream(ops: Ops, dtype: torch.dtype, hq: int, hkv: int, d: int,
-                                                      nb: int) -> None:  # fmt: skip
+def test_batched_rope_attention_rows_equal_one_stream(
+    ops: Ops, dtype: torch.dtype, hq: int, hkv: int, d: int, nb: int
+) -> None:
     """The CodePredictor's short attention for nb rows (each its own cache, one shared position) and
     its first-positions form: every row's output and cache are the one-stream kernels' bit for bit."""
     g = gen(nb * 31 + d + hq)
@@ -361,26 +429,53 @@ def test_batched_rope_attention_rows_equal_one_stream(ops: Ops, dtype: torch.dty
     cache = cache0.clone()
     out = torch.full((nb, hq * d), float("nan"), device=DEV)
     qkv0 = qkv[:, 0].contiguous()  # one position per row
-    ops.batched_rope_attention(qkv0, qn, kn, cos, sin, cache[0, layer, 0], cache[0, layer, 1], out, row_rows=row_rows,
-                               eps=1e-6, scale=scale, pos=p, pos_add=3)  # fmt: skip
+    ops.batched_rope_attention(
+        qkv0,
+        qn,
+        kn,
+        cos,
+        sin,
+        cache[0, layer, 0],
+        cache[0, layer, 1],
+        out,
+        row_rows=row_rows,
+        eps=1e-6,
+        scale=scale,
+        pos=p,
+        pos_add=3,
+    )
     want_cache = cache0.clone()
     for r in range(nb):
         want = torch.full((hq * d,), float("nan"), device=DEV)
-        ops.rope_attention(qkv0[r], qn, kn, cos, sin, want_cache[r, layer, 0], want_cache[r, layer, 1], want, eps=1e-6,
-                           scale=scale, pos=p, pos_add=3)  # fmt: skip
+        ops.rope_attention(
+            qkv0[r],
+            qn,
+            kn,
+            cos,
+            sin,
+            want_cache[r, layer, 0],
+            want_cache[r, layer, 1],
+            want,
+            eps=1e-6,
+            scale=scale,
+            pos=p,
+            pos_add=3,
+        )
         assert_equal(out[r], want, f"row {r} output")
     assert_equal(cache, want_cache, "caches")
 
     n = 2
     cache = cache0.clone()
     out = torch.full((nb, n, hq * d), float("nan"), device=DEV)
-    ops.batched_rope_attention_first(qkv, qn, kn, cos, sin, cache[0, layer, 0], cache[0, layer, 1], out,
-                                     row_rows=row_rows, eps=1e-6, scale=scale)  # fmt: skip
+    ops.batched_rope_attention_first(
+        qkv, qn, kn, cos, sin, cache[0, layer, 0], cache[0, layer, 1], out, row_rows=row_rows, eps=1e-6, scale=scale
+    )
     want_cache = cache0.clone()
     for r in range(nb):
         want = torch.full((n, hq * d), float("nan"), device=DEV)
-        ops.rope_attention_first(qkv[r], qn, kn, cos, sin, want_cache[r, layer, 0], want_cache[r, layer, 1], want,
-                                 eps=1e-6, scale=scale)  # fmt: skip
+        ops.rope_attention_first(
+            qkv[r], qn, kn, cos, sin, want_cache[r, layer, 0], want_cache[r, layer, 1], want, eps=1e-6, scale=scale
+        )
         assert_equal(out[r], want, f"row {r} first-positions output")
     assert_equal(cache, want_cache, "caches after the first positions")
 
@@ -392,20 +487,133 @@ def test_batched_attention_rejects_bad_shapes(ops: Ops) -> None:
     p = z.data_ptr()
     over = library.BATCH_MAX + 1
     with pytest.raises(library.NativeError, match=f"nb={over}"):
-        lib.call("q3t_batched_rope_attention_split", library.F32, p, p, p, 1e-6, p, p, p, p, over, 4, 2, 16, 64, 0.25, 1,
-                 None, p, p, 128, p, stream)  # fmt: skip
+        lib.call(
+            "q3t_batched_rope_attention_split",
+            library.F32,
+            p,
+            p,
+            p,
+            1e-6,
+            p,
+            p,
+            p,
+            p,
+            over,
+            4,
+            2,
+            16,
+            64,
+            0.25,
+            1,
+            None,
+            p,
+            p,
+            128,
+            p,
+            stream,
+        )
     with pytest.raises(library.NativeError, match="slot_rows"):  # slots closer than one cache apart
-        lib.call("q3t_batched_rope_attention_split", library.F32, p, p, p, 1e-6, p, p, p, p, 2, 4, 2, 16, 64, 0.25, 1,
-                 None, p, p, 32, p, stream)  # fmt: skip
+        lib.call(
+            "q3t_batched_rope_attention_split",
+            library.F32,
+            p,
+            p,
+            p,
+            1e-6,
+            p,
+            p,
+            p,
+            p,
+            2,
+            4,
+            2,
+            16,
+            64,
+            0.25,
+            1,
+            None,
+            p,
+            p,
+            32,
+            p,
+            stream,
+        )
     with pytest.raises(library.NativeError, match="a multiple of 8"):  # d = 12
-        lib.call("q3t_batched_rope_attention_split", library.F32, p, p, p, 1e-6, p, p, p, p, 2, 4, 2, 12, 64, 0.25, 1,
-                 None, p, p, 128, p, stream)  # fmt: skip
+        lib.call(
+            "q3t_batched_rope_attention_split",
+            library.F32,
+            p,
+            p,
+            p,
+            1e-6,
+            p,
+            p,
+            p,
+            p,
+            2,
+            4,
+            2,
+            12,
+            64,
+            0.25,
+            1,
+            None,
+            p,
+            p,
+            128,
+            p,
+            stream,
+        )
     with pytest.raises(library.NativeError, match="1, 2 or 4"):  # 3 q heads a KV head
-        lib.call("q3t_batched_rope_attention_split", library.F32, p, p, p, 1e-6, p, p, p, p, 2, 6, 2, 16, 64, 0.25, 1,
-                 None, p, p, 128, p, stream)  # fmt: skip
+        lib.call(
+            "q3t_batched_rope_attention_split",
+            library.F32,
+            p,
+            p,
+            p,
+            1e-6,
+            p,
+            p,
+            p,
+            p,
+            2,
+            6,
+            2,
+            16,
+            64,
+            0.25,
+            1,
+            None,
+            p,
+            p,
+            128,
+            p,
+            stream,
+        )
     with pytest.raises(library.NativeError, match="max_seq"):
-        lib.call("q3t_batched_rope_attention", library.F32, p, p, p, 1e-6, p, p, None, 0, 2, 2, 1, 16, 65, 0.25, p, p,
-                 130, p, stream)  # fmt: skip
+        lib.call(
+            "q3t_batched_rope_attention",
+            library.F32,
+            p,
+            p,
+            p,
+            1e-6,
+            p,
+            p,
+            None,
+            0,
+            2,
+            2,
+            1,
+            16,
+            65,
+            0.25,
+            p,
+            p,
+            130,
+            p,
+            stream,
+        )
 
 
 # ------------------------------------------------------------------------------------------ sampling
@@ -429,12 +637,23 @@ def test_batched_sample_rows_equal_q3t_sample(ops: Ops) -> None:
     table = torch.randn(v, 48, device=DEV, generator=g)
     records = [
         dict(flags=0, temperature=1.0, top_k=0, top_p=1.0, penalty=1.05, eos=eos, min_new_tokens=2),
-        dict(flags=library.SAMPLE_DO_SAMPLE, temperature=0.9, top_k=50, top_p=1.0, penalty=1.05, eos=eos,
-             min_new_tokens=2),
-        dict(flags=library.SAMPLE_DO_SAMPLE, temperature=1.3, top_k=0, top_p=0.8, penalty=1.0, eos=eos, min_new_tokens=0),
-        dict(flags=library.SAMPLE_DO_SAMPLE, temperature=0.7, top_k=20, top_p=0.9, penalty=1.2, eos=-1, min_new_tokens=0),
+        dict(
+            flags=library.SAMPLE_DO_SAMPLE,
+            temperature=0.9,
+            top_k=50,
+            top_p=1.0,
+            penalty=1.05,
+            eos=eos,
+            min_new_tokens=2,
+        ),
+        dict(
+            flags=library.SAMPLE_DO_SAMPLE, temperature=1.3, top_k=0, top_p=0.8, penalty=1.0, eos=eos, min_new_tokens=0
+        ),
+        dict(
+            flags=library.SAMPLE_DO_SAMPLE, temperature=0.7, top_k=20, top_p=0.9, penalty=1.2, eos=-1, min_new_tokens=0
+        ),
         dict(flags=0, temperature=1.0, top_k=0, top_p=1.0, penalty=1.0, eos=eos, min_new_tokens=9),
-    ]  # fmt: skip
+    ]
     params = _params(records)
     seed = torch.tensor([11, 2**62 + 3, -5, 0, 77], dtype=torch.int64, device=DEV)
     step = torch.tensor([0, 1, 5, 40, 3], dtype=torch.int32, device=DEV)
@@ -447,8 +666,21 @@ def test_batched_sample_rows_equal_q3t_sample(ops: Ops) -> None:
         seen = seen0.clone()
         codes = torch.full((nb, 16), -7, dtype=torch.int32, device=DEV)
         rows = torch.full((nb, 64), float("nan"), device=DEV)
-        ops.batched_sample(logits, codes[:, 3:], slot=slot, params=params, seed=seed, step=step, seen=seen, suppress=sup,
-                           stream_id=4, out_stride=16, row_table=table, row_out=rows, row_stride=64)  # fmt: skip
+        ops.batched_sample(
+            logits,
+            codes[:, 3:],
+            slot=slot,
+            params=params,
+            seed=seed,
+            step=step,
+            seen=seen,
+            suppress=sup,
+            stream_id=4,
+            out_stride=16,
+            row_table=table,
+            row_out=rows,
+            row_stride=64,
+        )
         want_seen = seen0.clone()
         for r, s in enumerate(slot.tolist()):
             if s < 0:
@@ -457,11 +689,24 @@ def test_batched_sample_rows_equal_q3t_sample(ops: Ops) -> None:
             rec = records[s]
             out = torch.zeros(1, dtype=torch.int32, device=DEV)
             row = torch.full((48,), float("nan"), device=DEV)
-            ops.sample(logits[r], out, seen=want_seen[s], penalty=rec["penalty"], eos=rec["eos"],
-                       min_new_tokens=rec["min_new_tokens"], suppress=sup,
-                       do_sample=bool(rec["flags"] & library.SAMPLE_DO_SAMPLE), temperature=rec["temperature"],
-                       top_k=rec["top_k"], top_p=rec["top_p"], seed=seed[s:], stream_id=4, step=step[s:],
-                       row_table=table, row_out=row)  # fmt: skip
+            ops.sample(
+                logits[r],
+                out,
+                seen=want_seen[s],
+                penalty=rec["penalty"],
+                eos=rec["eos"],
+                min_new_tokens=rec["min_new_tokens"],
+                suppress=sup,
+                do_sample=bool(rec["flags"] & library.SAMPLE_DO_SAMPLE),
+                temperature=rec["temperature"],
+                top_k=rec["top_k"],
+                top_p=rec["top_p"],
+                seed=seed[s:],
+                stream_id=4,
+                step=step[s:],
+                row_table=table,
+                row_out=row,
+            )
             assert int(codes[r, 3]) == int(out), f"trial {trial} row {r} (slot {s}): {int(codes[r, 3])} vs {int(out)}"
             assert_equal(rows[r, :48], row, f"row {r} embedding row")
             assert (codes[r, :3] == -7).all() and (codes[r, 4:] == -7).all(), "wrote outside its code"
@@ -474,8 +719,17 @@ def test_batched_sample_seeded_draws_ignore_batch_mates(ops: Ops) -> None:
     logits and other settings; its draws follow its own seed (another seed gives other ids)."""
     v = 2048
     g = gen(3)
-    records = [dict(flags=library.SAMPLE_DO_SAMPLE, temperature=1.5, top_k=100, top_p=0.95, penalty=1.0, eos=-1,
-                    min_new_tokens=0)] * 8  # fmt: skip
+    records = [
+        dict(
+            flags=library.SAMPLE_DO_SAMPLE,
+            temperature=1.5,
+            top_k=100,
+            top_p=0.95,
+            penalty=1.0,
+            eos=-1,
+            min_new_tokens=0,
+        )
+    ] * 8
     params = _params(records)
     seed = torch.arange(100, 108, dtype=torch.int64, device=DEV)
     step = torch.zeros(8, dtype=torch.int32, device=DEV)
@@ -530,8 +784,9 @@ def test_batched_embed_sum_rows_equal_q3t_embed_sum(ops: Ops, dtype: torch.dtype
     codes = torch.randint(0, rows, (nb, 16), device=DEV, generator=g, dtype=torch.int32)
     codes[:, 0] = torch.tensor([2150, 5, 3000, 17, 2047], dtype=torch.int32)
     out = torch.full((nb, h), float("nan"), device=DEV)
-    ops.batched_embed_sum(tables, ptrs, codes, out, slot=slot, trailing=trailing, n_trailing=n_trailing, pad=pad,
-                          step=step)  # fmt: skip
+    ops.batched_embed_sum(
+        tables, ptrs, codes, out, slot=slot, trailing=trailing, n_trailing=n_trailing, pad=pad, step=step
+    )
     for r, s in enumerate(slot.tolist()):
         if s < 0:
             assert not out[r].any(), "padding row not zeros"
@@ -580,7 +835,7 @@ def test_batched_store_codes_and_advance(ops: Ops) -> None:
 # ------------------------------------------------------------------------------------------ a batched frame loop
 
 
-def _run_plan(dec, plan: list[tuple[int, int, object, object, int, int]]) -> dict[int, np.ndarray]:  # noqa: ANN001
+def _run_plan(dec, plan: list[tuple[int, int, object, object, int, int]]) -> dict[int, np.ndarray]:
     """plan: (join step, slot, prompt, sampling, seed, frames) per stream, on a BatchedDecoder; a stream
     leaves (release) after its frames and a later stream may take its slot. Returns each stream's codes
     [frames, 16] by its index in the plan (read as it leaves: a later stream overwrites the slot)."""
@@ -604,7 +859,7 @@ def _text_ids(n: int, seed: int) -> list[int]:
     return [151644, 77091, 198, *[int(t) for t in rng.integers(300, 20000, size=n)], 151645, 198, 151644, 77091, 198]
 
 
-def _model(path: Path, dtype: torch.dtype = torch.float32):  # noqa: ANN202
+def _model(path: Path, dtype: torch.dtype = torch.float32):
     from wyoming_qwen3tts.model.checkpoint import load_checkpoint
     from wyoming_qwen3tts.model.talker import Qwen3TTSModel
 
@@ -618,8 +873,9 @@ def _model(path: Path, dtype: torch.dtype = torch.float32):  # noqa: ANN202
 @pytest.mark.parametrize("lone", [False, True])
 @pytest.mark.parametrize("graphs", [False, True])
 @pytest.mark.parametrize("size", ["tiny", "tiny-0.6b"])
-def test_batched_decoder_equals_one_stream_backend(tiny_checkpoint: Path, tiny_checkpoint_06b: Path, ops: Ops,
-                                                   size: str, graphs: bool, lone: bool) -> None:  # fmt: skip
+def test_batched_decoder_equals_one_stream_backend(
+    tiny_checkpoint: Path, tiny_checkpoint_06b: Path, ops: Ops, size: str, graphs: bool, lone: bool
+) -> None:
     """BatchedDecoder (eager, and through its captured graphs; with and without lone steps, where the last
     stream runs alone for its last 8 frames): streams of different speakers, languages and prompt lengths
     joining at different steps, one leaving early and a fourth taking its slot (a reused slot carries
@@ -636,23 +892,38 @@ def test_batched_decoder_equals_one_stream_backend(tiny_checkpoint: Path, tiny_c
     model = _model(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b)
     # The decoder prefills eagerly: the backend too, for the same torch matmuls and the same prompt state.
     kb = KernelBackend(model, KernelOptions(graph_prefill=False))
-    prompts = [build_prompt(model, _text_ids(12, 1), "ryan", "english"),
-               build_prompt(model, _text_ids(5, 2), "vivian", "chinese"),
-               build_prompt(model, _text_ids(30, 3), "ryan", "english", non_streaming_text=False),
-               build_prompt(model, _text_ids(8, 4), "vivian", "english", non_streaming_text=False)]  # fmt: skip
+    prompts = [
+        build_prompt(model, _text_ids(12, 1), "ryan", "english"),
+        build_prompt(model, _text_ids(5, 2), "vivian", "chinese"),
+        build_prompt(model, _text_ids(30, 3), "ryan", "english", non_streaming_text=False),
+        build_prompt(model, _text_ids(8, 4), "vivian", "english", non_streaming_text=False),
+    ]
     greedy = SamplingParams.greedy()
     frames = [20, 32, 24, 18]
     want = [kb.start(p, greedy, 0, n).next_frames(n) for p, n in zip(prompts, frames)]
 
     def decoder(slots: int, lone: bool = lone) -> BatchedDecoder:
-        return BatchedDecoder(model, kb.ops, kb.weights, slots=slots, max_seq=256, max_trailing=64,
-                              attn_splits=kb.options.attn_splits, graphs=graphs, invariant=not lone,
-                              lone_splits=kb.options.attn_splits)  # fmt: skip
+        return BatchedDecoder(
+            model,
+            kb.ops,
+            kb.weights,
+            slots=slots,
+            max_seq=256,
+            max_trailing=64,
+            attn_splits=kb.options.attn_splits,
+            graphs=graphs,
+            invariant=not lone,
+            lone_splits=kb.options.attn_splits,
+        )
 
     # Slot 0 from step 0 to 20, slot 2 from 0 (bucket 4, slot 1 padding until step 5), slot 1 from
     # step 5; slot 0 again from step 22 (a new stream in a used slot), alone from step 32.
-    plan = [(0, 0, prompts[0], greedy, 0, frames[0]), (0, 2, prompts[1], greedy, 0, frames[1]),
-            (5, 1, prompts[2], greedy, 0, frames[2]), (22, 0, prompts[3], greedy, 0, frames[3])]  # fmt: skip
+    plan = [
+        (0, 0, prompts[0], greedy, 0, frames[0]),
+        (0, 2, prompts[1], greedy, 0, frames[1]),
+        (5, 1, prompts[2], greedy, 0, frames[2]),
+        (22, 0, prompts[3], greedy, 0, frames[3]),
+    ]
     dec = decoder(5)
     got = _run_plan(dec, plan)
     for i in range(len(plan)):
@@ -663,18 +934,20 @@ def test_batched_decoder_equals_one_stream_backend(tiny_checkpoint: Path, tiny_c
     decoder = partial(decoder, lone=False)
     sampled = SamplingParams()
     alone = _run_plan(decoder(1), [(0, 0, prompts[0], sampled, 42, 24)])
-    mates = _run_plan(decoder(5), [(0, 1, prompts[1], sampled, 7, 30), (2, 4, prompts[0], sampled, 42, 24),
-                                   (0, 0, prompts[2], greedy, 0, 26)])  # fmt: skip
+    mates = _run_plan(
+        decoder(5),
+        [(0, 1, prompts[1], sampled, 7, 30), (2, 4, prompts[0], sampled, 42, 24), (0, 0, prompts[2], greedy, 0, 26)],
+    )
     assert np.array_equal(alone[0], mates[1]), "a sampled stream's codes changed with its batch-mates"
     other = _run_plan(decoder(1), [(0, 0, prompts[0], sampled, 43, 24)])
     assert not np.array_equal(alone[0], other[0])
 
 
-
 @pytest.mark.parametrize("weights", ["bf16", "int8"])
 @pytest.mark.parametrize("size", ["tiny", "tiny-0.6b"])
-def test_batched_decoder_streams_equal_alone(tiny_checkpoint: Path, tiny_checkpoint_06b: Path, ops: Ops,
-                                             size: str, weights: str) -> None:  # fmt: skip
+def test_batched_decoder_streams_equal_alone(
+    tiny_checkpoint: Path, tiny_checkpoint_06b: Path, ops: Ops, size: str, weights: str
+) -> None:
     """bf16 weights, or a float32 model's matrices quantized to int8 (model/quant.py) (the tensor-core GEMV
     where the device has one, through the captured graphs):
     streams joining at different steps in buckets 1-4, one leaving and a stream reusing its slot,
@@ -686,9 +959,8 @@ def test_batched_decoder_streams_equal_alone(tiny_checkpoint: Path, tiny_checkpo
     from wyoming_qwen3tts.backends.kernels.batched import BatchedDecoder
     from wyoming_qwen3tts.backends.kernels.options import KernelOptions
     from wyoming_qwen3tts.model.prompt import build_prompt
-    from wyoming_qwen3tts.request import SamplingParams
-
     from wyoming_qwen3tts.model.quant import quantize_model
+    from wyoming_qwen3tts.request import SamplingParams
 
     path = tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b
     if weights == "int8":
@@ -699,16 +971,30 @@ def test_batched_decoder_streams_equal_alone(tiny_checkpoint: Path, tiny_checkpo
     kb = KernelBackend(model, KernelOptions(graph_prefill=False))
 
     def decoder(slots: int) -> BatchedDecoder:
-        return BatchedDecoder(model, kb.ops, kb.weights, slots=slots, max_seq=256, max_trailing=64,
-                              attn_splits=kb.options.attn_splits, invariant=True)  # fmt: skip
+        return BatchedDecoder(
+            model,
+            kb.ops,
+            kb.weights,
+            slots=slots,
+            max_seq=256,
+            max_trailing=64,
+            attn_splits=kb.options.attn_splits,
+            invariant=True,
+        )
 
-    prompts = [build_prompt(model, _text_ids(12, 1), "ryan", "english"),
-               build_prompt(model, _text_ids(5, 2), "vivian", "chinese"),
-               build_prompt(model, _text_ids(30, 3), "ryan", "english", non_streaming_text=False),
-               build_prompt(model, _text_ids(8, 4), "vivian", "english", non_streaming_text=False)]  # fmt: skip
+    prompts = [
+        build_prompt(model, _text_ids(12, 1), "ryan", "english"),
+        build_prompt(model, _text_ids(5, 2), "vivian", "chinese"),
+        build_prompt(model, _text_ids(30, 3), "ryan", "english", non_streaming_text=False),
+        build_prompt(model, _text_ids(8, 4), "vivian", "english", non_streaming_text=False),
+    ]
     greedy, sampled = SamplingParams.greedy(), SamplingParams()
-    runs = [(prompts[0], greedy, 0, 20), (prompts[1], sampled, 11, 32), (prompts[2], greedy, 0, 24),
-            (prompts[3], sampled, 12, 18)]  # fmt: skip
+    runs = [
+        (prompts[0], greedy, 0, 20),
+        (prompts[1], sampled, 11, 32),
+        (prompts[2], greedy, 0, 24),
+        (prompts[3], sampled, 12, 18),
+    ]
     alone = [_run_plan(decoder(1), [(0, 0, p, smp, seed, n)])[0] for p, smp, seed, n in runs]
     plan = [(0, 0, *runs[0]), (0, 2, *runs[1]), (5, 1, *runs[2]), (22, 0, *runs[3])]
     got = _run_plan(decoder(4), plan)
@@ -718,9 +1004,17 @@ def test_batched_decoder_streams_equal_alone(tiny_checkpoint: Path, tiny_checkpo
     # Lone steps against the one-stream backend, both prompts prefilled by the same captured graph.
     single = KernelBackend(model)
     assert single.warm_up() > 0
-    lone = BatchedDecoder(model, single.ops, single.weights, slots=4, max_seq=256, max_trailing=64,
-                          prefills=single.prefills, prefill_cache=single.state.cache,
-                          lone_splits=single.options.attn_splits)  # fmt: skip
+    lone = BatchedDecoder(
+        model,
+        single.ops,
+        single.weights,
+        slots=4,
+        max_seq=256,
+        max_trailing=64,
+        prefills=single.prefills,
+        prefill_cache=single.state.cache,
+        lone_splits=single.options.attn_splits,
+    )
     for i, (p, smp, seed, n) in enumerate(runs):
         want = single.start(p, smp, seed, n).next_frames(n)
         got_lone = _run_plan(lone, [(0, 3 - i, p, smp, seed, n)])[0]  # slots 3..0: each slot's own graph

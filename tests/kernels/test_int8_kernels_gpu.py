@@ -29,11 +29,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from test_batched_kernels_gpu import GEMV_SHAPES as BATCHED_SHAPES
 from test_batched_kernels_gpu import TC_TOL, _tc_device, assert_close, assert_equal, rows_alone_and_batched
 from test_batched_kernels_gpu import _gemv_reference as _reference  # float64 y (mode) W @ xn, rows of x
 from test_kernels_gpu import GEMV_SHAPES, MODE_SHAPES, _greedy_parity, _model, gen, ops, rel  # noqa: F401 - ops: the fixture
+
 from wyoming_qwen3tts.backends.kernels import library
 from wyoming_qwen3tts.backends.kernels.ops import ADD, STORE, SWIGLU, Matrix, Ops
 from wyoming_qwen3tts.model.quant import quantize_model, quantize_rows
@@ -57,7 +57,7 @@ def _int8(w32: torch.Tensor, offset: int = 0) -> tuple[Matrix, torch.Tensor]:
     return Matrix(data, scale), q.double() * scale.double()[:, None]
 
 
-def _inputs(n: int, k: int, mode: int, rows: int, seed: int):  # noqa: ANN202
+def _inputs(n: int, k: int, mode: int, rows: int, seed: int):
     g = gen(seed)
     w32 = torch.randn(n, k, device=DEV, generator=g) * 0.05
     x = torch.randn(rows, k, device=DEV, generator=g) * torch.linspace(0.5, 4.0, rows, device=DEV)[:, None]
@@ -110,10 +110,26 @@ def test_int8_gemv_scale_argument(ops: Ops) -> None:
     x, y, scale = torch.zeros(64, device=DEV), torch.zeros(4, device=DEV), torch.ones(4, device=DEV)
     stream = torch.cuda.current_stream().cuda_stream
     for name, extra in (("q3t_gemv", ()), ("q3t_gemv_batch", (1,))):
-        def call(dtype: int, w: torch.Tensor, w_scale: torch.Tensor | None, name: str = name,
-                 extra: tuple = extra) -> None:  # fmt: skip
-            ops.lib.call(name, dtype, w.data_ptr(), None if w_scale is None else w_scale.data_ptr(), 4, 64,
-                         x.data_ptr(), *extra, None, 1e-6, None, y.data_ptr(), STORE, stream)  # fmt: skip
+
+        def call(
+            dtype: int, w: torch.Tensor, w_scale: torch.Tensor | None, name: str = name, extra: tuple = extra
+        ) -> None:
+            ops.lib.call(
+                name,
+                dtype,
+                w.data_ptr(),
+                None if w_scale is None else w_scale.data_ptr(),
+                4,
+                64,
+                x.data_ptr(),
+                *extra,
+                None,
+                1e-6,
+                None,
+                y.data_ptr(),
+                STORE,
+                stream,
+            )
 
         with pytest.raises(library.NativeError, match="need w_scale"):
             call(library.I8, q, None)
@@ -121,8 +137,24 @@ def test_int8_gemv_scale_argument(ops: Ops) -> None:
             call(library.F32, torch.zeros(4, 64, device=DEV), scale)
         call(library.I8, q, scale)
     with pytest.raises(library.NativeError, match="need w_scale"):
-        ops.lib.call("q3t_batched_gemv", library.I8, q.data_ptr(), None, 4, 64, x.data_ptr(), 1, None, 1e-6, None,
-                     y.data_ptr(), STORE, None, 0, stream)  # fmt: skip
+        ops.lib.call(
+            "q3t_batched_gemv",
+            library.I8,
+            q.data_ptr(),
+            None,
+            4,
+            64,
+            x.data_ptr(),
+            1,
+            None,
+            1e-6,
+            None,
+            y.data_ptr(),
+            STORE,
+            None,
+            0,
+            stream,
+        )
     with pytest.raises(ValueError, match="row scales"):
         ops.gemv(q, x, y)
 
@@ -132,8 +164,7 @@ def test_int8_gemv_scale_argument(ops: Ops) -> None:
 # The batched tests' shapes (their K all multiples of 16), then the rest of both model sizes' real
 # shapes: the 1.7B gate/up (SwiGLU), its o_proj / codec_head rows, the CodePredictor gate/up, lm_head and
 # small_to_mtp_projection (1024 x 2048); (32, 48): K not a multiple of the tensor-core kernel's 64-k chunk.
-INT8_BATCHED_SHAPES = [*BATCHED_SHAPES, (12288, 2048), (2048, 2048), (6144, 1024), (2048, 1024), (1024, 2048),
-                       (32, 48)]  # fmt: skip
+INT8_BATCHED_SHAPES = [*BATCHED_SHAPES, (12288, 2048), (2048, 2048), (6144, 1024), (2048, 1024), (1024, 2048), (32, 48)]
 KERNELS = ["fma", "tc"]
 
 
@@ -220,15 +251,16 @@ def test_int8_batched_gemv_tensor_cores_and_limits(ops: Ops) -> None:
 # ------------------------------------------------------------------------------------------ backends
 
 
-def _quantized(model):  # noqa: ANN001, ANN202
+def _quantized(model):
     report = quantize_model(model)
     assert report.modules > 0
     return model
 
 
 @pytest.mark.parametrize("size", ["tiny", "tiny-0.6b"])
-def test_int8_kernel_backend_greedy_codes_equal_torch(tiny_checkpoint: Path, tiny_checkpoint_06b: Path, ops: Ops,
-                                                      size: str) -> None:  # fmt: skip
+def test_int8_kernel_backend_greedy_codes_equal_torch(
+    tiny_checkpoint: Path, tiny_checkpoint_06b: Path, ops: Ops, size: str
+) -> None:
     """The kernel backend (captured frame graph; the prompt prefilled by the torch Talker through QuantLinear,
     in a captured graph) on a float32 model quantized at load against the torch backend on that same model:
     greedy codes equal for 200 frames (EOS impossible, so all are compared), with (tiny) and without

@@ -39,19 +39,41 @@ class TorchOps:
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
 
-    def gemv(self, w: Matrix, x: Tensor, y: Tensor, *, mode: int = STORE, norm_w: Tensor | None = None,
-             eps: float = 0.0, bias: Tensor | None = None, stream: int | None = None) -> None:  # fmt: skip
+    def gemv(
+        self,
+        w: Matrix,
+        x: Tensor,
+        y: Tensor,
+        *,
+        mode: int = STORE,
+        norm_w: Tensor | None = None,
+        eps: float = 0.0,
+        bias: Tensor | None = None,
+        stream: int | None = None,
+    ) -> None:
         self.calls["gemv"] += 1
         self._gemv(w, x[None], y.view(1, -1), mode, norm_w, eps, bias)
 
-    def gemv_batch(self, w: Matrix, x: Tensor, y: Tensor, *, mode: int = STORE, norm_w: Tensor | None = None,
-                   eps: float = 0.0, bias: Tensor | None = None, stream: int | None = None) -> None:  # fmt: skip
+    def gemv_batch(
+        self,
+        w: Matrix,
+        x: Tensor,
+        y: Tensor,
+        *,
+        mode: int = STORE,
+        norm_w: Tensor | None = None,
+        eps: float = 0.0,
+        bias: Tensor | None = None,
+        stream: int | None = None,
+    ) -> None:
         self.calls["gemv_batch"] += 1
         assert x.ndim == 2 and y.shape[0] == x.shape[0]
         self._gemv(w, x, y, mode, norm_w, eps, bias)
 
     @staticmethod
-    def _gemv(w: Matrix, x: Tensor, y: Tensor, mode: int, norm_w: Tensor | None, eps: float, bias: Tensor | None) -> None:
+    def _gemv(
+        w: Matrix, x: Tensor, y: Tensor, mode: int, norm_w: Tensor | None, eps: float, bias: Tensor | None
+    ) -> None:
         n, k = w.shape
         assert x.shape[1] == k and y.shape[1] == (n // 2 if mode == SWIGLU else n), (w.shape, x.shape, y.shape)
         assert x.dtype == y.dtype == torch.float32 and (bias is None or mode == STORE)
@@ -70,8 +92,20 @@ class TorchOps:
         self.calls["rmsnorm"] += 1
         out.copy_(rms_norm(x, weight, eps))
 
-    def _attend(self, qkv: Tensor, qn: Tensor, kn: Tensor, cos: Tensor, sin: Tensor, kc: Tensor, vc: Tensor,
-                out: Tensor, eps: float, scale: float, pos: int) -> None:  # fmt: skip
+    def _attend(
+        self,
+        qkv: Tensor,
+        qn: Tensor,
+        kn: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        kc: Tensor,
+        vc: Tensor,
+        out: Tensor,
+        eps: float,
+        scale: float,
+        pos: int,
+    ) -> None:
         max_seq, hkv, d = kc.shape
         hq = out.numel() // d
         assert qkv.numel() == (hq + 2 * hkv) * d and cos.shape == (max_seq, d) and qn.numel() == kn.numel() == d
@@ -86,25 +120,66 @@ class TorchOps:
         probs = torch.softmax(torch.einsum("hd,lhd->hl", q, keys) * scale, dim=-1)
         out.copy_(torch.einsum("hl,lhd->hd", probs, values).reshape(out.shape))
 
-    def rope_attention_split(self, qkv: Tensor, q_norm: Tensor, k_norm: Tensor, cos: Tensor, sin: Tensor,
-                             k_cache: Tensor, v_cache: Tensor, out: Tensor, *, eps: float, scale: float, splits: int,
-                             scratch: Tensor | None, pos: Tensor | None = None, pos_add: int = 0,
-                             stream: int | None = None) -> None:  # fmt: skip
+    def rope_attention_split(
+        self,
+        qkv: Tensor,
+        q_norm: Tensor,
+        k_norm: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+        out: Tensor,
+        *,
+        eps: float,
+        scale: float,
+        splits: int,
+        scratch: Tensor | None,
+        pos: Tensor | None = None,
+        pos_add: int = 0,
+        stream: int | None = None,
+    ) -> None:
         self.calls["rope_attention_split"] += 1
         assert (splits > 1) == (scratch is not None)
         at = (int(pos[0]) if pos is not None else 0) + pos_add
         self._attend(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, out, eps, scale, at)
 
-    def rope_attention(self, qkv: Tensor, q_norm: Tensor, k_norm: Tensor, cos: Tensor, sin: Tensor, k_cache: Tensor,
-                       v_cache: Tensor, out: Tensor, *, eps: float, scale: float, pos: Tensor | None = None,
-                       pos_add: int = 0, stream: int | None = None) -> None:  # fmt: skip
+    def rope_attention(
+        self,
+        qkv: Tensor,
+        q_norm: Tensor,
+        k_norm: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+        out: Tensor,
+        *,
+        eps: float,
+        scale: float,
+        pos: Tensor | None = None,
+        pos_add: int = 0,
+        stream: int | None = None,
+    ) -> None:
         self.calls["rope_attention"] += 1
         at = (int(pos[0]) if pos is not None else 0) + pos_add
         self._attend(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, out, eps, scale, at)
 
-    def rope_attention_first(self, qkv: Tensor, q_norm: Tensor, k_norm: Tensor, cos: Tensor, sin: Tensor,
-                             k_cache: Tensor, v_cache: Tensor, out: Tensor, *, eps: float, scale: float,
-                             stream: int | None = None) -> None:  # fmt: skip
+    def rope_attention_first(
+        self,
+        qkv: Tensor,
+        q_norm: Tensor,
+        k_norm: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+        out: Tensor,
+        *,
+        eps: float,
+        scale: float,
+        stream: int | None = None,
+    ) -> None:
         self.calls["rope_attention_first"] += 1
         assert out.shape[0] == qkv.shape[0]
         for p in range(qkv.shape[0]):
@@ -115,19 +190,45 @@ class TorchOps:
         assert token.numel() == 1 and out.shape == (table.shape[1],)
         out.copy_(table[int(token[0])].float())
 
-    def embed_sum(self, tables, table_ptrs: Tensor, codes: Tensor, trailing: Tensor, pad: Tensor, step: Tensor,  # noqa: ANN001
-                  out: Tensor, *, stream: int | None = None) -> None:  # fmt: skip
+    def embed_sum(
+        self,
+        tables,
+        table_ptrs: Tensor,
+        codes: Tensor,
+        trailing: Tensor,
+        pad: Tensor,
+        step: Tensor,
+        out: Tensor,
+        *,
+        stream: int | None = None,
+    ) -> None:
         self.calls["embed_sum"] += 1
         assert table_ptrs.tolist() == [t.data_ptr() for t in tables] and codes.numel() == len(tables)
         row = int(step[0])
         total = sum(t[int(c)].float() for t, c in zip(tables, codes))
         out.copy_(total + (trailing[row] if row < trailing.shape[0] else pad))
 
-    def sample(self, logits: Tensor, out_code: Tensor, *, seen: Tensor | None = None, penalty: float = 1.0,
-               eos: int = -1, min_new_tokens: int = 0, suppress: tuple[int, int] = (0, 0), do_sample: bool = False,
-               temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: Tensor | None = None,
-               stream_id: int = 0, step: Tensor | None = None, row_table: Tensor | None = None,
-               row_out: Tensor | None = None, stream: int | None = None) -> None:  # fmt: skip
+    def sample(
+        self,
+        logits: Tensor,
+        out_code: Tensor,
+        *,
+        seen: Tensor | None = None,
+        penalty: float = 1.0,
+        eos: int = -1,
+        min_new_tokens: int = 0,
+        suppress: tuple[int, int] = (0, 0),
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: Tensor | None = None,
+        stream_id: int = 0,
+        step: Tensor | None = None,
+        row_table: Tensor | None = None,
+        row_out: Tensor | None = None,
+        stream: int | None = None,
+    ) -> None:
         self.calls["sample"] += 1
         assert not do_sample, "greedy only here"
         at = int(step[0]) if step is not None else 0
@@ -140,8 +241,15 @@ class TorchOps:
             row_out.copy_(row_table[code].float())
 
     @staticmethod
-    def _greedy(logits: Tensor, seen: Tensor | None, penalty: float, eos: int, min_new_tokens: int, step: int,
-                suppress: tuple[int, int]) -> int:  # fmt: skip
+    def _greedy(
+        logits: Tensor,
+        seen: Tensor | None,
+        penalty: float,
+        eos: int,
+        min_new_tokens: int,
+        step: int,
+        suppress: tuple[int, int],
+    ) -> int:
         x = logits.clone()
         if seen is not None and penalty != 1.0:
             ids = seen.nonzero().flatten()
@@ -168,13 +276,27 @@ class TorchOps:
     def use_pdl(self, want: bool) -> bool:
         return False
 
-    def batched_gemv_scratch_floats(self, matrices) -> int:  # noqa: ANN001
+    def batched_gemv_scratch_floats(self, matrices) -> int:
         return 0
 
-    def batched_sample(self, logits: Tensor, out_codes: Tensor, *, slot: Tensor, params: Tensor, seed: Tensor,
-                       step: Tensor, seen: Tensor | None = None, suppress: tuple[int, int] = (0, 0),
-                       stream_id: int = 0, out_stride: int = 1, row_table: Tensor | None = None,
-                       row_out: Tensor | None = None, row_stride: int = 0, stream: int | None = None) -> None:  # fmt: skip
+    def batched_sample(
+        self,
+        logits: Tensor,
+        out_codes: Tensor,
+        *,
+        slot: Tensor,
+        params: Tensor,
+        seed: Tensor,
+        step: Tensor,
+        seen: Tensor | None = None,
+        suppress: tuple[int, int] = (0, 0),
+        stream_id: int = 0,
+        out_stride: int = 1,
+        row_table: Tensor | None = None,
+        row_out: Tensor | None = None,
+        row_stride: int = 0,
+        stream: int | None = None,
+    ) -> None:
         self.calls["batched_sample"] += 1
         nb, v = logits.shape
         records = params.numpy().view(library.SAMPLE_PARAMS_DTYPE)
@@ -186,8 +308,15 @@ class TorchOps:
             rec = records[s]
             assert not rec["flags"] & library.SAMPLE_DO_SAMPLE, "greedy only here"
             seen_s = seen[s] if seen is not None else None
-            code = self._greedy(logits[r], seen_s, float(rec["penalty"]), int(rec["eos"]), int(rec["min_new_tokens"]),
-                                int(step[s]), suppress)  # fmt: skip
+            code = self._greedy(
+                logits[r],
+                seen_s,
+                float(rec["penalty"]),
+                int(rec["eos"]),
+                int(rec["min_new_tokens"]),
+                int(step[s]),
+                suppress,
+            )
             out[r] = code
             if seen_s is not None:
                 seen_s[code] = 1
@@ -196,16 +325,28 @@ class TorchOps:
                 h = row_table.shape[1]
                 row_out.view(-1)[r * row_stride : r * row_stride + h] = row_table[code].float()
 
-    def batched_store_codes(self, codes: Tensor, history: Tensor, *, slot: Tensor, step: Tensor,
-                            stream: int | None = None) -> None:  # fmt: skip
+    def batched_store_codes(
+        self, codes: Tensor, history: Tensor, *, slot: Tensor, step: Tensor, stream: int | None = None
+    ) -> None:
         self.calls["batched_store_codes"] += 1
         for r, s in enumerate(slot.tolist()):
             if s >= 0 and 0 <= int(step[s]) < history.shape[1]:
                 history[s, int(step[s])] = codes[r]
 
-    def batched_embed_sum(self, tables, table_ptrs: Tensor, codes: Tensor, out: Tensor, *, slot: Tensor,  # noqa: ANN001
-                          trailing: Tensor, n_trailing: Tensor, pad: Tensor, step: Tensor,
-                          stream: int | None = None) -> None:  # fmt: skip
+    def batched_embed_sum(
+        self,
+        tables,
+        table_ptrs: Tensor,
+        codes: Tensor,
+        out: Tensor,
+        *,
+        slot: Tensor,
+        trailing: Tensor,
+        n_trailing: Tensor,
+        pad: Tensor,
+        step: Tensor,
+        stream: int | None = None,
+    ) -> None:
         self.calls["batched_embed_sum"] += 1
         assert table_ptrs.tolist() == [t.data_ptr() for t in tables] and codes.shape[1] == len(tables)
         for r, s in enumerate(slot.tolist()):
@@ -216,8 +357,9 @@ class TorchOps:
             text = trailing[s, at] if at < int(n_trailing[s]) else pad[s]
             out[r] = sum(t[int(c)].float() for t, c in zip(tables, codes[r])) + text
 
-    def batched_advance(self, slot: Tensor, *, pos: Tensor | None, step: Tensor | None,
-                        stream: int | None = None) -> None:  # fmt: skip
+    def batched_advance(
+        self, slot: Tensor, *, pos: Tensor | None, step: Tensor | None, stream: int | None = None
+    ) -> None:
         self.calls["batched_advance"] += 1
         for s in slot.tolist():
             if s >= 0:
@@ -226,7 +368,7 @@ class TorchOps:
                         counters[s] += 1
 
 
-def _model(path) -> Qwen3TTSModel:  # noqa: ANN001
+def _model(path) -> Qwen3TTSModel:
     ck = load_checkpoint(path, dtype=torch.float32, device="cpu")
     model = Qwen3TTSModel.from_tensors(ck.config, ck.tensors, dtype=torch.float32, device="cpu")
     with torch.no_grad():
@@ -234,12 +376,12 @@ def _model(path) -> Qwen3TTSModel:  # noqa: ANN001
     return model
 
 
-def _prompt(model: Qwen3TTSModel):  # noqa: ANN202
+def _prompt(model: Qwen3TTSModel):
     ids = [151644, 77091, 198, *range(1000, 1012), 151645, 198, 151644, 77091, 198]
     return build_prompt(model, ids, "ryan", "english")
 
 
-def _prefilled(model: Qwen3TTSModel, prompt) -> FrameState:  # noqa: ANN001
+def _prefilled(model: Qwen3TTSModel, prompt) -> FrameState:
     state = FrameState(model.cfg, model.dtype, model.device, capacity=prompt.length + FRAMES + 1, attn_splits=4)
     with torch.inference_mode():
         PrefillGraphs(model.talker.model, state.hn, model.dtype, enabled=False).prefill(prompt.embeds, state.cache)
@@ -257,8 +399,12 @@ def test_launch_list_gives_the_torch_backends_greedy_codes(tiny_checkpoint, tiny
     want = TorchBackend(model).start(prompt, GREEDY, 0, FRAMES).next_frames(FRAMES)
     weights, state, ops = ModelWeights.from_model(model), _prefilled(model, prompt), TorchOps()
     stacks = (*weights.talker.layers, *weights.code_predictor.layers)
-    matrices = [*(m for L in stacks for m in (L.qkv, L.o, L.gate_up, L.down)), weights.codec_head, *weights.lm_heads,
-                *([weights.proj_w] if weights.proj_w is not None else [])]  # fmt: skip
+    matrices = [
+        *(m for L in stacks for m in (L.qkv, L.o, L.gate_up, L.down)),
+        weights.codec_head,
+        *weights.lm_heads,
+        *([weights.proj_w] if weights.proj_w is not None else []),
+    ]
     assert {m.dtype for m in matrices} == {torch.int8 if matrices_as == "int8" else torch.float32}
     with torch.inference_mode():
         for _ in range(FRAMES):
@@ -328,8 +474,16 @@ def test_a_lone_slot_steps_on_the_batch1_frame_over_its_own_state(tiny_checkpoin
     prompt = _prompt(model)
     want = TorchBackend(model).start(prompt, GREEDY, 0, FRAMES).next_frames(FRAMES)
     ops = TorchOps()
-    dec = BatchedDecoder(model, ops, ModelWeights.from_model(model), slots=4, max_seq=prompt.length + FRAMES + 1,  # type: ignore[arg-type]
-                         max_trailing=8, graphs=False, lone_splits=4)  # fmt: skip
+    dec = BatchedDecoder(
+        model,
+        ops,
+        ModelWeights.from_model(model),
+        slots=4,
+        max_seq=prompt.length + FRAMES + 1,  # type: ignore[arg-type]
+        max_trailing=8,
+        graphs=False,
+        lone_splits=4,
+    )
     slot = 2
     with torch.inference_mode():
         dec.admit_all([Admission(slot, prompt, GREEDY, 0)])
@@ -384,8 +538,12 @@ def test_matrix_carries_row_scales_for_int8_only() -> None:
     q, scale = torch.zeros(4, 16, dtype=torch.int8), torch.ones(4)
     m = Matrix(q, scale)
     assert m.shape == (4, 16) and m.dtype == torch.int8
-    for bad in (lambda: Matrix(q), lambda: Matrix(q.float(), scale), lambda: Matrix(q, torch.ones(3)),
-                lambda: Matrix(q, scale.double())):  # fmt: skip
+    for bad in (
+        lambda: Matrix(q),
+        lambda: Matrix(q.float(), scale),
+        lambda: Matrix(q, torch.ones(3)),
+        lambda: Matrix(q, scale.double()),
+    ):
         with pytest.raises(ValueError):
             bad()
     with pytest.raises(ValueError, match="row scales"):

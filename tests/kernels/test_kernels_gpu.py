@@ -57,7 +57,7 @@ def gen(seed: int) -> torch.Generator:
 # ------------------------------------------------------------------------------------------ GEMV
 
 
-def _gemv_case(n: int, k: int, dtype: torch.dtype, mode: int, with_norm: bool, seed: int, *, offset: int = 0):  # noqa: ANN202
+def _gemv_case(n: int, k: int, dtype: torch.dtype, mode: int, with_norm: bool, seed: int, *, offset: int = 0):
     """Fresh random inputs, a runner (q3t_gemv, or q3t_gemv_batch with one vector: the split-K kernel
     at any K), and the float64 reference of one GEMV. offset > 0 starts the weights that many
     elements into their buffer (rows not 16-byte aligned)."""
@@ -99,14 +99,30 @@ def _gemv_case(n: int, k: int, dtype: torch.dtype, mode: int, with_norm: bool, s
 # Every GEMV shape of the decode loop (rows, K), both model sizes, then odd ones.
 GEMV_SHAPES = [
     # 1.7B Talker: qkv, o_proj, gate/up (interleaved, SwiGLU), down_proj, codec_head
-    (4096, 2048), (2048, 2048), (12288, 2048), (2048, 6144), (3072, 2048),
+    (4096, 2048),
+    (2048, 2048),
+    (12288, 2048),
+    (2048, 6144),
+    (3072, 2048),
     # CodePredictor (both sizes) and the 0.6B Talker: qkv, o_proj / small_to_mtp_projection, gate/up,
     # down_proj, lm_head, 0.6B codec_head
-    (4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (2048, 1024), (3072, 1024),
+    (4096, 1024),
+    (1024, 2048),
+    (6144, 1024),
+    (1024, 3072),
+    (2048, 1024),
+    (3072, 1024),
     # odd K (scalar path for bf16 and f32), K = 4 mod 8 (vector path for f32 only), K = 1, long odd
     # K, the largest K, odd row counts, fewer rows than a block holds
-    (38, 333), (37, 333), (64, 100), (6, 1), (10, 4097), (2, 8192), (130, 16), (1, 64),
-]  # fmt: skip
+    (38, 333),
+    (37, 333),
+    (64, 100),
+    (6, 1),
+    (10, 4097),
+    (2, 8192),
+    (130, 16),
+    (1, 64),
+]
 # Every mode at every shape, but SwiGLU only where the rows come in gate/up pairs.
 MODE_SHAPES = [(mode, n, k) for mode in (STORE, ADD, SWIGLU) for n, k in GEMV_SHAPES if not (mode == SWIGLU and n % 2)]
 
@@ -158,8 +174,9 @@ def test_gemv_rejects_oversized_k(ops: Ops) -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8])
 @pytest.mark.parametrize("mode", [STORE, ADD, SWIGLU])
-@pytest.mark.parametrize("n,k", [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (2048, 1024), (64, 100),
-                                 (130, 16)])  # fmt: skip
+@pytest.mark.parametrize(
+    "n,k", [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (2048, 1024), (64, 100), (130, 16)]
+)
 def test_gemv_batch_rows_equal_one_vector_calls(ops: Ops, dtype: torch.dtype, mode: int, n: int, k: int) -> None:
     """q3t_gemv_batch with two input vectors (the CodePredictor's positions 0 and 1) against two
     q3t_gemv calls on fresh random inputs: each vector's outputs bit for bit (each gets its own
@@ -195,7 +212,9 @@ def test_gemv_batch_rejects_bad_arguments(ops: Ops) -> None:
     with pytest.raises(library.NativeError, match="nb=3"):
         ops.gemv_batch(torch.zeros(4, 64, device=DEV), torch.zeros(3, 64, device=DEV), torch.zeros(3, 4, device=DEV))
     with pytest.raises(library.NativeError, match="exceeds 12288"):  # both vectors live in shared memory
-        ops.gemv_batch(torch.zeros(1, 8192, device=DEV), torch.zeros(2, 8192, device=DEV), torch.zeros(2, 1, device=DEV))
+        ops.gemv_batch(
+            torch.zeros(1, 8192, device=DEV), torch.zeros(2, 8192, device=DEV), torch.zeros(2, 1, device=DEV)
+        )
 
 
 def test_rmsnorm(ops: Ops) -> None:
@@ -213,8 +232,9 @@ def test_rmsnorm(ops: Ops) -> None:
 # ------------------------------------------------------------------------------------------ attention
 
 
-def _attention_inputs(g: torch.Generator, hq: int, hkv: int, d: int, max_seq: int, dtype: torch.dtype,
-                      k_scale: float = 1.0) -> tuple[torch.Tensor, ...]:  # fmt: skip
+def _attention_inputs(
+    g: torch.Generator, hq: int, hkv: int, d: int, max_seq: int, dtype: torch.dtype, k_scale: float = 1.0
+) -> tuple[torch.Tensor, ...]:
     """Fresh inputs of one attention step: qkv, q/k norm weights, RoPE tables and K/V caches whose
     rows stand for earlier positions (K scaled by k_scale)."""
     from wyoming_qwen3tts.model.layers import rope_tables
@@ -228,7 +248,7 @@ def _attention_inputs(g: torch.Generator, hq: int, hkv: int, d: int, max_seq: in
     return qkv, qn, kn, cos, sin, kc0, vc0
 
 
-def _check_attention_step(qkv, qn, kn, cos, sin, kc0, vc0, kc, vc, out, pos: int, hq: int, scale: float) -> None:  # noqa: ANN001
+def _check_attention_step(qkv, qn, kn, cos, sin, kc0, vc0, kc, vc, out, pos: int, hq: int, scale: float) -> None:
     """A q3t attention step at `pos` against torch: q and k RMS-normed and rotated (the model's own
     functions, in float64), k and v appended at row pos in the cache dtype (bf16 rounds to 8 bits),
     no other row touched, and out = softmax(q K^T * scale) V over the rows 0..pos the kernel left."""
@@ -253,17 +273,20 @@ def _check_attention_step(qkv, qn, kn, cos, sin, kc0, vc0, kc, vc, out, pos: int
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 # Chunks are at least 16 positions long, so a short context runs fewer blocks than splits: 10 of 32
 # one (its block writes the result itself), 40 of 16 three, 700 of 32 thirty-two.
-@pytest.mark.parametrize("length,splits", [(1, 1), (17, 1), (17, 16), (10, 32), (40, 16), (300, 16), (700, 32),
-                                           (1000, 7), (1000, 1)])  # fmt: skip
+@pytest.mark.parametrize(
+    "length,splits", [(1, 1), (17, 1), (17, 16), (10, 32), (40, 16), (300, 16), (700, 32), (1000, 7), (1000, 1)]
+)
 @pytest.mark.parametrize("hq,hkv,d", [(16, 8, 128), (4, 2, 16)])
-def test_rope_attention_split(ops: Ops, dtype: torch.dtype, length: int, splits: int, hq: int, hkv: int,
-                              d: int) -> None:  # fmt: skip
+def test_rope_attention_split(
+    ops: Ops, dtype: torch.dtype, length: int, splits: int, hq: int, hkv: int, d: int
+) -> None:
     """q3t_rope_attention_split (the Talker's step, merged by its last blocks) against torch on fresh
     inputs, with chunks shorter and longer than the rows it holds in shared memory (32 at d = 128,
     64 at d = 16); twice, bit for bit (the merge counters it leaves at 0 serve the next call)."""
     max_seq = 1024
-    qkv, qn, kn, cos, sin, kc0, vc0 = _attention_inputs(gen(length * 13 + splits + d), hq, hkv, d, max_seq, dtype,
-                                                        k_scale=2.0)  # fmt: skip
+    qkv, qn, kn, cos, sin, kc0, vc0 = _attention_inputs(
+        gen(length * 13 + splits + d), hq, hkv, d, max_seq, dtype, k_scale=2.0
+    )
     p = torch.tensor([length - 2], dtype=torch.int32, device=DEV)  # read from the device, + 1 below
     scale = d**-0.5
     scratch = torch.full((hq * splits * (d + 2) + hq,), float("nan"), device=DEV) if splits > 1 else None
@@ -273,8 +296,9 @@ def test_rope_attention_split(ops: Ops, dtype: torch.dtype, length: int, splits:
     outs = []
     for _ in range(2):
         out = torch.full((hq * d,), float("nan"), device=DEV)
-        ops.rope_attention_split(qkv, qn, kn, cos, sin, kc, vc, out, eps=1e-6, scale=scale, splits=splits,
-                                 scratch=scratch, pos=p, pos_add=1)  # fmt: skip
+        ops.rope_attention_split(
+            qkv, qn, kn, cos, sin, kc, vc, out, eps=1e-6, scale=scale, splits=splits, scratch=scratch, pos=p, pos_add=1
+        )
         outs.append(out)
     assert torch.isfinite(outs[0]).all() and torch.equal(outs[0], outs[1])
     _check_attention_step(qkv, qn, kn, cos, sin, kc0, vc0, kc, vc, outs[0], length - 1, hq, scale)
@@ -299,8 +323,9 @@ def test_rope_attention(ops: Ops, dtype: torch.dtype, hq: int, hkv: int, d: int,
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("hq,hkv,d", [(16, 8, 128), (2, 1, 16), (4, 4, 32)])
 @pytest.mark.parametrize("n", [1, 2, 5])
-def test_rope_attention_first_equals_positions_in_turn(ops: Ops, dtype: torch.dtype, hq: int, hkv: int, d: int,
-                                                       n: int) -> None:  # fmt: skip
+def test_rope_attention_first_equals_positions_in_turn(
+    ops: Ops, dtype: torch.dtype, hq: int, hkv: int, d: int, n: int
+) -> None:
     """q3t_rope_attention_first (positions 0..n-1 of an empty cache in one launch) against
     q3t_rope_attention at positions 0, 1, ... in turn on the same fresh qkv rows: outputs and the
     cache bit for bit, nothing written past row n - 1."""
@@ -320,8 +345,9 @@ def test_rope_attention_first_equals_positions_in_turn(ops: Ops, dtype: torch.dt
     assert torch.equal(kc2[n:], kc0[n:]) and not torch.equal(kc2[:n], kc0[:n])
     too_many = torch.zeros(max_seq + 1, (hq + 2 * hkv) * d, device=DEV)
     with pytest.raises(library.NativeError, match="n <= max_seq"):
-        ops.rope_attention_first(too_many, qn, kn, cos, sin, kc2, vc2, torch.zeros(max_seq + 1, hq * d, device=DEV),
-                                 **attend)  # fmt: skip
+        ops.rope_attention_first(
+            too_many, qn, kn, cos, sin, kc2, vc2, torch.zeros(max_seq + 1, hq * d, device=DEV), **attend
+        )
 
 
 @pytest.mark.parametrize("d,max_seq", [(16, 65), (128, 64), (256, 17)])
@@ -359,13 +385,29 @@ def test_embed_row_and_sum(ops: Ops) -> None:
     assert torch.equal(out, tb[int(codes[5])].float())
 
 
-def _sample(ops: Ops, logits: torch.Tensor, *, seed: int = 0, step: int = 0, table: torch.Tensor | None = None,
-            row: torch.Tensor | None = None, **kw) -> int:  # fmt: skip
+def _sample(
+    ops: Ops,
+    logits: torch.Tensor,
+    *,
+    seed: int = 0,
+    step: int = 0,
+    table: torch.Tensor | None = None,
+    row: torch.Tensor | None = None,
+    **kw,
+) -> int:
     """One q3t_sample; with table and row, row gets the drawn id's row of table."""
     out = torch.zeros(1, dtype=torch.int32, device=DEV)
-    ops.sample(logits, out, seed=torch.tensor([seed], dtype=torch.int64, device=DEV),
-               step=torch.tensor([step], dtype=torch.int32, device=DEV), row_table=table, row_out=row, **kw)  # fmt: skip
+    ops.sample(
+        logits,
+        out,
+        seed=torch.tensor([seed], dtype=torch.int64, device=DEV),
+        step=torch.tensor([step], dtype=torch.int32, device=DEV),
+        row_table=table,
+        row_out=row,
+        **kw,
+    )
     return int(out.item())
+
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("do_sample", [False, True])
@@ -400,7 +442,9 @@ def test_sample_greedy_matches_reference_processors(ops: Ops) -> None:
         seen = torch.zeros(3072, dtype=torch.uint8, device=DEV)
         seen[prev] = 1
         want = int(torch.argmax(proc(logits, prev, 1.05)).item())
-        got = _sample(ops, logits, seen=seen, penalty=1.05, eos=2150, min_new_tokens=2, suppress=(2048, 3072), step=prev.numel())
+        got = _sample(
+            ops, logits, seen=seen, penalty=1.05, eos=2150, min_new_tokens=2, suppress=(2048, 3072), step=prev.numel()
+        )
         assert got == want, trial
         assert seen[got] == 1  # the draw is recorded for later penalties
 
@@ -476,7 +520,7 @@ def _text_ids(n: int, seed: int = 0) -> list[int]:
     return [151644, 77091, 198, *body, 151645, 198, 151644, 77091, 198]
 
 
-def _model(path: Path, dtype: torch.dtype):  # noqa: ANN202
+def _model(path: Path, dtype: torch.dtype):
     from wyoming_qwen3tts.model.checkpoint import load_checkpoint
     from wyoming_qwen3tts.model.talker import Qwen3TTSModel
 
@@ -484,7 +528,7 @@ def _model(path: Path, dtype: torch.dtype):  # noqa: ANN202
     return Qwen3TTSModel.from_tensors(ck.config, ck.tensors, dtype=dtype, device=DEV)
 
 
-def _greedy_parity(model, n_frames: int, text_len: int = 12, streaming: bool = False) -> int:  # noqa: ANN001
+def _greedy_parity(model, n_frames: int, text_len: int = 12, streaming: bool = False) -> int:
     from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
     from wyoming_qwen3tts.backends.torch_backend import TorchBackend
     from wyoming_qwen3tts.model.prompt import build_prompt
@@ -536,8 +580,9 @@ def test_sampled_output_is_reproducible(tiny_checkpoint: Path, ops: Ops) -> None
 
 
 @pytest.mark.parametrize("size", ["tiny", "tiny-0.6b"])
-def test_teacher_forced_logits_match_torch(tiny_checkpoint: Path, tiny_checkpoint_06b: Path, ops: Ops, size: str,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_teacher_forced_logits_match_torch(
+    tiny_checkpoint: Path, tiny_checkpoint_06b: Path, ops: Ops, size: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The kernel backend's eager frames with codes forced in (each CodePredictor input row written by
     q3t_embed_row instead of the draw) against the torch backend forced the same way: float32, all
     16 logits vectors of 24 frames within 1e-4 relative (the sums run in other orders), with (tiny)
@@ -560,7 +605,7 @@ def test_teacher_forced_logits_match_torch(tiny_checkpoint: Path, tiny_checkpoin
     assert err <= 1e-4
 
 
-def _torch_forced_logits(model, prompt, codes: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:  # noqa: ANN001
+def _torch_forced_logits(model, prompt, codes: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:
     """The torch backend run with `codes` forced in (its `choose` replaced); returns the raw logits
     of codec_head and lm_head[0..14] per frame, 16 per frame, float32."""
     import wyoming_qwen3tts.backends.torch_backend as tb
@@ -568,7 +613,7 @@ def _torch_forced_logits(model, prompt, codes: np.ndarray, monkeypatch: pytest.M
 
     logged: list[torch.Tensor] = []
 
-    def log(_m, _i, o) -> None:  # noqa: ANN001
+    def log(_m, _i, o) -> None:
         logged.append(o.detach().float().reshape(-1))
 
     hooks = [model.talker.codec_head.register_forward_hook(log)]
@@ -634,7 +679,7 @@ def test_full_17b_greedy_and_bf16_teacher_forced(ops: Ops, monkeypatch: pytest.M
     # The baseline: our torch path in bf16 (bf16 weights and activations), same forced codes.
     base = _torch_forced_logits(model16, prompt16, codes, monkeypatch)
 
-    def errors(got: list) -> np.ndarray:  # noqa: ANN001
+    def errors(got: list) -> np.ndarray:
         return np.array([[rel(got[f][j], ref[16 * f + j]) for j in range(16)] for f in range(frames)])
 
     d_err, w_err = errors(decode), errors(whole)

@@ -149,7 +149,9 @@ def _sass_tools() -> tuple[str, str] | None:
     spec = importlib.util.find_spec("nvidia")
     wheel_dirs = [str(Path(p) / "cu13") for p in (spec.submodule_search_locations or [])] if spec else []
     for d in (os.environ.get("CUDA_HOME") or "/usr/local/cuda", *wheel_dirs):
-        cuobjdump = cuobjdump or (str(Path(d) / "bin" / "cuobjdump") if (Path(d) / "bin" / "cuobjdump").exists() else None)
+        cuobjdump = cuobjdump or (
+            str(Path(d) / "bin" / "cuobjdump") if (Path(d) / "bin" / "cuobjdump").exists() else None
+        )
         nvdisasm = nvdisasm or (str(Path(d) / "bin" / "nvdisasm") if (Path(d) / "bin" / "nvdisasm").exists() else None)
     return (cuobjdump, nvdisasm) if cuobjdump and nvdisasm else None
 
@@ -159,7 +161,9 @@ def _sass_functions(lib: Path, tools: tuple[str, str]) -> dict[str, list[str]]:
 
     cuobjdump, nvdisasm = tools
     env = dict(os.environ, PATH=f"{Path(nvdisasm).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    out = subprocess.run([cuobjdump, "--dump-sass", str(lib)], capture_output=True, text=True, check=True, env=env).stdout
+    out = subprocess.run(
+        [cuobjdump, "--dump-sass", str(lib)], capture_output=True, text=True, check=True, env=env
+    ).stdout
     funcs: dict[str, list[str]] = {}
     for m in re.finditer(r"Function : (\S+)(.*?)(?=Function : |\Z)", out, re.S):
         funcs[m.group(1)] = [ln for ln in m.group(2).splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", ln)]
@@ -237,8 +241,11 @@ def test_gemv_sass_loads_weights_before_the_grid_wait(tmp_path: Path, monkeypatc
         assert sum("HMMA" in ln for ln in lines) == 4 * c * nt * loads_k // 8, f"{name}: MMA count"
         assert not any(re.search(r"\b(LDL|STL)\b", ln) for ln in lines), f"{name}: local memory"
     # Every other kernel of the frame lets its successor launch first (common.cuh).
-    others = [n for n in funcs
-              if re.search(r"k_sample|k_rope_attention|k_rope_attn_partial|k_attn_merge|k_embed_|k_batched_", n)]  # fmt: skip
+    others = [
+        n
+        for n in funcs
+        if re.search(r"k_sample|k_rope_attention|k_rope_attn_partial|k_attn_merge|k_embed_|k_batched_", n)
+    ]
     assert len(others) >= 6, others
     for name in others:
         lines = funcs[name]

@@ -209,7 +209,7 @@ def test_a_failed_capture_falls_back_to_the_eager_prefill(engine, caplog):
     g = _cpu_graphs(engine)
     cache = engine.model.new_talker_cache(128)
 
-    def broken(bucket: int, run):  # noqa: ANN001, ANN202
+    def broken(bucket: int, run):
         raise RuntimeError("operation not permitted when stream is capturing")
 
     g.capture = broken
@@ -225,7 +225,7 @@ def test_a_failed_capture_falls_back_to_the_eager_prefill(engine, caplog):
 
     oom = _cpu_graphs(engine)
 
-    def out_of_memory(bucket: int, run):  # noqa: ANN001, ANN202
+    def out_of_memory(bucket: int, run):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory")
 
     oom.capture = out_of_memory

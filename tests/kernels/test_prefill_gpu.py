@@ -32,8 +32,10 @@ pytestmark = pytest.mark.gpu
 
 FRAMES = 100
 GREEDY = replace(SamplingParams.greedy(), suppress_eos=True)  # all FRAMES frames are compared
-WORDS = ("one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-         "seventeen eighteen nineteen twenty twenty-one twenty-two twenty-three twenty-four").split()  # fmt: skip
+WORDS = (
+    "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty twenty-one twenty-two twenty-three twenty-four"
+).split()
 TEXT = "The engine on the GPU speaks this sentence for the test, and then another one after it."
 
 
@@ -42,8 +44,15 @@ def _request(text: str, sampling: SamplingParams = GREEDY, **kw) -> SynthesisReq
 
 
 def _engine(path, backend: str, dtype: str = "float32", graph: bool = True) -> Engine:
-    options = EngineOptions(device="cuda", dtype=dtype, backend=backend, first_chunk_frames=2, chunk_frames=8,  # type: ignore[arg-type]
-                            kernels=KernelOptions(graph_prefill=graph), max_streams=1)  # fmt: skip
+    options = EngineOptions(
+        device="cuda",
+        dtype=dtype,
+        backend=backend,
+        first_chunk_frames=2,
+        chunk_frames=8,  # type: ignore[arg-type]
+        kernels=KernelOptions(graph_prefill=graph),
+        max_streams=1,
+    )
     engine = Engine.from_pretrained(str(path), options)
     if backend == "kernels":
         if engine.info.backend != "kernels":
@@ -128,7 +137,7 @@ def test_graph_prefill_recaptures_after_cache_growth(tiny_checkpoint, ref):
     assert len(old_graphs) == 1
     grown = _codes(engine, TEXT, 20, max_frames=backend.capacity + 10)  # grow: a new, larger cache
     assert backend.state.cache is not old_cache
-    (bucket, graph), = backend.prefills.graphs.items()
+    ((bucket, graph),) = backend.prefills.graphs.items()
     assert bucket in old_graphs and graph is not old_graphs[bucket]  # captured again for the new cache
     np.testing.assert_array_equal(grown, _codes(ref, TEXT, 20))
 
@@ -145,7 +154,11 @@ def test_graph_prefill_matches_eager_prefill(kern):
             backend.state.cache.data.fill_(float("nan"))
             backend.prefill(prompt, FRAMES)
             torch.cuda.synchronize()
-            out[graph] = (backend.state.hn.clone(), backend.state.cache.data[:, :, :n].clone(), backend.state.cache.length)
+            out[graph] = (
+                backend.state.hn.clone(),
+                backend.state.cache.data[:, :, :n].clone(),
+                backend.state.cache.length,
+            )
         finally:
             backend.prefills.enabled = True
     (h0, c0, n0), (h1, c1, n1) = out[False], out[True]
@@ -194,9 +207,11 @@ def test_graph_prefill_timing(tiny_checkpoint, dtype, capsys):
     eager, graph = statistics.median(times[False]), statistics.median(times[True])
     cfg = engine.model.cfg.talker
     with capsys.disabled():
-        print(f"\n[prefill timing] tiny {dtype} ({cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}), "
-              f"{prompt.length} positions -> bucket {prefill_bucket(prompt.length, backend.capacity)}: "
-              f"eager {eager:.2f} ms, graph {graph:.2f} ms (median of 20)")  # fmt: skip
+        print(
+            f"\n[prefill timing] tiny {dtype} ({cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}), "
+            f"{prompt.length} positions -> bucket {prefill_bucket(prompt.length, backend.capacity)}: "
+            f"eager {eager:.2f} ms, graph {graph:.2f} ms (median of 20)"
+        )
     assert eager > 0 and graph > 0
 
 

@@ -109,7 +109,9 @@ def test_base_checkpoint_loads_the_clone_encoders_as_stored(tiny_base_checkpoint
     assert {t.dtype for t in c.speaker_encoder_tensors.values()} == {torch.float32}  # as stored in the file
     with safe_open(str(tiny_base_checkpoint / "model.safetensors"), framework="pt") as f:
         assert set(c.tensors) | set(c.speaker_encoder_tensors) == set(f.keys())
-        assert torch.equal(c.speaker_encoder_tensors["speaker_encoder.fc.weight"], f.get_tensor("speaker_encoder.fc.weight"))
+        assert torch.equal(
+            c.speaker_encoder_tensors["speaker_encoder.fc.weight"], f.get_tensor("speaker_encoder.fc.weight")
+        )
     with safe_open(str(tiny_base_checkpoint / "speech_tokenizer" / "model.safetensors"), framework="pt") as f:
         assert set(c.codec_tensors) | set(c.codec_encoder_tensors) == set(f.keys())
 

@@ -22,20 +22,20 @@ from wyoming_qwen3tts.model.tokenizer import TextTokenizer
 ALL_TYPES = ("custom_voice", "base", "voice_design")
 
 
-def _clip(seconds: float = 2.0, seed: int = 0):  # noqa: ANN202
+def _clip(seconds: float = 2.0, seed: int = 0):
     t = np.arange(int(seconds * 24000)) / 24000
     x = 0.3 * np.sin(2 * np.pi * (150 + 250 * t) * t) + 0.03 * np.random.default_rng(seed).standard_normal(t.size)
     return reference_audio_from_array(x.astype(np.float32), 24000, source=f"clip{seed}")
 
 
-def _load(path: Path, **kw):  # noqa: ANN003, ANN202
+def _load(path: Path, **kw):
     ckpt = load_checkpoint(path, dtype="float32", model_types=ALL_TYPES, **kw)
     tok = TextTokenizer.from_dir(path)
     return ckpt, tok, Qwen3TTSModel.from_tensors(ckpt.config, ckpt.tensors, dtype=torch.float32, device="cpu")
 
 
 @pytest.fixture(scope="module")
-def base(tiny_base_checkpoint: Path):  # noqa: ANN201
+def base(tiny_base_checkpoint: Path):
     return _load(tiny_base_checkpoint)
 
 
@@ -55,7 +55,9 @@ def _voice(hidden: int, frames: int = 0) -> ClonePrompt:
 
 
 def test_each_model_type_takes_its_own_kind_of_voice(
-    tiny_checkpoint: Path, tiny_voice_design_checkpoint: Path, base  # noqa: ANN001
+    tiny_checkpoint: Path,
+    tiny_voice_design_checkpoint: Path,
+    base,
 ) -> None:
     _, tok, custom = _load(tiny_checkpoint)
     _, _, design = _load(tiny_voice_design_checkpoint)
@@ -81,7 +83,7 @@ def test_each_model_type_takes_its_own_kind_of_voice(
     assert build_prompt(design, ids, None, "auto").language_id is None
 
 
-def test_prompt_lengths_of_each_voice_kind(base, tiny_voice_design_checkpoint: Path) -> None:  # noqa: ANN001
+def test_prompt_lengths_of_each_voice_kind(base, tiny_voice_design_checkpoint: Path) -> None:
     """The layouts of prompt.py's module doc, position by position (text of N tokens, language given)."""
     _, tok, cloning = base
     _, _, design = _load(tiny_voice_design_checkpoint)
@@ -110,7 +112,7 @@ def test_prompt_lengths_of_each_voice_kind(base, tiny_voice_design_checkpoint: P
     assert build_prompt(design, ids, None, "english", desc).length == len(desc) + 3 + 5 + n + 1 + 1
 
 
-def test_base_ignores_an_instruct_with_a_warning(base, caplog: pytest.LogCaptureFixture) -> None:  # noqa: ANN001
+def test_base_ignores_an_instruct_with_a_warning(base, caplog: pytest.LogCaptureFixture) -> None:
     _, tok, cloning = base
     ids = tok.encode(chat_text("Hello there."))
     voice = _voice(cloning.cfg.talker.hidden_size)
@@ -134,7 +136,7 @@ def test_clone_prompt_checks_its_parts() -> None:
 # The cloner and its cache
 
 
-def test_in_context_clone_needs_a_transcript(base) -> None:  # noqa: ANN001
+def test_in_context_clone_needs_a_transcript(base) -> None:
     ckpt, tok, _ = base
     cloner = VoiceCloner.from_checkpoint(ckpt, tok)
     for transcript in (None, "", "   "):
@@ -153,7 +155,7 @@ def test_only_a_base_model_with_its_encoders_clones(tiny_checkpoint: Path, tiny_
         VoiceCloner.from_checkpoint(bare, tok)
 
 
-def test_cache_survives_a_restart_and_keys_on_everything_that_matters(base, tmp_path: Path) -> None:  # noqa: ANN001
+def test_cache_survives_a_restart_and_keys_on_everything_that_matters(base, tmp_path: Path) -> None:
     ckpt, tok, _ = base
     cloner = VoiceCloner.from_checkpoint(ckpt, tok, cache_dir=tmp_path)
     clip = _clip()
@@ -167,7 +169,9 @@ def test_cache_survives_a_restart_and_keys_on_everything_that_matters(base, tmp_
     restarted.compute = lambda *a: calls.append(a) or real(*a)  # type: ignore[method-assign]
     again = restarted.clone(clip, "  Hello there.  ")  # the transcript is stripped before it is keyed
     assert calls == []
-    assert torch.equal(again.speaker_embedding, first.speaker_embedding) and torch.equal(again.ref_codes, first.ref_codes)
+    assert torch.equal(again.speaker_embedding, first.speaker_embedding) and torch.equal(
+        again.ref_codes, first.ref_codes
+    )
     assert again.ref_text_ids == first.ref_text_ids
     # Another transcript, another mode or another clip is another prompt; the x-vector mode ignores the transcript.
     restarted.clone(clip, "Something else.")
@@ -177,14 +181,16 @@ def test_cache_survives_a_restart_and_keys_on_everything_that_matters(base, tmp_
     assert len(calls) == 3 and len(list(tmp_path.glob("*.safetensors"))) == 4
 
     keys = {
-        cache_key("model-a", "clip", False, "t"), cache_key("model-b", "clip", False, "t"),
-        cache_key("model-a", "clip2", False, "t"), cache_key("model-a", "clip", True, "t"),
+        cache_key("model-a", "clip", False, "t"),
+        cache_key("model-b", "clip", False, "t"),
+        cache_key("model-a", "clip2", False, "t"),
+        cache_key("model-a", "clip", True, "t"),
         cache_key("model-a", "clip", False, "u"),
-    }  # fmt: skip
+    }
     assert len(keys) == 5 and cache_key("m", "c", True, "t") == cache_key("m", "c", True, "u")
 
 
-def test_damaged_or_foreign_cache_files_are_recomputed(base, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:  # noqa: ANN001
+def test_damaged_or_foreign_cache_files_are_recomputed(base, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     ckpt, tok, _ = base
     cloner = VoiceCloner.from_checkpoint(ckpt, tok, cache_dir=tmp_path)
     clip = _clip()
@@ -220,7 +226,7 @@ def test_model_identity_follows_the_encoder_weights(
     assert identity(write_random_checkpoint(tmp_path / "seed1", "tiny", seed=1, model_type="base")) != a
 
 
-def test_unwritable_cache_still_clones(base, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:  # noqa: ANN001
+def test_unwritable_cache_still_clones(base, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     ckpt, tok, _ = base
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the cache directory should be")
@@ -234,7 +240,7 @@ def test_unwritable_cache_still_clones(base, tmp_path: Path, caplog: pytest.LogC
 # Decoding after the clip's codes
 
 
-def test_codec_stream_with_context_continues_the_full_decode(base) -> None:  # noqa: ANN001
+def test_codec_stream_with_context_continues_the_full_decode(base) -> None:
     ckpt, _, _ = base
     codec = CodecDecoder.from_tensors(ckpt.codec_config, ckpt.codec_tensors)
     codes = torch.randint(0, 2048, (30, 16), generator=torch.Generator().manual_seed(3))

@@ -25,7 +25,7 @@ TEXT = "The kernels speak this sentence in a cloned voice, and then another one 
 DESCRIPTION = "A calm, warm voice of an older man, speaking slowly."
 
 
-def _tiny(path: Path):  # noqa: ANN202
+def _tiny(path: Path):
     from wyoming_qwen3tts.model.checkpoint import load_checkpoint
     from wyoming_qwen3tts.model.talker import Qwen3TTSModel
     from wyoming_qwen3tts.model.tokenizer import TextTokenizer
@@ -50,7 +50,7 @@ def _random_voice(hidden: int, frames: int, text_ids: list[int] | None) -> Clone
     return ClonePrompt(x, torch.randint(0, 2048, (frames, 16), generator=g), text_ids)
 
 
-def _kernels_equal_torch(model, prompt, frames: int) -> int:  # noqa: ANN001
+def _kernels_equal_torch(model, prompt, frames: int) -> int:
     from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
     from wyoming_qwen3tts.backends.torch_backend import TorchBackend
     from wyoming_qwen3tts.request import SamplingParams
@@ -65,7 +65,7 @@ def _kernels_equal_torch(model, prompt, frames: int) -> int:  # noqa: ANN001
     return len(ref)
 
 
-def _no_eos(model) -> None:  # noqa: ANN001
+def _no_eos(model) -> None:
     with torch.no_grad():
         model.talker.codec_head.weight[model.cfg.talker.codec_eos_token_id].zero_()  # every frame is compared
 

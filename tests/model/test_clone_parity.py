@@ -44,9 +44,16 @@ LONG_EN = (
     "from the old stone bridge and count the boats that pass beneath it in the evening light."
 )
 GREEDY = dict(
-    do_sample=False, subtalker_dosample=False, top_k=50, top_p=1.0, temperature=0.9,
-    subtalker_top_k=50, subtalker_top_p=1.0, subtalker_temperature=0.9, repetition_penalty=1.05,
-)  # fmt: skip
+    do_sample=False,
+    subtalker_dosample=False,
+    top_k=50,
+    top_p=1.0,
+    temperature=0.9,
+    subtalker_top_k=50,
+    subtalker_top_p=1.0,
+    subtalker_temperature=0.9,
+    repetition_penalty=1.05,
+)
 
 
 def _chirp(seconds: float, rate: int, seed: int) -> np.ndarray:
@@ -78,19 +85,37 @@ class Ours:
         self.tokenizer = TextTokenizer.from_dir(path)
         self.model = Qwen3TTSModel.from_tensors(ckpt.config, ckpt.tensors, dtype=torch.float32, device="cpu")
         self.codec = CodecDecoder.from_tensors(ckpt.codec_config, ckpt.codec_tensors)
-        self.cloner = VoiceCloner.from_checkpoint(ckpt, self.tokenizer, cache_dir=cache_dir) if ckpt.codec_encoder_tensors else None
+        self.cloner = (
+            VoiceCloner.from_checkpoint(ckpt, self.tokenizer, cache_dir=cache_dir)
+            if ckpt.codec_encoder_tensors
+            else None
+        )
 
-    def codes(self, voice, text: str, language: str, *, instruct: str | None = None, non_streaming: bool,  # noqa: ANN001
-              frames: int):  # fmt: skip
+    def codes(
+        self,
+        voice,
+        text: str,
+        language: str,
+        *,
+        instruct: str | None = None,
+        non_streaming: bool,
+        frames: int,
+    ):
         instruct_ids = self.tokenizer.encode(chat_instruct(instruct)) if instruct else None
         prompt = build_prompt(
-            self.model, self.tokenizer.encode(chat_text(text)), voice, language, instruct_ids,
+            self.model,
+            self.tokenizer.encode(chat_text(text)),
+            voice,
+            language,
+            instruct_ids,
             non_streaming_text=non_streaming,
-        )  # fmt: skip
-        return prompt, TorchBackend(self.model).start(prompt, SamplingParams.greedy(), 0, frames).next_frames(frames + 10)
+        )
+        return prompt, TorchBackend(self.model).start(prompt, SamplingParams.greedy(), 0, frames).next_frames(
+            frames + 10
+        )
 
 
-def _reference(path: Path):  # noqa: ANN202
+def _reference(path: Path):
     from qwen_tts import Qwen3TTSModel as Reference
 
     torch.manual_seed(0)
@@ -106,11 +131,12 @@ class BasePair:
         self.ours = Ours(path, cache_dir=cache_dir)
         self._ref_prompts: dict[tuple[Path, bool], object] = {}
 
-    def ref_prompt(self, clip: Path, x_vector_only: bool):  # noqa: ANN201
+    def ref_prompt(self, clip: Path, x_vector_only: bool):
         key = (clip, x_vector_only)
         if key not in self._ref_prompts:
-            items = self.ref.create_voice_clone_prompt(ref_audio=str(clip), ref_text=REF_TEXT,
-                                                       x_vector_only_mode=x_vector_only)  # fmt: skip
+            items = self.ref.create_voice_clone_prompt(
+                ref_audio=str(clip), ref_text=REF_TEXT, x_vector_only_mode=x_vector_only
+            )
             self._ref_prompts[key] = items[0]
         return self._ref_prompts[key]
 
@@ -121,11 +147,11 @@ def base_pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
 
 
 @pytest.fixture(scope="module")
-def design_pair(tiny_voice_design_checkpoint: Path):  # noqa: ANN201
+def design_pair(tiny_voice_design_checkpoint: Path):
     return _reference(tiny_voice_design_checkpoint), Ours(tiny_voice_design_checkpoint)
 
 
-def _ids(ref, text: str) -> torch.Tensor:  # noqa: ANN001
+def _ids(ref, text: str) -> torch.Tensor:
     return ref.processor(text=text, return_tensors="pt")["input_ids"]
 
 
@@ -136,8 +162,16 @@ def _assert_same(ref_codes: np.ndarray, codes: np.ndarray, at_least: int) -> Non
     assert len(codes) >= at_least, f"only {len(codes)} frames: the comparison would prove little"
 
 
-def _clone_both(pair, clip: Path, text: str, language: str, *, x_vector_only: bool, non_streaming: bool,  # noqa: ANN001
-                frames: int = 10):  # fmt: skip
+def _clone_both(
+    pair,
+    clip: Path,
+    text: str,
+    language: str,
+    *,
+    x_vector_only: bool,
+    non_streaming: bool,
+    frames: int = 10,
+):
     ref, ours = pair.ref, pair.ours
     item = pair.ref_prompt(clip, x_vector_only)
     ids, ref_ids = _ids(ref, chat_text(text)), _ids(ref, chat_ref_text(REF_TEXT))
@@ -145,9 +179,14 @@ def _clone_both(pair, clip: Path, text: str, language: str, *, x_vector_only: bo
     assert ours.tokenizer.encode(chat_ref_text(REF_TEXT)) == ref_ids[0].tolist()
     with torch.inference_mode():
         ref_codes, _ = ref.model.generate(
-            input_ids=[ids], ref_ids=[ref_ids], voice_clone_prompt=ref._prompt_items_to_voice_clone_prompt([item]),
-            languages=[language], non_streaming_mode=non_streaming, max_new_tokens=frames + 1, **GREEDY,
-        )  # fmt: skip
+            input_ids=[ids],
+            ref_ids=[ref_ids],
+            voice_clone_prompt=ref._prompt_items_to_voice_clone_prompt([item]),
+            languages=[language],
+            non_streaming_mode=non_streaming,
+            max_new_tokens=frames + 1,
+            **GREEDY,
+        )
     voice = ours.cloner.clone(read_reference_audio(clip), REF_TEXT, x_vector_only=x_vector_only)
     prompt, codes = ours.codes(voice, text, language, non_streaming=non_streaming, frames=frames)
     return item, voice, prompt, ref_codes[0].numpy(), codes
@@ -169,13 +208,21 @@ def test_log_mel_features_equal_the_reference() -> None:
 
     for seconds in (1.0, 2.37):
         wav = _chirp(seconds, 24000, 5)
-        ref = mel_spectrogram(torch.from_numpy(wav)[None], n_fft=1024, num_mels=128, sampling_rate=24000,
-                              hop_size=256, win_size=1024, fmin=0, fmax=12000)  # fmt: skip
+        ref = mel_spectrogram(
+            torch.from_numpy(wav)[None],
+            n_fft=1024,
+            num_mels=128,
+            sampling_rate=24000,
+            hop_size=256,
+            win_size=1024,
+            fmin=0,
+            fmax=12000,
+        )
         assert torch.equal(log_mel_spectrogram(torch.from_numpy(wav)), ref[0].transpose(0, 1))
 
 
 @pytest.mark.parametrize("clip", ["wav24k", "flac16k", "short"])
-def test_speaker_embedding_within_1e5_of_the_reference(base_pair, clips, clip: str) -> None:  # noqa: ANN001
+def test_speaker_embedding_within_1e5_of_the_reference(base_pair, clips, clip: str) -> None:
     ours = base_pair.ours
     theirs = base_pair.ref_prompt(clips[clip], True).ref_spk_embedding
     mine = ours.cloner.compute(read_reference_audio(clips[clip]), None).speaker_embedding
@@ -191,7 +238,7 @@ def codec_pair(tiny_base_checkpoint: Path, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.mark.parametrize("clip", ["wav24k", "flac16k", "short", "long"])
-def test_reference_clip_codes_equal_the_reference_encoder(codec_pair, clips, clip: str) -> None:  # noqa: ANN001
+def test_reference_clip_codes_equal_the_reference_encoder(codec_pair, clips, clip: str) -> None:
     ref, ours = codec_pair.ref, codec_pair.ours
     wav, rate = soundfile.read(clips[clip], dtype="float32")
     if wav.ndim > 1:
@@ -211,7 +258,7 @@ def test_reference_clip_codes_equal_the_reference_encoder(codec_pair, clips, cli
 
 @pytest.mark.parametrize("non_streaming", [False, True])
 @pytest.mark.parametrize("language", ["english", "chinese"])
-def test_x_vector_clone_codes_match_reference(base_pair, clips, language: str, non_streaming: bool) -> None:  # noqa: ANN001
+def test_x_vector_clone_codes_match_reference(base_pair, clips, language: str, non_streaming: bool) -> None:
     text = TEXTS["chinese" if language == "chinese" else "english"]
     _, voice, prompt, ref_codes, codes = _clone_both(
         base_pair, clips["flac16k"], text, language, x_vector_only=True, non_streaming=non_streaming
@@ -222,7 +269,7 @@ def test_x_vector_clone_codes_match_reference(base_pair, clips, language: str, n
 
 @pytest.mark.parametrize("non_streaming", [False, True])
 @pytest.mark.parametrize("language", ["japanese", "german", "auto"])
-def test_in_context_clone_codes_match_reference(base_pair, clips, language: str, non_streaming: bool) -> None:  # noqa: ANN001
+def test_in_context_clone_codes_match_reference(base_pair, clips, language: str, non_streaming: bool) -> None:
     text = TEXTS.get(language, TEXTS["english"])
     item, voice, prompt, ref_codes, codes = _clone_both(
         base_pair, clips["wav24k"], text, language, x_vector_only=False, non_streaming=non_streaming
@@ -234,7 +281,7 @@ def test_in_context_clone_codes_match_reference(base_pair, clips, language: str,
     _assert_same(ref_codes, codes, at_least=6)
 
 
-def test_in_context_streaming_text_longer_than_the_clip(base_pair, clips) -> None:  # noqa: ANN001
+def test_in_context_streaming_text_longer_than_the_clip(base_pair, clips) -> None:
     """A 1 s clip (14 codec positions) and a long text: the text runs past the clip, so the rest of it becomes the
     trailing text fed during decoding (the other branch of the reference's streaming ICL layout)."""
     _, _, prompt, ref_codes, codes = _clone_both(
@@ -244,7 +291,7 @@ def test_in_context_streaming_text_longer_than_the_clip(base_pair, clips) -> Non
     _assert_same(ref_codes, codes, at_least=6)
 
 
-def test_in_context_audio_continues_the_clip_like_the_reference(base_pair, clips) -> None:  # noqa: ANN001
+def test_in_context_audio_continues_the_clip_like_the_reference(base_pair, clips) -> None:
     """generate_voice_clone decodes the clip's codes and the new ones in one pass and cuts the clip's part off; a
     codec stream started after the prompt's codec_context gives the same samples."""
     ref, ours = base_pair.ref, base_pair.ours
@@ -268,7 +315,7 @@ def test_in_context_audio_continues_the_clip_like_the_reference(base_pair, clips
 
 
 @pytest.mark.slow
-def test_long_in_context_greedy_codes_match_reference(base_pair, clips) -> None:  # noqa: ANN001
+def test_long_in_context_greedy_codes_match_reference(base_pair, clips) -> None:
     """100+ frames after the longest prompt kind (clip codes + transcript + text); the x-vector prompt has the
     CustomVoice layout, whose long runs test_parity.py covers."""
     _, _, _, ref_codes, codes = _clone_both(
@@ -277,7 +324,7 @@ def test_long_in_context_greedy_codes_match_reference(base_pair, clips) -> None:
     _assert_same(ref_codes, codes, at_least=100)
 
 
-def test_cached_prompt_gives_the_same_codes(base_pair, clips) -> None:  # noqa: ANN001
+def test_cached_prompt_gives_the_same_codes(base_pair, clips) -> None:
     """A prompt read back from the cache directory is the computed one, bit for bit (what a restart uses)."""
     ours = base_pair.ours
     audio = read_reference_audio(clips["wav24k"])
@@ -298,7 +345,7 @@ def test_cached_prompt_gives_the_same_codes(base_pair, clips) -> None:  # noqa: 
 # Voice design
 
 
-def _design_both(pair, text: str, description: str, language: str, *, non_streaming: bool, frames: int = 10):  # noqa: ANN001
+def _design_both(pair, text: str, description: str, language: str, *, non_streaming: bool, frames: int = 10):
     ref, ours = pair
     ids = _ids(ref, chat_text(text))
     instruct_ids = _ids(ref, chat_instruct(description)) if description else None
@@ -306,30 +353,38 @@ def _design_both(pair, text: str, description: str, language: str, *, non_stream
         assert ours.tokenizer.encode(chat_instruct(description)) == instruct_ids[0].tolist()
     with torch.inference_mode():
         ref_codes, _ = ref.model.generate(
-            input_ids=[ids], instruct_ids=[instruct_ids], languages=[language], non_streaming_mode=non_streaming,
-            max_new_tokens=frames + 1, **GREEDY,
-        )  # fmt: skip
+            input_ids=[ids],
+            instruct_ids=[instruct_ids],
+            languages=[language],
+            non_streaming_mode=non_streaming,
+            max_new_tokens=frames + 1,
+            **GREEDY,
+        )
     prompt, codes = ours.codes(None, text, language, instruct=description, non_streaming=non_streaming, frames=frames)
     return prompt, ref_codes[0].numpy(), codes
 
 
 @pytest.mark.parametrize(
     ("language", "description"),
-    [("english", "A warm, low male voice, speaking slowly and calmly."),
-     ("chinese", "一位年轻女性，声音明亮，语速稍快。"),
-     ("auto", "A cheerful child with a high voice."),
-     ("german", "")],  # no description: the model picks a voice, as the reference allows
-)  # fmt: skip
+    [
+        ("english", "A warm, low male voice, speaking slowly and calmly."),
+        ("chinese", "一位年轻女性，声音明亮，语速稍快。"),
+        ("auto", "A cheerful child with a high voice."),
+        ("german", ""),
+    ],  # no description: the model picks a voice, as the reference allows
+)
 @pytest.mark.parametrize("non_streaming", [True, False])
-def test_voice_design_codes_match_reference(design_pair, language: str, description: str, non_streaming: bool) -> None:  # noqa: ANN001
+def test_voice_design_codes_match_reference(design_pair, language: str, description: str, non_streaming: bool) -> None:
     text = TEXTS.get(language, TEXTS["english"])
     prompt, ref_codes, codes = _design_both(design_pair, text, description, language, non_streaming=non_streaming)
     assert prompt.codec_context is None
     _assert_same(ref_codes, codes, at_least=6)
 
 
-def test_voice_design_description_changes_the_voice(design_pair) -> None:  # noqa: ANN001
+def test_voice_design_description_changes_the_voice(design_pair) -> None:
     _, ours = design_pair
     a = ours.codes(None, TEXTS["english"], "english", instruct="A deep old voice.", non_streaming=True, frames=12)[1]
-    b = ours.codes(None, TEXTS["english"], "english", instruct="A bright young voice.", non_streaming=True, frames=12)[1]
+    b = ours.codes(None, TEXTS["english"], "english", instruct="A bright young voice.", non_streaming=True, frames=12)[
+        1
+    ]
     assert not np.array_equal(a[: min(len(a), len(b))], b[: min(len(a), len(b))])

@@ -62,7 +62,7 @@ class _Check:
         self.got: dict[str, list[torch.Tensor]] = collections.defaultdict(list)
         self.want: dict[str, list[torch.Tensor]] = collections.defaultdict(list)
 
-    def open(self, name: str, start=None) -> None:  # noqa: ANN001
+    def open(self, name: str, start=None) -> None:
         self.slot[name] = self.slots.open(start)
         self.alone[name] = start.fork() if start is not None else self.decoder.new_stream()
 
@@ -206,16 +206,19 @@ class _Launches(TorchDispatchMode):
         super().__init__()
         self.count = 0
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        aliased = func.is_view and isinstance(out, torch.Tensor) and isinstance(args[0], torch.Tensor) and (
-            out.untyped_storage().data_ptr() == args[0].untyped_storage().data_ptr()
+        aliased = (
+            func.is_view
+            and isinstance(out, torch.Tensor)
+            and isinstance(args[0], torch.Tensor)
+            and (out.untyped_storage().data_ptr() == args[0].untyped_storage().data_ptr())
         )
         self.count += not aliased
         return out
 
 
-def launches(fn) -> int:  # noqa: ANN001
+def launches(fn) -> int:
     with _Launches() as mode:
         fn()
     return mode.count

@@ -16,8 +16,8 @@ import time
 import numpy as np
 import pytest
 import torch
-
 from test_codec_slots import BF16_MAX, BF16_RMS, F32_BOUND, _Check, _decoder
+
 from wyoming_qwen3tts.codec_worker import CodecWorker
 from wyoming_qwen3tts.model.codec import int16_samples
 from wyoming_qwen3tts.model.codec_slots import CodecSlots
@@ -110,7 +110,7 @@ def test_worker_on_cuda_equals_streams(dtype):
     calls: list[int] = []
     decode = worker.slots.decode
 
-    def recording(ids, codes):  # noqa: ANN001, ANN202
+    def recording(ids, codes):
         calls.append(len(ids))
         return decode(ids, codes)
 
@@ -128,7 +128,7 @@ def test_worker_on_cuda_equals_streams(dtype):
             for n in groups:
                 out[i].append(stream.decode(codes[i, start : start + n]))  # type: ignore[union-attr]
                 start += n
-        except BaseException as err:  # noqa: BLE001 - checked below
+        except BaseException as err:
             out[i] = err
         finally:
             stream.close()

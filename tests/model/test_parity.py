@@ -71,20 +71,36 @@ def _run_both(pair, text, speaker, language, *, instruct=None, non_streaming=Tru
         instruct_ids = processor(text=chat_instruct(instruct), return_tensors="pt")["input_ids"]
         assert engine.tokenizer.encode(chat_instruct(instruct)) == instruct_ids[0].tolist()
     gen = dict(
-        do_sample=sample, subtalker_dosample=sample, top_k=50, top_p=1.0, temperature=0.9,
-        subtalker_top_k=50, subtalker_top_p=1.0, subtalker_temperature=0.9, repetition_penalty=1.05,
+        do_sample=sample,
+        subtalker_dosample=sample,
+        top_k=50,
+        top_p=1.0,
+        temperature=0.9,
+        subtalker_top_k=50,
+        subtalker_top_p=1.0,
+        subtalker_temperature=0.9,
+        repetition_penalty=1.05,
     )
     torch.manual_seed(seed)
     with torch.inference_mode():
         ref_codes, _ = ref.generate(
-            input_ids=[ids], instruct_ids=[instruct_ids], languages=[language], speakers=[speaker],
-            non_streaming_mode=non_streaming, max_new_tokens=frames + 1, **gen,
+            input_ids=[ids],
+            instruct_ids=[instruct_ids],
+            languages=[language],
+            speakers=[speaker],
+            non_streaming_mode=non_streaming,
+            max_new_tokens=frames + 1,
+            **gen,
         )
     ref_codes = ref_codes[0].numpy()
 
     prompt = build_prompt(
-        engine.model, our_ids, speaker, language,
-        instruct_ids[0].tolist() if instruct_ids is not None else None, non_streaming_text=non_streaming,
+        engine.model,
+        our_ids,
+        speaker,
+        language,
+        instruct_ids[0].tolist() if instruct_ids is not None else None,
+        non_streaming_text=non_streaming,
     )
     sampling = SamplingParams() if sample else SamplingParams.greedy()
     session = TorchBackend(engine.model).start(prompt, sampling, seed, frames)
@@ -111,7 +127,9 @@ def _assert_same(ref_codes: np.ndarray, codes: np.ndarray) -> None:
 )
 def test_long_greedy_codes_match_reference(pair, speaker, language, non_streaming, instruct):
     text = LONG_ZH if language == "chinese" else LONG_EN
-    ref_codes, codes = _run_both(pair, text, speaker, language, instruct=instruct, non_streaming=non_streaming, frames=110)
+    ref_codes, codes = _run_both(
+        pair, text, speaker, language, instruct=instruct, non_streaming=non_streaming, frames=110
+    )
     _assert_same(ref_codes, codes)
     assert len(codes) >= 100, "a long case must produce 100+ frames"
 
@@ -149,7 +167,9 @@ def test_06b_ignores_instruct_like_reference(pair_06b, caplog):
     _, _, engine = pair_06b
     ids = engine.tokenizer.encode(chat_text(SHORT["english"]))
     with caplog.at_level("WARNING"):
-        with_instruct = build_prompt(engine.model, ids, "ryan", "english", engine.tokenizer.encode(chat_instruct("whisper")))
+        with_instruct = build_prompt(
+            engine.model, ids, "ryan", "english", engine.tokenizer.encode(chat_instruct("whisper"))
+        )
     without = build_prompt(engine.model, ids, "ryan", "english", None)
     assert "instruct is ignored" in caplog.text
     assert torch.equal(with_instruct.embeds, without.embeds)

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from wyoming_qwen3tts.backends.torch_backend import TorchBackend
 from wyoming_qwen3tts.backends import make_backend
+from wyoming_qwen3tts.backends.torch_backend import TorchBackend
 from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, SynthesisRequest
 from wyoming_qwen3tts.model.checkpoint import load_checkpoint
 from wyoming_qwen3tts.model.quant import QuantLinear, is_quantized, quantize_model, quantize_rows
@@ -74,8 +74,10 @@ def test_quant_linear_is_linear_with_the_dequantized_weight(dtype) -> None:
 
 def _expected_names(model: Qwen3TTSModel, projection: bool) -> set[str]:
     names = {"talker.codec_head"} | {f"talker.code_predictor.lm_head.{j}" for j in range(15)}
-    for prefix, layers in (("talker.model", model.cfg.talker.num_hidden_layers),
-                           ("talker.code_predictor.model", model.cfg.code_predictor.num_hidden_layers)):  # fmt: skip
+    for prefix, layers in (
+        ("talker.model", model.cfg.talker.num_hidden_layers),
+        ("talker.code_predictor.model", model.cfg.code_predictor.num_hidden_layers),
+    ):
         for i in range(layers):
             for part in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"):
                 names.add(f"{prefix}.layers.{i}.{part}")
@@ -97,14 +99,22 @@ def test_quantize_model_replaces_exactly_the_matrices(size, tiny_checkpoint, tin
     assert quantized == expected
     # What stays: the text projection's two Linears, every embedding table, every norm.
     assert {name for name, m in model.named_modules() if isinstance(m, nn.Linear)} == {
-        "talker.text_projection.linear_fc1", "talker.text_projection.linear_fc2"}
+        "talker.text_projection.linear_fc1",
+        "talker.text_projection.linear_fc2",
+    }
     assert all(model.get_submodule(name) is m for name, m in embeddings.items())
     assert model.dtype == torch.float32 and model.device.type == "cpu" and is_quantized(model)
 
-    before = sum(linears[n].weight.numel() * 4 + (linears[n].bias.numel() * 4 if linears[n].bias is not None else 0)
-                 for n in expected)  # fmt: skip
-    after = sum(linears[n].weight.numel() + linears[n].out_features * 4
-                + (linears[n].bias.numel() * 4 if linears[n].bias is not None else 0) for n in expected)  # fmt: skip
+    before = sum(
+        linears[n].weight.numel() * 4 + (linears[n].bias.numel() * 4 if linears[n].bias is not None else 0)
+        for n in expected
+    )
+    after = sum(
+        linears[n].weight.numel()
+        + linears[n].out_features * 4
+        + (linears[n].bias.numel() * 4 if linears[n].bias is not None else 0)
+        for n in expected
+    )
     assert (report.modules, report.bytes_before, report.bytes_after) == (len(expected), before, after)
     assert report.bytes_saved == before - after > 0 and "saved" in str(report)
     for name in expected:  # the same integers quantize_rows gives for the original weight
@@ -128,16 +138,18 @@ def test_engine_with_int8_weights_speaks(tiny_checkpoint, caplog) -> None:
         engine = Engine.from_pretrained(str(tiny_checkpoint), INT8)
     assert any(r.message.startswith("int8 weights: Talker and CodePredictor matrices") for r in caplog.records)
     assert engine.info.weights == "int8" and engine.backend.name == "torch" and is_quantized(engine.model)
-    pcm, codes = engine.synthesize_all(SynthesisRequest(text="Hello there, int8.", speaker="ryan",
-                                                        sampling=SamplingParams.greedy(), max_frames=12))  # fmt: skip
+    pcm, codes = engine.synthesize_all(
+        SynthesisRequest(text="Hello there, int8.", speaker="ryan", sampling=SamplingParams.greedy(), max_frames=12)
+    )
     assert 0 < len(codes) <= 12 and len(pcm) == len(codes) * 1920 * 2
     assert codes.min() >= 0 and codes[:, 0].max() < engine.config.talker.vocab_size
     assert codes[:, 1:].max() < engine.config.code_predictor.vocab_size
 
 
 def test_engine_int8_in_bfloat16_speaks(tiny_checkpoint) -> None:
-    engine = Engine.from_pretrained(str(tiny_checkpoint), EngineOptions(device="cpu", dtype="bfloat16", backend="torch",
-                                                                        weights="int8"))  # fmt: skip
+    engine = Engine.from_pretrained(
+        str(tiny_checkpoint), EngineOptions(device="cpu", dtype="bfloat16", backend="torch", weights="int8")
+    )
     assert engine.model.dtype == torch.bfloat16 and is_quantized(engine.model)
     pcm, codes = engine.synthesize_all(SynthesisRequest(text="Hello.", speaker="ryan", max_frames=6, seed=1))
     assert len(codes) > 0 and len(pcm) == len(codes) * 1920 * 2
@@ -200,8 +212,9 @@ def test_teacher_forcing_reproduces_the_reference_greedy_codes(int8_engine) -> N
     sampling = SamplingParams.greedy()
     codes = TorchBackend(model).start(prompt, sampling, 0, 25).next_frames(25)
     ended = len(codes) < 25
-    logits = quant_check.teacher_forced(model, prompt, torch.from_numpy(codes), len(codes) + ended,
-                                        sampling.repetition_penalty)  # fmt: skip
+    logits = quant_check.teacher_forced(
+        model, prompt, torch.from_numpy(codes), len(codes) + ended, sampling.repetition_penalty
+    )
     code0 = logits.code0.argmax(-1)
     assert code0[: len(codes)].tolist() == codes[:, 0].tolist()
     if ended:
@@ -212,8 +225,9 @@ def test_teacher_forcing_reproduces_the_reference_greedy_codes(int8_engine) -> N
 def test_int8_against_the_same_int8_weights_agrees_everywhere(tiny_checkpoint, int8_engine) -> None:
     """An int8 copy made from a float engine's model holds the integers the int8 engine quantized at load: the
     check must find full agreement and zero KL."""
-    float_engine = Engine.from_pretrained(str(tiny_checkpoint), EngineOptions(device="cpu", dtype="float32",
-                                                                              backend="torch"))  # fmt: skip
+    float_engine = Engine.from_pretrained(
+        str(tiny_checkpoint), EngineOptions(device="cpu", dtype="float32", backend="torch")
+    )
     copy8, report = quant_check.int8_copy(float_engine.model)
     assert not is_quantized(float_engine.model) and report.modules == 29  # the original is left as it was
     results = quant_check.run(int8_engine, {"int8": copy8}, sentences=3, frames=10, seed=3, greedy=False)
@@ -225,8 +239,21 @@ def test_int8_against_the_same_int8_weights_agrees_everywhere(tiny_checkpoint, i
 
 def test_quant_check_prints_and_writes_agreements(tiny_checkpoint, tmp_path, capsys) -> None:
     out = tmp_path / "check.json"
-    argv = ["--model", str(tiny_checkpoint), "--device", "cpu", "--dtype", "bfloat16", "--sentences", "2",
-            "--frames", "8", "--baseline", "--json", str(out)]  # fmt: skip
+    argv = [
+        "--model",
+        str(tiny_checkpoint),
+        "--device",
+        "cpu",
+        "--dtype",
+        "bfloat16",
+        "--sentences",
+        "2",
+        "--frames",
+        "8",
+        "--baseline",
+        "--json",
+        str(out),
+    ]
     assert quant_check.main(argv) == 0
     printed = capsys.readouterr().out
     assert "int8 against the bfloat16 reference" in printed and "float32 against the bfloat16 reference" in printed

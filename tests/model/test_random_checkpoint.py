@@ -89,10 +89,14 @@ def test_full_size_layouts_have_the_section_8_1_totals(size: str, count: int, pa
     ("size", "count", "payload", "encoder_params"),
     # §1.3/§8.1: Base adds the ECAPA-TDNN speaker encoder, 12.0 M parameters at 1.7B and 8.85 M at 0.6B; the 0.6B
     # file then holds 1.829 GB, which is what HF lists for Qwen3-TTS-12Hz-0.6B-Base.
-    [("1.7b", 404 + 76, 3_833_352_704 + 2 * 12_001_088, 12_001_088),
-     ("0.6b", 402 + 76, 1_811_577_344 + 2 * 8_854_336, 8_854_336)],
-)  # fmt: skip
-def test_full_size_base_layouts_add_the_speaker_encoder(size: str, count: int, payload: int, encoder_params: int) -> None:
+    [
+        ("1.7b", 404 + 76, 3_833_352_704 + 2 * 12_001_088, 12_001_088),
+        ("0.6b", 402 + 76, 1_811_577_344 + 2 * 8_854_336, 8_854_336),
+    ],
+)
+def test_full_size_base_layouts_add_the_speaker_encoder(
+    size: str, count: int, payload: int, encoder_params: int
+) -> None:
     shapes = rc.model_tensor_shapes(rc.model_config_dict(size, "base"))
     assert len(shapes) == count
     assert rc.tensor_bytes(shapes, torch.bfloat16) == payload
@@ -254,8 +258,10 @@ def test_reference_loads_tiny_checkpoint_without_missing_or_unexpected_keys(
             assert torch.equal(sd[key], f.get_tensor(key)), key
     with safe_open(str(ckpt / "speech_tokenizer" / "model.safetensors"), framework="pt") as f:
         csd = codec.state_dict()
-        for key in ("decoder.decoder.1.block.0.alpha", "encoder.quantizer.semantic_residual_vector_quantizer"
-                    ".layers.0.codebook.embed_sum"):  # fmt: skip
+        for key in (
+            "decoder.decoder.1.block.0.alpha",
+            "encoder.quantizer.semantic_residual_vector_quantizer.layers.0.codebook.embed_sum",
+        ):
             assert torch.equal(csd[key], f.get_tensor(key)), key
 
 
@@ -267,9 +273,13 @@ def test_reference_wrapper_speaks_from_the_tiny_checkpoint(tiny_checkpoint: Path
     assert set(tts.get_supported_speakers()) == set(rc.SPEAKERS)
     torch.manual_seed(0)
     wavs, sr = tts.generate_custom_voice(
-        "Hello there.", speaker="Vivian", language="English",
-        do_sample=False, subtalker_dosample=False, max_new_tokens=6,
-    )  # fmt: skip
+        "Hello there.",
+        speaker="Vivian",
+        language="English",
+        do_sample=False,
+        subtalker_dosample=False,
+        max_new_tokens=6,
+    )
     wav = torch.from_numpy(wavs[0])
     assert sr == 24000
     assert wav.numel() > 0 and wav.numel() % 1920 == 0

@@ -26,9 +26,14 @@ def chirp(seconds: float, rate: int, *, channels: int = 1, seed: int = 0) -> np.
 
 @pytest.mark.parametrize(
     ("fmt", "subtype", "ext"),
-    [("WAV", "FLOAT", "wav"), ("WAV", "PCM_16", "wav"), ("FLAC", "PCM_24", "flac"), ("OGG", "VORBIS", "ogg"),
-     ("MP3", "MPEG_LAYER_III", "mp3")],
-)  # fmt: skip
+    [
+        ("WAV", "FLOAT", "wav"),
+        ("WAV", "PCM_16", "wav"),
+        ("FLAC", "PCM_24", "flac"),
+        ("OGG", "VORBIS", "ogg"),
+        ("MP3", "MPEG_LAYER_III", "mp3"),
+    ],
+)
 def test_every_common_format_reads_as_24khz_mono(tmp_path: Path, fmt: str, subtype: str, ext: str) -> None:
     path = tmp_path / f"clip.{ext}"
     soundfile.write(path, chirp(2.0, 24000, channels=2), 24000, format=fmt, subtype=subtype)
@@ -62,7 +67,9 @@ def test_bytes_and_file_objects_read_like_paths(tmp_path: Path) -> None:
     from_bytes = ra.read_reference_audio(path.read_bytes())
     with open(path, "rb") as f:
         from_file = ra.read_reference_audio(f)
-    assert np.array_equal(from_path.samples, from_bytes.samples) and np.array_equal(from_path.samples, from_file.samples)
+    assert np.array_equal(from_path.samples, from_bytes.samples) and np.array_equal(
+        from_path.samples, from_file.samples
+    )
     assert from_path.sha256 == from_bytes.sha256 and len(from_path.samples) == 36000
     assert from_bytes.source == "<audio data>"
 
@@ -90,6 +97,7 @@ def test_too_long_is_refused_from_the_header(tmp_path: Path, monkeypatch: pytest
     soundfile.write(path, chirp(31.0, 8000), 8000)
     with pytest.raises(ReferenceAudioError, match=r"31\.0 s long; the limit is 30 s"):
         ra.read_reference_audio(path)
+
     # The limit is a setting, and the length is known before any sample is decoded.
     def no_read(*_a: object, **_k: object) -> None:
         raise AssertionError("samples were read although the header already says the clip is too long")

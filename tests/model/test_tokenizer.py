@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import shutil
 import unicodedata
 from pathlib import Path
 
@@ -86,9 +85,14 @@ def hf_fast(directory: Path, **kwargs: object) -> object:
 
 def random_texts(count: int, seed: int = 1234) -> list[str]:
     """Random strings from a pool that stresses the split regex: scripts, cases, digits, spaces, marks."""
-    pool = list("aAbBzZ") + list(" \t\n\r") + list("0123456789") + list(".,!?'\"-_/\\()[]") + list(
-        "éüßÅ你好世界こカ한글😀👍\u0301\u200d"
-    ) + ["'s", "'LL", "  ", "\n\n", "<|im_start|>", "<tts_pad>"]
+    pool = (
+        list("aAbBzZ")
+        + list(" \t\n\r")
+        + list("0123456789")
+        + list(".,!?'\"-_/\\()[]")
+        + list("éüßÅ你好世界こカ한글😀👍\u0301\u200d")
+        + ["'s", "'LL", "  ", "\n\n", "<|im_start|>", "<tts_pad>"]
+    )
     rng = random.Random(seed)
     return ["".join(rng.choice(pool) for _ in range(rng.randint(1, 40))) for _ in range(count)]
 

@@ -186,7 +186,9 @@ def test_kernels_are_built_for_the_build_arg_arch_list(flavour: str) -> None:
     keywords = [(i.keyword, i.args) for i in ins]
     env_at = next(n for n, (k, a) in enumerate(keywords) if k == "ENV" and "Q3T_CACHE_DIR=" in a)
     install = next(n for n, (k, a) in enumerate(keywords) if k == "RUN" and "pip install" in a)
-    kernels = next(n for n, (k, a) in enumerate(keywords) if k == "RUN" and "wyoming_qwen3tts.backends.kernels.build" in a)
+    kernels = next(
+        n for n, (k, a) in enumerate(keywords) if k == "RUN" and "wyoming_qwen3tts.backends.kernels.build" in a
+    )
     user = next(n for n, (k, _) in enumerate(keywords) if k == "USER")
     # Built after the package is installed and before the switch to the unprivileged user.
     assert install < kernels < user and env_at < kernels

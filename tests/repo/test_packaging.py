@@ -52,8 +52,11 @@ def test_wheel_installed_non_editable_finds_the_kernel_sources(tmp_path: Path) -
     for part in ("src", "include"):
         shutil.copytree(ROOT / "kernels" / part, src / "kernels" / part)
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
-                    str(src)], check=True, cwd=tmp_path)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(src)],
+        check=True,
+        cwd=tmp_path,
+    )
     (wheel,) = wheels.glob("wyoming_qwen3tts-*.whl")
     with zipfile.ZipFile(wheel) as zf:
         tops = {name.split("/")[0] for name in zf.namelist()}
@@ -65,8 +68,12 @@ def test_wheel_installed_non_editable_finds_the_kernel_sources(tmp_path: Path) -
     # The new environment runs without PYTHONPATH: a checkout on it (as when testing a worktree) would shadow
     # the installed copy, and its egg-info would make pip take the wheel as installed already.
     clean_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True,
-                   cwd=tmp_path, env=clean_env)  # fmt: skip
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        check=True,
+        cwd=tmp_path,
+        env=clean_env,
+    )
     # the package needs numpy, which --no-index cannot install: this environment's numpy alone is linked
     # in (a folder holding only numpy, on the new venv's path), so nothing else of ours leaks in.
     numpy_dir = Path(np.__file__).resolve().parent
@@ -77,8 +84,9 @@ def test_wheel_installed_non_editable_finds_the_kernel_sources(tmp_path: Path) -
             (only_numpy / name).symlink_to(numpy_dir.parent / name)
     (site_packages,) = env_dir.glob("lib/python*/site-packages")
     (site_packages / "only_numpy.pth").write_text(f"{only_numpy}\n")
-    out = subprocess.run([str(python), "-c", PROBE], check=True, capture_output=True, text=True, cwd=tmp_path,
-                         env=clean_env)  # fmt: skip
+    out = subprocess.run(
+        [str(python), "-c", PROBE], check=True, capture_output=True, text=True, cwd=tmp_path, env=clean_env
+    )
     found = json.loads(out.stdout)
 
     site = Path(found["dir"]).parent

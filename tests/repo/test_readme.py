@@ -95,9 +95,13 @@ def test_readme_trial_commands_work_as_written() -> None:
         assert w.getframerate() == 24000 and w.getnframes() > 0 and w.getnframes() % 1920 == 0
 
     server = subprocess.Popen(
-        shlex.split(SERVE_TINY), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        shlex.split(SERVE_TINY),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,  # script/run execs the server: one process group to stop
-    )  # fmt: skip
+    )
     try:
         deadline = time.monotonic() + 240  # script/run first re-runs script/setup
         healthy = None

@@ -16,14 +16,14 @@ import random
 from functools import partial
 
 import pytest
+from test_handler import FakeEngine, audio_of, read_until, start_server
+from test_text_stream import REPLIES
 from wyoming.audio import AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
 from wyoming.server import AsyncServer, AsyncTcpServer
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped, SynthesizeVoice
 
-from test_handler import FakeEngine, audio_of, read_until, start_server
-from test_text_stream import REPLIES
 from wyoming_qwen3tts.engine import SAMPLES_PER_FRAME, Engine, EngineOptions
 from wyoming_qwen3tts.handler import HandlerConfig, Qwen3TTSEventHandler
 from wyoming_qwen3tts.runaway import frame_budget
@@ -67,7 +67,9 @@ async def test_streamed_reply_speaks_the_one_shot_sentences(language: str) -> No
         events = await _one_shot(port, text, voice)
         one_shot = [r.text for r in engine.requests]
         assert one_shot == want
-        assert AudioStart.is_type(events[0].type) and len(audio_of(events)) == FRAME_BYTES * sum(len(s.split()) for s in want)
+        assert AudioStart.is_type(events[0].type) and len(audio_of(events)) == FRAME_BYTES * sum(
+            len(s.split()) for s in want
+        )
 
         rng = random.Random(language)
         for _ in range(3):

@@ -15,7 +15,6 @@ from functools import partial
 import numpy as np
 import pytest
 from wyoming.audio import AudioChunk as WyAudioChunk
-from wyoming.audio import AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
 from wyoming.event import Event
@@ -26,7 +25,6 @@ from wyoming.tts import (
     SynthesizeChunk,
     SynthesizeStart,
     SynthesizeStop,
-    SynthesizeStopped,
     SynthesizeVoice,
 )
 
@@ -45,7 +43,19 @@ class FakeEngine:
     """The Engine interface (engine_set.Speaker): frames per sentence = number of words, one frame group per word."""
 
     speakers = list(SPEAKER_DESCRIPTIONS)
-    languages = ["auto", "chinese", "english", "german", "italian", "portuguese", "spanish", "japanese", "korean", "french", "russian"]
+    languages = [
+        "auto",
+        "chinese",
+        "english",
+        "german",
+        "italian",
+        "portuguese",
+        "spanish",
+        "japanese",
+        "korean",
+        "french",
+        "russian",
+    ]
     supports_instruct = True
     model_types = {"custom_voice"}
     max_streams = 1
@@ -56,8 +66,9 @@ class FakeEngine:
     def warm_thread(self) -> None:
         pass
 
-
-    def __init__(self, frame_delay: float = 0.0, fail_on: str | None = None, fail_with: type[Exception] = Qwen3TTSError) -> None:
+    def __init__(
+        self, frame_delay: float = 0.0, fail_on: str | None = None, fail_with: type[Exception] = Qwen3TTSError
+    ) -> None:
         self.frame_delay = frame_delay
         self.fail_on = fail_on
         self.fail_with = fail_with
@@ -88,7 +99,14 @@ class FakeEngine:
                 self.cancelled.append(request.text)
 
 
-async def start_server(engine: FakeEngine, *, load_delay: float = 0.0, load_error: bool = False, presets: list[VoicePreset] | None = None, **config: object) -> tuple[AsyncServer, int, TtsService]:
+async def start_server(
+    engine: FakeEngine,
+    *,
+    load_delay: float = 0.0,
+    load_error: bool = False,
+    presets: list[VoicePreset] | None = None,
+    **config: object,
+) -> tuple[AsyncServer, int, TtsService]:
     def load() -> FakeEngine:
         time.sleep(load_delay)
         if load_error:
@@ -191,7 +209,9 @@ async def test_stream_speaks_first_sentence_before_stop(fake: tuple[FakeEngine, 
         second = await asyncio.wait_for(client.read_event(), 5)
         assert first is not None and first.type == "audio-start"
         assert second is not None and second.type == "audio-chunk"
-        await client.write_event(Synthesize("Hello world. Second sentence", voice=SynthesizeVoice(name="aiden")).event())
+        await client.write_event(
+            Synthesize("Hello world. Second sentence", voice=SynthesizeVoice(name="aiden")).event()
+        )
         await client.write_event(SynthesizeChunk("tence").event())
         await client.write_event(SynthesizeStop().event())
         events = [first, second] + await read_until(client, "synthesize-stopped")
@@ -202,7 +222,9 @@ async def test_stream_speaks_first_sentence_before_stop(fake: tuple[FakeEngine, 
     assert len(audio_of(events)) == 4 * FRAME_BYTES
 
 
-async def test_a_control_marker_cut_between_chunks_is_removed_as_in_one_piece(fake: tuple[FakeEngine, int, TtsService]) -> None:
+async def test_a_control_marker_cut_between_chunks_is_removed_as_in_one_piece(
+    fake: tuple[FakeEngine, int, TtsService],
+) -> None:
     """ChatML markers are removed from the streamed text as a whole: cut at every point into two
     synthesize-chunk events, the engine gets what the one-shot request gives it, never a marker's
     remains."""

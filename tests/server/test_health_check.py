@@ -6,7 +6,7 @@ import asyncio
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -80,7 +80,10 @@ async def _serve(info: Info | None, mode: str = "ok") -> AsyncIterator[str]:
     """A real wyoming AsyncServer on a free localhost port; yields its URI."""
     uri = f"tcp://127.0.0.1:{_free_port()}"
     server = AsyncServer.from_uri(uri)
-    factory: Callable[..., AsyncEventHandler] = lambda r, w: _DescribeHandler(info, mode, r, w)
+
+    def factory(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> AsyncEventHandler:
+        return _DescribeHandler(info, mode, r, w)
+
     await server.start(factory)
     try:
         yield uri

@@ -57,8 +57,23 @@ def pathological_text(rng: random.Random) -> str:
 
 @pytest.fixture(scope="module")
 def tiny_args(tiny_checkpoint: Path) -> list[str]:
-    return ["--model", str(tiny_checkpoint), "--device", "cpu", "--dtype", "float32", "--max-frames", "2",
-            "--first-chunk-frames", "1", "--chunk-frames", "1", "--greedy", "--seed", "1"]
+    return [
+        "--model",
+        str(tiny_checkpoint),
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--max-frames",
+        "2",
+        "--first-chunk-frames",
+        "1",
+        "--chunk-frames",
+        "1",
+        "--greedy",
+        "--seed",
+        "1",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +86,9 @@ def real(tmp_path_factory: pytest.TempPathFactory, tiny_args: list[str]) -> Iter
 
 @pytest.fixture(scope="module")
 def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start(tmp_path_factory.mktemp("hostile"), ["--write-timeout", str(WRITE), "--debug"], fake=True, frame_delay=0.01)
+    server = start(
+        tmp_path_factory.mktemp("hostile"), ["--write-timeout", str(WRITE), "--debug"], fake=True, frame_delay=0.01
+    )
     yield server
     assert server.stop() == 0
     assert_clean_log(server)
@@ -100,7 +117,9 @@ async def pathological_load(port: int, rng: random.Random) -> list[Raw]:
                 events.append(Event(type="synthesize", data={"text": text}))
             else:
                 events.append(Event(type="synthesize-start"))
-                events += [Event(type="synthesize-chunk", data={"text": text[k:k + 500]}) for k in range(0, len(text), 500)]
+                events += [
+                    Event(type="synthesize-chunk", data={"text": text[k : k + 500]}) for k in range(0, len(text), 500)
+                ]
                 events.append(Event(type="synthesize-stop"))
         await client.send(b"".join(encode(e) for e in events))
     return clients
@@ -221,8 +240,10 @@ async def test_describe_prompt_while_pathological_texts_in_flight(real: Server) 
     after = await wait_quiet(real.port, timeout=60)
     assert after["exchanges"] == 0 and after["jobs"] == 0 and after["connections"] == 1, after
     assert after["tasks"] == base["tasks"], (base, after)
-    print(f"\ndescribe under 32 pathological texts: {len(latencies)} tries, "
-          f"median {sorted(latencies)[len(latencies) // 2] * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms")
+    print(
+        f"\ndescribe under 32 pathological texts: {len(latencies)} tries, "
+        f"median {sorted(latencies)[len(latencies) // 2] * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms"
+    )
 
 
 # -- 2. sentences that clean to nothing are skipped ----------------------------------------------
@@ -272,7 +293,9 @@ async def test_write_only_flooders_are_dropped_and_slots_free(tmp_path: Path) ->
     """Four clients flood describe and never read, at max_connections 4: everyone else is
     refused until write_timeout passes, then they are dropped (long before idle_timeout) and new
     clients are admitted again."""
-    server = start(tmp_path, ["--max-connections", "4", "--write-timeout", str(WRITE), "--idle-timeout", "60"], fake=True)
+    server = start(
+        tmp_path, ["--max-connections", "4", "--write-timeout", str(WRITE), "--idle-timeout", "60"], fake=True
+    )
     flooders: list[Raw] = []
     try:
         t0 = time.monotonic()
@@ -292,8 +315,10 @@ async def test_write_only_flooders_are_dropped_and_slots_free(tmp_path: Path) ->
         assert await synthesize(server.port, "Room again.") == 2
         log = server.log_text()
         assert log.count(f"the client took no data for {WRITE:g} s") == 4, log[-3000:]
-        print(f"\nwrite-only flooders dropped {min(waited):.2f}-{max(waited):.2f} s after they started "
-              f"(write_timeout {WRITE:g} s)")
+        print(
+            f"\nwrite-only flooders dropped {min(waited):.2f}-{max(waited):.2f} s after they started "
+            f"(write_timeout {WRITE:g} s)"
+        )
     finally:
         close_all(flooders)
         assert server.stop() == 0
@@ -405,7 +430,9 @@ LOADS: dict[str, Callable[[int], Awaitable[list[Raw]]]] = {
 }
 
 
-async def assert_sigterm_exits_in_time(server: Server, load: Callable[[int], Awaitable[list[Raw]]], name: str, settle: float) -> None:
+async def assert_sigterm_exits_in_time(
+    server: Server, load: Callable[[int], Awaitable[list[Raw]]], name: str, settle: float
+) -> None:
     """Start the load, let it settle (buffers full, requests queued), SIGTERM: exit 0 within
     drain_seconds + EXIT_MARGIN; the log stays clean."""
     clients: list[Raw] = []
@@ -415,7 +442,7 @@ async def assert_sigterm_exits_in_time(server: Server, load: Callable[[int], Awa
         server.check_alive()
         t0 = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)
-        while server.proc.poll() is None and time.monotonic() - t0 < DRAIN + 30:
+        while server.proc.poll() is None and time.monotonic() - t0 < DRAIN + 30:  # noqa: ASYNC110 - a process, not an event
             await asyncio.sleep(0.02)
         elapsed = time.monotonic() - t0
         assert server.proc.returncode == 0, server.log_text()[-3000:]
@@ -429,8 +456,12 @@ async def assert_sigterm_exits_in_time(server: Server, load: Callable[[int], Awa
 
 @pytest.mark.parametrize("load", list(LOADS))
 async def test_sigterm_exits_in_time_under_load(tmp_path: Path, load: str) -> None:
-    server = start(tmp_path, ["--drain-seconds", str(DRAIN), "--write-timeout", "30", "--idle-timeout", "60"],
-                   fake=True, frame_delay=0.01)
+    server = start(
+        tmp_path,
+        ["--drain-seconds", str(DRAIN), "--write-timeout", "30", "--idle-timeout", "60"],
+        fake=True,
+        frame_delay=0.01,
+    )
     await assert_sigterm_exits_in_time(server, LOADS[load], load, settle=1.0)
     if load == "describe-then-reset":
         log = server.log_text()
@@ -450,6 +481,6 @@ async def test_client_going_away_is_not_an_error(fake: Server) -> None:
     for _ in range(20):
         await describe_then_reset(fake.port)
     await wait_quiet(fake.port)
-    log = fake.log_text()[len(before):]
+    log = fake.log_text()[len(before) :]
     assert "ERROR" not in log and "synthesis-failed" not in log and "Traceback" not in log, log[-3000:]
     assert await synthesize(fake.port, "Fine after resets.") == 3

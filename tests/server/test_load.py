@@ -12,9 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from wyoming.event import Event
-
 from reliability_support import Raw, Server, check_answer, start, wait_quiet
+from wyoming.event import Event
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -25,8 +24,23 @@ MAX_FRAMES = 2
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Iterator[Server]:
     # 32 requests wait for the one slot here: the queue limit (4 by default) would refuse most of them.
-    args = ["--model", str(tiny_checkpoint), "--device", "cpu", "--dtype", "float32", "--max-queued-streams", str(CLIENTS),
-            "--max-frames", str(MAX_FRAMES), "--first-chunk-frames", "1", "--chunk-frames", "1", "--greedy"]
+    args = [
+        "--model",
+        str(tiny_checkpoint),
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--max-queued-streams",
+        str(CLIENTS),
+        "--max-frames",
+        str(MAX_FRAMES),
+        "--first-chunk-frames",
+        "1",
+        "--chunk-frames",
+        "1",
+        "--greedy",
+    ]
     server = start(tmp_path_factory.mktemp("load"), args, fake=False, name="load")
     yield server
     assert server.stop() == 0
@@ -52,7 +66,7 @@ async def one_client(port: int, n: int) -> tuple[int, float, bool]:
         frames = check_answer(events, streaming)
         try:  # nothing after the answer: the server now waits for the next request
             extra = await client.read(0.2)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             extra = None
         assert extra is None, extra
     finally:
@@ -77,8 +91,21 @@ async def test_32_clients_at_once_all_answered(real: Server) -> None:
 
 
 def test_soak_tool_reports_numbers(real: Server) -> None:
-    cmd = [sys.executable, "-m", "wyoming_qwen3tts.tools.soak", "--uri", f"tcp://127.0.0.1:{real.port}",
-           "--clients", "3", "--seconds", "8", "--streaming", "--server-pid", str(real.pid), "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "wyoming_qwen3tts.tools.soak",
+        "--uri",
+        f"tcp://127.0.0.1:{real.port}",
+        "--clients",
+        "3",
+        "--seconds",
+        "8",
+        "--streaming",
+        "--server-pid",
+        str(real.pid),
+        "--json",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=200)
     assert out.returncode == 0, out.stdout + out.stderr
     report = json.loads(out.stdout)
@@ -96,8 +123,20 @@ def test_soak_tool_counts_failures() -> None:
     """Against a port where nobody listens every request fails and the exit status says so."""
     from reliability_support import free_port
 
-    cmd = [sys.executable, "-m", "wyoming_qwen3tts.tools.soak", "--uri", f"tcp://127.0.0.1:{free_port()}",
-           "--clients", "2", "--seconds", "1", "--json", "--settle", "0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "wyoming_qwen3tts.tools.soak",
+        "--uri",
+        f"tcp://127.0.0.1:{free_port()}",
+        "--clients",
+        "2",
+        "--seconds",
+        "1",
+        "--json",
+        "--settle",
+        "0",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert out.returncode == 1
     report = json.loads(out.stdout)

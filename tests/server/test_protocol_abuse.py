@@ -17,9 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from wyoming.event import Event
-
 from reliability_support import Raw, Server, check_answer, encode, header, start, stats, synthesize, wait_quiet
+from wyoming.event import Event
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -40,14 +39,29 @@ def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Iterator[Server]:
-    args = ["--model", str(tiny_checkpoint), "--device", "cpu", "--dtype", "float32",
-            "--max-frames", "1", "--first-chunk-frames", "1", "--greedy", "--seed", "1"]
+    args = [
+        "--model",
+        str(tiny_checkpoint),
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--max-frames",
+        "1",
+        "--first-chunk-frames",
+        "1",
+        "--greedy",
+        "--seed",
+        "1",
+    ]
     server = start(tmp_path_factory.mktemp("abuse-real"), args, fake=False, name="real")
     yield server
     assert server.stop() == 0
 
 
-async def outcome(port: int, data: bytes | list[Event], *, half_close: bool = False, timeout: float = 15) -> list[Event]:
+async def outcome(
+    port: int, data: bytes | list[Event], *, half_close: bool = False, timeout: float = 15
+) -> list[Event]:
     """Send raw bytes (or events), then read everything until the server closes the connection."""
     client = await Raw.connect(port)
     try:
@@ -174,7 +188,9 @@ async def test_large_event_within_limit_is_read(fake: Server) -> None:
     client = await Raw.connect(fake.port)
     try:
         data = json.dumps({"blob": "x" * 100_000}).encode()
-        await client.send(header({"type": "x-big", "data_length": len(data), "payload_length": 800_000}) + data + b"\0" * 800_000)
+        await client.send(
+            header({"type": "x-big", "data_length": len(data), "payload_length": 800_000}) + data + b"\0" * 800_000
+        )
         await client.event(Event(type="describe"))
         event = await client.read(10)
         assert event is not None and event.type == "info"
@@ -219,7 +235,11 @@ async def test_unknown_events_are_ignored(fake: Server) -> None:
     [
         [Event(type="synthesize-chunk", data={"text": "hello"})],
         [Event(type="synthesize-stop")],
-        [Event(type="synthesize-start"), Event(type="synthesize-chunk", data={"text": "One. "}), Event(type="synthesize-start")],
+        [
+            Event(type="synthesize-start"),
+            Event(type="synthesize-chunk", data={"text": "One. "}),
+            Event(type="synthesize-start"),
+        ],
     ],
     ids=["chunk-without-start", "stop-without-start", "second-start"],
 )
@@ -229,7 +249,9 @@ async def test_out_of_order_events(fake: Server, events: list[Event]) -> None:
     await still_serves(fake)
 
 
-@pytest.mark.parametrize("voice", [{}, {"name": ""}, {"name": None}, None], ids=["empty", "empty-name", "null-name", "null"])
+@pytest.mark.parametrize(
+    "voice", [{}, {"name": ""}, {"name": None}, None], ids=["empty", "empty-name", "null-name", "null"]
+)
 async def test_empty_voice_means_default_voice(fake: Server, voice: dict | None) -> None:  # type: ignore[type-arg]
     client = await Raw.connect(fake.port)
     try:
@@ -253,8 +275,18 @@ async def test_empty_voice_means_default_voice(fake: Server, voice: dict | None)
         {"text": ["Hi."]},
         {},
     ],
-    ids=["voice-str", "voice-int", "voice-list", "name-int", "speaker-list", "language-dict",
-         "text-int", "text-null", "text-list", "no-text"],
+    ids=[
+        "voice-str",
+        "voice-int",
+        "voice-list",
+        "name-int",
+        "speaker-list",
+        "language-dict",
+        "text-int",
+        "text-null",
+        "text-list",
+        "no-text",
+    ],
 )
 @pytest.mark.parametrize("streaming", [False, True])
 async def test_wrong_json_types(fake: Server, data: dict, streaming: bool) -> None:  # type: ignore[type-arg]
@@ -262,8 +294,10 @@ async def test_wrong_json_types(fake: Server, data: dict, streaming: bool) -> No
         voice = {"voice": data["voice"]} if "voice" in data else {}
         text = {"text": data["text"]} if "text" in data else {}
         ok_voice = "voice" not in data
-        events = [Event(type="synthesize-start", data=voice if not ok_voice else {}),
-                  Event(type="synthesize-chunk", data=text if ok_voice else {"text": "Hi."})]
+        events = [
+            Event(type="synthesize-start", data=voice if not ok_voice else {}),
+            Event(type="synthesize-chunk", data=text if ok_voice else {"text": "Hi."}),
+        ]
     else:
         events = [Event(type="synthesize", data=data)]
     error = the_error([e for e in await outcome(fake.port, events) if not e.type.startswith("audio")])
@@ -330,7 +364,7 @@ async def test_text_over_limit_is_refused(real: Server) -> None:
 async def test_long_text_at_the_limit_is_spoken_whole(fake: Server) -> None:
     """5000 characters (the limit) in 3-word sentences: every word spoken, in one answer."""
     sentence = "Alpha beta gamma. "
-    text = (sentence * (5000 // len(sentence)))
+    text = sentence * (5000 // len(sentence))
     text += "x" * (5000 - len(text) - 1) + "."
     assert len(text) == 5000
     frames = await synthesize(fake.port, text, timeout=120)

@@ -21,13 +21,13 @@ from pathlib import Path
 import numpy as np
 import openai
 import pytest
+from reliability_support import Server, check_answer, free_port, start, stats
+from test_handler import FakeEngine
+from test_http_app import metric_value
 from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
 from wyoming.tts import Synthesize, SynthesizeVoice
 
-from reliability_support import Server, check_answer, free_port, start, stats
-from test_handler import FakeEngine
-from test_http_app import metric_value
 from wyoming_qwen3tts.errors import QueueFullError
 from wyoming_qwen3tts.request import SAMPLES_PER_FRAME, SynthesisRequest
 from wyoming_qwen3tts.service import QUEUED_MIN, QUEUED_PER_STREAM, TtsService
@@ -42,20 +42,26 @@ FRAME_BYTES = SAMPLES_PER_FRAME * 2
 
 
 async def _service(workers: int, max_queued_streams: int | None, frame_delay: float = 0.05) -> TtsService:
-    service = TtsService(lambda: FakeEngine(frame_delay=frame_delay), [], workers=workers,  # type: ignore[arg-type, return-value]
-                         max_queued_streams=max_queued_streams)  # fmt: skip
+    service = TtsService(
+        lambda: FakeEngine(frame_delay=frame_delay),
+        [],
+        workers=workers,  # type: ignore[arg-type, return-value]
+        max_queued_streams=max_queued_streams,
+    )
     await service.start_loading()
     return service
 
 
 async def _speak(service: TtsService, text: str, continuing: bool = False) -> int:
     frames = 0
-    async for chunk in service.synthesize(SynthesisRequest(text=text, speaker="ryan"), threading.Event(), continuing=continuing):
+    async for chunk in service.synthesize(
+        SynthesisRequest(text=text, speaker="ryan"), threading.Event(), continuing=continuing
+    ):
         frames += chunk.num_frames
     return frames
 
 
-async def _until(condition, timeout: float = 10) -> None:  # noqa: ANN001
+async def _until(condition, timeout: float = 10) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "timed out"
@@ -159,8 +165,9 @@ FRAME_DELAY = 0.25  # seconds per word: the first sentence below holds the one s
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
     port = free_port()
-    server = start(tmp_path, ["--max-queued-streams", "1", "--http", f"tcp://127.0.0.1:{port}"], fake=True,
-                   frame_delay=FRAME_DELAY)  # fmt: skip
+    server = start(
+        tmp_path, ["--max-queued-streams", "1", "--http", f"tcp://127.0.0.1:{port}"], fake=True, frame_delay=FRAME_DELAY
+    )
     server.http_url = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]
     yield server
     assert server.stop() == 0
@@ -191,14 +198,20 @@ async def test_full_queue_refuses_at_once_on_both_protocols_and_loses_nothing(se
     http = openai.OpenAI(base_url=f"{server.http_url}/v1", api_key="unused", max_retries=0, timeout=60)  # type: ignore[attr-defined]
     a = AsyncTcpClient("127.0.0.1", port)
     await a.connect()
-    await a.write_event(Synthesize(text="One two three four five six seven eight. Nine ten.",
-                                   voice=SynthesizeVoice(name="ryan")).event())  # fmt: skip
+    await a.write_event(
+        Synthesize(
+            text="One two three four five six seven eight. Nine ten.", voice=SynthesizeVoice(name="ryan")
+        ).event()
+    )
     first = await asyncio.wait_for(a.read_event(), 10)
     assert first is not None and first.type == "audio-start"
 
     b_text = "Bee waits its turn."
-    b = asyncio.create_task(asyncio.to_thread(
-        lambda: http.audio.speech.create(model="tts-1", voice="ryan", input=b_text, response_format="pcm").content))
+    b = asyncio.create_task(
+        asyncio.to_thread(
+            lambda: http.audio.speech.create(model="tts-1", voice="ryan", input=b_text, response_format="pcm").content
+        )
+    )
     await _jobs(port, 2)  # A's first sentence runs, B waits
 
     c = AsyncTcpClient("127.0.0.1", port)
@@ -228,10 +241,15 @@ async def test_full_queue_refuses_at_once_on_both_protocols_and_loses_nothing(se
     pcm = await b
     assert len(pcm) == 4 * FRAME_BYTES and np.frombuffer(pcm, "<i2")[::SAMPLES_PER_FRAME].tolist() == [1, 2, 3, 4]
 
-    assert len(http.audio.speech.create(model="tts-1", voice="ryan", input="Served again.", response_format="pcm").content) == 2 * FRAME_BYTES
-    with urllib.request.urlopen(f"{server.http_url}/metrics", timeout=10) as response:  # type: ignore[attr-defined]
+    assert (
+        len(http.audio.speech.create(model="tts-1", voice="ryan", input="Served again.", response_format="pcm").content)
+        == 2 * FRAME_BYTES
+    )
+    with urllib.request.urlopen(f"{server.http_url}/metrics", timeout=10) as response:  # noqa: ASYNC210 - the test's own client  # type: ignore[attr-defined]
         text = response.read().decode()
     for protocol in ("wyoming", "http"):
-        assert metric_value(text, "qwen3tts_speech_requests_total", protocol=protocol, outcome="queue-full") == 1, protocol
+        assert metric_value(text, "qwen3tts_speech_requests_total", protocol=protocol, outcome="queue-full") == 1, (
+            protocol
+        )
     log = server.log_text()
     assert log.count("error queue-full") == 1 and "Traceback" not in log  # Wyoming's refusal, logged as a warning

@@ -13,9 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from reliability_support import FRAME_BYTES, Raw, Server, check_answer, start, synthesize, wait_quiet
 from wyoming.event import Event
-
-from reliability_support import FRAME_BYTES, Raw, Server, check_answer, start, stats, synthesize, wait_quiet
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -33,7 +32,18 @@ def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Iterator[Server]:
     device = ["--device", "cpu", "--dtype", "float32"]
-    args = ["--model", str(tiny_checkpoint), *device, "--max-frames", "2", "--first-chunk-frames", "1", "--chunk-frames", "1", "--greedy"]
+    args = [
+        "--model",
+        str(tiny_checkpoint),
+        *device,
+        "--max-frames",
+        "2",
+        "--first-chunk-frames",
+        "1",
+        "--chunk-frames",
+        "1",
+        "--greedy",
+    ]
     server = start(tmp_path_factory.mktemp("faults-real"), args, fake=False, name="real")
     yield server
     assert server.stop() == 0
@@ -45,10 +55,19 @@ async def abandon(port: int, how: str, rng: random.Random) -> None:
     try:
         streaming = rng.random() < 0.7
         if streaming:
-            await client.event(Event(type="synthesize-start", data={"voice": {"name": rng.choice(["ryan", "vivian", "sohee"])}}))
-            await client.event(Event(type="synthesize-chunk", data={"text": "First sentence is here. Second one is coming along. And a thi"}))
+            await client.event(
+                Event(type="synthesize-start", data={"voice": {"name": rng.choice(["ryan", "vivian", "sohee"])}})
+            )
+            await client.event(
+                Event(
+                    type="synthesize-chunk",
+                    data={"text": "First sentence is here. Second one is coming along. And a thi"},
+                )
+            )
         else:
-            await client.event(Event(type="synthesize", data={"text": "One two three four five six. Seven eight nine ten."}))
+            await client.event(
+                Event(type="synthesize", data={"text": "One two three four five six. Seven eight nine ten."})
+            )
         if how in ("after-start", "after-chunk"):
             want = "audio-start" if how == "after-start" else "audio-chunk"
             while (event := await client.read(30)) is not None and event.type != want:
@@ -81,8 +100,10 @@ async def test_clients_vanishing_mid_stream_leave_nothing_behind(fake: Server) -
     assert await synthesize(fake.port, "Still serving after all that.") == 5
     log = fake.log_text()
     assert "Traceback" not in log and "never retrieved" not in log, log[-3000:]
-    print(f"\n{DISCONNECTS} abandoned requests in {elapsed:.1f} s; RSS {base['rss_kb']} -> {after['rss_kb']} kB "
-          f"({grown:+d}); threads {base['os_threads']} -> {after['os_threads']}; tasks {base['tasks']} -> {after['tasks']}")
+    print(
+        f"\n{DISCONNECTS} abandoned requests in {elapsed:.1f} s; RSS {base['rss_kb']} -> {after['rss_kb']} kB "
+        f"({grown:+d}); threads {base['os_threads']} -> {after['os_threads']}; tasks {base['tasks']} -> {after['tasks']}"
+    )
 
 
 @pytest.mark.parametrize("streaming", [False, True])
@@ -183,7 +204,9 @@ async def test_sigterm_drains_requests_in_progress(tmp_path: Path) -> None:
         await stream.event(Event(type="synthesize-stop"))
 
         answers = await asyncio.gather(*(c.read_all(60) for c in busy[1:]), stream.read_all(60))
-        first = [Event(type="audio-start", data={"rate": 24000, "width": 2, "channels": 1})] + await busy[0].read_all(60)
+        first = [Event(type="audio-start", data={"rate": 24000, "width": 2, "channels": 1})] + await busy[0].read_all(
+            60
+        )
         for events in [first, *answers[:2]]:
             assert check_answer(events, streaming=False) == words + 0  # every frame, then EOF
         assert check_answer(answers[2], streaming=True) == 7

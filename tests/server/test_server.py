@@ -126,17 +126,32 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     config = tmp / "config.toml"
     config.write_text(PRESETS_TOML)
     common = [
-        "--config", str(config),
-        "--max-frames", str(MAX_FRAMES),
-        "--first-chunk-frames", "1",
-        "--chunk-frames", "2",
-        "--seed", "1",
+        "--config",
+        str(config),
+        "--max-frames",
+        str(MAX_FRAMES),
+        "--first-chunk-frames",
+        "1",
+        "--chunk-frames",
+        "2",
+        "--seed",
+        "1",
         "--greedy",
         "--debug",
     ]
     if request.param == "real":
         checkpoint: Path = request.getfixturevalue("tiny_checkpoint")
-        args = [sys.executable, "-m", "wyoming_qwen3tts", "--model", str(checkpoint), "--device", "cpu", "--dtype", "float32"]
+        args = [
+            sys.executable,
+            "-m",
+            "wyoming_qwen3tts",
+            "--model",
+            str(checkpoint),
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+        ]
     else:
         args = [sys.executable, "-c", FAKE_MAIN]
     proc = ServerProcess(args + common, tmp / "server.log")
@@ -253,7 +268,20 @@ def test_wyoming_bench(server: ServerProcess) -> None:
     bench = shutil.which("wyoming-bench") or str(Path(sys.executable).parent / "wyoming-bench")
     assert os.path.exists(bench), "wyoming-bench is not installed"
     result = subprocess.run(
-        [bench, "tts", f"127.0.0.1:{server.port}", "--mode", "both", "--rounds", "1", "--warmup", "0", "--timeout", "60", "-v"],
+        [
+            bench,
+            "tts",
+            f"127.0.0.1:{server.port}",
+            "--mode",
+            "both",
+            "--rounds",
+            "1",
+            "--warmup",
+            "0",
+            "--timeout",
+            "60",
+            "-v",
+        ],
         capture_output=True,
         text=True,
         timeout=170,
@@ -280,7 +308,10 @@ def test_stdio_answers_every_request_before_exiting() -> None:
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     types = [e.type for e in _parse_events(result.stdout)]
     assert types == (
-        ["info", "audio-start"] + ["audio-chunk"] * 3 + ["audio-stop", "audio-start"] + ["audio-chunk"] * 2
+        ["info", "audio-start"]
+        + ["audio-chunk"] * 3
+        + ["audio-stop", "audio-start"]
+        + ["audio-chunk"] * 2
         + ["audio-stop", "synthesize-stopped"]
     )
 
@@ -324,7 +355,6 @@ class _OverlapEngine:
 
     clone_prompts: dict[str, object] = {}
 
-
     def __init__(self) -> None:
         import threading
 
@@ -332,7 +362,7 @@ class _OverlapEngine:
         self.inside = 0
         self.most = 0
 
-    def synthesize(self, request, cancel=None):  # noqa: ANN001, ANN201
+    def synthesize(self, request, cancel=None):
         import numpy as np
 
         from wyoming_qwen3tts.request import AudioChunk as EngineChunk

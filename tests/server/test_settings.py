@@ -74,9 +74,15 @@ def test_sampling_settings_override_the_checkpoints() -> None:
     """Unset sampling settings keep the checkpoint's generation_config.json values; set ones replace
     them; --greedy turns both draws into argmax."""
     checkpoint = SamplingParams.from_generation_config(
-        {"do_sample": True, "temperature": 0.7, "top_k": 30, "repetition_penalty": 1.1, "subtalker_dosample": True,
-         "subtalker_top_k": 20}
-    )  # fmt: skip
+        {
+            "do_sample": True,
+            "temperature": 0.7,
+            "top_k": 30,
+            "repetition_penalty": 1.1,
+            "subtalker_dosample": True,
+            "subtalker_top_k": 20,
+        }
+    )
     assert (checkpoint.temperature, checkpoint.top_k, checkpoint.subtalker_top_k) == (0.7, 30, 20)
     assert checkpoint.top_p == SamplingParams().top_p  # absent from the file: the release's value
     assert load_settings([]).sampling().apply(checkpoint) == checkpoint
@@ -87,8 +93,24 @@ def test_sampling_settings_override_the_checkpoints() -> None:
 
 
 def test_engine_options_carry_the_engine_settings() -> None:
-    settings = load_settings(["--device", "cpu", "--backend", "torch", "--max-text-chars", "300", "--chunk-frames", "4",
-                              "--max-frames", "99", "--first-chunk-frames", "3", "--temperature", "0.5"])  # fmt: skip
+    settings = load_settings(
+        [
+            "--device",
+            "cpu",
+            "--backend",
+            "torch",
+            "--max-text-chars",
+            "300",
+            "--chunk-frames",
+            "4",
+            "--max-frames",
+            "99",
+            "--first-chunk-frames",
+            "3",
+            "--temperature",
+            "0.5",
+        ]
+    )
     options = settings.engine_options()
     assert (options.device, options.backend, options.max_text_chars) == ("cpu", "torch", 300)
     assert (options.first_chunk_frames, options.chunk_frames, options.max_frames) == (3, 4, 99)
@@ -134,12 +156,33 @@ def test_example_config_documents_every_setting_with_its_default() -> None:
 
 
 def test_version_and_help() -> None:
-    out = subprocess.run([sys.executable, "-m", "wyoming_qwen3tts", "--version"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "wyoming_qwen3tts", "--version"], capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == __version__
-    help_text = subprocess.run([sys.executable, "-m", "wyoming_qwen3tts", "--help"], capture_output=True, text=True, check=True).stdout
-    for flag in ["--uri", "--model", "--data-dir", "--device", "--dtype", "--backend", "--config", "--zeroconf",
-                 "--no-streaming", "--debug", "--log-format", "--first-chunk-frames", "--chunk-frames",
-                 "--max-frames", "--max-text-chars", "--seed", "--greedy", "--temperature"]:
+    help_text = subprocess.run(
+        [sys.executable, "-m", "wyoming_qwen3tts", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    for flag in [
+        "--uri",
+        "--model",
+        "--data-dir",
+        "--device",
+        "--dtype",
+        "--backend",
+        "--config",
+        "--zeroconf",
+        "--no-streaming",
+        "--debug",
+        "--log-format",
+        "--first-chunk-frames",
+        "--chunk-frames",
+        "--max-frames",
+        "--max-text-chars",
+        "--seed",
+        "--greedy",
+        "--temperature",
+    ]:
         assert flag in help_text, flag
 
 
@@ -148,13 +191,35 @@ def test_handler_config_takes_the_settings_of_its_names() -> None:
 
     from wyoming_qwen3tts.handler import HandlerConfig
 
-    settings = load_settings(["--max-text-chars", "77", "--seed", "4", "--idle-timeout", "9", "--write-timeout", "8",
-                              "--max-sentence-chars", "50", "--max-event-bytes", "5000",
-                              "--max-pending-requests", "3", "--no-text-frontend"])  # fmt: skip
+    settings = load_settings(
+        [
+            "--max-text-chars",
+            "77",
+            "--seed",
+            "4",
+            "--idle-timeout",
+            "9",
+            "--write-timeout",
+            "8",
+            "--max-sentence-chars",
+            "50",
+            "--max-event-bytes",
+            "5000",
+            "--max-pending-requests",
+            "3",
+            "--no-text-frontend",
+        ]
+    )
     config = HandlerConfig(**settings.values_for(HandlerConfig))
     assert {f.name: getattr(config, f.name) for f in fields(HandlerConfig)} == dict(
-        max_text_chars=77, max_sentence_chars=50, seed=4, max_event_bytes=5000, idle_timeout=9.0, write_timeout=8.0,
-        max_pending_requests=3, text_frontend=False,
+        max_text_chars=77,
+        max_sentence_chars=50,
+        seed=4,
+        max_event_bytes=5000,
+        idle_timeout=9.0,
+        write_timeout=8.0,
+        max_pending_requests=3,
+        text_frontend=False,
     )
 
 

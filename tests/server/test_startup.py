@@ -24,7 +24,7 @@ async def _describe(port: int) -> Info | None:
         async with AsyncTcpClient("127.0.0.1", port) as client:
             await client.write_event(Describe().event())
             event = await asyncio.wait_for(client.read_event(), timeout=1.0)
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         return None
     return Info.from_event(event) if event is not None and Info.is_type(event.type) else None
 
@@ -33,10 +33,23 @@ def test_describe_within_one_second_while_the_model_loads(tiny_checkpoint) -> No
     port = _free_port()
     started = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "wyoming_qwen3tts", "--uri", f"tcp://127.0.0.1:{port}", "--model", str(tiny_checkpoint),
-         "--device", "cpu", "--dtype", "float32"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "wyoming_qwen3tts",
+            "--uri",
+            f"tcp://127.0.0.1:{port}",
+            "--model",
+            str(tiny_checkpoint),
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         info = None
         while info is None and time.monotonic() - started < 10:

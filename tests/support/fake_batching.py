@@ -29,8 +29,9 @@ class FakeBatchingBackend:
     def warm_up(self) -> int:
         return 0
 
-    def __init__(self, max_streams: int = 4, step_s: float = 0.002, bad_seed: int | None = None,
-                 bad_frame: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self, max_streams: int = 4, step_s: float = 0.002, bad_seed: int | None = None, bad_frame: int = 0
+    ) -> None:
         self.max_streams = max_streams
         self.eos_id = EOS
         self.step_s = step_s
@@ -42,7 +43,7 @@ class FakeBatchingBackend:
         self._frames = [0] * max_streams
         threading.Thread(target=self._run, name="fake-batch", daemon=True).start()
 
-    def start(self, prompt, sampling, seed: int, max_frames: int) -> BatchedSession:  # noqa: ANN001 - protocol
+    def start(self, prompt, sampling, seed: int, max_frames: int) -> BatchedSession:
         session = BatchedSession(self, prompt, sampling, seed, max_frames)  # type: ignore[arg-type]
         with self.cond:
             self._queue.append(session)

@@ -62,5 +62,5 @@ class LoopingBackend:
         self.normal_frames = normal_frames
         self.pattern = np.asarray(pattern, dtype=np.int64).reshape(-1, 16)
 
-    def start(self, prompt, sampling, seed: int, max_frames: int) -> LoopingSession:  # noqa: ANN001 - protocol
+    def start(self, prompt, sampling, seed: int, max_frames: int) -> LoopingSession:
         return LoopingSession(self.normal_frames, self.pattern, max_frames, seed)

@@ -30,8 +30,14 @@ def _stub_triton() -> None:
     if importlib.util.find_spec("triton") is None:
         fake = mock.MagicMock()
         fake.__spec__ = importlib.machinery.ModuleSpec("triton", None)
-        for name in ("triton", "triton.language", "triton.language.extra", "triton.language.extra.cuda",
-                     "triton.language.extra.cuda.libdevice", "triton.language.extra.libdevice"):  # fmt: skip
+        for name in (
+            "triton",
+            "triton.language",
+            "triton.language.extra",
+            "triton.language.extra.cuda",
+            "triton.language.extra.cuda.libdevice",
+            "triton.language.extra.libdevice",
+        ):
             sys.modules[name] = fake
 
 
@@ -85,8 +91,12 @@ def main() -> int:
     from faster_qwen3_tts_batch.batched_talker_graph import BatchedTalkerGraph
 
     # qwen3-tts-triton's batched graphs subclass faster-qwen3-tts's and keep their capture().
-    for cls, body in ((PredictorGraph, "_full_loop"), (TalkerGraph, "_decode_step"),
-                      (BatchedPredictorGraph, "_full_loop"), (BatchedTalkerGraph, "_decode_step")):  # fmt: skip
+    for cls, body in (
+        (PredictorGraph, "_full_loop"),
+        (TalkerGraph, "_decode_step"),
+        (BatchedPredictorGraph, "_full_loop"),
+        (BatchedTalkerGraph, "_decode_step"),
+    ):
         _eager(cls, body)
     patched: list[str] = []
     import qwen3_tts_triton.models.triton_faster_runner as hybrid
@@ -97,9 +107,24 @@ def main() -> int:
 
     results = {}
     for peer in peers:
-        spec = dict(peer=peer, model_type="custom_voice" if peer == "triton" else "base", size="tiny", device="cpu",
-                    streams=[1, 2], frames=3, runs=1, warmup=1, text="Hello there.", text_tokens=4, ref_seconds=1.0,
-                    max_seq_len=80, seed=7, speaker="vivian", language="english", mode="hybrid")  # fmt: skip
+        spec = dict(
+            peer=peer,
+            model_type="custom_voice" if peer == "triton" else "base",
+            size="tiny",
+            device="cpu",
+            streams=[1, 2],
+            frames=3,
+            runs=1,
+            warmup=1,
+            text="Hello there.",
+            text_tokens=4,
+            ref_seconds=1.0,
+            max_seq_len=80,
+            seed=7,
+            speaker="vivian",
+            language="english",
+            mode="hybrid",
+        )
         run = workers.run_triton if peer == "triton" else workers.run_fqb
         results[peer] = run(spec, lambda partial: None)
     results["patched"] = patched

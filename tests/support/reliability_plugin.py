@@ -32,7 +32,6 @@ import torch  # noqa: E402
 from wyoming.event import Event  # noqa: E402
 
 from wyoming_qwen3tts import __main__ as server_main  # noqa: E402
-from wyoming_qwen3tts import engine as engine_module  # noqa: E402
 from wyoming_qwen3tts.handler import Qwen3TTSEventHandler  # noqa: E402
 
 OPENED: list[str] = []

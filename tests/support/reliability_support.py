@@ -33,7 +33,9 @@ def free_port() -> int:
 class Server:
     """The real server command line (through the plugin) on a free port of 127.0.0.1."""
 
-    def __init__(self, tmp: Path, args: list[str], *, fake: bool, frame_delay: float = 0.002, name: str = "server") -> None:
+    def __init__(
+        self, tmp: Path, args: list[str], *, fake: bool, frame_delay: float = 0.002, name: str = "server"
+    ) -> None:
         self.port = free_port()
         self.log = tmp / f"{name}.log"
         self._log_file = self.log.open("wb")
@@ -103,7 +105,7 @@ class Raw:
         self.writer = writer
 
     @classmethod
-    async def connect(cls, port: int, rcvbuf: int | None = None) -> "Raw":
+    async def connect(cls, port: int, rcvbuf: int | None = None) -> Raw:
         if rcvbuf is None:
             reader, writer = await asyncio.open_connection(HOST, port, limit=1 << 24)
         else:
@@ -205,8 +207,8 @@ def check_answer(events: list[Event], streaming: bool) -> int:
     """The answer order is audio-start, audio-chunk*, audio-stop[, synthesize-stopped]; returns frames."""
     types = [e.type for e in events]
     tail = ["audio-stop", "synthesize-stopped"] if streaming else ["audio-stop"]
-    assert types[0] == "audio-start" and types[-len(tail):] == tail, types
-    assert all(t == "audio-chunk" for t in types[1:-len(tail)]), types
+    assert types[0] == "audio-start" and types[-len(tail) :] == tail, types
+    assert all(t == "audio-chunk" for t in types[1 : -len(tail)]), types
     start = events[0].data
     assert (start["rate"], start["width"], start["channels"]) == (24000, 2, 1)
     size = audio_bytes(events)
@@ -214,7 +216,9 @@ def check_answer(events: list[Event], streaming: bool) -> int:
     return size // FRAME_BYTES
 
 
-async def synthesize(port: int, text: str, voice: dict | None = None, streaming: bool = False, timeout: float = 120) -> int:  # type: ignore[type-arg]
+async def synthesize(
+    port: int, text: str, voice: dict | None = None, streaming: bool = False, timeout: float = 120
+) -> int:  # type: ignore[type-arg]
     """One good request on a new connection; returns the frames of audio."""
     client = await Raw.connect(port)
     try:

@@ -4,13 +4,20 @@ the Wyoming voice's language, HTTP `language`), and voice lists per language led
 from __future__ import annotations
 
 import pytest
+from test_handler import FakeEngine, read_until, start_server
+from test_http_app import serve
 from wyoming.client import AsyncTcpClient
 from wyoming.tts import Synthesize, SynthesizeVoice
 
-from test_handler import FakeEngine, read_until, start_server
-from test_http_app import serve
 from wyoming_qwen3tts.errors import UnknownLanguageError
-from wyoming_qwen3tts.voices import DEFAULT_LANGUAGES, SPEAKER_DESCRIPTIONS, VoiceCatalog, VoicePreset, language_code, language_name
+from wyoming_qwen3tts.voices import (
+    DEFAULT_LANGUAGES,
+    SPEAKER_DESCRIPTIONS,
+    VoiceCatalog,
+    VoicePreset,
+    language_code,
+    language_name,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -19,12 +26,31 @@ ENGINE_LANGUAGES = FakeEngine.languages
 
 @pytest.mark.parametrize(
     ("tag", "expected"),
-    [("en-US", "english"), ("en-GB", "english"), ("EN_au", "english"), ("de-DE", "german"), ("de-CH", "german"),
-     ("zh-CN", "chinese"), ("zh-Hans-CN", "chinese"), ("zh-TW", "chinese"), ("pt-BR", "portuguese"),
-     ("pt_PT", "portuguese"), ("es-419", "spanish"), ("fr-CA", "french"), ("ja-JP", "japanese"),
-     ("ko-KR", "korean"), ("ru-RU", "russian"), ("it-IT", "italian"), ("deu", "german"), ("ger", "german"),
-     ("fre", "french"), ("zho", "chinese"), (" Japanese ", "japanese"), ("", "auto")],
-)  # fmt: skip
+    [
+        ("en-US", "english"),
+        ("en-GB", "english"),
+        ("EN_au", "english"),
+        ("de-DE", "german"),
+        ("de-CH", "german"),
+        ("zh-CN", "chinese"),
+        ("zh-Hans-CN", "chinese"),
+        ("zh-TW", "chinese"),
+        ("pt-BR", "portuguese"),
+        ("pt_PT", "portuguese"),
+        ("es-419", "spanish"),
+        ("fr-CA", "french"),
+        ("ja-JP", "japanese"),
+        ("ko-KR", "korean"),
+        ("ru-RU", "russian"),
+        ("it-IT", "italian"),
+        ("deu", "german"),
+        ("ger", "german"),
+        ("fre", "french"),
+        ("zho", "chinese"),
+        (" Japanese ", "japanese"),
+        ("", "auto"),
+    ],
+)
 def test_locale_tags_name_the_engine_language(tag: str, expected: str) -> None:
     assert language_name(tag, ENGINE_LANGUAGES) == expected
 
@@ -54,10 +80,16 @@ def test_describe_lists_each_voice_native_language_first() -> None:
 
 @pytest.mark.parametrize(
     ("tag", "leading"),
-    [("en-US", ["ryan", "aiden"]), ("en-GB", ["ryan", "aiden"]), ("ja-JP", ["ono_anna"]),
-     ("ko-KR", ["sohee", "sohee-calm"]), ("zh-CN", ["vivian", "serena", "uncle_fu", "dylan", "eric"]),
-     ("de-DE", ["ryan-de"]), ("pt-BR", [])],
-)  # fmt: skip
+    [
+        ("en-US", ["ryan", "aiden"]),
+        ("en-GB", ["ryan", "aiden"]),
+        ("ja-JP", ["ono_anna"]),
+        ("ko-KR", ["sohee", "sohee-calm"]),
+        ("zh-CN", ["vivian", "serena", "uncle_fu", "dylan", "eric"]),
+        ("de-DE", ["ryan-de"]),
+        ("pt-BR", []),
+    ],
+)
 def test_each_language_list_is_led_by_its_native_voices(tag: str, leading: list[str]) -> None:
     names = [v.name for v in catalog().voices_for(tag)]
     assert names[: len(leading)] == leading

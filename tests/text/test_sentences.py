@@ -12,7 +12,7 @@ TEXTS = [
     "Hello world. This is Dr. Smith, who paid $3.50 for it! Really?! Yes… fine",
     "你好。我是谁？「好」。And then\nnew line\n\nNew paragraph. 1. First item. e.g. this one.",
     "So did I. Then J. R. R. Tolkien wrote it... The end.\n- bullet one\n- bullet two",
-    "He said \"Stop.\" Then he left. Visit example.com today. Version 2.0 is out.",
+    'He said "Stop." Then he left. Visit example.com today. Version 2.0 is out.',
     "Ein Satz, z.B. dieser. Noch einer ca. um drei Uhr. Ende!",
     " ".join(f"word{i}," for i in range(120)) + " end.",
 ]
@@ -50,13 +50,27 @@ def test_boundaries() -> None:
         "fine",
     ]
     assert split_sentences(TEXTS[1]) == [
-        "你好。", "我是谁？", "「好」。", "And then", "new line", "New paragraph.", "1. First item.", "e.g. this one.",
+        "你好。",
+        "我是谁？",
+        "「好」。",
+        "And then",
+        "new line",
+        "New paragraph.",
+        "1. First item.",
+        "e.g. this one.",
     ]
     assert split_sentences(TEXTS[2]) == [
-        "So did I.", "Then J. R. R. Tolkien wrote it...", "The end.", "- bullet one", "- bullet two",
+        "So did I.",
+        "Then J. R. R. Tolkien wrote it...",
+        "The end.",
+        "- bullet one",
+        "- bullet two",
     ]
     assert split_sentences(TEXTS[3]) == [
-        "He said \"Stop.\"", "Then he left.", "Visit example.com today.", "Version 2.0 is out.",
+        'He said "Stop."',
+        "Then he left.",
+        "Visit example.com today.",
+        "Version 2.0 is out.",
     ]
 
 

@@ -112,7 +112,11 @@ def test_german_numbers_and_abbreviations_never_split():
 def test_list_items_are_sentences():
     text = "Steps:\n- Open the app\n- Tap Settings\n1. Pick a room\n2. Done"
     assert [s.spoken for s in spoken_sentences(text, "english")] == [
-        "Steps:", "Open the app", "Tap Settings", "Pick a room", "Done",
+        "Steps:",
+        "Open the app",
+        "Tap Settings",
+        "Pick a room",
+        "Done",
     ]
 
 

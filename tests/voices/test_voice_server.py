@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 import soundfile
 from pydantic import ValidationError
+from test_handler import audio_of, read_until
 from wyoming.client import AsyncTcpClient
 from wyoming.info import Describe, Info
 from wyoming.server import AsyncServer, AsyncTcpServer
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeVoice
 
-from test_handler import audio_of, read_until
 from wyoming_qwen3tts.__main__ import all_voices, load_engine
 from wyoming_qwen3tts.engine import SAMPLES_PER_FRAME
 from wyoming_qwen3tts.handler import HandlerConfig, Qwen3TTSEventHandler
@@ -52,8 +52,14 @@ def test_a_preset_is_one_kind_of_voice(tmp_path: Path) -> None:
     assert VoicePreset(name="a", speaker="ryan").kind == "custom_voice"
     assert VoicePreset(name="b", reference_audio=tmp_path / "b.wav", x_vector_only=True).kind == "base"
     assert VoicePreset(name="c", design="A warm voice").kind == "voice_design"
-    for bad in (dict(name="d"), dict(name="e", speaker="ryan", design="x"), dict(name="f", speaker="ryan", x_vector_only=True),
-                dict(name="g", design="x", instruct="calm"), dict(name="../h", speaker="ryan"), dict(name="i" * 65, speaker="ryan")):  # fmt: skip
+    for bad in (
+        dict(name="d"),
+        dict(name="e", speaker="ryan", design="x"),
+        dict(name="f", speaker="ryan", x_vector_only=True),
+        dict(name="g", design="x", instruct="calm"),
+        dict(name="../h", speaker="ryan"),
+        dict(name="i" * 65, speaker="ryan"),
+    ):
         with pytest.raises(ValidationError):
             VoicePreset(**bad)
 
@@ -81,10 +87,12 @@ def test_voice_folder_scan(tmp_path: Path) -> None:
 
 
 def test_catalog_offers_the_voices_of_the_loaded_kind(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    presets = [VoicePreset(name="ryan-calm", speaker="ryan", instruct="calm"),
-               VoicePreset(name="anna", reference_audio=tmp_path / "anna.wav", reference_text="Hi."),
-               VoicePreset(name="junk", reference_audio=tmp_path / "junk.wav", x_vector_only=True),
-               VoicePreset(name="narrator", design="A calm narrator")]  # fmt: skip
+    presets = [
+        VoicePreset(name="ryan-calm", speaker="ryan", instruct="calm"),
+        VoicePreset(name="anna", reference_audio=tmp_path / "anna.wav", reference_text="Hi."),
+        VoicePreset(name="junk", reference_audio=tmp_path / "junk.wav", x_vector_only=True),
+        VoicePreset(name="narrator", design="A calm narrator"),
+    ]
     loading = VoiceCatalog(["ryan"], ["auto", "english"], presets, model_type=None)
     assert sorted(loading.presets) == ["anna", "junk", "narrator", "ryan-calm"]  # all listed while loading
     with caplog.at_level(logging.ERROR):
@@ -137,8 +145,9 @@ async def _speak(port: int, voice: str, text: str, *, streaming: bool) -> int:
 
 
 @pytest.mark.slow
-async def test_cloned_voices_listed_and_spoken(tiny_base_checkpoint: Path, tmp_path: Path,
-                                               caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+async def test_cloned_voices_listed_and_spoken(
+    tiny_base_checkpoint: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """A Base model: a folder voice cloned in context (clip + transcript), a configured x-vector voice, and
     three bad ones (not audio, too short, no transcript) that are skipped with their reasons; describe lists
     the two good ones only; each is spoken one-shot and streamed; the prompts are cached on disk."""
@@ -152,8 +161,16 @@ async def test_cloned_voices_listed_and_spoken(tiny_base_checkpoint: Path, tmp_p
     (folder / "short.txt").write_text("Hi.")
     write_clip(folder / "mute.wav")  # no transcript, in-context by default: refused
     xvec = VoicePreset(name="bob", reference_audio=write_clip(tmp_path / "bob.wav", seed=3), x_vector_only=True)
-    settings = Settings(model=str(tiny_base_checkpoint), data_dir=data, device="cpu", dtype="float32", max_frames=6,
-                        first_chunk_frames=1, chunk_frames=2, voices=[xvec])  # fmt: skip
+    settings = Settings(
+        model=str(tiny_base_checkpoint),
+        data_dir=data,
+        device="cpu",
+        dtype="float32",
+        max_frames=6,
+        first_chunk_frames=1,
+        chunk_frames=2,
+        voices=[xvec],
+    )
     with caplog.at_level(logging.INFO):
         server, port, service = await _serve(settings)
     try:
@@ -192,9 +209,19 @@ async def test_cloned_voices_listed_and_spoken(tiny_base_checkpoint: Path, tmp_p
 @pytest.mark.slow
 async def test_designed_voice_listed_and_spoken(tiny_voice_design_checkpoint: Path) -> None:
     """A VoiceDesign model: the design preset is its voice (speaker presets skipped), spoken one-shot and streamed."""
-    voices = [VoicePreset(name="narrator", design="A calm, deep narrator."), VoicePreset(name="ryan-calm", speaker="ryan")]
-    settings = Settings(model=str(tiny_voice_design_checkpoint), device="cpu", dtype="float32", max_frames=6,
-                        first_chunk_frames=1, chunk_frames=2, voices=voices)  # fmt: skip
+    voices = [
+        VoicePreset(name="narrator", design="A calm, deep narrator."),
+        VoicePreset(name="ryan-calm", speaker="ryan"),
+    ]
+    settings = Settings(
+        model=str(tiny_voice_design_checkpoint),
+        device="cpu",
+        dtype="float32",
+        max_frames=6,
+        first_chunk_frames=1,
+        chunk_frames=2,
+        voices=voices,
+    )
     server, port, service = await _serve(settings)
     try:
         (program,) = (await _describe(port)).tts
@@ -207,15 +234,26 @@ async def test_designed_voice_listed_and_spoken(tiny_voice_design_checkpoint: Pa
 
 
 @pytest.mark.slow
-async def test_one_server_several_models(tiny_checkpoint: Path, tiny_base_checkpoint: Path,
-                                         tiny_voice_design_checkpoint: Path, tmp_path: Path) -> None:  # fmt: skip
+async def test_one_server_several_models(
+    tiny_checkpoint: Path, tiny_base_checkpoint: Path, tiny_voice_design_checkpoint: Path, tmp_path: Path
+) -> None:
     """CustomVoice + Base + VoiceDesign in one server (extra_models): describe lists the speakers, a preset, a
     cloned and a designed voice, and each is spoken by its own model; a second model of a type is refused."""
-    voices = [VoicePreset(name="ryan-calm", speaker="ryan", instruct="Calm."),
-              VoicePreset(name="anna", reference_audio=write_clip(tmp_path / "anna.wav"), reference_text="Hello there."),
-              VoicePreset(name="narrator", design="A calm, deep narrator.")]  # fmt: skip
-    settings = Settings(model=str(tiny_checkpoint), extra_models=[str(tiny_base_checkpoint), str(tiny_voice_design_checkpoint)],
-                        device="cpu", dtype="float32", max_frames=6, first_chunk_frames=1, chunk_frames=2, voices=voices)  # fmt: skip
+    voices = [
+        VoicePreset(name="ryan-calm", speaker="ryan", instruct="Calm."),
+        VoicePreset(name="anna", reference_audio=write_clip(tmp_path / "anna.wav"), reference_text="Hello there."),
+        VoicePreset(name="narrator", design="A calm, deep narrator."),
+    ]
+    settings = Settings(
+        model=str(tiny_checkpoint),
+        extra_models=[str(tiny_base_checkpoint), str(tiny_voice_design_checkpoint)],
+        device="cpu",
+        dtype="float32",
+        max_frames=6,
+        first_chunk_frames=1,
+        chunk_frames=2,
+        voices=voices,
+    )
     server, port, service = await _serve(settings)
     try:
         assert service.load_error is None
@@ -233,7 +271,12 @@ async def test_one_server_several_models(tiny_checkpoint: Path, tiny_base_checkp
                 return original(request, cancel)
 
             engine.synthesize = counting  # type: ignore[method-assign]
-        for voice, kind in (("ryan", "custom_voice"), ("ryan-calm", "custom_voice"), ("anna", "base"), ("narrator", "voice_design")):
+        for voice, kind in (
+            ("ryan", "custom_voice"),
+            ("ryan-calm", "custom_voice"),
+            ("anna", "base"),
+            ("narrator", "voice_design"),
+        ):
             before = asked.get(kind, 0)
             assert 1 <= await _speak(port, voice, "Good evening.", streaming=voice == "anna") <= 6
             assert asked.get(kind, 0) == before + 1, (voice, asked)
@@ -241,8 +284,8 @@ async def test_one_server_several_models(tiny_checkpoint: Path, tiny_base_checkp
         await server.stop()
         service.shutdown()
 
-    from wyoming_qwen3tts.errors import VoiceError
     from wyoming_qwen3tts.engine_set import EngineSet
+    from wyoming_qwen3tts.errors import VoiceError
 
     with pytest.raises(VoiceError, match="two CustomVoice models"):
         EngineSet(list(engines.values())[:1] * 2)

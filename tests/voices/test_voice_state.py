@@ -104,8 +104,13 @@ async def boot(folder: Path, more: list[VoicePreset] | None = None) -> AsyncIter
     service = TtsService(load, voices)  # type: ignore[arg-type]
     await service.start_loading()
     config = HttpConfig.from_settings(settings)
-    config = HttpConfig(uri="tcp://127.0.0.1:0", voices_dir=folder, configured_voices=config.configured_voices,
-                        max_uploads=8, upload_timeout=10)  # fmt: skip
+    config = HttpConfig(
+        uri="tcp://127.0.0.1:0",
+        voices_dir=folder,
+        configured_voices=config.configured_voices,
+        max_uploads=8,
+        upload_timeout=10,
+    )
     server = HttpServer(build_app(service, config), config)
     await server.start()
     try:
@@ -305,7 +310,9 @@ async def test_random_adds_removes_cancels_crashes_and_restarts_keep_one_state(
     assert set(tried) >= {"add", "remove", "restart"}, tried
 
 
-async def test_a_configured_voice_with_its_clip_in_the_folder_is_never_removed(tmp_path: Path, clips: dict[str, bytes]) -> None:
+async def test_a_configured_voice_with_its_clip_in_the_folder_is_never_removed(
+    tmp_path: Path, clips: dict[str, bytes]
+) -> None:
     folder = new_folder(tmp_path, clips)
     async with boot(folder) as run:
         async with run.http.get(f"{run.url}/v1/audio/voices") as response:
@@ -352,7 +359,9 @@ async def test_the_service_takes_a_voice_whole_or_not_at_all(tmp_path: Path, cli
         with pytest.raises(VoiceError):
             await service.add_voice(VoicePreset(name="z", reference_audio=folder / "x.wav", x_vector_only=True))
         assert {"y", "z"}.isdisjoint(service.catalog.presets) and {"y", "z"}.isdisjoint(engine.clone_prompts)
-        await service.add_voice(VoicePreset(name="w", reference_audio=folder / "x.wav", x_vector_only=True, language="de"))
+        await service.add_voice(
+            VoicePreset(name="w", reference_audio=folder / "x.wav", x_vector_only=True, language="de")
+        )
         assert "w" in service.catalog.presets and "w" in engine.clone_prompts
         service.remove_voice("w")
         assert "w" not in service.catalog.presets and "w" not in engine.clone_prompts
@@ -419,7 +428,9 @@ def test_a_16khz_clip_clones_from_the_folder_as_from_its_file(tiny_base_checkpoi
     commit_voice(folder, "anna")
     assert preset.reference_audio is not None
     assert read_reference_audio(preset.reference_audio).sha256 == read_reference_audio(original).sha256
-    engine = Engine.from_pretrained(str(tiny_base_checkpoint), EngineOptions(device="cpu", dtype="float32", max_streams=1))
+    engine = Engine.from_pretrained(
+        str(tiny_base_checkpoint), EngineOptions(device="cpu", dtype="float32", max_streams=1)
+    )
     from_file = engine.clone_voice(original, "Hello, I am Anna.")
     from_folder = engine.clone_voice(preset.reference_audio, "Hello, I am Anna.")
     assert torch.equal(from_file.speaker_embedding, from_folder.speaker_embedding)

@@ -27,8 +27,18 @@ def catalog(**kwargs: object) -> VoiceCatalog:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("en", "english"), ("en_US", "english"), ("en-gb", "english"), ("English", "english"), ("zh-Hans", "chinese"),
-     ("zh_CN", "chinese"), ("ja", "japanese"), ("pt-BR", "portuguese"), ("auto", "auto"), ("", "auto")],
+    [
+        ("en", "english"),
+        ("en_US", "english"),
+        ("en-gb", "english"),
+        ("English", "english"),
+        ("zh-Hans", "chinese"),
+        ("zh_CN", "chinese"),
+        ("ja", "japanese"),
+        ("pt-BR", "portuguese"),
+        ("auto", "auto"),
+        ("", "auto"),
+    ],
 )
 def test_language_name(value: str, expected: str) -> None:
     assert language_name(value, DEFAULT_LANGUAGES) == expected
@@ -80,8 +90,11 @@ def test_default_voice_and_instruct_support() -> None:
 
 @pytest.mark.parametrize(
     "preset",
-    [VoicePreset(name="x", speaker="nobody"), VoicePreset(name="ryan", speaker="aiden"),
-     VoicePreset(name="x", speaker="ryan", language="klingon")],
+    [
+        VoicePreset(name="x", speaker="nobody"),
+        VoicePreset(name="ryan", speaker="aiden"),
+        VoicePreset(name="x", speaker="ryan", language="klingon"),
+    ],
 )
 def test_bad_presets_rejected(preset: VoicePreset) -> None:
     with pytest.raises((UnknownSpeakerError, UnknownLanguageError, ValueError)):

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import soundfile
-
 from test_voice_server import write_clip
+
 from wyoming_qwen3tts.voices import scan_voice_folder
 from wyoming_qwen3tts.voices.__main__ import main
 
@@ -20,8 +20,27 @@ pytestmark = pytest.mark.timeout(300)
 def test_add_list_remove(tiny_base_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "voices"
     clip = write_clip(tmp_path / "recording.flac", seconds=2.5)
-    assert main(["--voices-dir", str(folder), "add", "anna", "--audio", str(clip), "--text", "Hello, I am Anna.",
-                 "--language", "de", "--description", "Anna, warm", "--model", str(tiny_base_checkpoint)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "--voices-dir",
+                str(folder),
+                "add",
+                "anna",
+                "--audio",
+                str(clip),
+                "--text",
+                "Hello, I am Anna.",
+                "--language",
+                "de",
+                "--description",
+                "Anna, warm",
+                "--model",
+                str(tiny_base_checkpoint),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "cloned 'anna'" in out and "in context" in out and "Home Assistant will show: anna - Anna, warm" in out
     info = soundfile.info(str(folder / "anna.wav"))
@@ -39,7 +58,10 @@ def test_add_list_remove(tiny_base_checkpoint: Path, tmp_path: Path, capsys: pyt
         (["add", "bob", "--audio", str(clip)], "--text"),
         (["add", "../evil", "--audio", str(clip), "--x-vector-only"], "voice name"),
         (["add", "bob", "--audio", str(tmp_path / "voices" / "anna.txt"), "--x-vector-only"], "not an audio file"),
-        (["add", "bob", "--audio", str(write_clip(tmp_path / "short.wav", seconds=0.4)), "--x-vector-only"], "at least 1 s"),
+        (
+            ["add", "bob", "--audio", str(write_clip(tmp_path / "short.wav", seconds=0.4)), "--x-vector-only"],
+            "at least 1 s",
+        ),
     ]:
         with pytest.raises(SystemExit) as caught:
             main(["--voices-dir", str(folder), *argv])
@@ -51,7 +73,10 @@ def test_add_list_remove(tiny_base_checkpoint: Path, tmp_path: Path, capsys: pyt
     capsys.readouterr()
     assert main(["--voices-dir", str(folder), "list"]) == 0
     listed = capsys.readouterr().out.splitlines()
-    assert [line.split("\t")[:3] for line in listed] == [["anna", "anna.wav", "in context"], ["bob", "bob.wav", "x-vector"]]
+    assert [line.split("\t")[:3] for line in listed] == [
+        ["anna", "anna.wav", "in context"],
+        ["bob", "bob.wav", "x-vector"],
+    ]
     assert main(["--voices-dir", str(folder), "remove", "anna"]) == 0
     assert not any(folder.glob("anna.*")) and (folder / "bob.wav").exists()
     with pytest.raises(SystemExit, match="no voice"):
@@ -59,18 +84,38 @@ def test_add_list_remove(tiny_base_checkpoint: Path, tmp_path: Path, capsys: pyt
 
 
 @pytest.mark.slow
-def test_design_keeps_a_designed_voice_as_a_clone(tiny_voice_design_checkpoint: Path, tiny_base_checkpoint: Path,
-                                                  tmp_path: Path) -> None:  # fmt: skip
+def test_design_keeps_a_designed_voice_as_a_clone(
+    tiny_voice_design_checkpoint: Path, tiny_base_checkpoint: Path, tmp_path: Path
+) -> None:
     """Run as a user would: the module's command line, in a subprocess."""
     folder = tmp_path / "voices"
     result = subprocess.run(
-        [sys.executable, "-m", "wyoming_qwen3tts.voices", "--voices-dir", str(folder), "design", "narrator",
-         "--description", "A calm, deep narrator.", "--text", "Once upon a time, in a quiet town by the sea.",
-         "--model", str(tiny_voice_design_checkpoint), "--base-model", str(tiny_base_checkpoint)],
-        capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "wyoming_qwen3tts.voices",
+            "--voices-dir",
+            str(folder),
+            "design",
+            "narrator",
+            "--description",
+            "A calm, deep narrator.",
+            "--text",
+            "Once upon a time, in a quiet town by the sea.",
+            "--model",
+            str(tiny_voice_design_checkpoint),
+            "--base-model",
+            str(tiny_base_checkpoint),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "designed 'narrator'" in result.stdout and "cloned 'narrator'" in result.stdout
     (voice,), _ = scan_voice_folder(folder)
-    assert voice.reference_text == "Once upon a time, in a quiet town by the sea." and voice.description == "A calm, deep narrator."
+    assert (
+        voice.reference_text == "Once upon a time, in a quiet town by the sea."
+        and voice.description == "A calm, deep narrator."
+    )
     assert soundfile.info(str(folder / "narrator.wav")).duration >= 1.0

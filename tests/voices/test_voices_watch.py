@@ -13,13 +13,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from wyoming.event import Event
-from wyoming.info import Describe, Info
-
 from reliability_support import Raw
 from test_http_app import metric_value
 from test_http_server import HttpServer, start_http
 from test_voice_server import write_clip
+from wyoming.event import Event
+from wyoming.info import Describe, Info
+
 from wyoming_qwen3tts.voices.watch import is_voice_file
 
 pytestmark = pytest.mark.timeout(300)
@@ -29,10 +29,20 @@ PICKED_UP_WITHIN = 15.0  # seconds: the watcher's debounce (0.4 s) and a clone o
 
 @pytest.mark.parametrize(
     ("name", "voice"),
-    [("anna.wav", True), ("anna.txt", True), ("anna.toml", True), ("ANNA.FLAC", True), ("anna.mp3", True),
-     (".anna.wav", False), ("anna.wav.tmp", False), ("anna.wav.part", False), (".prompts", False),
-     ("notes.md", False), ("anna.TMP", False)],
-)  # fmt: skip
+    [
+        ("anna.wav", True),
+        ("anna.txt", True),
+        ("anna.toml", True),
+        ("ANNA.FLAC", True),
+        ("anna.mp3", True),
+        (".anna.wav", False),
+        ("anna.wav.tmp", False),
+        ("anna.wav.part", False),
+        (".prompts", False),
+        ("notes.md", False),
+        ("anna.TMP", False),
+    ],
+)
 def test_which_files_make_voices(name: str, voice: bool) -> None:
     assert is_voice_file(Path("/data/voices") / name) is voice
 
@@ -48,8 +58,21 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, tiny_base_checkpoint: Path, folder: Path) -> Iterator[HttpServer]:
-    args = ["--model", str(tiny_base_checkpoint), "--device", "cpu", "--dtype", "float32", "--max-frames", "4",
-            "--voices-dir", str(folder), "--seed", "1", "--announcement-cache"]  # fmt: skip
+    args = [
+        "--model",
+        str(tiny_base_checkpoint),
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--max-frames",
+        "4",
+        "--voices-dir",
+        str(folder),
+        "--seed",
+        "1",
+        "--announcement-cache",
+    ]
     http = start_http(tmp_path_factory.mktemp("watch"), args, fake=False, name="watch")
     yield http
     assert http.server.stop() == 0

@@ -56,9 +56,15 @@ class DecodeBackend(Protocol):
     def warm_up(self) -> int: ...  # capture what a first request would otherwise wait for; returns what was captured
 
 
-def make_backend(name: str, model: Qwen3TTSModel, kernels: KernelOptions | None = None, *, max_streams: int = 1,
-                 max_seq: int | None = None,
-                 batch_invariant: bool = False) -> tuple[DecodeBackend, str]:  # fmt: skip
+def make_backend(
+    name: str,
+    model: Qwen3TTSModel,
+    kernels: KernelOptions | None = None,
+    *,
+    max_streams: int = 1,
+    max_seq: int | None = None,
+    batch_invariant: bool = False,
+) -> tuple[DecodeBackend, str]:
     """The decode backend asked for; 'auto' takes the fused kernels where they load, else torch.
     max_streams > 1 on the kernels: the batching backend (continuous batching, max_seq positions a stream);
     0: as many streams as the GPU's free memory holds (1 means the one-stream backend)."""
@@ -94,9 +100,15 @@ def make_backend(name: str, model: Qwen3TTSModel, kernels: KernelOptions | None 
 
             batching = BatchingBackend(chosen, max_streams, max_seq, invariant=batch_invariant)
             cache_gib = batching.decoder.cache.numel() * batching.decoder.cache.element_size() / 1024**3
-            _LOGGER.info("Continuous batching: up to %d streams of %d positions each (KV cache %.2f GiB)",
-                         max_streams, max_seq, cache_gib)  # fmt: skip
-            return batching, reason + f", {max_streams} streams batched" + (", batch-invariant" if batch_invariant else "")
+            _LOGGER.info(
+                "Continuous batching: up to %d streams of %d positions each (KV cache %.2f GiB)",
+                max_streams,
+                max_seq,
+                cache_gib,
+            )
+            return batching, reason + f", {max_streams} streams batched" + (
+                ", batch-invariant" if batch_invariant else ""
+            )
         return chosen, reason
     except Exception as err:  # a missing toolchain or a failed build must not stop the service
         if name == "kernels":

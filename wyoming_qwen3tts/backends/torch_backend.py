@@ -11,10 +11,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..request import SamplingParams
 from ..model.prompt import Prompt
 from ..model.sampling import CodeZeroProcessor, choose
 from ..model.talker import KVCache, Qwen3TTSModel
+from ..request import SamplingParams
 
 
 class TorchDecodeSession:
@@ -59,7 +59,11 @@ class TorchDecodeSession:
         s = self.sampling
         scores = self.processor(talker.codec_head(self.hidden), self.previous_c0, s.repetition_penalty)
         c0 = choose(
-            scores, do_sample=s.do_sample, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
+            scores,
+            do_sample=s.do_sample,
+            temperature=s.temperature,
+            top_k=s.top_k,
+            top_p=s.top_p,
             generator=self.generator,
         )
         self.previous_c0 = torch.cat([self.previous_c0, c0])
@@ -68,8 +72,12 @@ class TorchDecodeSession:
 
         def pick(logits: Tensor) -> Tensor:
             return choose(
-                logits.float(), do_sample=s.subtalker_do_sample, temperature=s.subtalker_temperature,
-                top_k=s.subtalker_top_k, top_p=s.subtalker_top_p, generator=self.generator,
+                logits.float(),
+                do_sample=s.subtalker_do_sample,
+                temperature=s.subtalker_temperature,
+                top_k=s.subtalker_top_k,
+                top_p=s.subtalker_top_p,
+                generator=self.generator,
             )
 
         self.cp_cache.reset()
@@ -89,7 +97,9 @@ class TorchDecodeSession:
         if self.frames_done < self.max_frames:
             step = self.frames_done - 1
             x = torch.stack(embeds, dim=0).sum(0)  # [1, H]; same reduction as the reference
-            extra = self.prompt.trailing[step : step + 1] if step < self.prompt.trailing.shape[0] else self.prompt.pad[None]
+            extra = (
+                self.prompt.trailing[step : step + 1] if step < self.prompt.trailing.shape[0] else self.prompt.pad[None]
+            )
             self.hidden = talker.model(x + extra, self.cache)[-1:]
         return frame
 

@@ -82,14 +82,23 @@ class HttpConfig:
 
 def build_app(service: TtsService, config: HttpConfig, metrics: Metrics = METRICS) -> web.Application:
     api = SpeechApi(service, config.speech, metrics)
-    uploads = VoiceUploads(service, config.voices_dir, configured=config.configured_voices,
-                           max_uploads=config.max_uploads, upload_timeout=config.upload_timeout)  # fmt: skip
+    uploads = VoiceUploads(
+        service,
+        config.voices_dir,
+        configured=config.configured_voices,
+        max_uploads=config.max_uploads,
+        upload_timeout=config.upload_timeout,
+    )
     api.uploads = uploads
     public: set[web.AbstractResource] = set()
     app = web.Application(
         client_max_size=config.speech.max_body_bytes,
-        middlewares=[_count_requests(metrics), _errors_as_json, _require_key(config.api_key, public),
-                     *([] if config.api_key else [_same_origin_changes])],
+        middlewares=[
+            _count_requests(metrics),
+            _errors_as_json,
+            _require_key(config.api_key, public),
+            *([] if config.api_key else [_same_origin_changes]),
+        ],
     )
 
     async def page(request: web.Request) -> web.FileResponse:
@@ -97,7 +106,9 @@ def build_app(service: TtsService, config: HttpConfig, metrics: Metrics = METRIC
 
     async def health(request: web.Request) -> web.Response:
         status = "shutting-down" if service.draining else model_state(service)
-        return web.json_response({"status": status, "model": config.speech.model_id}, status=200 if status == "ready" else 503)
+        return web.json_response(
+            {"status": status, "model": config.speech.model_id}, status=200 if status == "ready" else 503
+        )
 
     async def scrape(request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -115,7 +126,9 @@ def build_app(service: TtsService, config: HttpConfig, metrics: Metrics = METRIC
     return app
 
 
-def _require_key(api_key: str | None, public: set[web.AbstractResource]) -> Callable[[web.Request, _Handler], Awaitable[web.StreamResponse]]:
+def _require_key(
+    api_key: str | None, public: set[web.AbstractResource]
+) -> Callable[[web.Request, _Handler], Awaitable[web.StreamResponse]]:
     expected = api_key.encode() if api_key else None
 
     @web.middleware
@@ -125,9 +138,14 @@ def _require_key(api_key: str | None, public: set[web.AbstractResource]) -> Call
             return await handler(request)
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         # aiohttp keeps a header's bytes that are not UTF-8 as surrogates: back to those bytes, never an error.
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode("utf-8", "surrogateescape"), expected):
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            given.strip().encode("utf-8", "surrogateescape"), expected
+        ):
             raise ApiError(
-                401, "Missing or wrong API key: send 'Authorization: Bearer KEY'", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"}
+                401,
+                "Missing or wrong API key: send 'Authorization: Bearer KEY'",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
             )
         return await handler(request)
 
@@ -154,8 +172,11 @@ async def _same_origin_changes(request: web.Request, handler: _Handler) -> web.S
         origin = request.headers.get("Origin")
         cross = origin is not None and (origin == "null" or urlsplit(origin).netloc.lower() != request.host.lower())
     if cross:
-        raise ApiError(403, "Requests that change something must come from this server's own page (or carry the API key)",
-                       code="cross-site-request")  # fmt: skip
+        raise ApiError(
+            403,
+            "Requests that change something must come from this server's own page (or carry the API key)",
+            code="cross-site-request",
+        )
     return await handler(request)
 
 
@@ -168,8 +189,13 @@ async def _errors_as_json(request: web.Request, handler: _Handler) -> web.Stream
         return err.response()
     except (HttpProcessingError, web.RequestPayloadError) as exc:  # a body aiohttp could not parse (encodings)
         cause = exc.__cause__ if isinstance(exc, web.RequestPayloadError) else exc
-        _LOGGER.warning("HTTP %s %r from %s: malformed body (%s)", request.method, request.path[:200], request.remote,
-                        type(cause or exc).__name__)  # fmt: skip
+        _LOGGER.warning(
+            "HTTP %s %r from %s: malformed body (%s)",
+            request.method,
+            request.path[:200],
+            request.remote,
+            type(cause or exc).__name__,
+        )
         return ApiError(400, "The request body is malformed", code="invalid-body").response()
     except web.HTTPException as exc:
         if exc.status < 400:
@@ -227,8 +253,13 @@ class _ConnectionLog(logging.LoggerAdapter):  # type: ignore[type-arg]
             return
         if isinstance(exc, HttpProcessingError):
             remote = args[0] if args else "?"
-            self.logger.log(min(level, logging.WARNING), "Malformed HTTP request from %s: %s, answered %d",
-                            remote, type(exc).__name__, exc.code or 400)  # fmt: skip
+            self.logger.log(
+                min(level, logging.WARNING),
+                "Malformed HTTP request from %s: %s, answered %d",
+                remote,
+                type(exc).__name__,
+                exc.code or 400,
+            )
             return
         super().log(level, msg, *args, **kwargs)  # type: ignore[arg-type]
 

@@ -6,6 +6,7 @@ from aiohttp import web
 
 from ..errors import Qwen3TTSError
 
+
 def _error_type(status: int) -> str:
     if status == 401:
         return "authentication_error"
@@ -36,7 +37,9 @@ class ApiError(Exception):
         self.headers = headers or {}
 
     def body(self) -> dict[str, object]:
-        return {"error": {"message": self.message, "type": _error_type(self.status), "param": self.param, "code": self.code}}
+        return {
+            "error": {"message": self.message, "type": _error_type(self.status), "param": self.param, "code": self.code}
+        }
 
     def response(self) -> web.Response:
         return web.json_response(self.body(), status=self.status, headers=self.headers)

@@ -35,13 +35,13 @@ from wyoming.tts import SynthesizeVoice
 from .. import speech
 from ..errors import Qwen3TTSError, TextTooLongError
 from ..metrics import Metrics, SpeechMeter, model_state
+from ..options import TextOptions
 from ..request import SAMPLE_RATE, AudioChunk
 from ..service import TtsService
-from ..options import TextOptions
 from ..text.sentences import clean_client_text
 from ..text.stream import Sentence
-from ..wire import short
 from ..voices import AUTO, VoiceChoice, language_code, language_name
+from ..wire import short
 from .audio_formats import FORMATS, MAX_SPEED, MIN_SPEED, AudioEncoder, AudioFormat
 from .errors import ApiError
 
@@ -240,23 +240,37 @@ class SpeechApi:
     def _check_ready(self) -> None:
         state = model_state(self.service)
         if state == "loading":
-            raise ApiError(503, "The model is still loading; try again shortly", code="model-loading", headers={"Retry-After": "5"})
+            raise ApiError(
+                503, "The model is still loading; try again shortly", code="model-loading", headers={"Retry-After": "5"}
+            )
         if state == "failed":
             raise ApiError(503, f"The model could not be loaded: {self.service.load_error}", code="model-load-failed")
 
     async def _read_json(self, request: web.Request) -> Any:
         if request.content_type != "application/json":
-            raise ApiError(415, f"Content-Type must be application/json, not {request.content_type!r}", code="unsupported-media-type")
+            raise ApiError(
+                415,
+                f"Content-Type must be application/json, not {request.content_type!r}",
+                code="unsupported-media-type",
+            )
         limit = self.config.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
-            raise ApiError(413, f"The request body has {request.content_length} bytes, more than the limit of {limit}", code="body-too-large")
+            raise ApiError(
+                413,
+                f"The request body has {request.content_length} bytes, more than the limit of {limit}",
+                code="body-too-large",
+            )
         try:
             async with asyncio.timeout(self.config.body_timeout):
                 body = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            raise ApiError(413, f"The request body is larger than the limit of {limit} bytes", code="body-too-large") from None
+            raise ApiError(
+                413, f"The request body is larger than the limit of {limit} bytes", code="body-too-large"
+            ) from None
         except TimeoutError:
-            raise ApiError(408, f"The request body did not arrive within {self.config.body_timeout:g} s", code="body-timeout") from None
+            raise ApiError(
+                408, f"The request body did not arrive within {self.config.body_timeout:g} s", code="body-timeout"
+            ) from None
         try:
             return json.loads(body)
         except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
@@ -278,12 +292,24 @@ class SpeechApi:
                 code="unsupported-format",
             )
         if body.stream_format not in STREAM_FORMATS:
-            raise ApiError(400, f"stream_format must be 'audio' or 'sse', not {short(body.stream_format)}", param="stream_format", code="invalid-request")
+            raise ApiError(
+                400,
+                f"stream_format must be 'audio' or 'sse', not {short(body.stream_format)}",
+                param="stream_format",
+                code="invalid-request",
+            )
         if not MIN_SPEED <= body.speed <= MAX_SPEED:
-            raise ApiError(400, f"speed must be between {MIN_SPEED} and {MAX_SPEED}, not {body.speed}", param="speed", code="invalid-request")
+            raise ApiError(
+                400,
+                f"speed must be between {MIN_SPEED} and {MAX_SPEED}, not {body.speed}",
+                param="speed",
+                code="invalid-request",
+            )
         if not clean_client_text(body.input).strip():
             raise ApiError(400, "input is empty", param="input", code="empty-text")
-        return SpeechPlan(self._voice(body), body.input, [], len(body.input), fmt, body.speed, body.stream_format == "sse")
+        return SpeechPlan(
+            self._voice(body), body.input, [], len(body.input), fmt, body.speed, body.stream_format == "sse"
+        )
 
     def _voice(self, body: SpeechBody) -> VoiceChoice:
         catalog = self.service.catalog
@@ -303,17 +329,28 @@ class SpeechApi:
         if instructions:
             designed = not voice.speaker and voice.clone is None  # its instruct is its description: the style joins it
             if not (designed or (voice.speaker and catalog.supports_instruct)):
-                raise ApiError(400, f"Voice {short(voice.voice)} does not follow style instructions (1.7B CustomVoice speakers and designed voices do)",
-                               param="instructions", code="instructions-unsupported")  # fmt: skip
+                raise ApiError(
+                    400,
+                    f"Voice {short(voice.voice)} does not follow style instructions (1.7B CustomVoice speakers and designed voices do)",
+                    param="instructions",
+                    code="instructions-unsupported",
+                )
             if len(instructions) > MAX_INSTRUCTIONS_CHARS:
                 raise ApiError(
-                    400, f"instructions have {len(instructions)} characters, more than the limit of {MAX_INSTRUCTIONS_CHARS}", param="instructions", code="text-too-long"
+                    400,
+                    f"instructions have {len(instructions)} characters, more than the limit of {MAX_INSTRUCTIONS_CHARS}",
+                    param="instructions",
+                    code="text-too-long",
                 )
             voice = replace(voice, instruct=f"{voice.instruct} {instructions}" if designed else instructions)
         return voice
 
-    async def _respond(self, request: web.Request, plan: SpeechPlan, stream: HttpSpeechStream, meter: SpeechMeter) -> web.StreamResponse:
-        chunks = speech.speak(self.service, plan.voice, speech.each(plan.sentences), stream.cancel, meter, seed=self.config.seed)
+    async def _respond(
+        self, request: web.Request, plan: SpeechPlan, stream: HttpSpeechStream, meter: SpeechMeter
+    ) -> web.StreamResponse:
+        chunks = speech.speak(
+            self.service, plan.voice, speech.each(plan.sentences), stream.cancel, meter, seed=self.config.seed
+        )
         response: web.StreamResponse | None = None
         encoding: _Encoding | None = None
         try:
@@ -330,7 +367,11 @@ class SpeechApi:
                     await self._send_audio(request, response, plan, encoding, meter, chunk)
                 await self._send(request, response, plan, await encoding.finish())
                 if plan.sse:
-                    usage = {"input_tokens": plan.chars, "output_tokens": meter.frames, "total_tokens": plan.chars + meter.frames}
+                    usage = {
+                        "input_tokens": plan.chars,
+                        "output_tokens": meter.frames,
+                        "total_tokens": plan.chars + meter.frames,
+                    }
                     await self._send_event(request, response, {"type": "speech.audio.done", "usage": usage})
                 await response.write_eof()
             except Qwen3TTSError as err:
@@ -343,7 +384,9 @@ class SpeechApi:
                 _LOGGER.info("HTTP client gone during synthesis with %s: %s", plan.voice.voice, err)
                 return response
             meter.finish("ok")
-            speech.log_spoken(_LOGGER, plan.voice, plan.chars, meter, f" format={plan.format.name}{' sse' if plan.sse else ''} (http)")
+            speech.log_spoken(
+                _LOGGER, plan.voice, plan.chars, meter, f" format={plan.format.name}{' sse' if plan.sse else ''} (http)"
+            )
             return response
         except Qwen3TTSError as err:  # from the first frame group
             meter.finish(err.code)
@@ -368,7 +411,13 @@ class SpeechApi:
                 encoding.close()
 
     async def _send_audio(
-        self, request: web.Request, response: web.StreamResponse, plan: SpeechPlan, encoding: _Encoding, meter: SpeechMeter, chunk: AudioChunk
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        plan: SpeechPlan,
+        encoding: _Encoding,
+        meter: SpeechMeter,
+        chunk: AudioChunk,
     ) -> None:
         await self._send(request, response, plan, await encoding.encode(chunk.pcm))
         meter.audio(chunk.num_frames)
@@ -377,7 +426,9 @@ class SpeechApi:
         if not data:
             return
         if plan.sse:
-            await self._send_event(request, response, {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
+            await self._send_event(
+                request, response, {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")}
+            )
         else:
             await self._write(request, response, data)
 
@@ -395,7 +446,9 @@ class SpeechApi:
         except (ConnectionError, RuntimeError) as err:  # RuntimeError: the transport is closed
             raise _ClientGone(str(err) or type(err).__name__) from err
 
-    async def _end_with_error(self, request: web.Request, response: web.StreamResponse, plan: SpeechPlan, err: ApiError) -> None:
+    async def _end_with_error(
+        self, request: web.Request, response: web.StreamResponse, plan: SpeechPlan, err: ApiError
+    ) -> None:
         """After the status line went out: an SSE "error" event, or an audio body cut short."""
         if plan.sse:
             with contextlib.suppress(_ClientGone):

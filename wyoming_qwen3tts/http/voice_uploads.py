@@ -68,9 +68,16 @@ class _Upload:
 
 
 class VoiceUploads:
-    def __init__(self, service: TtsService, folder: Path | None, max_bytes: int = MAX_UPLOAD_BYTES, *,
-                 configured: frozenset[str] = frozenset(), max_uploads: int = 2,
-                 upload_timeout: float = 120.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        service: TtsService,
+        folder: Path | None,
+        max_bytes: int = MAX_UPLOAD_BYTES,
+        *,
+        configured: frozenset[str] = frozenset(),
+        max_uploads: int = 2,
+        upload_timeout: float = 120.0,
+    ) -> None:
         self.service = service
         self.folder = folder
         self.max_bytes = max_bytes
@@ -87,12 +94,19 @@ class VoiceUploads:
 
     def is_folder_voice(self, preset: VoicePreset | None) -> bool:
         """Whether the voice came from the voices folder (and so may be removed here)."""
-        return (preset is not None and self.folder is not None and preset.name not in self.configured
-                and preset.reference_audio is not None and preset.reference_audio.parent == self.folder)  # fmt: skip
+        return (
+            preset is not None
+            and self.folder is not None
+            and preset.name not in self.configured
+            and preset.reference_audio is not None
+            and preset.reference_audio.parent == self.folder
+        )
 
     def _check_can_add(self) -> Path:
         if self.folder is None:
-            raise ApiError(409, "This server has no voices folder (set voices_dir or data_dir)", code="no-voices-folder")
+            raise ApiError(
+                409, "This server has no voices folder (set voices_dir or data_dir)", code="no-voices-folder"
+            )
         if not self.service.clones_voices:
             raise ApiError(409, "Cloned voices need a Base model, and none is loaded", code="no-base-model")
         return self.folder
@@ -101,12 +115,20 @@ class VoiceUploads:
     async def add(self, request: web.Request) -> web.Response:
         folder = self._check_can_add()
         if request.content_type != "multipart/form-data":
-            raise ApiError(415, f"Content-Type must be multipart/form-data, not {request.content_type!r}", code="unsupported-media-type")
+            raise ApiError(
+                415,
+                f"Content-Type must be multipart/form-data, not {request.content_type!r}",
+                code="unsupported-media-type",
+            )
         if request.content_length is not None and request.content_length > self.max_bytes + _FORM_SLACK:
             raise ApiError(413, f"The upload is larger than {self.max_bytes} bytes", code="body-too-large")
         if self.uploads >= self.max_uploads:
-            raise ApiError(429, f"{self.uploads} voice uploads are in progress (max_uploads); try again shortly",
-                           code="too-many-uploads", headers={"Retry-After": "1"})  # fmt: skip
+            raise ApiError(
+                429,
+                f"{self.uploads} voice uploads are in progress (max_uploads); try again shortly",
+                code="too-many-uploads",
+                headers={"Retry-After": "1"},
+            )
         upload = _Upload()
         refused = self.service.admit(upload)
         if refused is not None:
@@ -123,7 +145,9 @@ class VoiceUploads:
             async with asyncio.timeout(self.upload_timeout):
                 fields, clip = await self._read_form(request)
         except TimeoutError:
-            raise ApiError(408, f"The upload did not arrive within {self.upload_timeout:g} s", code="body-timeout") from None
+            raise ApiError(
+                408, f"The upload did not arrive within {self.upload_timeout:g} s", code="body-timeout"
+            ) from None
         name = fields.get("name", "")
         try:
             check_voice_name(name)  # a voice name, no path
@@ -134,7 +158,9 @@ class VoiceUploads:
         text = fields.get("text", "").strip() or None
         x_vector_only = fields.get("x_vector_only", "").lower() in ("1", "true", "on", "yes")
         if not text and not x_vector_only:
-            raise ApiError(400, "text: give the clip's transcript, or x_vector_only", param="text", code="invalid-request")
+            raise ApiError(
+                400, "text: give the clip's transcript, or x_vector_only", param="text", code="invalid-request"
+            )
         language = fields.get("language", "").strip() or None
         if language is not None:
             try:
@@ -147,12 +173,20 @@ class VoiceUploads:
             raise ApiError(400, str(err), param="audio", code=err.code) from None
         del clip
         try:
-            preset = voice_preset(folder, name, text, x_vector_only=x_vector_only, language=language,
-                                  description=fields.get("description"))  # fmt: skip
+            preset = voice_preset(
+                folder,
+                name,
+                text,
+                x_vector_only=x_vector_only,
+                language=language,
+                description=fields.get("description"),
+            )
         except ValueError as err:
             raise ApiError(400, str(err), code="invalid-request") from None
         await self._run_to_end(lambda abandoned: self._add_voice(preset, mono, rate, abandoned))
-        return web.json_response({"id": preset.name, "object": "voice", "name": preset.name, "seconds": round(seconds, 2)}, status=201)
+        return web.json_response(
+            {"id": preset.name, "object": "voice", "name": preset.name, "seconds": round(seconds, 2)}, status=201
+        )
 
     async def _add_voice(self, preset: VoicePreset, mono: Any, rate: int, abandoned: asyncio.Event) -> None:
         """Store, clone and offer the voice; undone as a whole on any failure, or when its client left."""
@@ -187,8 +221,11 @@ class VoiceUploads:
     def _taken(self, name: str) -> bool:
         assert self.folder is not None
         catalog = self.service.catalog
-        return (voice_exists(self.folder, name) or name in catalog.presets
-                or name.lower() in (s.lower() for s in catalog.speakers))  # fmt: skip
+        return (
+            voice_exists(self.folder, name)
+            or name in catalog.presets
+            or name.lower() in (s.lower() for s in catalog.speakers)
+        )
 
     async def _run_to_end(self, change: Callable[[asyncio.Event], Awaitable[None]]) -> None:
         """Run a change of the folder to its end even when the request is cancelled meanwhile (the client left, or
@@ -223,7 +260,9 @@ class VoiceUploads:
             try:
                 part = await reader.next()
             except ValueError as err:  # a missing, unterminated or long boundary
-                raise ApiError(400, f"The body is not a well-formed multipart form: {_reason(err)}", code="invalid-form") from None
+                raise ApiError(
+                    400, f"The body is not a well-formed multipart form: {_reason(err)}", code="invalid-form"
+                ) from None
             if part is None:
                 break
             parts += 1
@@ -237,7 +276,9 @@ class VoiceUploads:
                 try:
                     chunk = await part.read_chunk(65536)
                 except ValueError as err:
-                    raise ApiError(400, f"The body is not a well-formed multipart form: {_reason(err)}", code="invalid-form") from None
+                    raise ApiError(
+                        400, f"The body is not a well-formed multipart form: {_reason(err)}", code="invalid-form"
+                    ) from None
                 if not chunk:
                     break
                 data += chunk
@@ -251,7 +292,9 @@ class VoiceUploads:
                 try:
                     fields[part.name] = data.decode("utf-8")
                 except UnicodeDecodeError:
-                    raise ApiError(400, f"field {part.name[:40]!r} is not UTF-8", param=part.name[:40], code="invalid-request") from None
+                    raise ApiError(
+                        400, f"field {part.name[:40]!r} is not UTF-8", param=part.name[:40], code="invalid-request"
+                    ) from None
         return fields, clip
 
     # -- DELETE /v1/audio/voices/{name} ------------------------------------------------------------
@@ -266,13 +309,21 @@ class VoiceUploads:
         async with self._lock:  # after any add of the same name has ended
             preset = self.service.catalog.presets.get(name)
             if not self.is_folder_voice(preset):
-                raise ApiError(404, f"No voice {name[:80]!r} in the voices folder (configured voices stay)", code="unknown-voice")
+                raise ApiError(
+                    404, f"No voice {name[:80]!r} in the voices folder (configured voices stay)", code="unknown-voice"
+                )
             assert self.folder is not None and preset is not None
-            users = sorted(p.name for p in self.service.catalog.presets.values()
-                           if p.name != name and p.reference_audio == preset.reference_audio)  # fmt: skip
+            users = sorted(
+                p.name
+                for p in self.service.catalog.presets.values()
+                if p.name != name and p.reference_audio == preset.reference_audio
+            )
             if users:
-                raise ApiError(409, f"The clip of {name!r} is also the voice of configured voice(s) {', '.join(users)[:200]}",
-                               code="voice-in-use")  # fmt: skip
+                raise ApiError(
+                    409,
+                    f"The clip of {name!r} is also the voice of configured voice(s) {', '.join(users)[:200]}",
+                    code="voice-in-use",
+                )
             self.service.remove_voice(name)  # first: a clip deleted under a voice still offered fails its requests
             await asyncio.get_running_loop().run_in_executor(None, remove_voice, self.folder, name)
         _LOGGER.info("Removed voice %r from %s", name, self.folder)

@@ -357,9 +357,7 @@ def missing_files(model_dir: Path) -> list[str]:
     """The required checkpoint files that are absent, in a fixed order (empty when the layout is complete)."""
     d = Path(model_dir)
     missing = [
-        name
-        for name in ("config.json", "generation_config.json", "model.safetensors")
-        if not (d / name).is_file()
+        name for name in ("config.json", "generation_config.json", "model.safetensors") if not (d / name).is_file()
     ]
     has_bpe = (d / "vocab.json").is_file() and (d / "merges.txt").is_file()
     if not has_bpe and not (d / "tokenizer.json").is_file():
@@ -454,9 +452,7 @@ def _load_tensors(
         for name, shape in expected.items():
             t = f.get_tensor(name)
             if tuple(t.shape) != shape:
-                raise ModelLoadError(
-                    f"{file}: tensor {name} has shape {tuple(t.shape)}, the config implies {shape}"
-                )
+                raise ModelLoadError(f"{file}: tensor {name} has shape {tuple(t.shape)}, the config implies {shape}")
             out[name] = t.to(device=device, dtype=dtype if dtype is not None else t.dtype)
     return out
 

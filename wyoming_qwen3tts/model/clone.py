@@ -71,7 +71,7 @@ class VoiceCloner:
         *,
         cache_dir: Path | str | None = None,
         device: str | torch.device = "cpu",
-    ) -> "VoiceCloner":
+    ) -> VoiceCloner:
         """From a Base checkpoint loaded with its clone encoders (load_checkpoint(..., model_types=("base",)))."""
         cfg = ckpt.config
         if cfg.tts_model_type != "base" or cfg.speaker_encoder is None:
@@ -86,7 +86,9 @@ class VoiceCloner:
             ClonePromptCache(cache_dir) if cache_dir is not None else None,
         )
 
-    def clone(self, audio: ReferenceAudio, transcript: str | None = None, *, x_vector_only: bool = False) -> ClonePrompt:
+    def clone(
+        self, audio: ReferenceAudio, transcript: str | None = None, *, x_vector_only: bool = False
+    ) -> ClonePrompt:
         """The prompt of a voice: from the cache when it holds one for this model, clip, mode and transcript.
 
         x_vector_only=False (in-context cloning, the better likeness) needs the clip's transcript; raises VoiceError

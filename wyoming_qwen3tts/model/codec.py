@@ -54,7 +54,7 @@ class CodecStream:
     RoPE position).  Not thread-safe; use one stream per utterance.  A call that raises leaves it unusable.
     """
 
-    def __init__(self, decoder: "CodecDecoder") -> None:
+    def __init__(self, decoder: CodecDecoder) -> None:
         self.decoder = decoder
         self.frames = 0  # frames decoded so far == RoPE position of the next frame
         # Keyed by the conv layer object: the last input samples it saw, [1, C, keep].
@@ -67,7 +67,7 @@ class CodecStream:
         """codes_group [n,16] int -> float32 waveform [n*1920] that continues the samples of earlier calls."""
         return self.decoder._run(codes_group, self)
 
-    def fork(self) -> "CodecStream":
+    def fork(self) -> CodecStream:
         """An independent stream in this one's state, e.g. after a cloned voice's context: decode the context once,
         fork it for every request. Cheap: decoding replaces state tensors and never writes into them, so the two
         streams can share the ones they hold now."""
@@ -308,7 +308,7 @@ class CodecDecoder:
         *,
         dtype: torch.dtype = torch.float32,
         device: str | torch.device = "cpu",
-    ) -> "CodecDecoder":
+    ) -> CodecDecoder:
         """Build from the full state dict of speech_tokenizer/model.safetensors (original key names).
 
         Raises ModelLoadError naming every missing or misshapen decoder tensor.
@@ -317,9 +317,7 @@ class CodecDecoder:
             raise ModelLoadError(
                 f"codec decoder_dim {cfg.decoder_dim} cannot be halved {len(cfg.upsample_rates)} times"
             )
-        w = NamedWeights(
-            tensors, dtype, torch.device(device), prefix=_PREFIX, what="speech_tokenizer (codec decoder)"
-        )
+        w = NamedWeights(tensors, dtype, torch.device(device), prefix=_PREFIX, what="speech_tokenizer (codec decoder)")
         with torch.inference_mode():
             decoder = cls(cfg, w)
         w.check()
@@ -377,7 +375,7 @@ class CodecDecoder:
             x = blk(x, st)
         return self.conv_out(self.act_out(x), st).clamp(-1.0, 1.0)
 
-    def _stateful_convs(self) -> list["_CausalConv | _CausalConvTranspose"]:
+    def _stateful_convs(self) -> list[_CausalConv | _CausalConvTranspose]:
         """Every conv that keeps a left context between calls, in the order a decode runs them."""
         convs: list[_CausalConv | _CausalConvTranspose] = [self.pre_conv]
         for conv, block in self.upsample:

@@ -148,7 +148,9 @@ class CodecEncoder:
         self.device = w.device
         p = "encoder.layers."
         nf = cfg.num_filters
-        self.convs: list[_CausalConv | _ResidualBlock | None] = [_conv(w, p + "0", nf, cfg.audio_channels, cfg.kernel_size)]
+        self.convs: list[_CausalConv | _ResidualBlock | None] = [
+            _conv(w, p + "0", nf, cfg.audio_channels, cfg.kernel_size)
+        ]
         # The module list of the checkpoint interleaves ELUs (no weights) with the convs; None stands for an ELU so
         # that indices here are the indices in the tensor names.
         dim = nf
@@ -164,19 +166,23 @@ class CodecEncoder:
         self.layers = [_TransformerLayer(w, i, cfg) for i in range(cfg.num_hidden_layers)]
         d = cfg.hidden_size
         self.downsample = _CausalConv(
-            w("downsample.conv.weight", (d, d, cfg.downsample_kernel)), None, stride=cfg.downsample_stride,
+            w("downsample.conv.weight", (d, d, cfg.downsample_kernel)),
+            None,
+            stride=cfg.downsample_stride,
             pad_mode="replicate",
-        )  # fmt: skip
+        )
         q = "quantizer."
         n_sem = cfg.num_semantic_quantizers
         self.semantic = _ResidualQuantizer(w, q + "semantic_residual_vector_quantizer.", n_sem, cfg)
         # Only the codebooks kept per frame; later ones never change earlier codes.
-        self.acoustic = _ResidualQuantizer(w, q + "acoustic_residual_vector_quantizer.", cfg.valid_quantizers - n_sem, cfg)
+        self.acoustic = _ResidualQuantizer(
+            w, q + "acoustic_residual_vector_quantizer.", cfg.valid_quantizers - n_sem, cfg
+        )
 
     @classmethod
     def from_tensors(
         cls, cfg: CodecEncoderConfig, tensors: dict[str, Tensor], *, device: str | torch.device = "cpu"
-    ) -> "CodecEncoder":
+    ) -> CodecEncoder:
         """Build from `encoder.*` tensors of speech_tokenizer/model.safetensors (original key names). Raises
         ModelLoadError naming every missing or misshapen tensor."""
         w = NamedWeights(tensors, torch.float32, torch.device(device), prefix=_PREFIX, what="codec encoder")
@@ -193,7 +199,9 @@ class CodecEncoder:
         for conv in self.convs:
             x = F.elu(x) if conv is None else conv(x)
         h = x.transpose(1, 2)  # [1, T, hidden]
-        cos, sin = rope_tables(torch.arange(h.shape[1], device=self.device), self.cfg.head_dim, self.cfg.rope_theta, h.dtype)
+        cos, sin = rope_tables(
+            torch.arange(h.shape[1], device=self.device), self.cfg.head_dim, self.cfg.rope_theta, h.dtype
+        )
         for layer in self.layers:
             h = layer(h, cos, sin)
         frames = self.downsample(h.transpose(1, 2))  # [1, hidden, T / 2]

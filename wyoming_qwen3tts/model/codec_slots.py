@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from .codec import CodecDecoder, CodecStream, Tensor
 from .layers import rms_norm, rope_tables
 
+
 class CodecSlots:
     """Many streams through one CodecDecoder: their state in one preallocated tensor, a row (slot) per stream.
 
@@ -111,8 +112,10 @@ class CodecSlots:
         nq = dec.cfg.num_quantizers
         b = len(slots)
         if codes.ndim != 3 or codes.shape[0] != b or codes.shape[2] != nq or len(set(slots)) != b:
-            raise ValueError(f"codec slots expect codes [{b}, frames, {nq}] for {b} distinct slots, "
-                             f"got {tuple(codes.shape)} for slots {slots}")  # fmt: skip
+            raise ValueError(
+                f"codec slots expect codes [{b}, frames, {nq}] for {b} distinct slots, "
+                f"got {tuple(codes.shape)} for slots {slots}"
+            )
         n = codes.shape[1]
         if n == 0 or b == 0:
             return torch.zeros(b, 0, dtype=torch.float32, device=dec.device)
@@ -193,7 +196,7 @@ class CodecSlots:
             wav = self._run(packed, n)
         self._graphs[(rows, n)] = _CodecGraph(graph, packed, wav)
 
-    def _transformer(self, x: Tensor, rows: "SlotRows", first: Tensor) -> Tensor:
+    def _transformer(self, x: Tensor, rows: SlotRows, first: Tensor) -> Tensor:
         """x [B, n, latent], row r's frames at positions first[r].. : each row attends to its own cached window."""
         dec, cfg = self.decoder, self.decoder.cfg
         b, n = x.shape[:2]
@@ -249,7 +252,7 @@ class SlotRows:
         """Layer i's cached keys and values, views [B, kv_heads, keep, head_dim] into the rows."""
         k_off, v_off = self.slots._kv[i]
         size, shape = self.slots._kv_size, self.slots._kv_shape
-        return (self.data[:, k_off : k_off + size].unflatten(1, shape),
-                self.data[:, v_off : v_off + size].unflatten(1, shape))  # fmt: skip
-
-
+        return (
+            self.data[:, k_off : k_off + size].unflatten(1, shape),
+            self.data[:, v_off : v_off + size].unflatten(1, shape),
+        )

@@ -82,12 +82,14 @@ class SpeakerEncoderConfig:
     sample_rate: int = 24000
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "SpeakerEncoderConfig":
+    def from_dict(cls, d: dict[str, Any]) -> SpeakerEncoderConfig:
         cfg = cls(**_known_fields(cls, d))
         n = len(cfg.enc_channels)
         if n < 3 or len(cfg.enc_kernel_sizes) != n or len(cfg.enc_dilations) != n:
-            raise ModelConfigError("speaker_encoder_config: enc_channels, enc_kernel_sizes and enc_dilations "
-                                   "need the same length (at least 3)")  # fmt: skip
+            raise ModelConfigError(
+                "speaker_encoder_config: enc_channels, enc_kernel_sizes and enc_dilations "
+                "need the same length (at least 3)"
+            )
         if any(c % cfg.enc_res2net_scale for c in cfg.enc_channels[1:-1]):
             raise ModelConfigError("speaker_encoder_config: the SE-Res2Net channels must divide by enc_res2net_scale")
         return cfg
@@ -136,7 +138,7 @@ class Qwen3TTSConfig:
         return self.talker.hidden_size != self.code_predictor.hidden_size
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Qwen3TTSConfig":
+    def from_dict(cls, d: dict[str, Any]) -> Qwen3TTSConfig:
         model_type = d.get("tts_model_type")
         if model_type not in MODEL_TYPE_NAMES:
             raise ModelConfigError(
@@ -205,7 +207,7 @@ class Qwen3TTSConfig:
         )
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "Qwen3TTSConfig":
+    def from_file(cls, path: str | Path) -> Qwen3TTSConfig:
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
@@ -263,7 +265,7 @@ class CodecDecoderConfig:
         return n
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CodecDecoderConfig":
+    def from_dict(cls, d: dict[str, Any]) -> CodecDecoderConfig:
         if d.get("model_type", "qwen3_tts_tokenizer_12hz") != "qwen3_tts_tokenizer_12hz":
             raise ModelConfigError(f"speech_tokenizer is {d.get('model_type')!r}, not the 12 Hz codec")
         try:
@@ -293,7 +295,7 @@ class CodecDecoderConfig:
             raise ModelConfigError(f"speech_tokenizer/config.json is missing the field {err.args[0]!r}") from None
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "CodecDecoderConfig":
+    def from_file(cls, path: str | Path) -> CodecDecoderConfig:
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
@@ -345,7 +347,7 @@ class CodecEncoderConfig:
         return n
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CodecEncoderConfig":
+    def from_dict(cls, d: dict[str, Any]) -> CodecEncoderConfig:
         e = d.get("encoder_config")
         if not isinstance(e, dict):
             raise ModelConfigError("speech_tokenizer/config.json is missing the field 'encoder_config'")
@@ -376,7 +378,9 @@ class CodecEncoderConfig:
         }
         for name, (value, wanted) in unsupported.items():
             if value != wanted:
-                raise ModelConfigError(f"speech_tokenizer encoder_config.{name} is {value!r}; only {wanted!r} is supported")
+                raise ModelConfigError(
+                    f"speech_tokenizer encoder_config.{name} is {value!r}; only {wanted!r} is supported"
+                )
         if not cfg.num_semantic_quantizers < cfg.valid_quantizers <= cfg.num_quantizers:
             raise ModelConfigError(
                 f"speech_tokenizer: encoder_valid_num_quantizers {cfg.valid_quantizers} does not fit "

@@ -205,7 +205,9 @@ def prompt_for(
         if cfg.supports_instruct:
             parts.append(talker.embed_text(instruct_ids))
         else:
-            _LOGGER.warning("instruct is ignored: the %s %s model does not take one", cfg.tts_model_size, cfg.model_type_name)
+            _LOGGER.warning(
+                "instruct is ignored: the %s %s model does not take one", cfg.tts_model_size, cfg.model_type_name
+            )
 
     special = talker.embed_text([cfg.tts_bos_token_id, cfg.tts_eos_token_id, cfg.tts_pad_token_id])
     tts_bos, tts_eos, tts_pad = special[0:1], special[1:2], special[2:3]
@@ -257,7 +259,9 @@ def _in_context_part(
     device = model.device
     assert clone.ref_codes is not None and clone.ref_text_ids is not None
     if clone.ref_codes.shape[1] != tc.num_code_groups:
-        raise VoiceError(f"the clone's codes have {clone.ref_codes.shape[1]} groups; this model uses {tc.num_code_groups}")
+        raise VoiceError(
+            f"the clone's codes have {clone.ref_codes.shape[1]} groups; this model uses {tc.num_code_groups}"
+        )
     # The reference slices the tokenized chat_ref_text by position: transcript = ids[3:-2].
     transcript = clone.ref_text_ids[3:-2]
     text = talker.embed_text(transcript + body)

@@ -85,8 +85,10 @@ class QuantLinear(nn.Module):
     def __init__(self, weight: Tensor, scale: Tensor, bias: Tensor | None = None) -> None:
         super().__init__()
         if weight.dtype != torch.int8 or weight.dim() != 2 or scale.shape != weight.shape[:1]:
-            raise ValueError(f"want int8 [out, in] and a scale [out]; got {weight.dtype} {tuple(weight.shape)}, "
-                             f"scale {tuple(scale.shape)}")  # fmt: skip
+            raise ValueError(
+                f"want int8 [out, in] and a scale [out]; got {weight.dtype} {tuple(weight.shape)}, "
+                f"scale {tuple(scale.shape)}"
+            )
         self.out_features, self.in_features = weight.shape
         self.weight = nn.Parameter(weight, requires_grad=False)
         self.scale = nn.Parameter(scale.to(torch.float32), requires_grad=False)
@@ -126,8 +128,10 @@ class QuantReport:
         return self.bytes_before - self.bytes_after
 
     def __str__(self) -> str:
-        return (f"Talker and CodePredictor matrices {_size(self.bytes_before)} -> {_size(self.bytes_after)} "
-                f"({_size(self.bytes_saved)} saved, {self.modules} matrices)")  # fmt: skip
+        return (
+            f"Talker and CodePredictor matrices {_size(self.bytes_before)} -> {_size(self.bytes_after)} "
+            f"({_size(self.bytes_saved)} saved, {self.modules} matrices)"
+        )
 
 
 def _size(n: int) -> str:
@@ -141,8 +145,10 @@ def quantized_names(model: Qwen3TTSModel) -> list[str]:
     names: list[str] = []
     for stack, prefix in ((talker.model, "talker.model"), (cp.model, "talker.code_predictor.model")):
         for i in range(len(stack.layers)):
-            names += [f"{prefix}.layers.{i}.{part}" for part in
-                      ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")]  # fmt: skip
+            names += [
+                f"{prefix}.layers.{i}.{part}"
+                for part in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
+            ]
     names.append("talker.codec_head")
     names += [f"talker.code_predictor.lm_head.{j}" for j in range(len(cp.lm_head))]
     if isinstance(cp.small_to_mtp_projection, LinearLayer):
@@ -183,5 +189,13 @@ def is_quantized(model: nn.Module) -> bool:
     return any(isinstance(m, QuantLinear) for m in model.modules())
 
 
-__all__ = ["LinearLayer", "QuantLinear", "QuantReport", "dequantize_rows", "is_quantized", "quantize_model", "quantize_rows",
-           "quantized_names"]  # fmt: skip
+__all__ = [
+    "LinearLayer",
+    "QuantLinear",
+    "QuantReport",
+    "dequantize_rows",
+    "is_quantized",
+    "quantize_model",
+    "quantize_rows",
+    "quantized_names",
+]

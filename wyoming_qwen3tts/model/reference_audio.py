@@ -128,7 +128,7 @@ def _read_blocks(f: soundfile.SoundFile, name: str, rate: int, channels: int, ma
         # Averaging a one-column block returns its samples exactly, so a mono file reads as it is stored.
         mono = data.mean(axis=1, dtype=np.float32) if channels > 1 else data[:, 0]
         fits = min(len(mono), len(out) - filled)
-        out[filled: filled + fits] = mono[:fits]
+        out[filled : filled + fits] = mono[:fits]
         filled += fits
         if fits < len(mono):
             extra.append(mono[fits:].copy())

@@ -194,7 +194,7 @@ class SpeakerEncoder:
     @classmethod
     def from_tensors(
         cls, cfg: SpeakerEncoderConfig, tensors: dict[str, Tensor], *, device: str | torch.device = "cpu"
-    ) -> "SpeakerEncoder":
+    ) -> SpeakerEncoder:
         """Build from `speaker_encoder.*` tensors (original key names, any dtype). Raises ModelLoadError naming every
         missing or misshapen tensor."""
         w = NamedWeights(tensors, torch.float32, torch.device(device), prefix=_PREFIX, what="speaker encoder")

@@ -89,12 +89,16 @@ class Attention(nn.Module):
         self.head_dim = cfg.head_dim
         # q, k and v projections as one matrix (rows q, then k, then v): fused at load (fused_tensors).
         # Each matrix is an nn.Linear, or a QuantLinear once quantize_model ran (model/quant.py).
-        self.qkv_proj: LinearLayer = nn.Linear(cfg.hidden_size, (self.n_heads + 2 * self.n_kv) * self.head_dim, bias=False)
+        self.qkv_proj: LinearLayer = nn.Linear(
+            cfg.hidden_size, (self.n_heads + 2 * self.n_kv) * self.head_dim, bias=False
+        )
         self.o_proj: LinearLayer = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=False)
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: Tensor, start: int, slots: Tensor | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, cache: Tensor, start: int, slots: Tensor | None = None
+    ) -> Tensor:
         """x [T, hidden] at positions start..start+T-1; cache [2, max_seq, kv_heads, head_dim] of this layer.
 
         With `slots` (int64 [B]): x [B, T, hidden], B prompts at positions 0..T-1 (start 0), each
@@ -157,7 +161,9 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: Tensor, start: int, slots: Tensor | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, cache: Tensor, start: int, slots: Tensor | None = None
+    ) -> Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, start, slots)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -346,7 +352,7 @@ class Qwen3TTSModel(nn.Module):
     @classmethod
     def from_tensors(
         cls, cfg: Qwen3TTSConfig, tensors: dict[str, Tensor], *, dtype: torch.dtype, device: torch.device | str
-    ) -> "Qwen3TTSModel":
+    ) -> Qwen3TTSModel:
         with torch.device("meta"):
             model = cls(cfg)
         expected = set(model.state_dict().keys())
@@ -394,10 +400,12 @@ def _interleave_rows(ws: list[Tensor]) -> Tensor:
 
 # Per block: fused weight -> the checkpoint's weights it is made of, and how.
 _FUSED: dict[str, tuple[tuple[str, ...], Callable[[list[Tensor]], Tensor]]] = {
-    "self_attn.qkv_proj.weight": (("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
-                                  torch.cat),
+    "self_attn.qkv_proj.weight": (
+        ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+        torch.cat,
+    ),
     "mlp.gate_up_proj.weight": (("mlp.gate_proj.weight", "mlp.up_proj.weight"), _interleave_rows),
-}  # fmt: skip
+}
 
 
 def _fusions(tensors: dict[str, Tensor]) -> dict[str, list[str]]:

@@ -11,15 +11,30 @@ from __future__ import annotations
 
 import re
 
-LANGUAGES = ("chinese", "english", "japanese", "korean", "german", "french", "russian", "portuguese", "spanish", "italian")
+LANGUAGES = (
+    "chinese",
+    "english",
+    "japanese",
+    "korean",
+    "german",
+    "french",
+    "russian",
+    "portuguese",
+    "spanish",
+    "italian",
+)
 
 # Short, frequent words that are unique to one of these languages.  Words shared by two of them
 # ("la", "de", "que", "es", "il", "para", "die", "do") are left out: one of them must be enough.
 _FUNCTION_WORDS: dict[str, frozenset[str]] = {
     "english": frozenset("the and is are to of you it this that with for was have not your will can i'm it's".split()),
-    "german": frozenset("der das und ist nicht ich sie mit auf für ein eine den dem auch sich wird bitte heute gibt".split()),
-    "french": frozenset("les et est une des pas vous elle avec pour sur dans ce qui très être au aux du je nous sont "
-                        "c'est cette comme aujourd'hui fait votre vos ont peut aussi ici chez".split()),
+    "german": frozenset(
+        "der das und ist nicht ich sie mit auf für ein eine den dem auch sich wird bitte heute gibt".split()
+    ),
+    "french": frozenset(
+        "les et est une des pas vous elle avec pour sur dans ce qui très être au aux du je nous sont "
+        "c'est cette comme aujourd'hui fait votre vos ont peut aussi ici chez".split()
+    ),
     "spanish": frozenset("el los las y pero muy hoy hay usted".split()),
     "italian": frozenset("gli è di che sono per della anche oggi molto questo alle".split()),
     "portuguese": frozenset("os é não um uma com você muito hoje também às".split()),

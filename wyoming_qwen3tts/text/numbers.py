@@ -192,7 +192,10 @@ class _Passes:
         # Ranges: "5–10", "3-4 Tage", "5~10도" (the dash of "COVID-19" has a letter before it).
         space = "" if lex.language in ("chinese", "japanese") else " "
         add(r"(?<=\d)\s?[–—~〜]\s?(?=[-−]?\d)", lambda m: f"{space}{lex.range_word}{space}")
-        add(r"(?<![\d\-.,])(\d{1,4})-(\d{1,4})(?![\d\-])", lambda m: f"{m.group(1)}{space}{lex.range_word}{space}{m.group(2)}")
+        add(
+            r"(?<![\d\-.,])(\d{1,4})-(\d{1,4})(?![\d\-])",
+            lambda m: f"{m.group(1)}{space}{lex.range_word}{space}{m.group(2)}",
+        )
         if lex.language == "german":
             add(rf"(?:\b(\w+) )?(?<![\d.,])(\d{{1,3}})\.(?= [{_LETTER}])", self._de_ordinal_word)
         # "#1" -> "number one"
@@ -223,7 +226,9 @@ class _Passes:
             rf"{_NOT_AFTER}(?P<sign>[-−+](?=[$€£¥₩₽₹\d]))?(?:(?P<pre>{symbols})\s?|(?P<precode>{codes})\s)?"
             + self.amount
             + rf"(?:(?P<scale>\s(?:{_SCALES}))(?![{_LETTER}]))?"
-            + r"(?:(?P<ord>" + ordinal_suffix + rf"){_NOT_BEFORE_LETTER}"
+            + r"(?:(?P<ord>"
+            + ordinal_suffix
+            + rf"){_NOT_BEFORE_LETTER}"
             + r"|\s?(?P<pct>%|％)"
             + r"|\s?(?P<deg>°\s?[CF]?|℃|℉)(?![A-Za-z])"
             + rf"|\s?(?P<post>{symbols}|{codes}\b)"
@@ -386,8 +391,15 @@ def _money(lex: Lexicon, sign: str, whole: str, fraction: str | None, code: str,
         main = _join(lex, _number(lex, sign, whole, None), lex.form(unit, n))
         if not cents:
             return main
-        conjunction = {"english": "and", "german": "und", "french": "et", "spanish": "con", "italian": "e",
-                       "portuguese": "e", "russian": ""}[lex.language]
+        conjunction = {
+            "english": "and",
+            "german": "und",
+            "french": "et",
+            "spanish": "con",
+            "italian": "e",
+            "portuguese": "e",
+            "russian": "",
+        }[lex.language]
         return _join(lex, main, conjunction, cardinal(cents, lex.language), lex.form(sub, cents))
     fraction = (fraction or "").rstrip("0") or None  # "¥500.00", "1.50 元"
     number = _number(lex, sign, whole, fraction)

@@ -20,11 +20,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .sentences import SentenceSplitter
 from .language import detect_language
 from .lexicon import LEXICONS
 from .markdown import MarkdownBlocks
 from .normalize import speakable
+from .sentences import SentenceSplitter
 
 # Stands in for a "." that must not end a sentence while the text passes the splitter.
 _HIDDEN_DOT = "\ue000"
@@ -168,7 +168,9 @@ class SpokenSentences:
         return language
 
 
-def spoken_sentences(text: str, language: str = "auto", *, enabled: bool = True, max_chars: int = 400) -> list[Sentence]:
+def spoken_sentences(
+    text: str, language: str = "auto", *, enabled: bool = True, max_chars: int = 400
+) -> list[Sentence]:
     """A whole text at once: the same sentences a stream of it gives."""
     stream = SpokenSentences(language, enabled=enabled, max_chars=max_chars)
     return stream.feed(text) + stream.finish()

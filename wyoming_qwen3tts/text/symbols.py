@@ -21,7 +21,9 @@ _URL = re.compile(
 )
 _TLDS = "com|org|net|io|dev|ai|app|de|fr|es|it|pt|ru|uk|ch|at|nl|eu|jp|cn|kr|br|info|gov|edu"
 _BARE_DOMAIN = re.compile(rf"{_NOT_AFTER_ASCII}((?:[A-Za-z0-9-]+\.)+(?:{_TLDS}))(?![.-]?[A-Za-z0-9])")
-_EMAIL = re.compile(rf"{_NOT_AFTER_ASCII}([A-Za-z0-9._%+-]+)@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{{2,}})(?![A-Za-z0-9])")
+_EMAIL = re.compile(
+    rf"{_NOT_AFTER_ASCII}([A-Za-z0-9._%+-]+)@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{{2,}})(?![A-Za-z0-9])"
+)
 # Glue inside emoji sequences: zero-width joiner, variation selectors, combining keycap.
 _EMOJI_GLUE = frozenset("\u200d\ufe0e\ufe0f\u20e3")
 # Markdown and ASCII-art leftovers that no one says.
@@ -42,7 +44,9 @@ def shorten_links(text: str, language: str) -> str:
     if "@" not in text and "." not in text:
         return text
     lex = LEXICONS[language]
-    text = _EMAIL.sub(lambda m: f"{_spoken_host(m.group(1), lex.dot)} {lex.at} {_spoken_host(m.group(2), lex.dot)}", text)
+    text = _EMAIL.sub(
+        lambda m: f"{_spoken_host(m.group(1), lex.dot)} {lex.at} {_spoken_host(m.group(2), lex.dot)}", text
+    )
     text = _URL.sub(lambda m: _spoken_host(m.group(1).removeprefix("www."), lex.dot), text)
     return _BARE_DOMAIN.sub(lambda m: _spoken_host(m.group(1), lex.dot), text)
 

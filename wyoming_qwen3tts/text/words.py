@@ -22,8 +22,15 @@ from .lexicon import LEXICONS
 # Languages whose fraction digits are read one by one ("drei Komma eins vier").
 _DIGIT_FRACTIONS = frozenset({"english", "german", "chinese", "japanese", "korean"})
 _CODES = {
-    "english": "en", "german": "de", "french": "fr", "spanish": "es", "italian": "it",
-    "portuguese": "pt", "russian": "ru", "japanese": "ja", "korean": "ko",
+    "english": "en",
+    "german": "de",
+    "french": "fr",
+    "spanish": "es",
+    "italian": "it",
+    "portuguese": "pt",
+    "russian": "ru",
+    "japanese": "ja",
+    "korean": "ko",
 }
 # num2words' cardinals and ordinals for a number this large (or larger) are no longer what anyone says.
 _LARGEST = 10**15

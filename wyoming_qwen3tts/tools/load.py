@@ -97,7 +97,11 @@ def summarize(records: Sequence[Record], wall_s: float) -> dict:  # type: ignore
         "failed": sum(not r.ok for r in records),
         "wall_s": round(wall_s, 3),
         "overall": _stats(records, wall_s),
-        "protocols": {p: _stats([r for r in records if r.protocol == p], wall_s) for p in PROTOCOLS if any(r.protocol == p for r in records)},
+        "protocols": {
+            p: _stats([r for r in records if r.protocol == p], wall_s)
+            for p in PROTOCOLS
+            if any(r.protocol == p for r in records)
+        },
     }
     http, wyoming = report["protocols"].get("http"), report["protocols"].get("wyoming")
     if http and wyoming and http["served"] and wyoming["served"]:
@@ -122,7 +126,9 @@ async def wyoming_request(record: Record, host: str, port: int, text: str, args:
     record.frames = frames
 
 
-async def http_request(record: Record, session: aiohttp.ClientSession, url: str, text: str, args: argparse.Namespace) -> None:
+async def http_request(
+    record: Record, session: aiohttp.ClientSession, url: str, text: str, args: argparse.Namespace
+) -> None:
     """One POST /v1/audio/speech, raw 24 kHz s16le mono streamed as it is decoded."""
     body: dict[str, str] = {"model": "qwen3-tts", "input": text, "response_format": "pcm", "stream_format": "audio"}
     if args.voice:
@@ -151,7 +157,9 @@ async def http_request(record: Record, session: aiohttp.ClientSession, url: str,
     record.frames = size // FRAME_BYTES
 
 
-async def _one(record: Record, delay: float, t_run: float, session: aiohttp.ClientSession | None, args: argparse.Namespace) -> None:
+async def _one(
+    record: Record, delay: float, t_run: float, session: aiohttp.ClientSession | None, args: argparse.Namespace
+) -> None:
     if delay > 0:
         await asyncio.sleep(delay)
     record.sent_at = time.monotonic() - t_run
@@ -163,7 +171,7 @@ async def _one(record: Record, delay: float, t_run: float, session: aiohttp.Clie
             assert session is not None
             await http_request(record, session, args.speech_url, text, args)
         record.ok = True
-    except Exception as err:  # noqa: BLE001  # every failure is counted, with its reason; none is lost
+    except Exception as err:  # every failure is counted, with its reason; none is lost
         record.ok = False
         name = "TimeoutError" if isinstance(err, TimeoutError) else type(err).__name__
         record.reason = f"{record.protocol}: {name}: {str(err)[:160]}".rstrip(": ")
@@ -192,7 +200,9 @@ async def run_load(args: argparse.Namespace) -> tuple[dict, list[Record]]:  # ty
     records: list[Record] = []
     session = None
     if args.protocol != "wyoming":
-        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None))
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None)
+        )
     try:
         t_run = time.monotonic()
         for k in range(args.rounds):
@@ -200,7 +210,12 @@ async def run_load(args: argparse.Namespace) -> tuple[dict, list[Record]]:  # ty
             records.extend(batch)
             offsets = arrival_offsets(args.clients, args.arrivals, args.rate, rng)
             t_round = time.monotonic()
-            await asyncio.gather(*(_one(r, t_round + d - time.monotonic(), t_run, session, args) for r, d in zip(batch, offsets, strict=True)))
+            await asyncio.gather(
+                *(
+                    _one(r, t_round + d - time.monotonic(), t_run, session, args)
+                    for r, d in zip(batch, offsets, strict=True)
+                )
+            )
         wall = time.monotonic() - t_run
     finally:
         if session is not None:
@@ -250,9 +265,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--http", help="http://HOST:PORT of the server's HTTP API (needed for --protocol http/both)")
     p.add_argument("--api-key", help="the HTTP API's key, if it has one")
     p.add_argument("--clients", type=int, default=8, help="requests per round (default 8)")
-    p.add_argument("--protocol", choices=("wyoming", "http", "both"), default=None,
-                   help="where the requests go (default: both with --http, else wyoming)")
-    p.add_argument("--arrivals", choices=("simultaneous", "poisson"), default="simultaneous", help="all at once, or a Poisson process")
+    p.add_argument(
+        "--protocol",
+        choices=("wyoming", "http", "both"),
+        default=None,
+        help="where the requests go (default: both with --http, else wyoming)",
+    )
+    p.add_argument(
+        "--arrivals",
+        choices=("simultaneous", "poisson"),
+        default="simultaneous",
+        help="all at once, or a Poisson process",
+    )
     p.add_argument("--rate", type=float, default=2.0, help="requests per second for --arrivals poisson (default 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the Poisson arrivals (default 0)")
     p.add_argument("--rounds", type=int, default=1, help="repeat the whole set this many times (default 1)")
@@ -279,15 +303,28 @@ def format_table(report: dict) -> str:  # type: ignore[type-arg]
     s = report["settings"]
     lines = [
         f"{s['clients']} requests x {s['rounds']} round(s), {s['protocol']}, {s['arrivals']}"
-        + (f" at {s['rate']}/s" if s["rate"] else "") + (", streaming" if s["streaming"] else "")
+        + (f" at {s['rate']}/s" if s["rate"] else "")
+        + (", streaming" if s["streaming"] else "")
         + f"; wall {report['wall_s']} s",
         f"sent {report['sent']}, served {report['served']}, failed {report['failed']}",
         "",
     ]
-    cols = ["count", "failed", "ttfa_p50_ms", "ttfa_p95_ms", "ttfa_max_ms", "completion_p50_ms",
-            "completion_p95_ms", "completion_max_ms", "audio_seconds", "frames_per_s"]
+    cols = [
+        "count",
+        "failed",
+        "ttfa_p50_ms",
+        "ttfa_p95_ms",
+        "ttfa_max_ms",
+        "completion_p50_ms",
+        "completion_p95_ms",
+        "completion_max_ms",
+        "audio_seconds",
+        "frames_per_s",
+    ]
     heads = ["n", "failed", "TTFA p50", "p95", "max", "done p50", "p95", "max", "audio s", "frames/s"]
-    rows = [(name, report["protocols"][name]) for name in PROTOCOLS if name in report["protocols"]] + [("overall", report["overall"])]
+    rows = [(name, report["protocols"][name]) for name in PROTOCOLS if name in report["protocols"]] + [
+        ("overall", report["overall"])
+    ]
     lines.append(f"{'':9}" + "".join(f"{h:>10}" for h in heads))
     for name, st in rows:
         lines.append(f"{name:9}" + "".join(f"{'-' if st[c] is None else st[c]:>10}" for c in cols))

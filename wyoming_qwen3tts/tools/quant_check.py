@@ -56,23 +56,44 @@ class Sentence(NamedTuple):
 
 
 # The released models' ten languages with one sentence each, then two long passages.
-SENTENCES: tuple[Sentence, ...] = tuple(Sentence(*s) for s in (
-    ("english", "The quick brown fox jumps over the lazy dog while the kettle starts to sing in the kitchen.", "ryan"),
-    ("chinese", "今天天气很好，我们一起去公园散步吧。晚上我们可以在家里做饭。", "vivian"),
-    ("german", "Guten Morgen! Ich habe das Licht in der Küche ausgeschaltet und die Haustür abgeschlossen.", "aiden"),
-    ("spanish", "El tren sale mañana temprano, así que preparamos las maletas esta noche.", "serena"),
-    ("japanese", "こんにちは、今日はとても良い天気ですね。散歩に行きましょう。", "ono_anna"),
-    ("korean", "안녕하세요, 만나서 반갑습니다. 오늘 날씨가 정말 좋네요.", "sohee"),
-    ("french", "Le petit café au coin de la rue ouvre ses portes à sept heures chaque matin.", "eric"),
-    ("russian", "Сегодня вечером мы пойдём в театр, а потом поужинаем в ресторане.", "uncle_fu"),
-    ("italian", "La biblioteca della città resterà chiusa per lavori fino alla fine del mese.", "dylan"),
-    ("portuguese", "Amanhã vamos visitar os nossos avós no campo e levar um bolo de laranja.", "aiden"),
-    ("english", "Once upon a time, in a small village at the edge of a great forest, there lived an old clockmaker "
-     "who repaired every clock in the valley. Each morning he opened his shop, wound the tall clock by the door, "
-     "and listened to the ticking as if it were a song that only he could understand.", "ryan", True),
-    ("chinese", "从前，在一座大森林的边上有一个小村庄，村里住着一位年老的钟表匠。他每天早上打开店门，给门边那座高高的"
-     "座钟上弦，然后静静地听着滴答声，仿佛那是一首只有他才能听懂的歌。", "serena", True),
-))  # fmt: skip
+SENTENCES: tuple[Sentence, ...] = tuple(
+    Sentence(*s)
+    for s in (
+        (
+            "english",
+            "The quick brown fox jumps over the lazy dog while the kettle starts to sing in the kitchen.",
+            "ryan",
+        ),
+        ("chinese", "今天天气很好，我们一起去公园散步吧。晚上我们可以在家里做饭。", "vivian"),
+        (
+            "german",
+            "Guten Morgen! Ich habe das Licht in der Küche ausgeschaltet und die Haustür abgeschlossen.",
+            "aiden",
+        ),
+        ("spanish", "El tren sale mañana temprano, así que preparamos las maletas esta noche.", "serena"),
+        ("japanese", "こんにちは、今日はとても良い天気ですね。散歩に行きましょう。", "ono_anna"),
+        ("korean", "안녕하세요, 만나서 반갑습니다. 오늘 날씨가 정말 좋네요.", "sohee"),
+        ("french", "Le petit café au coin de la rue ouvre ses portes à sept heures chaque matin.", "eric"),
+        ("russian", "Сегодня вечером мы пойдём в театр, а потом поужинаем в ресторане.", "uncle_fu"),
+        ("italian", "La biblioteca della città resterà chiusa per lavori fino alla fine del mese.", "dylan"),
+        ("portuguese", "Amanhã vamos visitar os nossos avós no campo e levar um bolo de laranja.", "aiden"),
+        (
+            "english",
+            "Once upon a time, in a small village at the edge of a great forest, there lived an old clockmaker "
+            "who repaired every clock in the valley. Each morning he opened his shop, wound the tall clock by the door, "
+            "and listened to the ticking as if it were a song that only he could understand.",
+            "ryan",
+            True,
+        ),
+        (
+            "chinese",
+            "从前，在一座大森林的边上有一个小村庄，村里住着一位年老的钟表匠。他每天早上打开店门，给门边那座高高的"
+            "座钟上弦，然后静静地听着滴答声，仿佛那是一首只有他才能听懂的歌。",
+            "serena",
+            True,
+        ),
+    )
+)
 
 # A Base model without --reference-audio speaks with a zero speaker embedding (as Engine.warm_up does); a
 # VoiceDesign model with this description.
@@ -102,8 +123,11 @@ def teacher_forced(model: Qwen3TTSModel, prompt: Prompt, codes: Tensor, steps: i
     tables = [talker.model.codec_embedding, *cp.model.codec_embedding]
     summed = torch.stack([table(codes[:, g]) for g, table in enumerate(tables)], dim=0).sum(0)  # [T, H]
     n_trailing = prompt.trailing.shape[0]
-    extra = torch.stack([prompt.trailing[t] if t < n_trailing else prompt.pad for t in range(steps - 1)]) \
-        if steps > 1 else summed[:0]  # fmt: skip
+    extra = (
+        torch.stack([prompt.trailing[t] if t < n_trailing else prompt.pad for t in range(steps - 1)])
+        if steps > 1
+        else summed[:0]
+    )
     inputs = torch.cat([prompt.embeds.to(dtype), (summed[: steps - 1] + extra.to(dtype))], dim=0)
     cache = model.new_talker_cache(inputs.shape[0])
     hidden = torch.cat([talker.model(block, cache) for block in inputs.split(256)])[prompt.length - 1 :]  # [steps, H]
@@ -192,13 +216,15 @@ def int8_copy(model: Qwen3TTSModel) -> tuple[Qwen3TTSModel, QuantReport]:
 
 def float32_copy(model: Qwen3TTSModel) -> Qwen3TTSModel:
     """A float32 copy, each tensor converted on its own device as the copy is made (no second bf16 copy)."""
-    converted: dict[int, Any] = {id(p): nn.Parameter(p.detach().float(), requires_grad=False)
-                                 for p in model.parameters()}  # fmt: skip
+    converted: dict[int, Any] = {
+        id(p): nn.Parameter(p.detach().float(), requires_grad=False) for p in model.parameters()
+    }
     return copy.deepcopy(model, converted)
 
 
-def _voice(engine: Engine, index: int, preferred: str,
-           clone: ClonePrompt | None) -> tuple[str, ClonePrompt | None, str | None]:  # fmt: skip
+def _voice(
+    engine: Engine, index: int, preferred: str, clone: ClonePrompt | None
+) -> tuple[str, ClonePrompt | None, str | None]:
     """(speaker, clone, instruct) for the model's type."""
     if engine.model_type == "custom_voice":
         speakers = engine.speakers
@@ -208,8 +234,16 @@ def _voice(engine: Engine, index: int, preferred: str,
     return "", None, DESIGN
 
 
-def run(engine: Engine, candidates: dict[str, Qwen3TTSModel], *, sentences: int, frames: int, seed: int,
-        greedy: bool, clone: ClonePrompt | None = None) -> list[dict[str, Any]]:  # fmt: skip
+def run(
+    engine: Engine,
+    candidates: dict[str, Qwen3TTSModel],
+    *,
+    sentences: int,
+    frames: int,
+    seed: int,
+    greedy: bool,
+    clone: ClonePrompt | None = None,
+) -> list[dict[str, Any]]:
     """Per sentence: the reference (engine.model) generates, every model is teacher-forced; one result a sentence
     with each candidate's comparison under its name."""
     sampling = SamplingParams.greedy() if greedy else engine.default_sampling
@@ -225,8 +259,14 @@ def run(engine: Engine, candidates: dict[str, Qwen3TTSModel], *, sentences: int,
         ended = len(codes) < frames  # the reference drew its end of speech
         steps = len(codes) + int(ended)
         reference = teacher_forced(engine.model, prompt, codes_t, steps, sampling.repetition_penalty)
-        result: dict[str, Any] = {"language": language, "long": long, "speaker": speaker or None, "text": text,
-                                  "frames": len(codes), "ended": ended}  # fmt: skip
+        result: dict[str, Any] = {
+            "language": language,
+            "long": long,
+            "speaker": speaker or None,
+            "text": text,
+            "frames": len(codes),
+            "ended": ended,
+        }
         for name, model in candidates.items():
             forced = teacher_forced(model, prompt, codes_t, steps, sampling.repetition_penalty)
             result[name] = compare(reference, forced)
@@ -237,38 +277,57 @@ def run(engine: Engine, candidates: dict[str, Qwen3TTSModel], *, sentences: int,
 
 def table(results: list[dict[str, Any]], name: str) -> str:
     """The short table the tool prints: one row a sentence and the pooled row, for one candidate."""
-    lines = [f"{'sentence':<22} {'frames':>6} {'code0 agree':>11} {'code0 KL mean/max':>19} "
-             f"{'cp agree':>8} {'cp KL mean/max':>17}"]  # fmt: skip
+    lines = [
+        f"{'sentence':<22} {'frames':>6} {'code0 agree':>11} {'code0 KL mean/max':>19} "
+        f"{'cp agree':>8} {'cp KL mean/max':>17}"
+    ]
 
     def row(label: str, frames: str, c0: dict[str, Any], cp: dict[str, Any]) -> str:
-        return (f"{label:<22} {frames:>6} {c0['agreement']:>11.4f} {c0['kl_mean']:>9.2e}/{c0['kl_max']:<9.2e} "
-                f"{cp['agreement']:>8.4f} {cp['kl_mean']:>8.2e}/{cp['kl_max']:<8.2e}")  # fmt: skip
+        return (
+            f"{label:<22} {frames:>6} {c0['agreement']:>11.4f} {c0['kl_mean']:>9.2e}/{c0['kl_max']:<9.2e} "
+            f"{cp['agreement']:>8.4f} {cp['kl_mean']:>8.2e}/{cp['kl_max']:<8.2e}"
+        )
 
     for number, r in enumerate(results, 1):
         label = f"{number:>2} {r['language']}{', long' if r['long'] else ''}"
         frames = f"{r['frames']}{'' if r['ended'] else '+'}"
         lines.append(row(label, frames, r[name]["code0"], r[name]["code_predictor"]))
     total = sum(r["frames"] for r in results)
-    lines.append(row("all", str(total), _pooled([r[name] for r in results], "code0"),
-                     _pooled([r[name] for r in results], "code_predictor")))  # fmt: skip
+    lines.append(
+        row(
+            "all",
+            str(total),
+            _pooled([r[name] for r in results], "code0"),
+            _pooled([r[name] for r in results], "code_predictor"),
+        )
+    )
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m wyoming_qwen3tts.tools.quant_check",
-                                     description=__doc__.split("\n")[0])  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m wyoming_qwen3tts.tools.quant_check", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--model", required=True, help="checkpoint directory or Hugging Face repo id")
     parser.add_argument("--data-dir", type=Path, default=None, help="where downloaded models are kept")
     parser.add_argument("--device", default="auto", help="auto (a GPU when there is one), cuda, cuda:N, cpu")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"],
-                        help="the reference's dtype (auto: bfloat16 on a GPU, float32 on the CPU)")  # fmt: skip
-    parser.add_argument("--sentences", type=int, default=len(SENTENCES),
-                        help=f"how many of the {len(SENTENCES)} sentences")  # fmt: skip
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "bfloat16", "float16", "float32"],
+        help="the reference's dtype (auto: bfloat16 on a GPU, float32 on the CPU)",
+    )
+    parser.add_argument(
+        "--sentences", type=int, default=len(SENTENCES), help=f"how many of the {len(SENTENCES)} sentences"
+    )
     parser.add_argument("--frames", type=int, default=400, help="most frames a sentence (12.5 frames = 1 s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the reference's sampling")
     parser.add_argument("--greedy", action="store_true", help="the reference decodes greedily instead of sampling")
-    parser.add_argument("--baseline", action="store_true",
-                        help="also compare a float32 copy of the reference (bf16's own rounding, for scale)")
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="also compare a float32 copy of the reference (bf16's own rounding, for scale)",
+    )
     parser.add_argument("--reference-audio", type=Path, default=None, help="a Base model: clone this clip's voice")
     parser.add_argument("--reference-text", default=None, help="the clip's transcript (in-context cloning)")
     parser.add_argument("--json", type=Path, default=None, help="write every number here, per step included")
@@ -277,39 +336,67 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--sentences and --frames must be >= 1")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
-        options = EngineOptions(data_dir=args.data_dir, device=args.device, dtype=args.dtype, backend="torch",
-                                max_frames=args.frames)  # fmt: skip
+        options = EngineOptions(
+            data_dir=args.data_dir, device=args.device, dtype=args.dtype, backend="torch", max_frames=args.frames
+        )
         engine = Engine.from_pretrained(args.model, options)
         clone = None
         if engine.model_type == "base":
-            clone = (engine.clone_voice(args.reference_audio, args.reference_text) if args.reference_audio
-                     else ClonePrompt(torch.zeros(engine.config.talker.hidden_size)))  # fmt: skip
+            clone = (
+                engine.clone_voice(args.reference_audio, args.reference_text)
+                if args.reference_audio
+                else ClonePrompt(torch.zeros(engine.config.talker.hidden_size))
+            )
         int8, report = int8_copy(engine.model)
         candidates = {"int8": int8}
         if args.baseline and engine.model.dtype != torch.float32:
             candidates["float32"] = float32_copy(engine.model)
         elif args.baseline:
             print("--baseline: the reference is float32 already; no baseline to add", file=sys.stderr)
-        results = run(engine, candidates, sentences=args.sentences, frames=args.frames, seed=args.seed,
-                      greedy=args.greedy, clone=clone)  # fmt: skip
+        results = run(
+            engine,
+            candidates,
+            sentences=args.sentences,
+            frames=args.frames,
+            seed=args.seed,
+            greedy=args.greedy,
+            clone=clone,
+        )
     except (Qwen3TTSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     how = "greedy" if args.greedy else f"sampled (the checkpoint's sampling, seed {args.seed})"
-    print(f"\n{args.model}: reference {engine.info.dtype} on {engine.info.device}, codes {how}, "
-          f"teacher-forced through both; int8: {report}")  # fmt: skip
+    print(
+        f"\n{args.model}: reference {engine.info.dtype} on {engine.info.device}, codes {how}, "
+        f"teacher-forced through both; int8: {report}"
+    )
     print("frames: '+' = stopped at --frames before its end of speech; agree = top-1 agreement; KL in nats\n")
     for name in candidates:
         print(f"{name} against the {engine.info.dtype} reference:\n{table(results, name)}\n")
     if args.json is not None:
-        summary = {name: {key: _pooled([r[name] for r in results], key) for key in ("code0", "code_predictor")}
-                   for name in candidates}  # fmt: skip
-        args.json.write_text(json.dumps({
-            "model": args.model, "device": engine.info.device, "dtype": engine.info.dtype, "reference_codes": how,
-            "int8": {"matrices": report.modules, "bytes_before": report.bytes_before,
-                     "bytes_after": report.bytes_after},
-            "overall": summary, "sentences": results,
-        }, indent=1, ensure_ascii=False))  # fmt: skip
+        summary = {
+            name: {key: _pooled([r[name] for r in results], key) for key in ("code0", "code_predictor")}
+            for name in candidates
+        }
+        args.json.write_text(
+            json.dumps(
+                {
+                    "model": args.model,
+                    "device": engine.info.device,
+                    "dtype": engine.info.dtype,
+                    "reference_codes": how,
+                    "int8": {
+                        "matrices": report.modules,
+                        "bytes_before": report.bytes_before,
+                        "bytes_after": report.bytes_after,
+                    },
+                    "overall": summary,
+                    "sentences": results,
+                },
+                indent=1,
+                ensure_ascii=False,
+            )
+        )
         print(f"wrote {args.json}")
     return 0
 

@@ -101,19 +101,46 @@ def _geometry(size: str) -> dict[str, Any]:
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; choose one of {', '.join(SIZES)}")
     if size == "1.7b":
-        return dict(model_size="1b7", hidden=2048, inter=6144, layers=28, heads=16, kv=8, head_dim=128,
-                    mrope=[24, 20, 20], text_hidden=2048,
-                    cp=dict(hidden=1024, inter=3072, layers=5, heads=16, kv=8, head_dim=128))  # fmt: skip
+        return dict(
+            model_size="1b7",
+            hidden=2048,
+            inter=6144,
+            layers=28,
+            heads=16,
+            kv=8,
+            head_dim=128,
+            mrope=[24, 20, 20],
+            text_hidden=2048,
+            cp=dict(hidden=1024, inter=3072, layers=5, heads=16, kv=8, head_dim=128),
+        )
     if size == "0.6b":
-        return dict(model_size="0b6", hidden=1024, inter=3072, layers=28, heads=16, kv=8, head_dim=128,
-                    mrope=[24, 20, 20], text_hidden=2048,
-                    cp=dict(hidden=1024, inter=3072, layers=5, heads=16, kv=8, head_dim=128))  # fmt: skip
+        return dict(
+            model_size="0b6",
+            hidden=1024,
+            inter=3072,
+            layers=28,
+            heads=16,
+            kv=8,
+            head_dim=128,
+            mrope=[24, 20, 20],
+            text_hidden=2048,
+            cp=dict(hidden=1024, inter=3072, layers=5, heads=16, kv=8, head_dim=128),
+        )
     # Tiny (§7.4): mrope sections sum to head_dim/2 and stay interleaved; "tiny" has a narrower code predictor so
     # small_to_mtp_projection exists like in 1.7B, "tiny-0.6b" has equal widths (no projection) like 0.6B.
     cp_hidden = 32 if size == "tiny" else 64
-    return dict(model_size="1b7" if size == "tiny" else "0b6", hidden=64, inter=128, layers=2, heads=4, kv=2,
-                head_dim=16, mrope=[4, 2, 2], text_hidden=32,
-                cp=dict(hidden=cp_hidden, inter=64, layers=1, heads=2, kv=1, head_dim=16))  # fmt: skip
+    return dict(
+        model_size="1b7" if size == "tiny" else "0b6",
+        hidden=64,
+        inter=128,
+        layers=2,
+        heads=4,
+        kv=2,
+        head_dim=16,
+        mrope=[4, 2, 2],
+        text_hidden=32,
+        cp=dict(hidden=cp_hidden, inter=64, layers=1, heads=2, kv=1, head_dim=16),
+    )
 
 
 def _check_type(size: str, model_type: str) -> None:
@@ -541,14 +568,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Write a random-weight Qwen3-TTS checkpoint in the release layout.",
     )
     parser.add_argument("--size", choices=SIZES, required=True)
-    parser.add_argument("--type", dest="model_type", choices=MODEL_TYPES, default="custom_voice",
-                        help="tts_model_type: custom_voice (default), base (voice clone) or voice_design")  # fmt: skip
+    parser.add_argument(
+        "--type",
+        dest="model_type",
+        choices=MODEL_TYPES,
+        default="custom_voice",
+        help="tts_model_type: custom_voice (default), base (voice clone) or voice_design",
+    )
     parser.add_argument("--out", type=Path, required=True, help="output directory (created)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", choices=("bfloat16", "float32", "float16"), default=None,
-                        help="model.safetensors dtype (default: bfloat16 for full sizes, float32 for tiny)")  # fmt: skip
-    parser.add_argument("--device", default=None,
-                        help="where to draw random numbers (default: cuda when available for full sizes)")  # fmt: skip
+    parser.add_argument(
+        "--dtype",
+        choices=("bfloat16", "float32", "float16"),
+        default=None,
+        help="model.safetensors dtype (default: bfloat16 for full sizes, float32 for tiny)",
+    )
+    parser.add_argument(
+        "--device", default=None, help="where to draw random numbers (default: cuda when available for full sizes)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:

@@ -67,7 +67,9 @@ def proc_status(pid: int | None) -> dict[str, int] | None:
     return {"rss_kb": values.get("VmRSS", -1), "threads": values.get("Threads", -1)}
 
 
-async def one_request(host: str, port: int, text: str, voice: str, streaming: bool, timeout: float) -> tuple[float, int]:
+async def one_request(
+    host: str, port: int, text: str, voice: str, streaming: bool, timeout: float
+) -> tuple[float, int]:
     """One request on its own connection; returns (time to first audio chunk, frames)."""
     async with AsyncTcpClient(host, port) as client:
         t0 = time.monotonic()
@@ -117,7 +119,7 @@ async def client_loop(n: int, args: argparse.Namespace, host: str, port: int, un
         i += 1
         try:
             ttfa, frames = await one_request(host, port, text, args.voice, args.streaming, args.timeout)
-        except (OSError, RuntimeError, asyncio.TimeoutError) as err:
+        except (TimeoutError, OSError, RuntimeError) as err:
             results.fail(type(err).__name__ + ": " + str(err)[:120])
             await asyncio.sleep(0.1)
             continue
@@ -186,8 +188,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"time to first audio: p50 {report['ttfa_p50_s']} s, p95 {report['ttfa_p95_s']} s")
         if report["server_start"] and report["server_end"]:
             s, e = report["server_start"], report["server_end"]
-            print(f"server RSS: start {s['rss_kb'] / 1024:.1f} MiB, end {e['rss_kb'] / 1024:.1f} MiB; "
-                  f"threads: start {s['threads']}, end {e['threads']}")
+            print(
+                f"server RSS: start {s['rss_kb'] / 1024:.1f} MiB, end {e['rss_kb'] / 1024:.1f} MiB; "
+                f"threads: start {s['threads']}, end {e['threads']}"
+            )
         for reason, count in report["errors"].items():
             print(f"  {count} x {reason}")
     return 0 if report["failed"] == 0 and report["served"] > 0 else 1

@@ -69,10 +69,20 @@ LANGUAGE_CODES: dict[str, str] = {
 DEFAULT_LANGUAGES: list[str] = [AUTO, *LANGUAGE_CODES]
 # ISO 639-2 codes (bibliographic and terminology forms) of the engine's languages, for clients that send them.
 _ISO639_2: dict[str, str] = {
-    "zho": "chinese", "chi": "chinese", "eng": "english", "jpn": "japanese", "kor": "korean", "deu": "german",
-    "ger": "german", "fra": "french", "fre": "french", "rus": "russian", "por": "portuguese", "spa": "spanish",
+    "zho": "chinese",
+    "chi": "chinese",
+    "eng": "english",
+    "jpn": "japanese",
+    "kor": "korean",
+    "deu": "german",
+    "ger": "german",
+    "fra": "french",
+    "fre": "french",
+    "rus": "russian",
+    "por": "portuguese",
+    "spa": "spanish",
     "ita": "italian",
-}  # fmt: skip
+}
 # The language each CustomVoice speaker speaks natively (model doc §2.4; dialect speakers: Chinese).
 NATIVE_LANGUAGES: dict[str, str] = {
     "vivian": "chinese",
@@ -110,22 +120,28 @@ class VoicePreset(BaseModel):
     speaker: str | None = Field(default=None, min_length=1, description="CustomVoice speaker id, e.g. 'ryan'")
     reference_audio: Path | None = Field(default=None, description="Base: clip to clone (WAV/FLAC/OGG/MP3, 1-30 s)")
     reference_text: str | None = Field(default=None, description="Base: what is said in the clip (in-context cloning)")
-    x_vector_only: bool = Field(default=False, description="Base: clone from the speaker embedding alone (no transcript)")
+    x_vector_only: bool = Field(
+        default=False, description="Base: clone from the speaker embedding alone (no transcript)"
+    )
     design: str | None = Field(default=None, min_length=1, description="VoiceDesign: the voice's description")
     language: str | None = Field(default=None, description="language code or name; none: auto-detect")
     instruct: str | None = Field(default=None, description="style instruction (1.7B CustomVoice models only)")
     description: str | None = Field(default=None, description="text shown in Home Assistant")
 
     @model_validator(mode="after")
-    def _one_kind(self) -> "VoicePreset":
+    def _one_kind(self) -> VoicePreset:
         check_voice_name(self.name)
         given = [key for key in ("speaker", "reference_audio", "design") if getattr(self, key) is not None]
         if len(given) != 1:
-            raise ValueError(f"voice {self.name!r} needs exactly one of speaker, reference_audio or design, got {given or 'none'}")
+            raise ValueError(
+                f"voice {self.name!r} needs exactly one of speaker, reference_audio or design, got {given or 'none'}"
+            )
         if self.reference_audio is None and (self.reference_text is not None or self.x_vector_only):
             raise ValueError(f"voice {self.name!r}: reference_text and x_vector_only belong to a reference_audio voice")
         if self.instruct and self.speaker is None:
-            raise ValueError(f"voice {self.name!r}: instruct is for speaker voices (a designed voice's style is its design)")
+            raise ValueError(
+                f"voice {self.name!r}: instruct is for speaker voices (a designed voice's style is its design)"
+            )
         return self
 
     @property
@@ -320,7 +336,11 @@ class VoiceCatalog:
         spoken = [lang for lang in self.languages if lang != AUTO]
         voices = []
         for speaker in self.speakers:
-            voices.append(self._tts_voice(speaker, f"{speaker} ({SPEAKER_DESCRIPTIONS.get(speaker.lower(), 'Qwen3-TTS speaker')})", spoken))
+            voices.append(
+                self._tts_voice(
+                    speaker, f"{speaker} ({SPEAKER_DESCRIPTIONS.get(speaker.lower(), 'Qwen3-TTS speaker')})", spoken
+                )
+            )
         for preset in self.presets.values():
             fixed = language_name(preset.language, self.languages) if preset.language else AUTO
             if preset.kind == "base":
@@ -329,15 +349,24 @@ class VoiceCatalog:
                 what = f"designed: {preset.design}"
             else:
                 what = f"{preset.speaker}, {preset.instruct}" if preset.instruct else str(preset.speaker)
-            voices.append(self._tts_voice(preset.name, preset.description or f"{preset.name} ({what})",
-                                          [fixed] if fixed != AUTO else spoken))  # fmt: skip
+            voices.append(
+                self._tts_voice(
+                    preset.name, preset.description or f"{preset.name} ({what})", [fixed] if fixed != AUTO else spoken
+                )
+            )
         return voices
 
     def _tts_voice(self, name: str, description: str, languages: list[str]) -> TtsVoice:
         native = self.native_language(name)
         ordered = sorted(languages, key=lambda lang: lang != native)  # stable: the model's order after the native one
-        return TtsVoice(name=name, description=description, attribution=ATTRIBUTION, installed=True, version=self.version,
-                        languages=[language_code(lang) for lang in ordered])  # fmt: skip
+        return TtsVoice(
+            name=name,
+            description=description,
+            attribution=ATTRIBUTION,
+            installed=True,
+            version=self.version,
+            languages=[language_code(lang) for lang in ordered],
+        )
 
     def voices_for(self, language: str) -> list[TtsVoice]:
         """The voices that speak `language` (a code, locale tag or name), those native to it first, each group in

@@ -44,9 +44,15 @@ def _clone_now(model: str, data_dir: Path | None, folder: Path, preset: VoicePre
 
     if preset.reference_audio is None:  # store_voice's presets always name their clip
         raise ValueError(f"voice {preset.name!r} has no reference clip to clone")
-    engine = Engine.from_pretrained(model, EngineOptions(data_dir=data_dir, voice_cache_dir=folder / ".prompts", max_streams=1))
+    engine = Engine.from_pretrained(
+        model, EngineOptions(data_dir=data_dir, voice_cache_dir=folder / ".prompts", max_streams=1)
+    )
     prompt = engine.clone_voice(preset.reference_audio, preset.reference_text, x_vector_only=preset.x_vector_only)
-    mode = "from the voice alone (x-vector)" if prompt.ref_codes is None else f"in context ({len(prompt.ref_codes)} clip frames)"
+    mode = (
+        "from the voice alone (x-vector)"
+        if prompt.ref_codes is None
+        else f"in context ({len(prompt.ref_codes)} clip frames)"
+    )
     print(f"cloned {preset.name!r} with {model}, {mode}; the prompt is cached in {folder / '.prompts'}")
 
 
@@ -67,8 +73,16 @@ def cmd_add(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: {err}") from None
     if args.replace:
         remove_voice(folder, args.name)
-    preset = store_voice(folder, args.name, mono, rate, args.text, x_vector_only=args.x_vector_only,
-                         language=args.language, description=args.description)  # fmt: skip
+    preset = store_voice(
+        folder,
+        args.name,
+        mono,
+        rate,
+        args.text,
+        x_vector_only=args.x_vector_only,
+        language=args.language,
+        description=args.description,
+    )
     if args.model:
         try:
             _clone_now(args.model, args.data_dir, folder, preset)
@@ -86,7 +100,9 @@ def cmd_add(args: argparse.Namespace) -> int:
 def _show(preset: VoicePreset) -> None:
     catalog = VoiceCatalog([], DEFAULT_LANGUAGES, [preset], model_type=None)
     (voice,) = catalog.tts_voices()
-    print(f"Home Assistant will show: {voice.name} - {voice.description} (languages: {', '.join(voice.languages) or 'all'})")
+    print(
+        f"Home Assistant will show: {voice.name} - {voice.description} (languages: {', '.join(voice.languages) or 'all'})"
+    )
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -94,8 +110,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     voices, problems = scan_voice_folder(folder)
     for voice in voices:
         mode = "x-vector" if voice.x_vector_only else ("in context" if voice.reference_text else "no transcript!")
-        print(f"{voice.name}\t{voice.reference_audio.name if voice.reference_audio else ''}\t{mode}"
-              f"\t{voice.language or 'auto'}\t{voice.description or ''}")  # fmt: skip
+        print(
+            f"{voice.name}\t{voice.reference_audio.name if voice.reference_audio else ''}\t{mode}"
+            f"\t{voice.language or 'auto'}\t{voice.description or ''}"
+        )
     for problem in problems:
         print(problem, file=sys.stderr)
     if not voices and not problems:
@@ -128,16 +146,20 @@ def cmd_design(args: argparse.Namespace) -> int:
     try:
         designer = Engine.from_pretrained(args.model, EngineOptions(data_dir=args.data_dir, max_streams=1))
         if designer.model_type != "voice_design":
-            raise SystemExit(f"error: --model must be a VoiceDesign model; {args.model} is {designer.config.model_type_name}")
-        request = SynthesisRequest(text=args.text, speaker="", language=args.language or "auto", instruct=args.description,
-                                   seed=args.seed)  # fmt: skip
+            raise SystemExit(
+                f"error: --model must be a VoiceDesign model; {args.model} is {designer.config.model_type_name}"
+            )
+        request = SynthesisRequest(
+            text=args.text, speaker="", language=args.language or "auto", instruct=args.description, seed=args.seed
+        )
         pcm, _ = designer.synthesize_all(request)
         samples = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
         audio = reference_audio_from_array(samples, SAMPLE_RATE, source=f"the {args.name!r} sample")
     except Qwen3TTSError as err:
         raise SystemExit(f"error: {err}") from None
-    preset = store_voice(folder, args.name, audio.samples, SAMPLE_RATE, args.text, language=args.language,
-                         description=args.description)  # fmt: skip
+    preset = store_voice(
+        folder, args.name, audio.samples, SAMPLE_RATE, args.text, language=args.language, description=args.description
+    )
     commit_voice(folder, args.name)
     print(f"designed {args.name!r}: {audio.seconds:.1f} s sample saved as {preset.reference_audio}")
     if args.base_model:

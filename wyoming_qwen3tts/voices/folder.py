@@ -49,12 +49,25 @@ def voice_exists(folder: Path, name: str) -> bool:
     return any((folder / f"{name}{suffix}").exists() for suffix in AUDIO_SUFFIXES)
 
 
-def voice_preset(folder: Path, name: str, text: str | None, *, x_vector_only: bool = False, language: str | None = None,
-                 description: str | None = None) -> VoicePreset:  # fmt: skip
+def voice_preset(
+    folder: Path,
+    name: str,
+    text: str | None,
+    *,
+    x_vector_only: bool = False,
+    language: str | None = None,
+    description: str | None = None,
+) -> VoicePreset:
     """The voice NAME as the folder scan will read it once stored. Raises ValueError for a name that is not a voice
     name (and so could be a path)."""
-    return VoicePreset(name=name, reference_audio=folder / f"{name}.wav", reference_text=(text or "").strip() or None,
-                       x_vector_only=x_vector_only, language=language or None, description=description or None)  # fmt: skip
+    return VoicePreset(
+        name=name,
+        reference_audio=folder / f"{name}.wav",
+        reference_text=(text or "").strip() or None,
+        x_vector_only=x_vector_only,
+        language=language or None,
+        description=description or None,
+    )
 
 
 def _write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> Iterator[Path]:
@@ -83,8 +96,11 @@ def store_steps(preset: VoicePreset, samples: np.ndarray, sample_rate: int) -> I
     yield marker
     settings = "".join(
         _toml_line(key, value)
-        for key, value in (("x_vector_only", preset.x_vector_only or None), ("language", preset.language),
-                           ("description", preset.description))  # fmt: skip
+        for key, value in (
+            ("x_vector_only", preset.x_vector_only or None),
+            ("language", preset.language),
+            ("description", preset.description),
+        )
         if value
     )
     if settings:
@@ -99,9 +115,17 @@ def store_steps(preset: VoicePreset, samples: np.ndarray, sample_rate: int) -> I
     )
 
 
-def store_voice(folder: Path, name: str, samples: np.ndarray, sample_rate: int, text: str | None, *,
-                x_vector_only: bool = False, language: str | None = None,
-                description: str | None = None) -> VoicePreset:  # fmt: skip
+def store_voice(
+    folder: Path,
+    name: str,
+    samples: np.ndarray,
+    sample_rate: int,
+    text: str | None,
+    *,
+    x_vector_only: bool = False,
+    language: str | None = None,
+    description: str | None = None,
+) -> VoicePreset:
     """Write NAME.wav (mono samples in [-1, 1] at sample_rate, kept as float32) and its side files, marked as an add
     in progress until commit_voice; returns the voice as the folder scan will read it. Raises ValueError for a name
     that is not a voice name; no other file is touched."""
@@ -182,7 +206,7 @@ def repair_voice_folder(folder: Path) -> list[str]:
         if not path.name.startswith(".") or not path.is_file() or path.is_symlink():
             continue
         kind = path.suffix
-        name = path.name[1: -len(kind)] if kind else ""
+        name = path.name[1 : -len(kind)] if kind else ""
         try:
             check_voice_name(name.rsplit(".", 1)[0] if kind == _PARTIAL else name)
         except ValueError:

@@ -75,8 +75,15 @@ class VoiceFolderWatcher:
         _LOGGER.info("Watching the voices folder %s for voices added, changed or removed", self.folder)
         # An empty set each second without changes: the first one says the watch is on, so the catch-up sync for
         # what changed between the startup's scan and now misses nothing.
-        watching = watchfiles.awatch(self.folder, watch_filter=lambda _, path: is_voice_file(path), debounce=DEBOUNCE_MS,
-                                     recursive=False, stop_event=self._stop, rust_timeout=1000, yield_on_timeout=True)  # fmt: skip
+        watching = watchfiles.awatch(
+            self.folder,
+            watch_filter=lambda _, path: is_voice_file(path),
+            debounce=DEBOUNCE_MS,
+            recursive=False,
+            stop_event=self._stop,
+            rust_timeout=1000,
+            yield_on_timeout=True,
+        )
         caught_up = False
         try:
             async for changes in watching:
@@ -102,7 +109,9 @@ class VoiceFolderWatcher:
             first_look = name not in self._known
             self._known[name] = seen
             preset = seen[0]
-            if first_look and (self.service.catalog.presets.get(name) == preset or name in self.service.catalog.skipped):
+            if first_look and (
+                self.service.catalog.presets.get(name) == preset or name in self.service.catalog.skipped
+            ):
                 continue  # offered (or refused, with the reason logged) at startup or by an upload, from these files
             try:
                 await self.service.add_voice(preset)

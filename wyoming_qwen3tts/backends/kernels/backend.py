@@ -15,10 +15,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from . import library
 from ...model.prompt import Prompt
 from ...model.talker import Qwen3TTSModel
 from ...request import SamplingParams
+from . import library
 from .frame import NUM_GROUPS, FrameState, fits_short_attention, launch_frame
 from .ops import Ops
 from .options import KernelOptions
@@ -37,8 +37,14 @@ class KernelBackend:
     thread_safe_sessions = False
     max_streams = 1
 
-    def __init__(self, model: Qwen3TTSModel, options: KernelOptions | None = None, *, capacity: int = 2048,
-                 lib: library.Native | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: Qwen3TTSModel,
+        options: KernelOptions | None = None,
+        *,
+        capacity: int = 2048,
+        lib: library.Native | None = None,
+    ) -> None:
         """options None: KernelOptions.from_env(); lib None: the library library.load() builds or finds."""
         if model.device.type != "cuda":
             raise library.NativeUnavailable("the kernel backend needs the model on a CUDA/ROCm device")
@@ -55,8 +61,9 @@ class KernelBackend:
         self.pdl = self.options.pdl  # turned off at the first capture where the device has no PDL
         self.weights = ModelWeights.from_model(model)
         self.state = FrameState(model.cfg, model.dtype, model.device, capacity, self.options.attn_splits)
-        self.prefills = PrefillGraphs(model.talker.model, self.state.hn, model.dtype,
-                                      enabled=self.options.graph_prefill)  # fmt: skip
+        self.prefills = PrefillGraphs(
+            model.talker.model, self.state.hn, model.dtype, enabled=self.options.graph_prefill
+        )
         self._graph: torch.cuda.CUDAGraph | None = None
         self._graph_key: tuple[object, ...] | None = None
         self._owner: KernelDecodeSession | None = None
@@ -110,8 +117,9 @@ class KernelBackend:
             self._graph_key = (sampling, self.capacity, self.pdl)
         return self._graph
 
-    def launch_frame(self, sampling: SamplingParams, stream: int | None = None,
-                     hook: Callable[[int, Tensor], None] | None = None) -> None:  # fmt: skip
+    def launch_frame(
+        self, sampling: SamplingParams, stream: int | None = None, hook: Callable[[int, Tensor], None] | None = None
+    ) -> None:
         """One frame launched eagerly (profiling; `hook` as in frame.launch_frame), not captured."""
         self._apply_pdl()
         stream = torch.cuda.current_stream(self.model.device).cuda_stream if stream is None else stream
@@ -138,8 +146,9 @@ class KernelBackend:
         return graph
 
     # -- tests: eager, teacher-forced ----------------------------------------------------------------
-    def teacher_forced(self, prompt: Prompt, codes: np.ndarray,
-                       after_prefill: Callable[[], None] | None = None) -> list[list[Tensor]]:  # fmt: skip
+    def teacher_forced(
+        self, prompt: Prompt, codes: np.ndarray, after_prefill: Callable[[], None] | None = None
+    ) -> list[list[Tensor]]:
         """Run frames eagerly with the given codes forced in; returns per frame the 16 logits
         vectors (float32, before the processors): codec_head, then lm_head[0..14].
         `after_prefill` may replace the prefill's cache and hidden state (tests)."""

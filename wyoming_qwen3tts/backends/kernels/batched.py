@@ -29,12 +29,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from . import library
 from ...model.config import Qwen3TTSConfig
 from ...model.layers import rope_tables
 from ...model.prompt import Prompt
 from ...model.talker import KVCache, Qwen3TTSModel
 from ...request import SamplingParams
+from . import library
 from .frame import MIN_NEW_TOKENS, NO_EOS, NUM_GROUPS
 from .lone import LoneStep
 from .ops import Matrix, Ops
@@ -130,12 +130,24 @@ def prefill_groups(lengths: list[int], budget: int, max_rows: int | None = None)
 
 def stream_params(sampling: SamplingParams, eos: int) -> tuple[dict[str, float | int], dict[str, float | int]]:
     """The code-0 and CodePredictor draw settings of one stream, as q3t_sample_params fields."""
-    code0 = dict(flags=library.SAMPLE_DO_SAMPLE if sampling.do_sample else 0, temperature=sampling.temperature,
-                 top_k=sampling.top_k, top_p=sampling.top_p, penalty=sampling.repetition_penalty, eos=eos,
-                 min_new_tokens=NO_EOS if sampling.suppress_eos else MIN_NEW_TOKENS)  # fmt: skip
-    sub = dict(flags=library.SAMPLE_DO_SAMPLE if sampling.subtalker_do_sample else 0,
-               temperature=sampling.subtalker_temperature, top_k=sampling.subtalker_top_k,
-               top_p=sampling.subtalker_top_p, penalty=1.0, eos=-1, min_new_tokens=0)  # fmt: skip
+    code0 = dict(
+        flags=library.SAMPLE_DO_SAMPLE if sampling.do_sample else 0,
+        temperature=sampling.temperature,
+        top_k=sampling.top_k,
+        top_p=sampling.top_p,
+        penalty=sampling.repetition_penalty,
+        eos=eos,
+        min_new_tokens=NO_EOS if sampling.suppress_eos else MIN_NEW_TOKENS,
+    )
+    sub = dict(
+        flags=library.SAMPLE_DO_SAMPLE if sampling.subtalker_do_sample else 0,
+        temperature=sampling.subtalker_temperature,
+        top_k=sampling.subtalker_top_k,
+        top_p=sampling.subtalker_top_p,
+        penalty=1.0,
+        eos=-1,
+        min_new_tokens=0,
+    )
     return code0, sub
 
 
@@ -165,10 +177,23 @@ class BatchedDecoder:
     CodePredictor's first two positions together; True (batch invariance, the batch_invariant setting): every
     step is the batched one, the positions one after the other."""
 
-    def __init__(self, model: Qwen3TTSModel, ops: Ops, weights: ModelWeights, *, slots: int, max_seq: int,
-                 max_trailing: int = 512, attn_splits: int | None = None, graphs: bool = True,
-                 prefills: PrefillGraphs | None = None, prefill_cache: KVCache | None = None, pdl: bool = True,
-                 invariant: bool = False, lone_splits: int = 32) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: Qwen3TTSModel,
+        ops: Ops,
+        weights: ModelWeights,
+        *,
+        slots: int,
+        max_seq: int,
+        max_trailing: int = 512,
+        attn_splits: int | None = None,
+        graphs: bool = True,
+        prefills: PrefillGraphs | None = None,
+        prefill_cache: KVCache | None = None,
+        pdl: bool = True,
+        invariant: bool = False,
+        lone_splits: int = 32,
+    ) -> None:
         if not 1 <= slots <= MAX_SLOTS:
             raise ValueError(f"slots={slots}: 1..{MAX_SLOTS}")
         self.model, self.ops, self.w = model, ops, weights
@@ -179,10 +204,12 @@ class BatchedDecoder:
         dev, dtype = model.device, model.dtype
         f32, i32 = dict(dtype=torch.float32, device=dev), dict(dtype=torch.int32, device=dev)
         rows = self.rows
-        self.cache = torch.zeros(rows, tc.num_hidden_layers, 2, max_seq, tc.num_key_value_heads, tc.head_dim,
-                                 dtype=dtype, device=dev)  # fmt: skip
-        self.cp_cache = torch.zeros(rows, cc.num_hidden_layers, 2, NUM_GROUPS, cc.num_key_value_heads, cc.head_dim,
-                                    dtype=dtype, device=dev)  # fmt: skip
+        self.cache = torch.zeros(
+            rows, tc.num_hidden_layers, 2, max_seq, tc.num_key_value_heads, tc.head_dim, dtype=dtype, device=dev
+        )
+        self.cp_cache = torch.zeros(
+            rows, cc.num_hidden_layers, 2, NUM_GROUPS, cc.num_key_value_heads, cc.head_dim, dtype=dtype, device=dev
+        )
         self.rope = {}
         for cfg, n in ((tc, max_seq), (cc, NUM_GROUPS)):
             cos, sin = rope_tables(torch.arange(n, device=dev), cfg.head_dim, cfg.rope_theta, torch.float32)
@@ -205,11 +232,14 @@ class BatchedDecoder:
         # The CodePredictor's work buffers hold positions 0 and 1 of up to PAIRED_ROWS rows at once.
         self.paired = not invariant  # batch invariance keeps the positions apart at every nb
         cp_rows = max(rows, 2 * min(rows, PAIRED_ROWS)) if self.paired else rows
-        self.work = {id(cfg): (torch.zeros(n, (cfg.num_attention_heads + 2 * cfg.num_key_value_heads)
-                                           * cfg.head_dim, **f32),
-                               torch.zeros(n, cfg.num_attention_heads * cfg.head_dim, **f32),
-                               torch.zeros(n, cfg.intermediate_size, **f32))
-                     for cfg, n in ((tc, rows), (cc, cp_rows))}  # fmt: skip
+        self.work = {
+            id(cfg): (
+                torch.zeros(n, (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_dim, **f32),
+                torch.zeros(n, cfg.num_attention_heads * cfg.head_dim, **f32),
+                torch.zeros(n, cfg.intermediate_size, **f32),
+            )
+            for cfg, n in ((tc, rows), (cc, cp_rows))
+        }
         self.cx2 = torch.zeros(min(rows, PAIRED_ROWS), 2, cc.hidden_size, **f32)  # row r: positions 0 and 1
         hq = tc.num_attention_heads
         self.scratch = torch.zeros(rows * (hq * self.splits * (tc.head_dim + 2) + hq), **f32)
@@ -244,7 +274,7 @@ class BatchedDecoder:
         mats = [m for L in layers for m in (L.qkv, L.o, L.gate_up, L.down)]
         return [*mats, w.codec_head, *w.lm_heads, *([w.proj_w] if w.proj_w is not None else [])]
 
-    def gemv(self, w: Matrix, x: Tensor, y: Tensor, stream: int, **kw) -> None:  # noqa: ANN003
+    def gemv(self, w: Matrix, x: Tensor, y: Tensor, stream: int, **kw) -> None:
         """ops.batched_gemv on the decoder's scratch (the tensor-core kernel for bf16 and int8 on CUDA)."""
         self.ops.batched_gemv(w, x, y, scratch=self.gemv_scratch, stream=stream, **kw)
 
@@ -271,15 +301,18 @@ class BatchedDecoder:
         model = self.model
         n_trailing = [min(a.prompt.trailing.shape[0], self.max_trailing) for a in streams]
         params = [stream_params(a.sampling, self.eos_id) for a in streams]
-        index, slot32, n_trail, pos, seed, code0, sub = upload([
-            np.array(slots, dtype=np.int64),
-            np.array(slots, dtype=np.int32),
-            np.array(n_trailing, dtype=np.int32),
-            np.array([a.prompt.length for a in streams], dtype=np.int32),
-            np.array([a.seed & 0xFFFF_FFFF_FFFF_FFFF for a in streams], dtype=np.uint64).view(np.int64),
-            param_records([p[0] for p in params]),
-            param_records([p[1] for p in params]),
-        ], model.device)  # fmt: skip
+        index, slot32, n_trail, pos, seed, code0, sub = upload(
+            [
+                np.array(slots, dtype=np.int64),
+                np.array(slots, dtype=np.int32),
+                np.array(n_trailing, dtype=np.int32),
+                np.array([a.prompt.length for a in streams], dtype=np.int32),
+                np.array([a.seed & 0xFFFF_FFFF_FFFF_FFFF for a in streams], dtype=np.uint64).view(np.int64),
+                param_records([p[0] for p in params]),
+                param_records([p[1] for p in params]),
+            ],
+            model.device,
+        )
         with torch.inference_mode():
             if self._graphed(streams):
                 graphs, staging = self.prefills, self.prefill_cache
@@ -334,8 +367,9 @@ class BatchedDecoder:
         if not rows:
             return 0
         if self.batch_prefills is None:
-            self.batch_prefills = BatchedPrefillGraphs(self.model.talker.model, self.cache, rows,
-                                                       min(max_positions, self.max_seq))  # fmt: skip
+            self.batch_prefills = BatchedPrefillGraphs(
+                self.model.talker.model, self.cache, rows, min(max_positions, self.max_seq)
+            )
         return self.batch_prefills.capture_all(PREFILL_POSITIONS)
 
     def _graphed(self, streams: Sequence[Admission]) -> bool:
@@ -420,21 +454,55 @@ class BatchedDecoder:
         for i, L in enumerate(stack.layers):
             gemv(L.qkv, x, qkv, stream, norm_w=L.in_norm, eps=eps)
             if pos_add == PAIRED:  # x [2 nb, H]: each row's positions 0 and 1 (its short cache empty)
-                ops.batched_rope_attention_first(qkv.view(nb, 2, -1), L.q_norm, L.k_norm, cos, sin,
-                                                 self.cp_cache[0, i, 0], self.cp_cache[0, i, 1], attn.view(nb, 2, -1),
-                                                 row_rows=self.cp_cache.shape[1] * 2 * NUM_GROUPS, eps=eps,
-                                                 scale=scale, stream=stream)  # fmt: skip
+                ops.batched_rope_attention_first(
+                    qkv.view(nb, 2, -1),
+                    L.q_norm,
+                    L.k_norm,
+                    cos,
+                    sin,
+                    self.cp_cache[0, i, 0],
+                    self.cp_cache[0, i, 1],
+                    attn.view(nb, 2, -1),
+                    row_rows=self.cp_cache.shape[1] * 2 * NUM_GROUPS,
+                    eps=eps,
+                    scale=scale,
+                    stream=stream,
+                )
             elif pos_add is None:
-                ops.batched_rope_attention_split(qkv, L.q_norm, L.k_norm, cos, sin, self.cache[0, i, 0],
-                                                 self.cache[0, i, 1], attn, slot=self.slot[:nb], pos=self.pos,
-                                                 slot_rows=self.cache.shape[1] * 2 * self.max_seq, eps=eps,
-                                                 scale=scale, splits=self.splits, scratch=self.scratch,
-                                                 stream=stream)  # fmt: skip
+                ops.batched_rope_attention_split(
+                    qkv,
+                    L.q_norm,
+                    L.k_norm,
+                    cos,
+                    sin,
+                    self.cache[0, i, 0],
+                    self.cache[0, i, 1],
+                    attn,
+                    slot=self.slot[:nb],
+                    pos=self.pos,
+                    slot_rows=self.cache.shape[1] * 2 * self.max_seq,
+                    eps=eps,
+                    scale=scale,
+                    splits=self.splits,
+                    scratch=self.scratch,
+                    stream=stream,
+                )
             else:
-                ops.batched_rope_attention(qkv, L.q_norm, L.k_norm, cos, sin, self.cp_cache[0, i, 0],
-                                           self.cp_cache[0, i, 1], attn,
-                                           row_rows=self.cp_cache.shape[1] * 2 * NUM_GROUPS, eps=eps, scale=scale,
-                                           pos_add=pos_add, stream=stream)  # fmt: skip
+                ops.batched_rope_attention(
+                    qkv,
+                    L.q_norm,
+                    L.k_norm,
+                    cos,
+                    sin,
+                    self.cp_cache[0, i, 0],
+                    self.cp_cache[0, i, 1],
+                    attn,
+                    row_rows=self.cp_cache.shape[1] * 2 * NUM_GROUPS,
+                    eps=eps,
+                    scale=scale,
+                    pos_add=pos_add,
+                    stream=stream,
+                )
             gemv(L.o, attn, x, stream, mode=library.GEMV_ADD)
             gemv(L.gate_up, x, mlp, stream, mode=library.GEMV_SWIGLU, norm_w=L.post_norm, eps=eps)
             gemv(L.down, mlp, x, stream, mode=library.GEMV_ADD)
@@ -448,11 +516,23 @@ class BatchedDecoder:
         # Code 0; its CodePredictor input row goes beside position 0 (paired), or waits in e1 until it has run.
         paired = self.paired and nb <= PAIRED_ROWS
         x2 = self.cx2[:nb]
-        drawn = dict(row_out=x2[:, 1], row_stride=2 * cc.hidden_size) if paired else dict(row_out=e1,
-                                                                                        row_stride=cc.hidden_size)
-        ops.batched_sample(self.logits[:nb], cur, params=self.params_code0, seen=self.seen,
-                           suppress=(tc.vocab_size - 1024, tc.vocab_size), stream_id=0, out_stride=NUM_GROUPS,
-                           row_table=w.cp_inputs[0], **drawn, **state)  # fmt: skip
+        drawn = (
+            dict(row_out=x2[:, 1], row_stride=2 * cc.hidden_size)
+            if paired
+            else dict(row_out=e1, row_stride=cc.hidden_size)
+        )
+        ops.batched_sample(
+            self.logits[:nb],
+            cur,
+            params=self.params_code0,
+            seen=self.seen,
+            suppress=(tc.vocab_size - 1024, tc.vocab_size),
+            stream_id=0,
+            out_stride=NUM_GROUPS,
+            row_table=w.cp_inputs[0],
+            **drawn,
+            **state,
+        )
         if w.proj_w is not None:
             self.gemv(w.proj_w, hn, cx, stream, bias=w.proj_b)
         else:
@@ -469,11 +549,28 @@ class BatchedDecoder:
                 self._layers(w.code_predictor, cx, nb, stream, j)
             self.gemv(w.lm_heads[j - 1], cx, self.cp_logits[:nb], stream, norm_w=w.cp_norm, eps=cc.rms_norm_eps)
             row = dict(row_table=w.cp_inputs[j], row_out=cx, row_stride=cc.hidden_size) if j + 1 < NUM_GROUPS else {}
-            ops.batched_sample(self.cp_logits[:nb], cur[:, j:], params=self.params_sub, stream_id=j,
-                               out_stride=NUM_GROUPS, **row, **state)  # fmt: skip
+            ops.batched_sample(
+                self.cp_logits[:nb],
+                cur[:, j:],
+                params=self.params_sub,
+                stream_id=j,
+                out_stride=NUM_GROUPS,
+                **row,
+                **state,
+            )
         ops.batched_store_codes(cur, self.history, slot=slot, step=self.step_index, stream=stream)
-        ops.batched_embed_sum(w.embeddings, w.embedding_ptrs, cur, x, slot=slot, trailing=self.trailing,
-                              n_trailing=self.n_trailing, pad=self.pad, step=self.step_index, stream=stream)  # fmt: skip
+        ops.batched_embed_sum(
+            w.embeddings,
+            w.embedding_ptrs,
+            cur,
+            x,
+            slot=slot,
+            trailing=self.trailing,
+            n_trailing=self.n_trailing,
+            pad=self.pad,
+            step=self.step_index,
+            stream=stream,
+        )
         self._layers(w.talker, x, nb, stream, None)
         ops.batched_rmsnorm(x, w.final_norm, hn, eps=tc.rms_norm_eps, stream=stream)
         ops.batched_advance(slot, pos=self.pos, step=self.step_index, stream=stream)

@@ -65,14 +65,18 @@ def find_toolchain(kind: str | None = None, archs: tuple[str, ...] | None = None
         raise NativeUnavailable(f"unknown kernel toolchain {kind!r} (use nvcc or hipcc)")
     env_path = os.environ.get("HIPCC" if kind == "hipcc" else "NVCC")
     candidates = [env_path] if env_path else []
-    root = os.environ.get("ROCM_PATH" if kind == "hipcc" else "CUDA_HOME") or ("/opt/rocm" if kind == "hipcc" else "/usr/local/cuda")
+    root = os.environ.get("ROCM_PATH" if kind == "hipcc" else "CUDA_HOME") or (
+        "/opt/rocm" if kind == "hipcc" else "/usr/local/cuda"
+    )
     candidates += [shutil.which(kind), str(Path(root) / "bin" / kind)]
     path = next((c for c in candidates if c and Path(c).is_file() and os.access(c, os.X_OK)), None)
     if path is None:
         raise NativeUnavailable(
             f"{kind} not found (looked on PATH and in {root}/bin); install "
             + ("ROCm's hipcc" if kind == "hipcc" else "the CUDA toolkit's nvcc")
-            + " or set " + ("HIPCC" if kind == "hipcc" else "NVCC") + " to build the fused kernels"
+            + " or set "
+            + ("HIPCC" if kind == "hipcc" else "NVCC")
+            + " to build the fused kernels"
         )
     try:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60, env=_build_env(kind))
@@ -111,7 +115,7 @@ def _detect_archs(kind: str) -> tuple[str, ...]:
                     found.append(arch)
             if found:
                 return tuple(found)
-    except Exception:  # noqa: BLE001 - detection is best effort; the defaults still build
+    except Exception:
         pass
     return DEFAULT_HIP_ARCHS if kind == "hipcc" else DEFAULT_CUDA_ARCHS
 

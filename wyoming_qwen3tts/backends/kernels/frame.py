@@ -75,8 +75,9 @@ class FrameState:
     """Everything a frame reads and writes on the device; what grows with the Talker context is sized
     for `capacity` positions (grow() replaces it, so graphs that captured it must be captured again)."""
 
-    def __init__(self, cfg: Qwen3TTSConfig, dtype: torch.dtype, device: torch.device, capacity: int,
-                 attn_splits: int) -> None:  # fmt: skip
+    def __init__(
+        self, cfg: Qwen3TTSConfig, dtype: torch.dtype, device: torch.device, capacity: int, attn_splits: int
+    ) -> None:
         tc, cc = cfg.talker, cfg.code_predictor
         self.cfg, self.dtype, self.device, self.attn_splits = cfg, dtype, device, attn_splits
         f32 = dict(dtype=torch.float32, device=device)
@@ -119,8 +120,9 @@ class FrameState:
         return self.state, self.seen, self.codes, self.hn, self.x
 
 
-def launch_layers(ops: Ops, w: StackWeights, b: StackBuffers, x: Tensor, stream: int, *, pos: Tensor | None = None,
-            pos_add: int = 0) -> None:  # fmt: skip
+def launch_layers(
+    ops: Ops, w: StackWeights, b: StackBuffers, x: Tensor, stream: int, *, pos: Tensor | None = None, pos_add: int = 0
+) -> None:
     """Every layer of a stack for the one vector x, at position (*pos if pos else 0) + pos_add."""
     eps = w.cfg.rms_norm_eps
     for i, L in enumerate(w.layers):
@@ -130,8 +132,9 @@ def launch_layers(ops: Ops, w: StackWeights, b: StackBuffers, x: Tensor, stream:
         if b.short:
             ops.rope_attention(b.qkv, L.q_norm, L.k_norm, b.cos, b.sin, kc, vc, b.attn, **attend)
         else:
-            ops.rope_attention_split(b.qkv, L.q_norm, L.k_norm, b.cos, b.sin, kc, vc, b.attn, splits=b.splits,
-                                     scratch=b.scratch, **attend)  # fmt: skip
+            ops.rope_attention_split(
+                b.qkv, L.q_norm, L.k_norm, b.cos, b.sin, kc, vc, b.attn, splits=b.splits, scratch=b.scratch, **attend
+            )
         ops.gemv(L.o, b.attn, x, mode=ADD, stream=stream)
         ops.gemv(L.gate_up, x, b.mlp, mode=SWIGLU, norm_w=L.post_norm, eps=eps, stream=stream)
         ops.gemv(L.down, b.mlp, x, mode=ADD, stream=stream)
@@ -143,8 +146,9 @@ def launch_first_two_positions(ops: Ops, w: StackWeights, b: StackBuffers, x2: T
     for i, L in enumerate(w.layers):
         kc, vc = b.cache[i, 0], b.cache[i, 1]
         ops.gemv_batch(L.qkv, x2, b.qkv2, norm_w=L.in_norm, eps=eps, stream=stream)
-        ops.rope_attention_first(b.qkv2, L.q_norm, L.k_norm, b.cos, b.sin, kc, vc, b.attn2, eps=eps, scale=b.scale,
-                                 stream=stream)  # fmt: skip
+        ops.rope_attention_first(
+            b.qkv2, L.q_norm, L.k_norm, b.cos, b.sin, kc, vc, b.attn2, eps=eps, scale=b.scale, stream=stream
+        )
         ops.gemv_batch(L.o, b.attn2, x2, mode=ADD, stream=stream)
         ops.gemv_batch(L.gate_up, x2, b.mlp2, mode=SWIGLU, norm_w=L.post_norm, eps=eps, stream=stream)
         ops.gemv_batch(L.down, b.mlp2, x2, mode=ADD, stream=stream)
@@ -163,8 +167,9 @@ def _drawn_row(w: ModelWeights, s: FrameState, j: int, hook: Hook | None) -> dic
     return dict(row_table=w.cp_inputs[j - 1], row_out=_input_row(s, j))
 
 
-def _code_predictor(ops: Ops, w: ModelWeights, s: FrameState, sp: SamplingParams, stream: int,
-                    hook: Hook | None) -> None:  # fmt: skip
+def _code_predictor(
+    ops: Ops, w: ModelWeights, s: FrameState, sp: SamplingParams, stream: int, hook: Hook | None
+) -> None:
     """Codes 1..15 of the frame into s.codes: position 0 is hn, position j the row of code j - 1."""
     cc = w.code_predictor.cfg
     for j in range(1, NUM_GROUPS):
@@ -181,23 +186,47 @@ def _code_predictor(ops: Ops, w: ModelWeights, s: FrameState, sp: SamplingParams
             launch_layers(ops, w.code_predictor, s.code_predictor, s.cx, stream, pos_add=j)
             x = s.cx
         ops.gemv(w.lm_heads[j - 1], x, s.cp_logits, norm_w=w.cp_norm, eps=cc.rms_norm_eps, stream=stream)
-        ops.sample(s.cp_logits, s.codes[j : j + 1], do_sample=sp.subtalker_do_sample,
-                   temperature=sp.subtalker_temperature, top_k=sp.subtalker_top_k, top_p=sp.subtalker_top_p,
-                   seed=s.seed, stream_id=j, step=s.frame, **_drawn_row(w, s, j + 1, hook), stream=stream)  # fmt: skip
+        ops.sample(
+            s.cp_logits,
+            s.codes[j : j + 1],
+            do_sample=sp.subtalker_do_sample,
+            temperature=sp.subtalker_temperature,
+            top_k=sp.subtalker_top_k,
+            top_p=sp.subtalker_top_p,
+            seed=s.seed,
+            stream_id=j,
+            step=s.frame,
+            **_drawn_row(w, s, j + 1, hook),
+            stream=stream,
+        )
         if hook is not None:
             hook(j, s.cp_logits)
 
 
-def launch_frame(ops: Ops, w: ModelWeights, s: FrameState, sp: SamplingParams, stream: int,
-                 hook: Hook | None = None) -> None:  # fmt: skip
+def launch_frame(
+    ops: Ops, w: ModelWeights, s: FrameState, sp: SamplingParams, stream: int, hook: Hook | None = None
+) -> None:
     """Launch one frame on `stream`. `hook` (teacher forcing; never inside a graph) runs after each draw."""
     tc = w.talker.cfg
     ops.gemv(w.codec_head, s.hn, s.logits, stream=stream)
-    ops.sample(s.logits, s.codes[0:1], seen=s.seen, penalty=sp.repetition_penalty, eos=tc.codec_eos_token_id,
-               min_new_tokens=NO_EOS if sp.suppress_eos else MIN_NEW_TOKENS,
-               suppress=(tc.vocab_size - 1024, tc.vocab_size), do_sample=sp.do_sample, temperature=sp.temperature,
-               top_k=sp.top_k, top_p=sp.top_p, seed=s.seed, stream_id=0, step=s.frame,
-               **_drawn_row(w, s, 1, hook), stream=stream)  # fmt: skip
+    ops.sample(
+        s.logits,
+        s.codes[0:1],
+        seen=s.seen,
+        penalty=sp.repetition_penalty,
+        eos=tc.codec_eos_token_id,
+        min_new_tokens=NO_EOS if sp.suppress_eos else MIN_NEW_TOKENS,
+        suppress=(tc.vocab_size - 1024, tc.vocab_size),
+        do_sample=sp.do_sample,
+        temperature=sp.temperature,
+        top_k=sp.top_k,
+        top_p=sp.top_p,
+        seed=s.seed,
+        stream_id=0,
+        step=s.frame,
+        **_drawn_row(w, s, 1, hook),
+        stream=stream,
+    )
     if hook is not None:
         hook(0, s.logits)
     _code_predictor(ops, w, s, sp, stream, hook)

@@ -57,10 +57,19 @@ class LoneStep:
         state = dict(slot=row, seed=d.seed, step=d.step_index, stream=stream)
         ops.gemv(w.codec_head, hn, self.logits[0], stream=stream)
         # Code 0; its draw writes CodePredictor position 1's input row beside position 0.
-        ops.batched_sample(self.logits, codes, params=d.params_code0, seen=d.seen,
-                           suppress=(tc.vocab_size - 1024, tc.vocab_size), stream_id=0, out_stride=NUM_GROUPS,
-                           row_table=w.cp_inputs[0], row_out=self.cx2[1:2], row_stride=cc.hidden_size,
-                           **state)  # fmt: skip
+        ops.batched_sample(
+            self.logits,
+            codes,
+            params=d.params_code0,
+            seen=d.seen,
+            suppress=(tc.vocab_size - 1024, tc.vocab_size),
+            stream_id=0,
+            out_stride=NUM_GROUPS,
+            row_table=w.cp_inputs[0],
+            row_out=self.cx2[1:2],
+            row_stride=cc.hidden_size,
+            **state,
+        )
         if w.proj_w is None:
             self.cx2[0].copy_(hn)
         else:
@@ -72,14 +81,27 @@ class LoneStep:
                 launch_layers(ops, w.code_predictor, cp, self.cx2[0], stream, pos_add=j)
             out = self.cx2[1] if j == 1 else self.cx2[0]
             ops.gemv(w.lm_heads[j - 1], out, self.cp_logits[0], norm_w=w.cp_norm, eps=cc.rms_norm_eps, stream=stream)
-            drawn = (dict(row_table=w.cp_inputs[j], row_out=self.cx2[0:1], row_stride=cc.hidden_size)
-                     if j + 1 < NUM_GROUPS else {})  # fmt: skip
-            ops.batched_sample(self.cp_logits, codes[:, j:], params=d.params_sub, stream_id=j, out_stride=NUM_GROUPS,
-                               **drawn, **state)  # fmt: skip
+            drawn = (
+                dict(row_table=w.cp_inputs[j], row_out=self.cx2[0:1], row_stride=cc.hidden_size)
+                if j + 1 < NUM_GROUPS
+                else {}
+            )
+            ops.batched_sample(
+                self.cp_logits, codes[:, j:], params=d.params_sub, stream_id=j, out_stride=NUM_GROUPS, **drawn, **state
+            )
         ops.batched_store_codes(codes, d.history, slot=row, step=d.step_index, stream=stream)
-        ops.batched_embed_sum(w.embeddings, w.embedding_ptrs, codes, d.x[slot : slot + 1], slot=row,
-                              trailing=d.trailing, n_trailing=d.n_trailing, pad=d.pad, step=d.step_index,
-                              stream=stream)  # fmt: skip
+        ops.batched_embed_sum(
+            w.embeddings,
+            w.embedding_ptrs,
+            codes,
+            d.x[slot : slot + 1],
+            slot=row,
+            trailing=d.trailing,
+            n_trailing=d.n_trailing,
+            pad=d.pad,
+            step=d.step_index,
+            stream=stream,
+        )
         launch_layers(ops, w.talker, self.talker[slot], x, stream, pos=d.pos[slot : slot + 1])
         ops.rmsnorm(x, w.final_norm, hn, eps=tc.rms_norm_eps, stream=stream)
         ops.batched_advance(row, pos=d.pos, step=d.step_index, stream=stream)

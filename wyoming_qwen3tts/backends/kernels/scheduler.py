@@ -49,17 +49,20 @@ def streams_for_memory(free_bytes: int, row_bytes: int) -> tuple[int, str]:
     fits = max(int(budget // row_bytes), 0) if row_bytes > 0 else 0
     streams = max((b for b in BUCKETS if b <= fits), default=1)
     gib = 1024**3
-    why = (f"{fits} stream(s) of {row_bytes / gib:.2f} GiB fit in {max(budget, 0) / gib:.1f} GiB: "
-           f"{FREE_SHARE:.0%} of the {free_bytes / gib:.1f} GiB free after loading, keeping "
-           f"{WORK_RESERVE_BYTES / gib:.0f} GiB for work memory; at most {MAX_SLOTS}, a power of two")  # fmt: skip
+    why = (
+        f"{fits} stream(s) of {row_bytes / gib:.2f} GiB fit in {max(budget, 0) / gib:.1f} GiB: "
+        f"{FREE_SHARE:.0%} of the {free_bytes / gib:.1f} GiB free after loading, keeping "
+        f"{WORK_RESERVE_BYTES / gib:.0f} GiB for work memory; at most {MAX_SLOTS}, a power of two"
+    )
     return streams, why
 
 
 class BatchedSession:
     """One stream's codes as the scheduler produces them; launch/collect as KernelDecodeSession."""
 
-    def __init__(self, scheduler: BatchingBackend, prompt: Prompt, sampling: SamplingParams, seed: int,
-                 max_frames: int) -> None:  # fmt: skip
+    def __init__(
+        self, scheduler: BatchingBackend, prompt: Prompt, sampling: SamplingParams, seed: int, max_frames: int
+    ) -> None:
         self.scheduler = scheduler
         self.prompt, self.sampling, self.seed, self.max_frames = prompt, sampling, seed, max_frames
         self.finished = False  # no more codes will come (end of speech, limit, cancel, error)
@@ -136,8 +139,14 @@ class BatchingBackend:
     exclusive_sessions = False
     thread_safe_sessions = True  # collect() may be called without the engine's lock
 
-    def __init__(self, single, max_streams: int, max_seq: int, max_trailing: int = 512,  # noqa: ANN001
-                 invariant: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        single,
+        max_streams: int,
+        max_seq: int,
+        max_trailing: int = 512,
+        invariant: bool = False,
+    ) -> None:
         """single: the KernelBackend whose weights, ops and options this shares (it stays usable on its own).
         invariant: the batch_invariant setting (BatchedDecoder): no lone steps, no paired positions."""
         self.single = single
@@ -146,10 +155,19 @@ class BatchingBackend:
         self.max_streams = max_streams
         # Few arrivals at once are prefilled through the one-stream backend's captured graphs (warm_up
         # captures them), into its cache and then copied into their slots: that backend runs no stream itself.
-        self.decoder = BatchedDecoder(single.model, single.ops, single.weights, slots=max_streams, max_seq=max_seq,
-                                      max_trailing=max_trailing, prefills=single.prefills,
-                                      prefill_cache=single.state.cache, pdl=single.pdl, invariant=invariant,
-                                      lone_splits=single.options.attn_splits)  # fmt: skip
+        self.decoder = BatchedDecoder(
+            single.model,
+            single.ops,
+            single.weights,
+            slots=max_streams,
+            max_seq=max_seq,
+            max_trailing=max_trailing,
+            prefills=single.prefills,
+            prefill_cache=single.state.cache,
+            pdl=single.pdl,
+            invariant=invariant,
+            lone_splits=single.options.attn_splits,
+        )
         self.cond = threading.Condition()
         self._queue: collections.deque[BatchedSession] = collections.deque()
         self._slots: list[BatchedSession | None] = [None] * max_streams

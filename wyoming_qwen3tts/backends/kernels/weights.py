@@ -60,19 +60,22 @@ class StackWeights:
 
     @classmethod
     def from_layers(cls, cfg: TransformerConfig, layers: ModuleListOf[Block]) -> StackWeights:
-        return cls(cfg, tuple(
-            LayerWeights(
-                qkv=_matrix(blk.self_attn.qkv_proj),
-                o=_matrix(blk.self_attn.o_proj),
-                gate_up=_matrix(blk.mlp.gate_up_proj),
-                down=_matrix(blk.mlp.down_proj),
-                in_norm=_f32(blk.input_layernorm.weight),
-                post_norm=_f32(blk.post_attention_layernorm.weight),
-                q_norm=_f32(blk.self_attn.q_norm.weight),
-                k_norm=_f32(blk.self_attn.k_norm.weight),
-            )
-            for blk in layers
-        ))  # fmt: skip
+        return cls(
+            cfg,
+            tuple(
+                LayerWeights(
+                    qkv=_matrix(blk.self_attn.qkv_proj),
+                    o=_matrix(blk.self_attn.o_proj),
+                    gate_up=_matrix(blk.mlp.gate_up_proj),
+                    down=_matrix(blk.mlp.down_proj),
+                    in_norm=_f32(blk.input_layernorm.weight),
+                    post_norm=_f32(blk.post_attention_layernorm.weight),
+                    q_norm=_f32(blk.self_attn.q_norm.weight),
+                    k_norm=_f32(blk.self_attn.k_norm.weight),
+                )
+                for blk in layers
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,10 @@ class ModelWeights:
         talker = model.talker
         cp = talker.code_predictor
         with torch.no_grad():
-            embeddings = (_mat(talker.model.codec_embedding.weight), *(_mat(e.weight) for e in cp.model.codec_embedding))
+            embeddings = (
+                _mat(talker.model.codec_embedding.weight),
+                *(_mat(e.weight) for e in cp.model.codec_embedding),
+            )
             proj = cp.small_to_mtp_projection
             proj_w: Matrix | None = None
             proj_b: Tensor | None = None

@@ -19,7 +19,9 @@ HOLDING_EVENT = "q3t_streaming_agent_holding"
 RELEASE_TIMEOUT = 120
 
 
-async def async_setup_entry(hass: HomeAssistant, entry: ConfigEntry, add_entities: AddConfigEntryEntitiesCallback) -> None:
+async def async_setup_entry(
+    hass: HomeAssistant, entry: ConfigEntry, add_entities: AddConfigEntryEntitiesCallback
+) -> None:
     add_entities([StreamingAgent(entry)])
 
 
