@@ -1,12 +1,12 @@
 """Wyoming (and OpenAI-style HTTP) text-to-speech server for Qwen3-TTS.
 
 Layers, lowest first. A module imports only from its own layer or a lower one, and run-time
-imports form no cycle (tests/test_layers.py checks both):
+imports form no cycle (tests/repo/test_layers.py checks both):
 
 1. leaves: wyoming_qwen3tts, errors, request, process
 2. domain: text, model, voices
 3. decode: backends, runaway
-4. options: options, settings
+4. options: options, announcements, settings
 5. engine: engine, engine_set, codec_worker
 6. service: service
 7. pipeline: metrics, speech, wire

@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from . import __version__
-from .metrics import METRICS
 from .request import AudioChunk, SynthesisRequest
 
 _LOGGER = logging.getLogger(__name__)
@@ -177,6 +176,9 @@ class AnnouncementCache:
         self.memory_bytes = 0
         self._disk: OrderedDict[str, int] = OrderedDict()  # file stem (the key) -> bytes, least recently used first
         self.disk_bytes = 0
+        # Lookups so far, by outcome (exported as qwen3tts_announcement_cache_total by metrics.py).
+        self.hits = 0
+        self.misses = 0
         self._engines = _Memo()
         self._voices = _Memo()
         self._disk_thread: ThreadPoolExecutor | None = None
@@ -214,7 +216,10 @@ class AnnouncementCache:
             chunks = await self._read_disk(key) if key in self._disk else None
             if chunks is not None:
                 self._keep_in_memory(key, chunks)
-        METRICS.announcements.labels("hit" if chunks is not None else "miss").inc()
+        if chunks is not None:
+            self.hits += 1
+        else:
+            self.misses += 1
         return Take(self, key, cancel, chunks=chunks)
 
     def store(self, key: str, chunks: list[AudioChunk]) -> None:

@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from .errors import Qwen3TTSError
@@ -90,20 +90,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
-        self.announcements = Counter(
-            "qwen3tts_announcement_cache",
-            "Sentences looked up in the announcement cache: hit (replayed) or miss (synthesized)",
-            ["result"],
-            registry=r,
-        )
         self.active = Gauge("qwen3tts_active_streams", "Speech requests being answered now", ["protocol"], registry=r)
         for protocol in PROTOCOLS:  # export zeros before the first request
             self.active.labels(protocol)
             self.frames.labels(protocol)
         for reason in ("budget", "loop"):
             self.runaway_stops.labels(reason)
-        for result in ("hit", "miss"):
-            self.announcements.labels(result)
         self._service_collector: _ServiceCollector | None = None
 
     def speech(self, protocol: str, started_at: float | None = None) -> SpeechMeter:
@@ -192,6 +184,15 @@ class _ServiceCollector(Collector):
         for name in ("loading", "ready", "failed"):
             state.add_metric([name], 1.0 if name == current else 0.0)
         yield state
+        cache = service.announcements
+        lookups = CounterMetricFamily(
+            "qwen3tts_announcement_cache",
+            "Sentences looked up in the announcement cache: hit (replayed) or miss (synthesized)",
+            labels=["result"],
+        )
+        lookups.add_metric(["hit"], cache.hits)
+        lookups.add_metric(["miss"], cache.misses)
+        yield lookups
         yield from _gpu_memory()
 
 

@@ -23,7 +23,6 @@ from wyoming.event import Event
 
 from wyoming_qwen3tts.announcements import SUFFIX, AnnouncementCache, engine_identity
 from wyoming_qwen3tts.errors import Qwen3TTSError
-from wyoming_qwen3tts.metrics import METRICS
 from wyoming_qwen3tts.model.prompt import ClonePrompt
 from wyoming_qwen3tts.request import SAMPLES_PER_FRAME, AudioChunk, SamplingParams, SynthesisRequest
 from wyoming_qwen3tts.service import TtsService
@@ -45,10 +44,6 @@ def take(frames: int, value: int = 1) -> list[AudioChunk]:
 
 
 FRAME_BYTES = SAMPLES_PER_FRAME * 2 + 16 * 8  # one chunk in memory: its PCM and its codes
-
-
-def hits() -> float:
-    return METRICS.announcements.labels("hit")._value.get()
 
 
 async def record(cache: AnnouncementCache, request: SynthesisRequest, engine: object, chunks: list[AudioChunk]) -> None:
@@ -143,14 +138,14 @@ async def test_disk_tier_survives_a_restart_and_is_bounded(tmp_path: Path) -> No
         folder.glob(".*")
     )  # the oldest removed, no temp files
     restarted = AnnouncementCache(folder=folder, disk_mb=cache.disk_limit / 2**20)
-    before = hits()
+    before = restarted.hits
     assert not (await restarted.lookup(requests[0], engine)).hit
     for i in (1, 2):
         found = await restarted.lookup(requests[i], engine)
         assert pcm(found.chunks) == pcm(take(2, 10 * i))
         assert [c.num_frames for c in found.chunks or []] == [1, 1]  # the chunks as they were spoken
         assert np.array_equal(found.chunks[1].codes, take(2, 10 * i)[1].codes)  # type: ignore[index]
-    assert hits() == before + 2
+    assert restarted.hits == before + 2 and restarted.misses == 1
     restarted.close()
 
 

@@ -82,7 +82,10 @@ class KindsEngine(FakeEngine):
     """The fake engine as CustomVoice + VoiceDesign + Base models with one cloned voice."""
 
     model_types: ClassVar[set[str]] = {"custom_voice", "voice_design", "base"}
-    clone_prompts: ClassVar[dict[str, object]] = {"anna": object()}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clone_prompts = {"anna": object()}
 
 
 async def test_instructions_become_the_style_where_the_voice_takes_one(tmp_path: Path) -> None:
@@ -99,4 +102,4 @@ async def test_instructions_become_the_style_where_the_voice_takes_one(tmp_path:
             assert engine.requests[-1].instruct == expected
         response = await api.speak(input="Hello.", voice="anna", instructions="Whisper.", response_format="pcm")
         error = (await response.json())["error"]
-        assert response.status == 400 and error["param"] == "instructions" and "'anna'" in error["message"]
+        assert response.status == 400 and error["param"] == "instructions" and "'anna'" in error["message"], error

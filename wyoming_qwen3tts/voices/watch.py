@@ -18,15 +18,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import watchfiles
 
 from ..errors import Qwen3TTSError
-from . import AUDIO_SUFFIXES, VoicePreset, scan_voice_folder
-
-if TYPE_CHECKING:
-    from ..service import TtsService
+from . import AUDIO_SUFFIXES, VoiceCatalog, VoicePreset, scan_voice_folder
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -49,10 +46,27 @@ def _seen(preset: VoicePreset) -> tuple[VoicePreset, int, int]:
     return preset, stat.st_size, stat.st_mtime_ns
 
 
+class VoiceService(Protocol):
+    """What the watcher needs of the service (service.TtsService, a layer above this one)."""
+
+    @property
+    def loaded(self) -> asyncio.Future[Any] | None: ...
+
+    @property
+    def clones_voices(self) -> bool: ...
+
+    @property
+    def catalog(self) -> VoiceCatalog: ...
+
+    async def add_voice(self, preset: VoicePreset) -> None: ...
+
+    def remove_voice(self, name: str) -> None: ...
+
+
 class VoiceFolderWatcher:
     """Keeps the service's folder voices in step with the folder, once the model has loaded."""
 
-    def __init__(self, service: TtsService, folder: Path, configured: set[str] | None = None) -> None:
+    def __init__(self, service: VoiceService, folder: Path, configured: set[str] | None = None) -> None:
         self.service = service
         self.folder = folder
         self.configured = set(configured or ())  # [[voices]] names: the folder's voices of these names are not served

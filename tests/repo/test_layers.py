@@ -68,7 +68,12 @@ def _imports() -> list[tuple[str, str, bool]]:
 
 def _layer_of(module: str, layers: dict[str, int]) -> int:
     """The layer of the longest listed name that is the module or a package holding it."""
-    best = max((name for name in layers if module == name or module.startswith(name + ".")), key=len, default=None)
+    # The package itself (its __init__) is listed by its name alone: it holds no other module's layer.
+    best = max(
+        (name for name in layers if module == name or (name != NAME and module.startswith(name + "."))),
+        key=len,
+        default=None,
+    )
     assert best is not None, f"{module} is in no layer of the package docstring"
     return layers[best]
 
