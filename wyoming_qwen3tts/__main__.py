@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wyoming.server import AsyncServer, AsyncStdioServer, AsyncTcpServer, AsyncUnixServer
 
@@ -139,7 +139,8 @@ async def main(settings: Settings) -> int:
         _LOGGER.info("Listening on %s (version %s)", settings.uri, __version__)
         http_server = await _start_http(settings, service)
         signalled = asyncio.ensure_future(signals.get())
-        done, _ = await asyncio.wait({loaded, signalled}, return_when=asyncio.FIRST_COMPLETED)
+        waiting: set[asyncio.Future[Any]] = {loaded, signalled}
+        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         if loaded in done:
             if not _report_load(service):
                 return 1
@@ -201,12 +202,15 @@ def _stop_listening(server: AsyncServer) -> None:
         server.socket_path.unlink(missing_ok=True)
 
 
-async def _serve_stdio(server: AsyncStdioServer, service: TtsService, handler_factory: partial) -> int:  # type: ignore[type-arg]
+async def _serve_stdio(
+    server: AsyncStdioServer, service: TtsService, handler_factory: partial[Qwen3TTSEventHandler]
+) -> int:
     """stdio://: one client on stdin/stdout; at the end of the input its requests are still answered."""
     loaded = service.start_loading()
     serving = asyncio.create_task(server.run(handler_factory))
     try:
-        done, _ = await asyncio.wait({loaded, serving}, return_when=asyncio.FIRST_COMPLETED)
+        waiting: set[asyncio.Future[Any]] = {loaded, serving}
+        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         if loaded in done:
             if not _report_load(service):
                 return 1

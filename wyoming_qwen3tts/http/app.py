@@ -235,14 +235,14 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
         response.headers.setdefault("Referrer-Policy", "no-referrer")
 
 
-class _ConnectionLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+class _ConnectionLog(logging.LoggerAdapter[logging.Logger]):
     """aiohttp's per-connection logger: a request it cannot parse becomes one WARNING line without its bytes.
 
     aiohttp logs such a request at ERROR with a traceback whose message quotes the offending line, so any client
     could fill the log, and a malformed Authorization line would put the API key in it (at DEBUG too). Other
     records (the server's own failures) pass unchanged."""
 
-    def log(self, level: int, msg: object, *args: object, **kwargs: object) -> None:  # type: ignore[override]
+    def log(self, level: int, msg: object, *args: object, **kwargs: object) -> None:
         exc = kwargs.get("exc_info")
         if exc is True:
             exc = sys.exc_info()[1]

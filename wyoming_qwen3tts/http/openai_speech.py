@@ -228,7 +228,7 @@ class SpeechApi:
             raise ApiError.from_service(refused)
         try:
             assert stream.task is not None
-            self.service.track(stream.task)  # type: ignore[arg-type]
+            self.service.track(stream.task)
             meter = self.metrics.speech("http", started_at=started)
             try:
                 return await self._respond(request, plan, stream, meter)
