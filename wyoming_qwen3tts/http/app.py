@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..metrics import METRICS, Metrics, model_state
@@ -126,9 +127,7 @@ def build_app(service: TtsService, config: HttpConfig, metrics: Metrics = METRIC
     return app
 
 
-def _require_key(
-    api_key: str | None, public: set[web.AbstractResource]
-) -> Callable[[web.Request, _Handler], Awaitable[web.StreamResponse]]:
+def _require_key(api_key: str | None, public: set[web.AbstractResource]) -> Middleware:
     expected = api_key.encode() if api_key else None
 
     @web.middleware
@@ -208,7 +207,7 @@ async def _errors_as_json(request: web.Request, handler: _Handler) -> web.Stream
         return ApiError(500, "Internal server error").response()
 
 
-def _count_requests(metrics: Metrics) -> Callable[[web.Request, _Handler], Awaitable[web.StreamResponse]]:
+def _count_requests(metrics: Metrics) -> Middleware:
     @web.middleware
     async def count_requests(request: web.Request, handler: _Handler) -> web.StreamResponse:
         resource = request.match_info.route.resource
