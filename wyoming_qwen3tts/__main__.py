@@ -33,7 +33,7 @@ from .voices import VoicePreset, scan_voice_folder
 from .voices.watch import VoiceFolderWatcher
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .engine_set import Speaker
     from .http.app import HttpServer
 
 _LOGGER = logging.getLogger("wyoming_qwen3tts")
@@ -58,7 +58,7 @@ def all_voices(settings: Settings) -> list[VoicePreset]:
     return voices
 
 
-def load_engine(settings: Settings, voices: list[VoicePreset] | None = None) -> Engine:
+def load_engine(settings: Settings, voices: list[VoicePreset] | None = None) -> Speaker:
     """The blocking model load (download + weights), run on the engine's worker thread; a Base model
     then clones the cloned voices (from the prompt cache where it has them)."""
     _LOGGER.info(
@@ -73,8 +73,9 @@ def load_engine(settings: Settings, voices: list[VoicePreset] | None = None) -> 
     from .engine import Engine
 
     options = settings.engine_options()
-    engine = Engine.from_pretrained(settings.model, options)
-    _LOGGER.info("Model loaded: %d speakers", len(engine.speakers))
+    first = Engine.from_pretrained(settings.model, options)
+    _LOGGER.info("Model loaded: %d speakers", len(first.speakers))
+    engine: Speaker = first
     if settings.extra_models:  # one model of each type, each voice routed to its model's type
         from .engine_set import EngineSet
 
@@ -82,7 +83,7 @@ def load_engine(settings: Settings, voices: list[VoicePreset] | None = None) -> 
         for model in settings.extra_models:
             _LOGGER.info("Loading %s as well", model)
             extra.append(Engine.from_pretrained(model, options))
-        engine = EngineSet([engine, *extra])  # type: ignore[assignment]
+        engine = EngineSet([first, *extra])
     if "base" in engine.model_types:
         engine.clone_voices([v for v in voices or [] if v.kind == "base"])
     # Before "Ready": the first real request must not pay for graph capture or lazy init.

@@ -114,7 +114,8 @@ class _ConnectionLog(logging.LoggerAdapter[logging.Logger]):
     """Log lines of one connection, each starting with the client's address."""
 
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
-        return f"{self.extra['peer']}: {msg}", kwargs  # type: ignore[index]
+        assert self.extra is not None  # made with extra={"peer": ...}
+        return f"{self.extra['peer']}: {msg}", kwargs
 
 
 def _peer_name(writer: asyncio.StreamWriter) -> str:

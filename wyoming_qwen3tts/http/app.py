@@ -22,6 +22,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -114,9 +115,9 @@ def build_app(service: TtsService, config: HttpConfig, metrics: Metrics = METRIC
     async def scrape(request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    public.add(app.router.add_get("/", page).resource)  # type: ignore[arg-type]
+    public.add(_resource_of(app.router.add_get("/", page)))
     public.add(app.router.add_static("/static/", STATIC_DIR, follow_symlinks=False))
-    public.add(app.router.add_get("/healthz", health).resource)  # type: ignore[arg-type]
+    public.add(_resource_of(app.router.add_get("/healthz", health)))
     app.router.add_get("/metrics", scrape)
     app.router.add_get("/v1/models", api.list_models)
     app.router.add_get("/v1/audio/voices", api.list_voices)
@@ -125,6 +126,11 @@ def build_app(service: TtsService, config: HttpConfig, metrics: Metrics = METRIC
     app.router.add_delete("/v1/audio/voices/{name}", uploads.remove)
     app.on_response_prepare.append(_security_headers)
     return app
+
+
+def _resource_of(route: web.AbstractRoute) -> web.AbstractResource:
+    assert route.resource is not None  # the router's add_* methods always add a route to a resource
+    return route.resource
 
 
 def _require_key(api_key: str | None, public: set[web.AbstractResource]) -> Middleware:
@@ -241,7 +247,7 @@ class _ConnectionLog(logging.LoggerAdapter[logging.Logger]):
     could fill the log, and a malformed Authorization line would put the API key in it (at DEBUG too). Other
     records (the server's own failures) pass unchanged."""
 
-    def log(self, level: int, msg: object, *args: object, **kwargs: object) -> None:
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info")
         if exc is True:
             exc = sys.exc_info()[1]
@@ -260,7 +266,7 @@ class _ConnectionLog(logging.LoggerAdapter[logging.Logger]):
                 exc.code or 400,
             )
             return
-        super().log(level, msg, *args, **kwargs)  # type: ignore[arg-type]
+        super().log(level, msg, *args, **kwargs)
 
 
 class HttpServer:

@@ -399,7 +399,9 @@ class SpeechApi:
                 raise
             meter.finish(stream.failure.code)
             if response is None:
-                asyncio.current_task().uncancel()  # type: ignore[union-attr]  # our own cancel: answer it
+                task = asyncio.current_task()
+                assert task is not None  # a request handler runs in a task
+                task.uncancel()  # our own cancel: answer it
                 raise ApiError.from_service(stream.failure) from None
             with contextlib.suppress(Exception):
                 await self._end_with_error(request, response, plan, ApiError.from_service(stream.failure))
