@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wyoming.server import AsyncServer, AsyncStdioServer, AsyncTcpServer, AsyncUnixServer
 
@@ -33,7 +33,7 @@ from .voices import VoicePreset, scan_voice_folder
 from .voices.watch import VoiceFolderWatcher
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .engine_set import Speaker
     from .http.app import HttpServer
 
 _LOGGER = logging.getLogger("wyoming_qwen3tts")
@@ -58,7 +58,7 @@ def all_voices(settings: Settings) -> list[VoicePreset]:
     return voices
 
 
-def load_engine(settings: Settings, voices: list[VoicePreset] | None = None) -> Engine:
+def load_engine(settings: Settings, voices: list[VoicePreset] | None = None) -> Speaker:
     """The blocking model load (download + weights), run on the engine's worker thread; a Base model
     then clones the cloned voices (from the prompt cache where it has them)."""
     _LOGGER.info(
@@ -73,8 +73,9 @@ def load_engine(settings: Settings, voices: list[VoicePreset] | None = None) -> 
     from .engine import Engine
 
     options = settings.engine_options()
-    engine = Engine.from_pretrained(settings.model, options)
-    _LOGGER.info("Model loaded: %d speakers", len(engine.speakers))
+    first = Engine.from_pretrained(settings.model, options)
+    _LOGGER.info("Model loaded: %d speakers", len(first.speakers))
+    engine: Speaker = first
     if settings.extra_models:  # one model of each type, each voice routed to its model's type
         from .engine_set import EngineSet
 
@@ -82,7 +83,7 @@ def load_engine(settings: Settings, voices: list[VoicePreset] | None = None) -> 
         for model in settings.extra_models:
             _LOGGER.info("Loading %s as well", model)
             extra.append(Engine.from_pretrained(model, options))
-        engine = EngineSet([engine, *extra])  # type: ignore[assignment]
+        engine = EngineSet([first, *extra])
     if "base" in engine.model_types:
         engine.clone_voices([v for v in voices or [] if v.kind == "base"])
     # Before "Ready": the first real request must not pay for graph capture or lazy init.
@@ -139,7 +140,8 @@ async def main(settings: Settings) -> int:
         _LOGGER.info("Listening on %s (version %s)", settings.uri, __version__)
         http_server = await _start_http(settings, service)
         signalled = asyncio.ensure_future(signals.get())
-        done, _ = await asyncio.wait({loaded, signalled}, return_when=asyncio.FIRST_COMPLETED)
+        waiting: set[asyncio.Future[Any]] = {loaded, signalled}
+        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         if loaded in done:
             if not _report_load(service):
                 return 1
@@ -201,12 +203,15 @@ def _stop_listening(server: AsyncServer) -> None:
         server.socket_path.unlink(missing_ok=True)
 
 
-async def _serve_stdio(server: AsyncStdioServer, service: TtsService, handler_factory: partial) -> int:  # type: ignore[type-arg]
+async def _serve_stdio(
+    server: AsyncStdioServer, service: TtsService, handler_factory: partial[Qwen3TTSEventHandler]
+) -> int:
     """stdio://: one client on stdin/stdout; at the end of the input its requests are still answered."""
     loaded = service.start_loading()
     serving = asyncio.create_task(server.run(handler_factory))
     try:
-        done, _ = await asyncio.wait({loaded, serving}, return_when=asyncio.FIRST_COMPLETED)
+        waiting: set[asyncio.Future[Any]] = {loaded, serving}
+        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         if loaded in done:
             if not _report_load(service):
                 return 1

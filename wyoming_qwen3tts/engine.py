@@ -16,13 +16,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 import torch
@@ -50,6 +50,9 @@ from .request import (
 )
 from .runaway import FRAMES_PER_SECOND, LoopDetector, frame_budget
 from .text.sentences import clean_client_text
+
+if TYPE_CHECKING:
+    from .voices import VoiceKind, VoicePreset
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -169,7 +172,7 @@ class Engine:
         self.cloner = cloner  # Base models: builds ClonePrompts from reference clips
         self.clone_prompts: dict[str, ClonePrompt] = {}  # the server's cloned voices by name (clone_voices)
         # A cloned voice's codec context (its clip's codes), decoded once and forked per request.
-        self._context_streams: dict[int, tuple[ClonePrompt, object]] = {}
+        self._context_streams: dict[int, tuple[ClonePrompt, CodecStream]] = {}
         # One rule for every caller: the checkpoint's generation_config.json, then the options' overrides.
         self.default_sampling = options.sampling.apply(
             SamplingParams.from_generation_config(checkpoint.generation_config)
@@ -224,15 +227,17 @@ class Engine:
         return {self.model_type}
 
     @property
-    def model_type(self) -> str:
+    def model_type(self) -> VoiceKind:
         """custom_voice (preset speakers), base (cloned voices) or voice_design (described voices)."""
-        return self.config.tts_model_type
+        # Qwen3TTSConfig.from_dict refuses any other tts_model_type.
+        return cast("VoiceKind", self.config.tts_model_type)
 
-    def clone_voices(self, presets: list) -> dict[str, str]:  # type: ignore[type-arg]
+    def clone_voices(self, presets: Sequence[VoicePreset]) -> dict[str, str]:
         """Clone each cloned-voice preset (VoicePreset with reference_audio) into clone_prompts; a voice
         that fails is logged with why and left out. Returns {name: why} of those."""
         failed: dict[str, str] = {}
         for preset in presets:
+            assert preset.reference_audio is not None, f"voice {preset.name!r} is not a cloned voice"
             try:
                 self.clone_prompts[preset.name] = self.clone_voice(
                     preset.reference_audio, preset.reference_text, x_vector_only=preset.x_vector_only
@@ -464,7 +469,7 @@ class Engine:
             if exclusive is not None:
                 exclusive.release()
 
-    def _codec_stream_for(self, clone: ClonePrompt | None, prompt: Prompt):  # type: ignore[no-untyped-def]
+    def _codec_stream_for(self, clone: ClonePrompt | None, prompt: Prompt) -> CodecStream:
         """A codec stream for this request: fresh, or after a cloned voice's context (its clip's codes, so the
         new audio continues the clip's, as the reference decodes it), decoded once per voice and forked."""
         if prompt.codec_context is None or clone is None:
@@ -478,7 +483,7 @@ class Engine:
                 base = self.codec.new_stream(prompt.codec_context.to(self.model.device))
             cached = (clone, base)  # the prompt is held, so its id is not reused while cached
             self._context_streams[id(clone)] = cached
-        return cached[1].fork()  # type: ignore[attr-defined]
+        return cached[1].fork()
 
     def _decode_audio(self, stream: CodecStream, codes: np.ndarray) -> torch.Tensor:
         """Decode a frame group to int16 samples on the codec stream, without waiting for it."""

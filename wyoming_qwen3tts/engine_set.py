@@ -17,6 +17,8 @@ from .request import AudioChunk, SynthesisRequest
 
 if TYPE_CHECKING:
     from .engine import Engine, Validated
+    from .model.prompt import ClonePrompt
+    from .voices import VoicePreset
 
 
 class Speaker(Protocol):
@@ -38,9 +40,9 @@ class Speaker(Protocol):
     def max_streams(self) -> int: ...  # requests decoded at once
 
     @property
-    def clone_prompts(self) -> dict[str, object]: ...  # cloned voices by name (the Base model's)
+    def clone_prompts(self) -> dict[str, ClonePrompt]: ...  # cloned voices by name (the Base model's)
 
-    def clone_voices(self, presets: list) -> dict[str, str]: ...  # type: ignore[type-arg]
+    def clone_voices(self, presets: Sequence[VoicePreset]) -> dict[str, str]: ...
 
     def warm_up(self) -> float: ...  # before serving: the first request pays for no capture or lazy init
 
@@ -94,11 +96,11 @@ class EngineSet:
         return sum(engine.max_streams for engine in self.engines)
 
     @property
-    def clone_prompts(self) -> dict[str, object]:
+    def clone_prompts(self) -> dict[str, ClonePrompt]:
         base = self.by_kind.get("base")
         return base.clone_prompts if base is not None else {}  # the Base engine's own: the server adds and removes
 
-    def clone_voices(self, presets: list) -> dict[str, str]:  # type: ignore[type-arg]
+    def clone_voices(self, presets: Sequence[VoicePreset]) -> dict[str, str]:
         base = self.by_kind.get("base")
         return base.clone_voices(presets) if base is not None else {}
 

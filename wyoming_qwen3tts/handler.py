@@ -110,11 +110,12 @@ class HandlerConfig:
         return TextOptions(self.max_text_chars, self.max_sentence_chars, self.text_frontend, self.seed)
 
 
-class _ConnectionLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+class _ConnectionLog(logging.LoggerAdapter[logging.Logger]):
     """Log lines of one connection, each starting with the client's address."""
 
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
-        return f"{self.extra['peer']}: {msg}", kwargs  # type: ignore[index]
+        assert self.extra is not None  # made with extra={"peer": ...}
+        return f"{self.extra['peer']}: {msg}", kwargs
 
 
 def _peer_name(writer: asyncio.StreamWriter) -> str:

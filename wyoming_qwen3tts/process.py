@@ -22,7 +22,7 @@ _collection_started: list[float] = []  # when the collection in progress began
 _deliberate = threading.local()  # .on: this thread's own gc.collect(), logged by its caller
 
 
-def _warn_long_collection(phase: str, info: dict) -> None:  # type: ignore[type-arg]
+def _warn_long_collection(phase: str, info: dict[str, int]) -> None:
     """gc callback: warn when a collection stops every thread for long."""
     if getattr(_deliberate, "on", False):
         return

@@ -17,9 +17,9 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from wyoming.event import Event
 from wyoming.info import Info, TtsProgram
@@ -30,6 +30,7 @@ from .request import AudioChunk, SynthesisRequest
 
 if TYPE_CHECKING:  # torch and the engine load on the worker thread, after the server is listening
     from .engine_set import Speaker
+    from .model.prompt import ClonePrompt
 from .errors import (
     ModelLoadError,
     QueueFullError,
@@ -48,11 +49,12 @@ _LOGGER = logging.getLogger(__name__)
 PROGRAM_NAME = "qwen3-tts"
 
 _END = object()
+_T = TypeVar("_T")
 # How long starting the synthesis threads ahead (TtsService._start_synthesis_threads) may hold up the load.
 WARM_THREADS_SECONDS = 10.0
 
 
-def _retrieve(future: asyncio.Future) -> None:  # type: ignore[type-arg]
+def _retrieve(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
 
@@ -225,7 +227,7 @@ class TtsService:
         if preset.language is not None:
             language_name(preset.language, self.catalog.languages)  # UnknownLanguageError before any work
 
-        def job() -> object:
+        def job() -> ClonePrompt:
             failed = engine.clone_voices([preset])
             # Taken back out at once, on the same thread: the prompt is offered only once all is checked, so a
             # cancelled add (its job runs on regardless) never leaves one behind.
@@ -287,7 +289,7 @@ class TtsService:
 
     async def synthesize(
         self, request: SynthesisRequest, cancel: threading.Event, *, continuing: bool = False
-    ) -> AsyncIterator[AudioChunk]:
+    ) -> AsyncGenerator[AudioChunk, None]:
         """Audio chunks of one sentence as the worker produces them.
 
         The first sentence of a request raises QueueFullError at once when max_queued_streams
@@ -373,8 +375,8 @@ class TtsService:
                 future.add_done_callback(_retrieve)
 
     def _submit(
-        self, loop: asyncio.AbstractEventLoop, fn: Callable[[], object], executor: ThreadPoolExecutor | None = None
-    ) -> asyncio.Future:  # type: ignore[type-arg]
+        self, loop: asyncio.AbstractEventLoop, fn: Callable[[], _T], executor: ThreadPoolExecutor | None = None
+    ) -> asyncio.Future[_T]:
         self.jobs_running += 1
         future = loop.run_in_executor(executor or self._executor, fn)
 

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
 from typing import TYPE_CHECKING
 
 from .errors import EmptyTextError, TextTooLongError
@@ -91,8 +91,8 @@ async def speak(
     meter: SpeechMeter,
     *,
     seed: int | None,
-    log: logging.Logger | logging.LoggerAdapter = _LOGGER,  # type: ignore[type-arg]
-) -> AsyncIterator[AudioChunk]:
+    log: logging.Logger | logging.LoggerAdapter[logging.Logger] = _LOGGER,
+) -> AsyncGenerator[AudioChunk, None]:
     """The audio of every sentence in order, one sentence at a time on the service.
 
     Only the first sentence may find the queue full (QueueFullError); the rest of an answer always
@@ -134,8 +134,12 @@ async def each(sentences: list[Sentence]) -> AsyncIterator[Sentence]:
 
 
 def log_spoken(
-    log: logging.Logger | logging.LoggerAdapter, voice: VoiceChoice, chars: int, meter: SpeechMeter, detail: str = ""
-) -> None:  # type: ignore[type-arg]
+    log: logging.Logger | logging.LoggerAdapter[logging.Logger],
+    voice: VoiceChoice,
+    chars: int,
+    meter: SpeechMeter,
+    detail: str = "",
+) -> None:
     """The line every answered request leaves: voice, text length, audio length, time to first audio, real-time factor."""
     seconds = meter.frames * SAMPLES_PER_FRAME / SAMPLE_RATE
     first = f"{meter.first_audio_at - meter.started_at:.3f}s" if meter.first_audio_at is not None else "-"

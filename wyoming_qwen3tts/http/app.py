@@ -22,10 +22,12 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..metrics import METRICS, Metrics, model_state
@@ -113,9 +115,9 @@ def build_app(service: TtsService, config: HttpConfig, metrics: Metrics = METRIC
     async def scrape(request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    public.add(app.router.add_get("/", page).resource)  # type: ignore[arg-type]
+    public.add(_resource_of(app.router.add_get("/", page)))
     public.add(app.router.add_static("/static/", STATIC_DIR, follow_symlinks=False))
-    public.add(app.router.add_get("/healthz", health).resource)  # type: ignore[arg-type]
+    public.add(_resource_of(app.router.add_get("/healthz", health)))
     app.router.add_get("/metrics", scrape)
     app.router.add_get("/v1/models", api.list_models)
     app.router.add_get("/v1/audio/voices", api.list_voices)
@@ -126,9 +128,12 @@ def build_app(service: TtsService, config: HttpConfig, metrics: Metrics = METRIC
     return app
 
 
-def _require_key(
-    api_key: str | None, public: set[web.AbstractResource]
-) -> Callable[[web.Request, _Handler], Awaitable[web.StreamResponse]]:
+def _resource_of(route: web.AbstractRoute) -> web.AbstractResource:
+    assert route.resource is not None  # the router's add_* methods always add a route to a resource
+    return route.resource
+
+
+def _require_key(api_key: str | None, public: set[web.AbstractResource]) -> Middleware:
     expected = api_key.encode() if api_key else None
 
     @web.middleware
@@ -208,7 +213,7 @@ async def _errors_as_json(request: web.Request, handler: _Handler) -> web.Stream
         return ApiError(500, "Internal server error").response()
 
 
-def _count_requests(metrics: Metrics) -> Callable[[web.Request, _Handler], Awaitable[web.StreamResponse]]:
+def _count_requests(metrics: Metrics) -> Middleware:
     @web.middleware
     async def count_requests(request: web.Request, handler: _Handler) -> web.StreamResponse:
         resource = request.match_info.route.resource
@@ -235,14 +240,14 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
         response.headers.setdefault("Referrer-Policy", "no-referrer")
 
 
-class _ConnectionLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+class _ConnectionLog(logging.LoggerAdapter[logging.Logger]):
     """aiohttp's per-connection logger: a request it cannot parse becomes one WARNING line without its bytes.
 
     aiohttp logs such a request at ERROR with a traceback whose message quotes the offending line, so any client
     could fill the log, and a malformed Authorization line would put the API key in it (at DEBUG too). Other
     records (the server's own failures) pass unchanged."""
 
-    def log(self, level: int, msg: object, *args: object, **kwargs: object) -> None:  # type: ignore[override]
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info")
         if exc is True:
             exc = sys.exc_info()[1]
@@ -261,7 +266,7 @@ class _ConnectionLog(logging.LoggerAdapter):  # type: ignore[type-arg]
                 exc.code or 400,
             )
             return
-        super().log(level, msg, *args, **kwargs)  # type: ignore[arg-type]
+        super().log(level, msg, *args, **kwargs)
 
 
 class HttpServer:

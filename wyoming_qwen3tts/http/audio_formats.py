@@ -88,8 +88,11 @@ class AudioEncoder:
         self._sink = _Sink()
         self._container: av.container.OutputContainer | None = None
         if fmt.container is not None:
+            assert fmt.codec is not None, f"format {fmt.name!r} has a container and no codec"
             self._container = av.open(self._sink, mode="w", format=fmt.container, options=dict(fmt.options))
-            self._stream = self._container.add_stream(fmt.codec, rate=SAMPLE_RATE, layout="mono")
+            stream = self._container.add_stream(fmt.codec, rate=SAMPLE_RATE, layout="mono")
+            assert isinstance(stream, av.AudioStream)  # every codec in _ALL_FORMATS is an audio codec
+            self._stream = stream
 
     def encode(self, pcm: bytes) -> bytes:
         """Bytes of the response for one more chunk of s16le PCM (may be empty while the encoder fills up)."""
@@ -154,9 +157,11 @@ def _tempo_graph(speed: float) -> av.filter.Graph:
 
 
 def _pull_all(graph: av.filter.Graph) -> list[av.AudioFrame]:
-    frames = []
+    frames: list[av.AudioFrame] = []
     while True:
         try:
-            frames.append(graph.pull())
+            frame = graph.pull()
         except (BlockingIOError, EOFError):  # needs more input / flushed
             return frames
+        assert isinstance(frame, av.AudioFrame)  # the graph ends in abuffersink: audio only
+        frames.append(frame)

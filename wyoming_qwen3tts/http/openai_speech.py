@@ -228,7 +228,7 @@ class SpeechApi:
             raise ApiError.from_service(refused)
         try:
             assert stream.task is not None
-            self.service.track(stream.task)  # type: ignore[arg-type]
+            self.service.track(stream.task)
             meter = self.metrics.speech("http", started_at=started)
             try:
                 return await self._respond(request, plan, stream, meter)
@@ -399,7 +399,9 @@ class SpeechApi:
                 raise
             meter.finish(stream.failure.code)
             if response is None:
-                asyncio.current_task().uncancel()  # type: ignore[union-attr]  # our own cancel: answer it
+                task = asyncio.current_task()
+                assert task is not None  # a request handler runs in a task
+                task.uncancel()  # our own cancel: answer it
                 raise ApiError.from_service(stream.failure) from None
             with contextlib.suppress(Exception):
                 await self._end_with_error(request, response, plan, ApiError.from_service(stream.failure))

@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlparse
 
 import aiohttp
@@ -57,7 +58,7 @@ def _ms(value: float | None) -> float | None:
     return round(value * 1000, 1) if value is not None else None
 
 
-def _stats(records: list[Record], wall_s: float) -> dict:  # type: ignore[type-arg]
+def _stats(records: list[Record], wall_s: float) -> dict[str, Any]:
     served = [r for r in records if r.ok]
     ttfa = [r.ttfa_s for r in served if r.ttfa_s is not None]
     total = [r.total_s for r in served if r.total_s is not None]
@@ -83,7 +84,7 @@ def _stats(records: list[Record], wall_s: float) -> dict:  # type: ignore[type-a
     }
 
 
-def summarize(records: Sequence[Record], wall_s: float) -> dict:  # type: ignore[type-arg]
+def summarize(records: Sequence[Record], wall_s: float) -> dict[str, Any]:
     """The report of a run from its per-request records and its wall time (pure: no I/O).
 
     Keys: sent, served, failed, wall_s, overall (the stats of every record), protocols (the stats
@@ -91,7 +92,7 @@ def summarize(records: Sequence[Record], wall_s: float) -> dict:  # type: ignore
     http_minus_wyoming_ttfa_ms {p50, p95}.
     """
     records = list(records)
-    report: dict = {  # type: ignore[type-arg]
+    report: dict[str, Any] = {
         "sent": len(records),
         "served": sum(r.ok for r in records),
         "failed": sum(not r.ok for r in records),
@@ -193,7 +194,7 @@ def arrival_offsets(n: int, arrivals: str, rate: float, rng: random.Random) -> l
     return offsets
 
 
-async def run_load(args: argparse.Namespace) -> tuple[dict, list[Record]]:  # type: ignore[type-arg]
+async def run_load(args: argparse.Namespace) -> tuple[dict[str, Any], list[Record]]:
     """Runs the whole load; returns the report (summarize's, plus the settings) and the records."""
     _resolve(args)
     rng = random.Random(args.seed)
@@ -299,7 +300,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def format_table(report: dict) -> str:  # type: ignore[type-arg]
+def format_table(report: dict[str, Any]) -> str:
     s = report["settings"]
     lines = [
         f"{s['clients']} requests x {s['rounds']} round(s), {s['protocol']}, {s['arrivals']}"

@@ -20,6 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from wyoming.audio import AudioChunk
@@ -135,7 +136,7 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def soak(args: argparse.Namespace) -> dict:  # type: ignore[type-arg]
+async def soak(args: argparse.Namespace) -> dict[str, Any]:
     uri = urlparse(args.uri)
     if uri.scheme != "tcp" or uri.hostname is None or uri.port is None:
         raise SystemExit("--uri must be tcp://HOST:PORT")
