@@ -132,12 +132,39 @@ def launch_layers(
     for i, L in enumerate(w.layers):
         kc, vc = b.cache[i, 0], b.cache[i, 1]
         ops.gemv(L.qkv, x, b.qkv, norm_w=L.in_norm, eps=eps, stream=stream)
-        attend = dict(eps=eps, scale=b.scale, pos=pos, pos_add=pos_add, stream=stream)
         if b.short:
-            ops.rope_attention(b.qkv, L.q_norm, L.k_norm, b.cos, b.sin, kc, vc, b.attn, **attend)
+            ops.rope_attention(
+                b.qkv,
+                L.q_norm,
+                L.k_norm,
+                b.cos,
+                b.sin,
+                kc,
+                vc,
+                b.attn,
+                eps=eps,
+                scale=b.scale,
+                pos=pos,
+                pos_add=pos_add,
+                stream=stream,
+            )
         else:
             ops.rope_attention_split(
-                b.qkv, L.q_norm, L.k_norm, b.cos, b.sin, kc, vc, b.attn, splits=b.splits, scratch=b.scratch, **attend
+                b.qkv,
+                L.q_norm,
+                L.k_norm,
+                b.cos,
+                b.sin,
+                kc,
+                vc,
+                b.attn,
+                splits=b.splits,
+                scratch=b.scratch,
+                eps=eps,
+                scale=b.scale,
+                pos=pos,
+                pos_add=pos_add,
+                stream=stream,
             )
         ops.gemv(L.o, b.attn, x, mode=ADD, stream=stream)
         ops.gemv(L.gate_up, x, b.mlp, mode=SWIGLU, norm_w=L.post_norm, eps=eps, stream=stream)
