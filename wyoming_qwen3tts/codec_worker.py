@@ -128,10 +128,10 @@ class CodecWorker:
 
     # -- the worker thread ------------------------------------------------------------------------
     def _run(self) -> None:
-        on_gpu = self.cuda_stream is not None
-        if on_gpu:
-            torch.cuda.set_device(self.cuda_stream.device)
-        with torch.inference_mode(), torch.cuda.stream(self.cuda_stream) if on_gpu else nullcontext():
+        stream = self.cuda_stream
+        if stream is not None:
+            torch.cuda.set_device(stream.device)
+        with torch.inference_mode(), torch.cuda.stream(stream) if stream is not None else nullcontext():
             while True:
                 try:
                     self._turn()

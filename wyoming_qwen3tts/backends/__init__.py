@@ -24,11 +24,16 @@ class DecodeSession(Protocol):
     """One sentence's frame loop on a backend."""
 
     finished: bool
+
     # When the batching backend queued, admitted and produced the first codes of it (monotonic seconds);
-    # None on the one-stream backends, which run a session at once.
-    queued_at: float | None
-    admitted_at: float | None
-    first_codes_at: float | None
+    # None on the one-stream backends, which run a session at once. Read-only here: the engine only reads
+    # them, and a backend that always knows one (the batching one's queued_at) may declare it a float.
+    @property
+    def queued_at(self) -> float | None: ...
+    @property
+    def admitted_at(self) -> float | None: ...
+    @property
+    def first_codes_at(self) -> float | None: ...
 
     def launch(self, n: int) -> None | int: ...  # ask for the next n frames (may start them at once)
 
@@ -86,29 +91,30 @@ def make_backend(
         lib = chosen.lib
         # Which kernel build runs: the cached library (its name carries the source hash and archs).
         reason = f"kernels {lib.path.name}, warp {lib.warp_size}, {lib.sm_count} compute units"
-        if max_streams != 1 and max_seq is None:
-            raise ValueError("batched decoding needs max_seq, the positions a stream may use")
-        if max_streams == 0:
-            from .kernels.batched import BatchedDecoder
-            from .kernels.scheduler import streams_for_memory
+        if max_streams != 1:
+            if max_seq is None:
+                raise ValueError("batched decoding needs max_seq, the positions a stream may use")
+            if max_streams == 0:
+                from .kernels.batched import BatchedDecoder
+                from .kernels.scheduler import streams_for_memory
 
-            free, _total = torch.cuda.mem_get_info(model.device)
-            max_streams, why = streams_for_memory(free, BatchedDecoder.row_bytes(model.cfg, model.dtype, max_seq))
-            _LOGGER.info("max_streams auto: %d (%s)", max_streams, why)
-        if max_streams > 1:
-            from .kernels.scheduler import BatchingBackend
+                free, _total = torch.cuda.mem_get_info(model.device)
+                max_streams, why = streams_for_memory(free, BatchedDecoder.row_bytes(model.cfg, model.dtype, max_seq))
+                _LOGGER.info("max_streams auto: %d (%s)", max_streams, why)
+            if max_streams > 1:
+                from .kernels.scheduler import BatchingBackend
 
-            batching = BatchingBackend(chosen, max_streams, max_seq, invariant=batch_invariant)
-            cache_gib = batching.decoder.cache.numel() * batching.decoder.cache.element_size() / 1024**3
-            _LOGGER.info(
-                "Continuous batching: up to %d streams of %d positions each (KV cache %.2f GiB)",
-                max_streams,
-                max_seq,
-                cache_gib,
-            )
-            return batching, reason + f", {max_streams} streams batched" + (
-                ", batch-invariant" if batch_invariant else ""
-            )
+                batching = BatchingBackend(chosen, max_streams, max_seq, invariant=batch_invariant)
+                cache_gib = batching.decoder.cache.numel() * batching.decoder.cache.element_size() / 1024**3
+                _LOGGER.info(
+                    "Continuous batching: up to %d streams of %d positions each (KV cache %.2f GiB)",
+                    max_streams,
+                    max_seq,
+                    cache_gib,
+                )
+                return batching, reason + f", {max_streams} streams batched" + (
+                    ", batch-invariant" if batch_invariant else ""
+                )
         return chosen, reason
     except Exception as err:  # a missing toolchain or a failed build must not stop the service
         if name == "kernels":

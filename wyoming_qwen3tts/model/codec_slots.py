@@ -52,7 +52,7 @@ class CodecSlots:
         # Captured calls, by (padded batch, frames): a replay is one launch where an eager call issues ~670 small
         # kernels from Python, contending for the GIL with the scheduler and the request threads.
         self._graphs: dict[tuple[int, int], _CodecGraph] = {}
-        self._pool: tuple[int, int] | None = None
+        self._pool: torch.cuda._POOL_HANDLE | None = None
 
     @property
     def capacity(self) -> int:

@@ -202,7 +202,6 @@ class BatchedDecoder:
         self.tc, self.cc = tc, cc = model.cfg.talker, model.cfg.code_predictor
         self.eos_id = tc.codec_eos_token_id
         dev, dtype = model.device, model.dtype
-        f32, i32 = dict(dtype=torch.float32, device=dev), dict(dtype=torch.int32, device=dev)
         rows = self.rows
         self.cache = torch.zeros(
             rows, tc.num_hidden_layers, 2, max_seq, tc.num_key_value_heads, tc.head_dim, dtype=dtype, device=dev
@@ -215,36 +214,57 @@ class BatchedDecoder:
             cos, sin = rope_tables(torch.arange(n, device=dev), cfg.head_dim, cfg.rope_theta, torch.float32)
             self.rope[id(cfg)] = (cos.contiguous(), sin.contiguous())
         self.splits = attention_splits(slots) if attn_splits is None else attn_splits
-        self.pos, self.step_index = torch.zeros(rows, **i32), torch.zeros(rows, **i32)
+        self.pos, self.step_index = (
+            torch.zeros(rows, dtype=torch.int32, device=dev),
+            torch.zeros(rows, dtype=torch.int32, device=dev),
+        )
         self.seed = torch.zeros(rows, dtype=torch.int64, device=dev)
-        blank = [{}] * rows
+        blank: list[dict[str, float | int]] = [{}] * rows
         self.params_code0, self.params_sub = sample_params(blank, dev), sample_params(blank, dev)
         self.seen = torch.zeros(rows, tc.vocab_size, dtype=torch.uint8, device=dev)
-        self.trailing = torch.zeros(rows, max_trailing, tc.hidden_size, **f32)
-        self.n_trailing = torch.zeros(rows, **i32)
-        self.pad = torch.zeros(rows, tc.hidden_size, **f32)
-        self.history = torch.full((rows, max_seq, NUM_GROUPS), -1, **i32)
-        self.slot = torch.full((rows,), -1, **i32)  # row r runs slot r, or pads (-1)
-        self.x, self.hn = torch.zeros(rows, tc.hidden_size, **f32), torch.zeros(rows, tc.hidden_size, **f32)
-        self.cx, self.e1 = torch.zeros(rows, cc.hidden_size, **f32), torch.zeros(rows, cc.hidden_size, **f32)
-        self.cur = torch.zeros(rows, NUM_GROUPS, **i32)
-        self.logits, self.cp_logits = torch.zeros(rows, tc.vocab_size, **f32), torch.zeros(rows, cc.vocab_size, **f32)
+        self.trailing = torch.zeros(rows, max_trailing, tc.hidden_size, dtype=torch.float32, device=dev)
+        self.n_trailing = torch.zeros(rows, dtype=torch.int32, device=dev)
+        self.pad = torch.zeros(rows, tc.hidden_size, dtype=torch.float32, device=dev)
+        self.history = torch.full((rows, max_seq, NUM_GROUPS), -1, dtype=torch.int32, device=dev)
+        self.slot = torch.full((rows,), -1, dtype=torch.int32, device=dev)  # row r runs slot r, or pads (-1)
+        self.x, self.hn = (
+            torch.zeros(rows, tc.hidden_size, dtype=torch.float32, device=dev),
+            torch.zeros(rows, tc.hidden_size, dtype=torch.float32, device=dev),
+        )
+        self.cx, self.e1 = (
+            torch.zeros(rows, cc.hidden_size, dtype=torch.float32, device=dev),
+            torch.zeros(rows, cc.hidden_size, dtype=torch.float32, device=dev),
+        )
+        self.cur = torch.zeros(rows, NUM_GROUPS, dtype=torch.int32, device=dev)
+        self.logits, self.cp_logits = (
+            torch.zeros(rows, tc.vocab_size, dtype=torch.float32, device=dev),
+            torch.zeros(rows, cc.vocab_size, dtype=torch.float32, device=dev),
+        )
         # The CodePredictor's work buffers hold positions 0 and 1 of up to PAIRED_ROWS rows at once.
         self.paired = not invariant  # batch invariance keeps the positions apart at every nb
         cp_rows = max(rows, 2 * min(rows, PAIRED_ROWS)) if self.paired else rows
         self.work = {
             id(cfg): (
-                torch.zeros(n, (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_dim, **f32),
-                torch.zeros(n, cfg.num_attention_heads * cfg.head_dim, **f32),
-                torch.zeros(n, cfg.intermediate_size, **f32),
+                torch.zeros(
+                    n,
+                    (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_dim,
+                    dtype=torch.float32,
+                    device=dev,
+                ),
+                torch.zeros(n, cfg.num_attention_heads * cfg.head_dim, dtype=torch.float32, device=dev),
+                torch.zeros(n, cfg.intermediate_size, dtype=torch.float32, device=dev),
             )
             for cfg, n in ((tc, rows), (cc, cp_rows))
         }
-        self.cx2 = torch.zeros(min(rows, PAIRED_ROWS), 2, cc.hidden_size, **f32)  # row r: positions 0 and 1
+        self.cx2 = torch.zeros(
+            min(rows, PAIRED_ROWS), 2, cc.hidden_size, dtype=torch.float32, device=dev
+        )  # row r: positions 0 and 1
         hq = tc.num_attention_heads
-        self.scratch = torch.zeros(rows * (hq * self.splits * (tc.head_dim + 2) + hq), **f32)
+        self.scratch = torch.zeros(rows * (hq * self.splits * (tc.head_dim + 2) + hq), dtype=torch.float32, device=dev)
         # The batched GEMVs' split-K partials and counters (zero once; each call leaves the counters 0).
-        self.gemv_scratch = torch.zeros(max(ops.batched_gemv_scratch_floats(self.matrices()), 1), **f32)
+        self.gemv_scratch = torch.zeros(
+            max(ops.batched_gemv_scratch_floats(self.matrices()), 1), dtype=torch.float32, device=dev
+        )
         self.active = [False] * rows
         self.prefills, self.prefill_cache = prefills, prefill_cache
         self.graphed_admissions = 0  # streams admitted through the one-stream prefill graphs (tests, logs)
@@ -511,16 +531,11 @@ class BatchedDecoder:
         """Launch one step for rows [0, nb) on `stream` (what each graph captures)."""
         ops, w, tc, cc = self.ops, self.w, self.tc, self.cc
         slot, hn, x, cx, e1, cur = self.slot[:nb], self.hn[:nb], self.x[:nb], self.cx[:nb], self.e1[:nb], self.cur[:nb]
-        state = dict(slot=slot, seed=self.seed, step=self.step_index, stream=stream)
         self.gemv(w.codec_head, hn, self.logits[:nb], stream)
         # Code 0; its CodePredictor input row goes beside position 0 (paired), or waits in e1 until it has run.
         paired = self.paired and nb <= PAIRED_ROWS
         x2 = self.cx2[:nb]
-        drawn = (
-            dict(row_out=x2[:, 1], row_stride=2 * cc.hidden_size)
-            if paired
-            else dict(row_out=e1, row_stride=cc.hidden_size)
-        )
+        code0_row, code0_stride = (x2[:, 1], 2 * cc.hidden_size) if paired else (e1, cc.hidden_size)
         ops.batched_sample(
             self.logits[:nb],
             cur,
@@ -530,8 +545,12 @@ class BatchedDecoder:
             stream_id=0,
             out_stride=NUM_GROUPS,
             row_table=w.cp_inputs[0],
-            **drawn,
-            **state,
+            row_out=code0_row,
+            row_stride=code0_stride,
+            slot=slot,
+            seed=self.seed,
+            step=self.step_index,
+            stream=stream,
         )
         if w.proj_w is not None:
             self.gemv(w.proj_w, hn, cx, stream, bias=w.proj_b)
@@ -548,15 +567,23 @@ class BatchedDecoder:
             if j > 1 or not paired:
                 self._layers(w.code_predictor, cx, nb, stream, j)
             self.gemv(w.lm_heads[j - 1], cx, self.cp_logits[:nb], stream, norm_w=w.cp_norm, eps=cc.rms_norm_eps)
-            row = dict(row_table=w.cp_inputs[j], row_out=cx, row_stride=cc.hidden_size) if j + 1 < NUM_GROUPS else {}
+            # The draw writes the next position's input row, except after the last code.
+            row_table, row_out, row_stride = (
+                (w.cp_inputs[j], cx, cc.hidden_size) if j + 1 < NUM_GROUPS else (None, None, 0)
+            )
             ops.batched_sample(
                 self.cp_logits[:nb],
                 cur[:, j:],
                 params=self.params_sub,
                 stream_id=j,
                 out_stride=NUM_GROUPS,
-                **row,
-                **state,
+                row_table=row_table,
+                row_out=row_out,
+                row_stride=row_stride,
+                slot=slot,
+                seed=self.seed,
+                step=self.step_index,
+                stream=stream,
             )
         ops.batched_store_codes(cur, self.history, slot=slot, step=self.step_index, stream=stream)
         ops.batched_embed_sum(

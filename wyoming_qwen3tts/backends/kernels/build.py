@@ -64,7 +64,7 @@ def find_toolchain(kind: str | None = None, archs: tuple[str, ...] | None = None
     if kind not in ("nvcc", "hipcc"):
         raise NativeUnavailable(f"unknown kernel toolchain {kind!r} (use nvcc or hipcc)")
     env_path = os.environ.get("HIPCC" if kind == "hipcc" else "NVCC")
-    candidates = [env_path] if env_path else []
+    candidates: list[str | None] = [env_path] if env_path else []
     root = os.environ.get("ROCM_PATH" if kind == "hipcc" else "CUDA_HOME") or (
         "/opt/rocm" if kind == "hipcc" else "/usr/local/cuda"
     )

@@ -47,7 +47,6 @@ class StackBuffers:
 
     def __init__(self, cfg: TransformerConfig, cache: Tensor, splits: int, short: bool) -> None:
         """cache: [layers, 2, max_seq, kv_heads, head_dim] (a KVCache's data, or one slot's block of a batched cache)."""
-        f32 = dict(dtype=torch.float32, device=cache.device)
         hq, hkv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.cache = cache
         self.splits = splits
@@ -55,12 +54,14 @@ class StackBuffers:
         cos, sin = rope_tables(torch.arange(cache.shape[2], device=cache.device), hd, cfg.rope_theta, torch.float32)
         self.cos, self.sin = cos.contiguous(), sin.contiguous()
         self.scale = hd**-0.5
-        self.qkv2 = torch.zeros(2, (hq + 2 * hkv) * hd, **f32)
-        self.attn2 = torch.zeros(2, hq * hd, **f32)
-        self.mlp2 = torch.zeros(2, cfg.intermediate_size, **f32)
+        self.qkv2 = torch.zeros(2, (hq + 2 * hkv) * hd, dtype=torch.float32, device=cache.device)
+        self.attn2 = torch.zeros(2, hq * hd, dtype=torch.float32, device=cache.device)
+        self.mlp2 = torch.zeros(2, cfg.intermediate_size, dtype=torch.float32, device=cache.device)
         self.qkv, self.attn, self.mlp = self.qkv2[0], self.attn2[0], self.mlp2[0]
         # The split attention's partials, then one int32 counter per head (zero; the last-block merge).
-        self.scratch = torch.zeros(hq * splits * (hd + 2) + hq, **f32) if splits > 1 else None
+        self.scratch = (
+            torch.zeros(hq * splits * (hd + 2) + hq, dtype=torch.float32, device=cache.device) if splits > 1 else None
+        )
 
     def on(self, cache: Tensor) -> StackBuffers:
         """These buffers over another cache of the same shape (a batched decoder's slots share one set)."""
@@ -80,19 +81,22 @@ class FrameState:
     ) -> None:
         tc, cc = cfg.talker, cfg.code_predictor
         self.cfg, self.dtype, self.device, self.attn_splits = cfg, dtype, device, attn_splits
-        f32 = dict(dtype=torch.float32, device=device)
         self.state = torch.zeros(2, dtype=torch.int32, device=device)  # [Talker position of the next input, frame]
         self.position, self.frame = self.state[0:1], self.state[1:2]
         self.seed = torch.zeros(1, dtype=torch.int64, device=device)
         self.codes = torch.zeros(NUM_GROUPS, dtype=torch.int32, device=device)  # the frame being built
         self.seen = torch.zeros(tc.vocab_size, dtype=torch.uint8, device=device)  # code 0s so far (penalty)
-        self.x = torch.zeros(tc.hidden_size, **f32)  # Talker residual stream
-        self.hn = torch.zeros(tc.hidden_size, **f32)  # its final-normed hidden state: the next code 0's input
-        self.cx2 = torch.zeros(2, cc.hidden_size, **f32)  # CodePredictor streams of positions 0 and 1
+        self.x = torch.zeros(tc.hidden_size, dtype=torch.float32, device=device)  # Talker residual stream
+        self.hn = torch.zeros(
+            tc.hidden_size, dtype=torch.float32, device=device
+        )  # its final-normed hidden state: the next code 0's input
+        self.cx2 = torch.zeros(
+            2, cc.hidden_size, dtype=torch.float32, device=device
+        )  # CodePredictor streams of positions 0 and 1
         self.cx = self.cx2[0]
-        self.logits = torch.zeros(tc.vocab_size, **f32)
-        self.cp_logits = torch.zeros(cc.vocab_size, **f32)
-        self.pad = torch.zeros(tc.hidden_size, **f32)
+        self.logits = torch.zeros(tc.vocab_size, dtype=torch.float32, device=device)
+        self.cp_logits = torch.zeros(cc.vocab_size, dtype=torch.float32, device=device)
+        self.pad = torch.zeros(tc.hidden_size, dtype=torch.float32, device=device)
         self.code_predictor = StackBuffers(cc, KVCache(cc, NUM_GROUPS, dtype, device).data, 1, short=True)
         self.grow(capacity)
 
@@ -128,12 +132,39 @@ def launch_layers(
     for i, L in enumerate(w.layers):
         kc, vc = b.cache[i, 0], b.cache[i, 1]
         ops.gemv(L.qkv, x, b.qkv, norm_w=L.in_norm, eps=eps, stream=stream)
-        attend = dict(eps=eps, scale=b.scale, pos=pos, pos_add=pos_add, stream=stream)
         if b.short:
-            ops.rope_attention(b.qkv, L.q_norm, L.k_norm, b.cos, b.sin, kc, vc, b.attn, **attend)
+            ops.rope_attention(
+                b.qkv,
+                L.q_norm,
+                L.k_norm,
+                b.cos,
+                b.sin,
+                kc,
+                vc,
+                b.attn,
+                eps=eps,
+                scale=b.scale,
+                pos=pos,
+                pos_add=pos_add,
+                stream=stream,
+            )
         else:
             ops.rope_attention_split(
-                b.qkv, L.q_norm, L.k_norm, b.cos, b.sin, kc, vc, b.attn, splits=b.splits, scratch=b.scratch, **attend
+                b.qkv,
+                L.q_norm,
+                L.k_norm,
+                b.cos,
+                b.sin,
+                kc,
+                vc,
+                b.attn,
+                splits=b.splits,
+                scratch=b.scratch,
+                eps=eps,
+                scale=b.scale,
+                pos=pos,
+                pos_add=pos_add,
+                stream=stream,
             )
         ops.gemv(L.o, b.attn, x, mode=ADD, stream=stream)
         ops.gemv(L.gate_up, x, b.mlp, mode=SWIGLU, norm_w=L.post_norm, eps=eps, stream=stream)
@@ -159,12 +190,12 @@ def _input_row(s: FrameState, j: int) -> Tensor:
     return s.cx2[1] if j == 1 else s.cx
 
 
-def _drawn_row(w: ModelWeights, s: FrameState, j: int, hook: Hook | None) -> dict[str, Tensor]:
-    """The draw of code j - 1 also writes position j's input row, except under teacher forcing (the
-    hook replaces the drawn code after the draw; q3t_embed_row writes the row then)."""
+def _drawn_row(w: ModelWeights, s: FrameState, j: int, hook: Hook | None) -> tuple[Tensor | None, Tensor | None]:
+    """(row_table, row_out): the draw of code j - 1 also writes position j's input row, except under teacher
+    forcing (the hook replaces the drawn code after the draw; q3t_embed_row writes the row then)."""
     if hook is not None or j >= NUM_GROUPS:
-        return {}
-    return dict(row_table=w.cp_inputs[j - 1], row_out=_input_row(s, j))
+        return None, None
+    return w.cp_inputs[j - 1], _input_row(s, j)
 
 
 def _code_predictor(
@@ -186,6 +217,7 @@ def _code_predictor(
             launch_layers(ops, w.code_predictor, s.code_predictor, s.cx, stream, pos_add=j)
             x = s.cx
         ops.gemv(w.lm_heads[j - 1], x, s.cp_logits, norm_w=w.cp_norm, eps=cc.rms_norm_eps, stream=stream)
+        row_table, row_out = _drawn_row(w, s, j + 1, hook)
         ops.sample(
             s.cp_logits,
             s.codes[j : j + 1],
@@ -196,7 +228,8 @@ def _code_predictor(
             seed=s.seed,
             stream_id=j,
             step=s.frame,
-            **_drawn_row(w, s, j + 1, hook),
+            row_table=row_table,
+            row_out=row_out,
             stream=stream,
         )
         if hook is not None:
@@ -207,7 +240,8 @@ def launch_frame(
     ops: Ops, w: ModelWeights, s: FrameState, sp: SamplingParams, stream: int, hook: Hook | None = None
 ) -> None:
     """Launch one frame on `stream`. `hook` (teacher forcing; never inside a graph) runs after each draw."""
-    tc = w.talker.cfg
+    tc = s.cfg.talker  # the TalkerConfig (w.talker.cfg is typed as the shared TransformerConfig)
+    row_table, row_out = _drawn_row(w, s, 1, hook)
     ops.gemv(w.codec_head, s.hn, s.logits, stream=stream)
     ops.sample(
         s.logits,
@@ -224,7 +258,8 @@ def launch_frame(
         seed=s.seed,
         stream_id=0,
         step=s.frame,
-        **_drawn_row(w, s, 1, hook),
+        row_table=row_table,
+        row_out=row_out,
         stream=stream,
     )
     if hook is not None:

@@ -38,14 +38,14 @@ class LoneStep:
         with one stream's 16 heads)."""
         d = self.decoder = decoder
         dev, tc, cc = d.model.device, d.tc, d.cc
-        f32 = dict(dtype=torch.float32, device=dev)
         # The work buffers are shared by every slot (one lone step runs at a time); the caches are the slot's.
         talker = StackBuffers(tc, d.cache[0], attn_splits, short=False)
         self.talker = [talker.on(d.cache[s]) for s in range(d.slots)]
         self.code_predictor = StackBuffers(cc, KVCache(cc, NUM_GROUPS, d.model.dtype, dev).data, 1, short=True)
-        self.cx2 = torch.zeros(2, cc.hidden_size, **f32)  # CodePredictor positions 0 and 1, then the stream
-        self.logits = torch.zeros(1, tc.vocab_size, **f32)
-        self.cp_logits = torch.zeros(1, cc.vocab_size, **f32)
+        # CodePredictor positions 0 and 1, then the stream.
+        self.cx2 = torch.zeros(2, cc.hidden_size, dtype=torch.float32, device=dev)
+        self.logits = torch.zeros(1, tc.vocab_size, dtype=torch.float32, device=dev)
+        self.cp_logits = torch.zeros(1, cc.vocab_size, dtype=torch.float32, device=dev)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
 
     def launch(self, slot: int, stream: int) -> None:
@@ -54,7 +54,6 @@ class LoneStep:
         ops, w, tc, cc = d.ops, d.w, d.tc, d.cc
         row = d.slot[slot : slot + 1]  # the slot table's entry: the batched kernels' one row is this slot
         codes, x, hn = d.cur[slot : slot + 1], d.x[slot], d.hn[slot]
-        state = dict(slot=row, seed=d.seed, step=d.step_index, stream=stream)
         ops.gemv(w.codec_head, hn, self.logits[0], stream=stream)
         # Code 0; its draw writes CodePredictor position 1's input row beside position 0.
         ops.batched_sample(
@@ -68,7 +67,10 @@ class LoneStep:
             row_table=w.cp_inputs[0],
             row_out=self.cx2[1:2],
             row_stride=cc.hidden_size,
-            **state,
+            slot=row,
+            seed=d.seed,
+            step=d.step_index,
+            stream=stream,
         )
         if w.proj_w is None:
             self.cx2[0].copy_(hn)
@@ -81,13 +83,23 @@ class LoneStep:
                 launch_layers(ops, w.code_predictor, cp, self.cx2[0], stream, pos_add=j)
             out = self.cx2[1] if j == 1 else self.cx2[0]
             ops.gemv(w.lm_heads[j - 1], out, self.cp_logits[0], norm_w=w.cp_norm, eps=cc.rms_norm_eps, stream=stream)
-            drawn = (
-                dict(row_table=w.cp_inputs[j], row_out=self.cx2[0:1], row_stride=cc.hidden_size)
-                if j + 1 < NUM_GROUPS
-                else {}
+            # The draw writes the next position's input row, except after the last code.
+            row_table, row_out, row_stride = (
+                (w.cp_inputs[j], self.cx2[0:1], cc.hidden_size) if j + 1 < NUM_GROUPS else (None, None, 0)
             )
             ops.batched_sample(
-                self.cp_logits, codes[:, j:], params=d.params_sub, stream_id=j, out_stride=NUM_GROUPS, **drawn, **state
+                self.cp_logits,
+                codes[:, j:],
+                params=d.params_sub,
+                stream_id=j,
+                out_stride=NUM_GROUPS,
+                row_table=row_table,
+                row_out=row_out,
+                row_stride=row_stride,
+                slot=row,
+                seed=d.seed,
+                step=d.step_index,
+                stream=stream,
             )
         ops.batched_store_codes(codes, d.history, slot=row, step=d.step_index, stream=stream)
         ops.batched_embed_sum(
@@ -115,7 +127,7 @@ class LoneStep:
             device = self.decoder.model.device
             self.launch(slot, torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
 
-    def capture_all(self, pool: tuple[int, int] | None) -> tuple[int, int] | None:
+    def capture_all(self, pool: torch.cuda._POOL_HANDLE | None) -> torch.cuda._POOL_HANDLE | None:
         """Capture every slot's frame while no slot is busy (each row pads: the draws, the store and the advance
         leave the slot's state alone; the GEMVs and attention write only scratch and positions no stream
         reads). Returns the memory pool, shared with the decoder's other graphs."""

@@ -41,7 +41,7 @@ class PrefillGraphs:
         self._cache: KVCache | None = None  # the cache the graphs write (they are re-captured for a new one)
         self._x = torch.zeros(PREFILL_BUCKETS[-1], hn.shape[0], dtype=dtype, device=hn.device)  # static input
         self._last = torch.zeros(1, dtype=torch.int64, device=hn.device)  # prompt length - 1
-        self._pool: tuple[int, int] | None = None  # one memory pool for all prefill graphs
+        self._pool: torch.cuda._POOL_HANDLE | None = None  # one memory pool for all prefill graphs
         self._stream: torch.cuda.Stream | None = None  # their warm-up and capture stream
 
     def prefill(self, embeds: Tensor, cache: KVCache) -> None:
@@ -122,7 +122,9 @@ class PrefillGraphs:
         return capture_graph(run, self._pool, self._stream)
 
 
-def capture_graph(run: Callable[[], None], pool: tuple[int, int], side: torch.cuda.Stream) -> torch.cuda.CUDAGraph:
+def capture_graph(
+    run: Callable[[], None], pool: torch.cuda._POOL_HANDLE, side: torch.cuda.Stream
+) -> torch.cuda.CUDAGraph:
     """`run` captured into `pool` on `side`, after one warm-up run there that writes what the replay will.
 
     Warm-up on the side stream (cuBLAS handle and its per-stream workspace, lazily loaded kernels), as
@@ -164,7 +166,7 @@ class BatchedPrefillGraphs:
         self._last = torch.zeros(most, dtype=torch.int64, device=dev)
         self.hn = torch.zeros(most, hidden, dtype=torch.float32, device=dev)  # each row's last hidden state
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
-        self._pool: tuple[int, int] | None = None
+        self._pool: torch.cuda._POOL_HANDLE | None = None
         self._stream: torch.cuda.Stream | None = None
 
     def shape(self, lengths: list[int]) -> tuple[int, int] | None:
