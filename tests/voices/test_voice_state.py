@@ -48,9 +48,17 @@ class FakeBaseEngine:
     marker of what it was cloned from. `slow` makes cloning take time (for cancellations); `broken` names fail."""
 
     model_type = "base"
+    model_types: ClassVar[set[str]] = {"base"}
+    max_streams = 1
     speakers: ClassVar[list[str]] = []
     languages: ClassVar[list[str]] = ["auto", "english", "german"]
     supports_instruct = False
+
+    def warm_up(self) -> float:
+        return 0.0
+
+    def warm_thread(self) -> None:
+        pass
 
     def __init__(self) -> None:
         self.clone_prompts: dict[str, object] = {}
