@@ -164,7 +164,7 @@ def test_the_workers_drive_both_peers_on_a_tiny_cpu_model(tmp_path: Path) -> Non
     out = tmp_path / "smoke.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.environ["Q3T_PEERS_SITE"], str(REPO)]))
     proc = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "peers_batch_cpu_harness.py"), str(out)],
+        [sys.executable, str(REPO / "tests" / "support" / "peers_batch_cpu_harness.py"), str(out)],
         env=env,
         cwd=REPO,
         capture_output=True,
