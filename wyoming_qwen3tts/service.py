@@ -69,6 +69,21 @@ class Connection(Protocol):
         """Cancel all work, tell the client `err` and drop the connection, in a bounded time."""
 
 
+class TaskConnection:
+    """A connection that is one request's asyncio task (an HTTP request): SIGTERM lets it finish while
+    draining, and aborting cancels the task."""
+
+    def __init__(self) -> None:
+        self.task = asyncio.current_task()
+
+    def begin_drain(self) -> None:
+        pass  # the request in progress is finished; its reply then closes the keep-alive connection
+
+    async def abort(self, err: Qwen3TTSError) -> None:
+        if self.task is not None and self.task is not asyncio.current_task():
+            self.task.cancel()
+
+
 class TtsService:
     """One engine shared by every connection, plus what describe answers with."""
 

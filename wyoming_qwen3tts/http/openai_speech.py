@@ -37,7 +37,7 @@ from ..errors import Qwen3TTSError, TextTooLongError
 from ..metrics import Metrics, SpeechMeter, model_state
 from ..options import TextOptions
 from ..request import SAMPLE_RATE, AudioChunk
-from ..service import TtsService
+from ..service import TaskConnection, TtsService
 from ..text.sentences import clean_client_text
 from ..text.stream import Sentence
 from ..voices import AUTO, VoiceChoice, language_code, language_name
@@ -112,12 +112,13 @@ class _ClientGone(Exception):
     """The client stopped reading (closed the connection or stalled past write_timeout)."""
 
 
-class HttpSpeechStream:
-    """One speech request as the service sees a connection (service.Connection): drained and aborted on SIGTERM."""
+class HttpSpeechStream(TaskConnection):
+    """One speech request as the service sees a connection: drained and aborted on SIGTERM; aborting also stops
+    the engine and says why."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.cancel = threading.Event()  # stops the engine after its current frame group
-        self.task = asyncio.current_task()
         self.draining = False
         self.failure: Qwen3TTSError | None = None
 
@@ -128,8 +129,7 @@ class HttpSpeechStream:
     async def abort(self, err: Qwen3TTSError) -> None:
         self.failure = err
         self.cancel.set()
-        if self.task is not None and self.task is not asyncio.current_task():
-            self.task.cancel()
+        await super().abort(err)
 
 
 class _Encoding:

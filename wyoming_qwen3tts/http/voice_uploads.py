@@ -27,7 +27,7 @@ from typing import Any
 from aiohttp import BodyPartReader, web
 
 from ..errors import Qwen3TTSError, ShuttingDownError
-from ..service import TtsService
+from ..service import TaskConnection, TtsService
 from ..voices import VoicePreset, check_voice_name, language_name
 from ..voices.folder import (
     commit_voice,
@@ -50,21 +50,6 @@ _MAX_PARTS = 16
 
 class _Abandoned(Exception):
     """The client of an add went away before it was answered: the add is undone."""
-
-
-class _Upload:
-    """An upload as the service sees a connection (server.Connection): counted by max_connections, refused and
-    cancelled on SIGTERM like the others."""
-
-    def __init__(self) -> None:
-        self.task = asyncio.current_task()
-
-    def begin_drain(self) -> None:
-        pass  # an upload in progress is finished: its reply closes the connection with the rest
-
-    async def abort(self, err: Qwen3TTSError) -> None:
-        if self.task is not None and self.task is not asyncio.current_task():
-            self.task.cancel()
 
 
 class VoiceUploads:
@@ -129,7 +114,7 @@ class VoiceUploads:
                 code="too-many-uploads",
                 headers={"Retry-After": "1"},
             )
-        upload = _Upload()
+        upload = TaskConnection()  # counted by max_connections, cancelled on SIGTERM like the others
         refused = self.service.admit(upload)
         if refused is not None:
             raise ApiError.from_service(refused)
