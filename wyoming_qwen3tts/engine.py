@@ -304,6 +304,7 @@ class Engine:
             max_streams=options.max_streams,
             max_seq=options.max_frames + PROMPT_POSITIONS,
             batch_invariant=options.batch_invariant,
+            prefix_cache_bytes=options.prefix_cache_mb * 2**20,
         )
         device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
         info = EngineInfo(

@@ -48,6 +48,11 @@ class EngineOptions:
     # other requests (with it off they can, through float32 rounding, at frames where it ran alone), and a
     # lone request decodes ~13 % slower (H200, 1.7B, run 51: 286 against 328 frames/s).
     batch_invariant: bool = False
+    # Voices' prompt prefixes (instruct, role, control block, a clip's transcript) prefilled once and their K/V
+    # kept, up to this many MiB (model/prefix_cache.py); 0: every prompt prefilled whole. Off until a GPU
+    # measurement shows it pays: a one-sentence prefill at batch 1 is bound by its launches and weight reads,
+    # not by its positions.
+    prefix_cache_mb: int = 0
     stop_runaway: bool = True  # end a sentence at a budget from its length, or on a stuck loop (runaway.py)
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)  # over generation_config.json
     kernels: KernelOptions | None = None  # None: KernelOptions.from_env()
@@ -60,6 +65,8 @@ class EngineOptions:
             raise ValueError("frame counts and max_text_chars must be >= 1")
         if self.backend not in ("auto", "kernels", "torch"):
             raise ValueError(f"unknown backend {self.backend!r}: use auto, kernels or torch")
+        if self.prefix_cache_mb < 0:
+            raise ValueError("prefix_cache_mb must be >= 0")
         if self.weights not in ("bf16", "int8"):
             raise ValueError(f"unknown weights {self.weights!r}: use bf16 or int8")
 

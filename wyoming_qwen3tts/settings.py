@@ -116,6 +116,11 @@ class Settings(BaseSettings):
         EngineOptions.batch_invariant,
         description="a request's audio never depends on other requests decoded beside it (a request decoding alone is then ~13 % slower)",
     )
+    prefix_cache_mb: int = Field(
+        EngineOptions.prefix_cache_mb,
+        ge=0,
+        description="MiB of voices' prompt-prefix K/V kept on the device, so a voice's fixed prompt positions are prefilled once (0: off)",
+    )
     # --- streaming audio ---
     first_chunk_frames: int = Field(
         EngineOptions.first_chunk_frames, ge=1, description="frames (80 ms each) in the first audio chunk"

@@ -10,7 +10,9 @@
 - bf16 through the engine is reproducible from the capture's request to the replays';
 - the engine's warm-up captures every bucket up to WARM_PREFILL_POSITIONS, and a request then
   replays one of those graphs (no capture) with the torch backend's codes;
-- a timing print: prefill ms eager vs graph (tiny model: launch-bound, like the full-size one).
+- a timing print: prefill ms eager vs graph (tiny model: launch-bound, like the full-size one);
+- with the prefix cache, the warm-up also captures the graphs of prefills after a prefix, and a voice's later
+  requests (its prefix cached) replay them with the torch backend's codes, for two prefix lengths.
 """
 
 from __future__ import annotations
@@ -40,11 +42,13 @@ TEXT = "The engine on the GPU speaks this sentence for the test, and then anothe
 
 
 def _request(text: str, sampling: SamplingParams = GREEDY, **kw) -> SynthesisRequest:
-    return SynthesisRequest(text=text, speaker="ryan", language="english", sampling=sampling, **kw)
+    kw.setdefault("language", "english")
+    return SynthesisRequest(text=text, speaker="ryan", sampling=sampling, **kw)
 
 
-def _engine(path, backend: str, dtype: str = "float32", graph: bool = True) -> Engine:
+def _engine(path, backend: str, dtype: str = "float32", graph: bool = True, prefix_cache_mb: int = 0) -> Engine:
     options = EngineOptions(
+        prefix_cache_mb=prefix_cache_mb,
         device="cuda",
         dtype=dtype,
         backend=backend,
@@ -227,3 +231,23 @@ def test_warm_up_captures_the_common_buckets(tiny_checkpoint, ref):
     assert set(backend.prefills.graphs) == want
     assert all(backend.prefills.graphs[b] is g for b, g in captured.items())
     assert np.array_equal(got, _codes(ref, TEXT))
+
+
+def test_prefix_cache_replays_the_graphs_after_a_prefix_with_the_torch_codes(tiny_checkpoint, ref):
+    engine = _engine(tiny_checkpoint, "kernels", prefix_cache_mb=64)
+    backend = engine.backend
+    engine.warm_up()
+    want = {b for b in PREFILL_BUCKETS if b <= min(WARM_PREFILL_POSITIONS, backend.capacity)}
+    assert set(backend.prefills.after_graphs) == want
+    cache = backend.prefills.prefixes
+    assert cache is not None
+    captured = dict(backend.prefills.after_graphs)
+    texts = (TEXT, "A second sentence, for the same voice.", TEXT)
+    for language in ("english", "auto"):  # two prefix lengths (with and without the language's position)
+        for text in texts:
+            prompt = engine.prepare(_request(text, language=language))
+            got = backend.start(prompt, GREEDY, 0, FRAMES).next_frames(FRAMES)
+            want_codes = ref.backend.start(ref.prepare(_request(text, language=language)), GREEDY, 0, FRAMES)
+            np.testing.assert_array_equal(got, want_codes.next_frames(FRAMES), err_msg=f"{language}: {text}")
+    assert (cache.misses, cache.hits) == (2, 4)
+    assert all(backend.prefills.after_graphs[b] is g for b, g in captured.items())  # replayed, none captured

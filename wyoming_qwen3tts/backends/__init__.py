@@ -69,25 +69,30 @@ def make_backend(
     max_streams: int = 1,
     max_seq: int | None = None,
     batch_invariant: bool = False,
+    prefix_cache_bytes: int = 0,
 ) -> tuple[DecodeBackend, str]:
     """The decode backend asked for; 'auto' takes the fused kernels where they load, else torch.
     max_streams > 1 on the kernels: the batching backend (continuous batching, max_seq positions a stream);
-    0: as many streams as the GPU's free memory holds (1 means the one-stream backend)."""
+    0: as many streams as the GPU's free memory holds (1 means the one-stream backend). prefix_cache_bytes > 0:
+    voices' prompt prefixes are prefilled once and their K/V kept, up to that many bytes (model/prefix_cache.py)."""
     import torch
 
     from ..errors import Qwen3TTSError
+    from ..model.prefix_cache import PrefixCache
     from .torch_backend import TorchBackend
 
+    prefixes = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
+
     if name == "torch":
-        return TorchBackend(model), "asked for"
+        return TorchBackend(model, prefixes), "asked for"
     if model.device.type != "cuda":
         if name == "kernels":
             raise Qwen3TTSError("backend 'kernels' needs a GPU; this engine runs on the CPU")
-        return TorchBackend(model), "no GPU: fused kernels need CUDA or ROCm"
+        return TorchBackend(model, prefixes), "no GPU: fused kernels need CUDA or ROCm"
     try:
         from .kernels.backend import KernelBackend
 
-        chosen = KernelBackend(model, kernels)
+        chosen = KernelBackend(model, kernels, prefixes=prefixes)
         lib = chosen.lib
         # Which kernel build runs: the cached library (its name carries the source hash and archs).
         reason = f"kernels {lib.path.name}, warp {lib.warp_size}, {lib.sm_count} compute units"
@@ -120,4 +125,4 @@ def make_backend(
         if name == "kernels":
             raise
         _LOGGER.warning("Fused kernels unavailable, using the torch path: %s", err)
-        return TorchBackend(model), f"kernels unavailable: {err}"
+        return TorchBackend(model, prefixes), f"kernels unavailable: {err}"

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..model.prefix_cache import PrefixCache
 from ..model.prompt import Prompt
 from ..model.sampling import CodeZeroProcessor, choose
 from ..model.talker import KVCache, Qwen3TTSModel
@@ -27,7 +28,13 @@ class TorchDecodeSession:
         pass
 
     def __init__(
-        self, model: Qwen3TTSModel, prompt: Prompt, sampling: SamplingParams, seed: int, max_frames: int
+        self,
+        model: Qwen3TTSModel,
+        prompt: Prompt,
+        sampling: SamplingParams,
+        seed: int,
+        max_frames: int,
+        prefixes: PrefixCache | None = None,
     ) -> None:
         self.model = model
         self.sampling = sampling
@@ -50,7 +57,7 @@ class TorchDecodeSession:
         self.finished = False
         self._asked: list[int] = []
         with torch.inference_mode():
-            self.hidden = model.talker.model(prompt.embeds, self.cache)[-1:]  # final-normed h [1, H]
+            self.hidden = prefill(model, prompt, self.cache, prefixes)  # final-normed h [1, H]
 
     @torch.inference_mode()
     def _next_frame(self) -> Tensor | None:
@@ -132,6 +139,21 @@ class TorchDecodeSession:
         return torch.stack(frames).cpu().numpy().astype(np.int64)
 
 
+def prefill(model: Qwen3TTSModel, prompt: Prompt, cache: KVCache, prefixes: PrefixCache | None) -> Tensor:
+    """The Talker over the prompt into an empty cache; returns the last position's final-normed hidden state [1, H].
+    A cached prefix's K/V are copied in and only the positions after it run; a missed prefix is stored."""
+    prefix = prompt.prefix if prefixes is not None else None
+    kv = prefixes.get(prefix) if prefixes is not None and prefix is not None else None
+    if kv is not None and prefix is not None:
+        cache.data[:, :, : prefix.length].copy_(kv)
+        cache.length = prefix.length
+        return model.talker.model(prompt.embeds[prefix.length :], cache)[-1:]
+    hidden = model.talker.model(prompt.embeds, cache)[-1:]
+    if prefixes is not None and prefix is not None:
+        prefixes.put(prefix, cache.data)
+    return hidden
+
+
 class TorchBackend:
     name = "torch"
     # DecodeBackend: sessions interleave at frame-group boundaries under the engine's lock, one at a time.
@@ -143,8 +165,9 @@ class TorchBackend:
     def warm_up(self) -> int:
         return 0  # nothing captured: the torch path has no graphs
 
-    def __init__(self, model: Qwen3TTSModel) -> None:
+    def __init__(self, model: Qwen3TTSModel, prefixes: PrefixCache | None = None) -> None:
         self.model = model
+        self.prefixes = prefixes  # the voices' prompt-prefix K/V (None: every prompt prefilled whole)
 
     def start(self, prompt: Prompt, sampling: SamplingParams, seed: int, max_frames: int) -> TorchDecodeSession:
-        return TorchDecodeSession(self.model, prompt, sampling, seed, max_frames)
+        return TorchDecodeSession(self.model, prompt, sampling, seed, max_frames, self.prefixes)

@@ -16,12 +16,19 @@ One layout serves all three model types; only the voice differs. One vector of t
 Each decode step adds trailing[k], or PAD once it runs out. Et = text embedding + projection; E_g = the embedding
 table of code group g (the Talker's for group 0, the CodePredictor's for groups 1..15). The grouping of projections
 and sums mirrors the reference so float32 results match bit for bit.
+
+A prompt's *prefix* is its leading positions that the text does not touch: the instruct, the role, the control block
+and, cloning in context, the positions of the clip's transcript. Attention is causal, so their K/V depend on nothing
+after them: a voice's prefix is prefilled once and its K/V reused (model/prefix_cache.py). `PromptPrefix.key` names
+those positions by what fixes them (the voice, the language, the instruct, the text feed), never by the text.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -33,6 +40,14 @@ from .talker import Qwen3TTSModel
 _LOGGER = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class PromptPrefix:
+    """The leading `length` positions of a prompt that only the voice fixes, and what fixes them (hashable)."""
+
+    length: int
+    key: tuple[object, ...]
+
+
 @dataclass
 class Prompt:
     embeds: Tensor  # [L, H] prefill inputs
@@ -42,6 +57,8 @@ class Prompt:
     # In-context cloning: the clip's codes [T, 16]. The generated speech continues them, so the codec decoder should
     # decode them first and drop their audio (CodecDecoder.new_stream(context=...)), as the reference does.
     codec_context: Tensor | None = None
+    # The leading positions the text does not touch (always fewer than L: the text follows them).
+    prefix: PromptPrefix | None = None
 
     @property
     def length(self) -> int:
@@ -75,6 +92,15 @@ class ClonePrompt:
     @property
     def mode(self) -> str:
         return "in_context" if self.in_context else "x_vector"
+
+    @cached_property
+    def digest(self) -> str:
+        """What the clone's prompt positions are made of, as a hash: a new clip under the same name gets another."""
+        h = hashlib.sha256(self.speaker_embedding.detach().float().cpu().numpy().tobytes())
+        if self.ref_codes is not None and self.ref_text_ids is not None:
+            h.update(self.ref_codes.detach().to(torch.int64).cpu().numpy().tobytes())
+            h.update(repr(self.ref_text_ids).encode())
+        return h.hexdigest()
 
 
 # A voice for build_prompt: a preset speaker's name (CustomVoice), a ClonePrompt (Base), or None (VoiceDesign: the
@@ -201,8 +227,9 @@ def prompt_for(
         return torch.tensor(values, dtype=torch.long, device=device)
 
     parts: list[Tensor] = []
+    instructed = bool(instruct_ids) and cfg.supports_instruct
     if instruct_ids:
-        if cfg.supports_instruct:
+        if instructed:
             parts.append(talker.embed_text(instruct_ids))
         else:
             _LOGGER.warning(
@@ -229,10 +256,14 @@ def prompt_for(
     control_text = torch.cat([tts_pad.expand(codec.shape[0] - 2, -1), tts_bos], dim=0)
     parts.append(control_text + codec[:-1])
 
+    fixed = sum(int(p.shape[0]) for p in parts)  # the positions before the text's
     body = text_ids[3:-5]
     if clone is not None and clone.in_context:
         icl, trailing = _in_context_part(model, clone, body, tts_pad, tts_eos, non_streaming_text)
         parts.append(icl)
+        # The transcript's positions come first in either feed, and the clip's text and codes alone make them.
+        assert clone.ref_text_ids is not None and clone.ref_codes is not None
+        fixed += min(len(clone.ref_text_ids[3:-2]), clone.ref_codes.shape[0] + 1)
     elif non_streaming_text:
         text = torch.cat([talker.embed_text(body), tts_eos], dim=0)
         parts.append(text + talker.embed_codec(ids([tc.codec_pad_id] * (len(body) + 1))))
@@ -241,12 +272,22 @@ def prompt_for(
     else:
         parts.append(talker.embed_text(text_ids[3:4]) + codec[-1:])
         trailing = torch.cat([talker.embed_text(text_ids[4:-5]), tts_eos], dim=0)
+    embeds = torch.cat(parts, dim=0)
+    voice_key: object = preset if preset is not None else (clone.digest, clone.mode) if clone is not None else None
+    key = (
+        voice_key,
+        language_id,
+        tuple(instruct_ids) if instructed and instruct_ids else (),
+        non_streaming_text if clone is not None and clone.in_context else None,
+    )
+    length = min(fixed, int(embeds.shape[0]) - 1)  # at least the last position is prefilled per request
     return Prompt(
-        embeds=torch.cat(parts, dim=0),
+        embeds=embeds,
         trailing=trailing,
         pad=tts_pad[0],
         language_id=language_id,
         codec_context=clone.ref_codes if clone is not None and clone.in_context else None,
+        prefix=PromptPrefix(length, key) if length > 0 else None,
     )
 
 

@@ -97,9 +97,11 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
     def forward(
-        self, x: Tensor, cos: Tensor, sin: Tensor, cache: Tensor, start: int, slots: Tensor | None = None
+        self, x: Tensor, cos: Tensor, sin: Tensor, cache: Tensor, start: int | Tensor, slots: Tensor | None = None
     ) -> Tensor:
         """x [T, hidden] at positions start..start+T-1; cache [2, max_seq, kv_heads, head_dim] of this layer.
+        `start` may be a device value (int64 [1]: Transformer.prefill_after): the rows then attend to every cache
+        position, masked to those before their own, so a captured graph serves any start.
 
         With `slots` (int64 [B]): x [B, T, hidden], B prompts at positions 0..T-1 (start 0), each
         right-padded to T; cache is this layer of a slot-major cache [slots, 2, max_seq, kv_heads,
@@ -113,17 +115,28 @@ class Attention(nn.Module):
         v = v.unflatten(-1, (self.n_kv, self.head_dim))
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
-        end = start + t
-        if slots is None:
+        mask: Tensor | None = None
+        if isinstance(start, Tensor):
+            positions = start + torch.arange(t, device=x.device)
+            cache[0].index_copy_(0, positions, k)
+            cache[1].index_copy_(0, positions, v)
+            keys, values = cache[0], cache[1]
+            mask = torch.arange(cache.shape[1], device=x.device)[None, :] <= positions[:, None]
+        elif slots is None:
+            end = start + t
             cache[0, start:end] = k
             cache[1, start:end] = v
             keys, values = cache[0, :end], cache[1, :end]
+            if t > 1:  # causal within the new block; everything cached before `start` is visible
+                mask = torch.ones(t, end, dtype=torch.bool, device=x.device).tril(diagonal=start)
         else:
             if start != 0:
                 raise ValueError("a prefill of several prompts starts at position 0")
             cache[:, 0, :t].index_copy_(0, slots, k)
             cache[:, 1, :t].index_copy_(0, slots, v)
             keys, values = k, v
+            if t > 1:
+                mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
         keys = keys.transpose(-3, -2)  # [..., kv, S, hd]
         values = values.transpose(-3, -2)
         group = self.n_heads // self.n_kv
@@ -131,9 +144,7 @@ class Attention(nn.Module):
         values = values.repeat_interleave(group, dim=-3)
         q = q.transpose(-3, -2)  # [..., heads, T, hd]
         scores = torch.matmul(q, keys.transpose(-2, -1)) * (self.head_dim**-0.5)
-        if t > 1:
-            # causal within the new block; everything cached before `start` is visible
-            mask = torch.ones(t, end, dtype=torch.bool, device=x.device).tril(diagonal=start)
+        if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
         out = torch.matmul(probs, values).transpose(-3, -2).flatten(-2)
@@ -162,7 +173,7 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(
-        self, x: Tensor, cos: Tensor, sin: Tensor, cache: Tensor, start: int, slots: Tensor | None = None
+        self, x: Tensor, cos: Tensor, sin: Tensor, cache: Tensor, start: int | Tensor, slots: Tensor | None = None
     ) -> Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, start, slots)
         return x + self.mlp(self.post_attention_layernorm(x))
@@ -213,6 +224,19 @@ class Transformer(nn.Module):
         h = self.forward(padded, cache)  # raises if start + bucket > cache.max_seq
         cache.length = start + n
         return h[n - 1 : n] if last is None else h.index_select(0, last)
+
+    def prefill_after(self, x: Tensor, cache: KVCache, start: Tensor, last: Tensor) -> Tensor:
+        """forward() of x [T, H] at positions start..start+T-1 behind what the cache holds before `start`, with start
+        and last (the row whose final-normed hidden state is returned, [1, H]) int64 [1] on the device: no host
+        value, so one captured graph per T serves any start (backends/kernels/prefill.py: a prompt after its
+        voice's cached prefix). Every row attends to all max_seq cache positions, masked to those up to its own,
+        so stale K/V past them (and the zero pad rows past the prompt, written past its end) are never read.
+        Leaves cache.length alone (the caller knows the real end). The caller keeps start + T <= max_seq."""
+        positions = start + torch.arange(x.shape[0], device=x.device)
+        cos, sin = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, cache.data[i], start)
+        return self.norm(x.index_select(0, last))
 
     def prefill_rows(self, prompts: list[Tensor], cache: Tensor, slots: Tensor, last: Tensor | None = None) -> Tensor:
         """Several prompts in one forward, each from position 0 into its own slot of a slot-major cache

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ...model.prefix_cache import PrefixCache
 from ...model.prompt import Prompt
 from ...model.talker import Qwen3TTSModel
 from ...request import SamplingParams
@@ -44,8 +45,10 @@ class KernelBackend:
         *,
         capacity: int = 2048,
         lib: library.Native | None = None,
+        prefixes: PrefixCache | None = None,
     ) -> None:
-        """options None: KernelOptions.from_env(); lib None: the library library.load() builds or finds."""
+        """options None: KernelOptions.from_env(); lib None: the library library.load() builds or finds;
+        prefixes: the voices' prompt-prefix K/V (None: every prompt prefilled whole)."""
         if model.device.type != "cuda":
             raise library.NativeUnavailable("the kernel backend needs the model on a CUDA/ROCm device")
         if model.dtype not in (torch.float32, torch.bfloat16):
@@ -62,7 +65,7 @@ class KernelBackend:
         self.weights = ModelWeights.from_model(model)
         self.state = FrameState(model.cfg, model.dtype, model.device, capacity, self.options.attn_splits)
         self.prefills = PrefillGraphs(
-            model.talker.model, self.state.hn, model.dtype, enabled=self.options.graph_prefill
+            model.talker.model, self.state.hn, model.dtype, enabled=self.options.graph_prefill, prefixes=prefixes
         )
         self._graph: torch.cuda.CUDAGraph | None = None
         self._graph_key: tuple[object, ...] | None = None
@@ -97,7 +100,7 @@ class KernelBackend:
         if need > s.capacity:
             s.grow(max(need, 2 * s.capacity))
         with torch.inference_mode():
-            self.prefills.prefill(prompt.embeds, s.cache)
+            self.prefills.prefill(prompt.embeds, s.cache, prompt.prefix)
             s.load_prompt(prompt)
 
     def warm_up(self, max_positions: int = WARM_PREFILL_POSITIONS) -> int:

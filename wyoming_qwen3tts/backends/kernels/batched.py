@@ -339,7 +339,9 @@ class BatchedDecoder:
                 assert graphs is not None and staging is not None
                 for a in streams:  # in stream order: each replay overwrites staging after the last copy
                     n = a.prompt.length
-                    graphs.prefill(a.prompt.embeds, staging)
+                    # No capture here, on the scheduler thread while other streams decode: a voice prefix is
+                    # used where the warm-up captured the graph of the rest.
+                    graphs.prefill(a.prompt.embeds, staging, a.prompt.prefix, capture=False)
                     self.cache[a.slot, :, :, :n].copy_(staging.data[:, :, :n])
                     self.hn[a.slot].copy_(graphs.hn)
                 self.graphed_admissions += len(streams)

@@ -7,6 +7,11 @@ decode steps before the attention kernel reads them) and `hn`, the final-normed 
 prompt's last position, gathered through a device index so one graph serves every length in its
 bucket. Longer prompts, buckets past the cache, and runtimes that cannot capture run eagerly.
 
+With a prefix cache (model/prefix_cache.py), a prompt whose voice prefix is cached gets the prefix's K/V copied
+into the cache and only the positions after it prefilled: Transformer.prefill_after, whose start is a device
+value, so one more graph per bucket serves every prefix length (captured with the others at warm-up). A missed
+prefix is stored after a whole prefill.
+
 With int8 weights (model/quant.py) the Talker's QuantLinears dequantize each matrix into a temporary as
 they run, in the graph as eagerly: the replay recomputes it from the int8 weights (they never move), so the
 graphs stay correct, at the cost of that work per prefill and the largest temporaries in the graphs' pool
@@ -21,6 +26,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from ...model.prefix_cache import PrefixCache
+from ...model.prompt import PromptPrefix
 from ...model.talker import PREFILL_BUCKETS, KVCache, Transformer, prefill_bucket
 
 _LOGGER = logging.getLogger(__name__)
@@ -33,23 +40,65 @@ WARM_PREFILL_POSITIONS = 256
 class PrefillGraphs:
     """Prefills `talker` into a cache and `hn`, through captured graphs where it can."""
 
-    def __init__(self, talker: Transformer, hn: Tensor, dtype: torch.dtype, *, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        talker: Transformer,
+        hn: Tensor,
+        dtype: torch.dtype,
+        *,
+        enabled: bool = True,
+        prefixes: PrefixCache | None = None,
+    ) -> None:
         self.talker = talker
         self.hn = hn  # float32 [H], read by the decode graph
         self.enabled = enabled
+        self.prefixes = prefixes  # voices' prefix K/V (None: every prompt prefilled whole)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}  # bucket -> graph
+        self.after_graphs: dict[int, torch.cuda.CUDAGraph] = {}  # bucket -> graph of a prefill after a prefix
+        self._start = torch.zeros(1, dtype=torch.int64, device=hn.device)  # where such a prefill starts
         self._cache: KVCache | None = None  # the cache the graphs write (they are re-captured for a new one)
         self._x = torch.zeros(PREFILL_BUCKETS[-1], hn.shape[0], dtype=dtype, device=hn.device)  # static input
         self._last = torch.zeros(1, dtype=torch.int64, device=hn.device)  # prompt length - 1
         self._pool: torch.cuda._POOL_HANDLE | None = None  # one memory pool for all prefill graphs
         self._stream: torch.cuda.Stream | None = None  # their warm-up and capture stream
 
-    def prefill(self, embeds: Tensor, cache: KVCache) -> None:
-        """cache <- the prompt's K/V (cache.length = its length), hn <- its last hidden state."""
+    def prefill(
+        self, embeds: Tensor, cache: KVCache, prefix: PromptPrefix | None = None, *, capture: bool = True
+    ) -> None:
+        """cache <- the prompt's K/V (cache.length = its length), hn <- its last hidden state. `prefix`: the
+        prompt's voice prefix, whose K/V come from the prefix cache where they are there (and the graph of the rest
+        is captured, or may be: `capture`), and are stored there after a whole prefill otherwise."""
+        if prefix is not None and self.prefixes is not None and self._prefill_after(embeds, cache, prefix, capture):
+            return
         bucket = prefill_bucket(embeds.shape[0], cache.max_seq) if self.enabled else None
         if bucket is None or not self._replay(embeds, cache, bucket):
             cache.reset()
             self.hn.copy_(self.talker(embeds.to(self._x.dtype), cache)[-1])
+        if prefix is not None and self.prefixes is not None:
+            self.prefixes.put(prefix, cache.data)
+
+    def _prefill_after(self, embeds: Tensor, cache: KVCache, prefix: PromptPrefix, capture: bool) -> bool:
+        """The prompt after its cached prefix (copied in), through the bucket's graph of Transformer.prefill_after
+        (eagerly where graphs are off or the rest fits no bucket); False when the prefix is not cached, or its graph
+        is not captured and may not be now."""
+        start = prefix.length
+        rest = embeds[start:]
+        n = rest.shape[0]
+        bucket = prefill_bucket(n, cache.max_seq - start)
+        graphed = self.enabled and bucket is not None
+        if graphed and not capture and not (self._cache is cache and bucket in self.after_graphs):
+            return False
+        kv = self.prefixes.get(prefix) if self.prefixes is not None else None
+        if kv is None:
+            return False
+        cache.data[:, :, :start].copy_(kv)
+        if graphed:
+            assert bucket is not None
+            if self._replay(rest, cache, bucket, after=start):
+                return True
+        cache.length = start  # eagerly: forward() appends from there
+        self.hn.copy_(self.talker(rest.to(self._x.dtype), cache)[-1])
+        return True
 
     def captured(self, length: int, cache: KVCache) -> bool:
         """Whether a prompt of `length` positions into `cache` replays a graph captured already (no
@@ -59,35 +108,45 @@ class PrefillGraphs:
 
     def warm_up(self, cache: KVCache, max_positions: int = WARM_PREFILL_POSITIONS) -> int:
         """Capture the graphs of every bucket up to `max_positions` now (a capture costs tens of
-        milliseconds, paid here instead of by the first request of each length). Writes the cache
-        and hn. Returns how many graphs were captured."""
+        milliseconds, paid here instead of by the first request of each length), and with a prefix cache
+        those of prefills after a prefix too. Writes the cache and hn. Returns how many graphs were captured."""
         if not self.enabled:
             return 0
-        before = len(self.graphs)
+        before = len(self.graphs) + len(self.after_graphs)
         for bucket in PREFILL_BUCKETS:
             if bucket > min(max_positions, cache.max_seq):
                 break
+            zeros = self._x.new_zeros(bucket, self._x.shape[1])
             if self._cache is not cache or bucket not in self.graphs:
-                if not self._replay(self._x.new_zeros(bucket, self._x.shape[1]), cache, bucket):
+                if not self._replay(zeros, cache, bucket):
                     return 0  # capture does not work here: prefills run eagerly (logged)
-        return len(self.graphs) - before
+            if self.prefixes is not None and bucket not in self.after_graphs and bucket < cache.max_seq:
+                if not self._replay(zeros, cache, bucket, after=0):
+                    return 0
+        return len(self.graphs) + len(self.after_graphs) - before
 
-    def _replay(self, embeds: Tensor, cache: KVCache, bucket: int) -> bool:
-        """The graph of `bucket` (captured the first time) over the prompt; False, after one warning,
-        when the capture fails (every prefill then runs eagerly)."""
+    def _replay(self, embeds: Tensor, cache: KVCache, bucket: int, after: int | None = None) -> bool:
+        """The graph of `bucket` (captured the first time) over the prompt, or with `after`, over the positions
+        after a prefix of that length already in the cache; False, after one warning, when the capture fails
+        (every prefill then runs eagerly). The caller keeps after + bucket <= the cache's positions."""
         n = embeds.shape[0]
         if self._cache is not cache:  # first use, or the backend grew its cache
             self.graphs.clear()
+            self.after_graphs.clear()
             self._cache = cache
             self._pool = None  # the old graphs' pool goes with them
         x = self._x[:bucket]
         x[:n].copy_(embeds)
         x[n:].zero_()
         self._last.fill_(n - 1)
-        graph = self.graphs.get(bucket)
+        graphs = self.graphs if after is None else self.after_graphs
+        if after is not None:
+            self._start.fill_(after)
+        graph = graphs.get(bucket)
         if graph is None:
             try:
-                graph = self.capture(bucket, self._body(cache, bucket))
+                body = self._body(cache, bucket) if after is None else self._body_after(cache, bucket)
+                graph = self.capture(bucket, body)
             except torch.cuda.OutOfMemoryError:
                 raise  # the server's out-of-memory handling takes it from here
             except RuntimeError as err:
@@ -95,10 +154,11 @@ class PrefillGraphs:
                 _LOGGER.warning("Captured prefill failed (%s); prefilling eagerly from now on", err)
                 self.enabled = False
                 self.graphs.clear()
+                self.after_graphs.clear()
                 return False
-            self.graphs[bucket] = graph
+            graphs[bucket] = graph
         graph.replay()
-        cache.length = n
+        cache.length = n if after is None else after + n
         return True
 
     def _body(self, cache: KVCache, bucket: int) -> Callable[[], None]:
@@ -109,6 +169,16 @@ class PrefillGraphs:
         def run() -> None:
             cache.reset()
             hn.copy_(talker.prefill_bucketed(x, cache, bucket, last)[0])  # copy_ casts to float32
+
+        return run
+
+    def _body_after(self, cache: KVCache, bucket: int) -> Callable[[], None]:
+        """What the graph of a prefill after a prefix holds: Transformer.prefill_after over the static input from
+        the device start, then hn = its final-normed row at the device index."""
+        x, start, last, hn, talker = self._x[:bucket], self._start, self._last, self.hn, self.talker
+
+        def run() -> None:
+            hn.copy_(talker.prefill_after(x, cache, start, last)[0])
 
         return run
 
