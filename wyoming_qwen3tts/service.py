@@ -42,7 +42,7 @@ from .errors import (
 )
 from .model.config import MODEL_TYPE_NAMES
 from .options import QUEUED_MIN, QUEUED_PER_STREAM
-from .process import freeze_loaded
+from .process import freeze_loaded, loading
 from .voices import ATTRIBUTION, DEFAULT_LANGUAGES, SPEAKER_DESCRIPTIONS, VoiceCatalog, VoicePreset, language_name
 
 _LOGGER = logging.getLogger(__name__)
@@ -157,7 +157,8 @@ class TtsService:
 
     def _load(self) -> Speaker:
         try:
-            self._engine = self._load_engine()
+            with loading():
+                self._engine = self._load_engine()
             if self._workers_from_engine:
                 self._set_workers(max(self._engine.max_streams, 1))
                 _LOGGER.info("Serving %d request(s) at once (max_streams)", self.workers)
