@@ -99,7 +99,7 @@ def load_binding(runtime: Path) -> Any:
     if not (site / "qwentts_cpp" / "lib" / "libqwen.so").exists():
         raise RuntimeError(f"no qwentts.cpp runtime in {runtime}: run python -m benchmarks.qwentts_cpp_prepare runtime")
     stub = runtime / "stub" / "libcuda.so.1"
-    if stub.exists():  # must be loaded before libggml-cuda.so.0 names libcuda.so.1
+    if stub.exists() and not _driver_loads():  # before libggml-cuda.so.0 names libcuda.so.1; never over a driver
         ctypes.CDLL(str(stub), mode=ctypes.RTLD_GLOBAL)
     os.environ["QWENTTS_CPP_CUDA_LIBRARY_PATH"] = str(runtime / "cuda12")
     if not os.environ.get("QCPP_CUBLAS"):
@@ -109,6 +109,14 @@ def load_binding(runtime: Path) -> Any:
     import qwentts_cpp
 
     return qwentts_cpp
+
+
+def _driver_loads() -> bool:
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
 
 
 class NativeLog:
