@@ -211,6 +211,7 @@ def run_qcpp(w: WorkerArgs) -> dict[str, Any]:
     e2e_s = [t for t, _ in timed]
     decode_s = [p["ar_ms"] / 1e3 for _, p in timed]
     ttfa_s = [stream(w.sentence_frames, w.seed + 200 + i) for i in range(w.runs)]
+    used_after = _device_used_bytes()  # before the close: the context's weights, KV cache and graphs
     out = summary(decode_s, e2e_s, ttfa_s, w.frames)
     out["raw"].update(
         prefill_ms=[p.get("Prefill") for _, p in timed],
@@ -220,9 +221,7 @@ def run_qcpp(w: WorkerArgs) -> dict[str, Any]:
     tts.close()
     streams = []
     for n in parse_streams(w.qcpp_streams) if w.qcpp_streams else []:
-        streams.append(_streams_row(binding, talker, codec, n, w, kwargs, log))
-    used_after = _device_used_bytes()
-    gib = 1024**3
+        streams.append(_streams_row(binding, talker, codec, n, w, kwargs, log, used_before))
     out.update(
         load_s=load_s,
         convert_s=convert_s,
@@ -231,16 +230,18 @@ def run_qcpp(w: WorkerArgs) -> dict[str, Any]:
         quant=quant,
         streams=streams,
         peak_alloc_gib=None,
-        peak_reserved_gib=(used_after - used_before) / gib
-        if used_after is not None and used_before is not None
-        else None,
+        peak_reserved_gib=_gib(used_before, used_after),
         prompt_positions=None,
         notes=(
             f"{VERSION} {quant.upper()}; decode = its own AR timing after the prefill; TTFA from its streaming API "
-            "(first chunk 1 frame); GPU memory = device-wide use after the runs minus before the load"
+            "(first chunk 1 frame); GPU memory (peak reserved) = device-wide use after the runs minus before the load"
         ),
     )
     return out
+
+
+def _gib(before: int | None, after: int | None) -> float | None:
+    return (after - before) / 1024**3 if before is not None and after is not None else None
 
 
 def _match(names: list[str], speaker: str) -> str:
@@ -251,7 +252,14 @@ def _match(names: list[str], speaker: str) -> str:
 
 
 def _streams_row(
-    binding: Any, talker: Path, codec: Path, n: int, w: WorkerArgs, kwargs: dict[str, Any], log: NativeLog
+    binding: Any,
+    talker: Path,
+    codec: Path,
+    n: int,
+    w: WorkerArgs,
+    kwargs: dict[str, Any],
+    log: NativeLog,
+    used_before: int | None,
 ) -> dict[str, Any]:
     """N concurrent synthesize calls of w.frames frames on a max_batch = N context: warm-up once, then w.runs."""
     tts = binding.QwenTTS(talker, codec, max_batch=n)
@@ -306,6 +314,7 @@ def _streams_row(
     try:
         batch(w.seed + 5000)  # warm-up: graphs for N lanes
         runs = [batch(w.seed + 6000 + 100 * r) for r in range(max(1, w.runs))]
+        used = _device_used_bytes()
     finally:
         tts.close()
     longest = [max(p["ar_ms"] for p in perf) / 1e3 for _, perf in runs]
@@ -317,5 +326,6 @@ def _streams_row(
         "aggregate_fps": n * w.frames / dl if dl else None,
         "per_stream_fps": w.frames / de if de else None,
         "e2e_aggregate_fps": n * w.frames / wl if wl else None,
+        "gpu_gib": _gib(used_before, used),
         "raw": {"longest_ar_s": longest, "median_ar_s": each, "wall_s": walls},
     }

@@ -89,23 +89,25 @@ def _elf_section(data: bytes | bytearray, name: str) -> tuple[int, int]:
 
 
 def fatbin_entries(data: bytes | bytearray) -> list[dict[str, int]]:
-    """Every entry of every fatbin in the .nv_fatbin section: kind (1 PTX, 2 cubin), target (e.g. 90), where its
-    payload starts and how long it is."""
+    """Every entry of every fatbin in the .nv_fatbin section: which fatbin (blob), kind (1 PTX, 2 cubin), target
+    (e.g. 90), where its payload starts and how long it is."""
     start, size = _elf_section(data, ".nv_fatbin")
     out: list[dict[str, int]] = []
     pos, end = start, start + size
+    blob = 0
     while pos + 16 <= end:
         magic, _version, header, body = struct.unpack_from("<IHHQ", data, pos)
         if magic != _FATBIN_MAGIC:
-            pos += 8  # fatbins are 8-byte aligned; padding sits between them
+            pos += 8  # padding between fatbins
             continue
         entry, body_end = pos + header, pos + header + body
         while entry < body_end:
             kind, _ever, entry_header, payload = struct.unpack_from("<HHIQ", data, entry)
             arch = struct.unpack_from("<I", data, entry + 28)[0]
-            out.append({"kind": kind, "arch": arch, "offset": entry + entry_header, "size": payload})
+            out.append({"blob": blob, "kind": kind, "arch": arch, "offset": entry + entry_header, "size": payload})
             entry += entry_header + payload
-        pos = body_end
+        pos = (body_end + 7) & ~7  # the next one starts 8-byte aligned (the section itself is)
+        blob += 1
     return out
 
 
@@ -114,8 +116,10 @@ def keep_one_target(data: bytearray, arch: int) -> dict[str, Any]:
     cubin of the GPU's own target and reads no other entry, so on that GPU the library behaves as before; on any
     other it finds no kernel image. Returns what was kept and zeroed (bytes per kind/target)."""
     entries = fatbin_entries(data)
-    if not any(e["kind"] == 2 and e["arch"] == arch for e in entries):
-        raise ValueError(f"the library has no sm_{arch} cubin to keep")
+    blobs = {e["blob"] for e in entries}
+    covered = {e["blob"] for e in entries if e["kind"] == 2 and e["arch"] == arch}
+    if not covered or covered != blobs:  # a fatbin without one would need its zeroed PTX at run time
+        raise ValueError(f"{len(blobs) - len(covered)} of the library's {len(blobs)} fatbins have no sm_{arch} cubin")
     kept: dict[str, int] = {}
     zeroed: dict[str, int] = {}
     for e in entries:

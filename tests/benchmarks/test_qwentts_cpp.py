@@ -195,15 +195,24 @@ def _library() -> tuple[bytes, dict[str, bytes]]:
 def test_keep_one_target_zeroes_every_other_payload() -> None:
     lib, payloads = _library()
     entries = prep.fatbin_entries(lib)
-    assert [(e["kind"], e["arch"], e["size"]) for e in entries] == [(1, 75, 40), (2, 86, 24), (2, 90, 32), (2, 90, 8)]
+    assert [(e["blob"], e["kind"], e["arch"], e["size"]) for e in entries] == [
+        (0, 1, 75, 40),
+        (0, 2, 86, 24),
+        (0, 2, 90, 32),
+        (1, 2, 90, 8),
+    ]
     buf = bytearray(lib)
     summary = prep.keep_one_target(buf, 90)
     assert summary == {"kept": {"cubin_90": 40}, "zeroed": {"ptx_75": 40, "cubin_86": 24}}
     assert len(buf) == len(lib) and payloads["sm90"] in buf and payloads["sm90b"] in buf
     assert payloads["ptx75"] not in buf and payloads["sm86"] not in buf
     assert buf.count(b"\x90" * 16) == 1  # nothing outside the payloads changed
-    with pytest.raises(ValueError, match="sm_80"):
+    with pytest.raises(ValueError, match="2 of the library's 2 fatbins have no sm_80"):
         prep.keep_one_target(bytearray(lib), 80)
+    # Every fatbin must hold the kept target: one that only has PTX would need it at run time.
+    partial = _elf({".nv_fatbin": _fatbin([(2, 90, b"N")]) + bytes(7) + _fatbin([(1, 75, b"P" * 8)])})
+    with pytest.raises(ValueError, match="1 of the library's 2 fatbins"):
+        prep.keep_one_target(bytearray(partial), 90)
 
 
 def _wheel(path: Path, files: dict[str, bytes]) -> Path:
