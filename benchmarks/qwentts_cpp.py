@@ -231,7 +231,6 @@ def run_qcpp(w: WorkerArgs) -> dict[str, Any]:
         streams=streams,
         peak_alloc_gib=None,
         peak_reserved_gib=_gib(used_before, used_after),
-        prompt_positions=None,
         notes=(
             f"{VERSION} {quant.upper()}; decode = its own AR timing after the prefill; TTFA from its streaming API "
             "(first chunk 1 frame); GPU memory (peak reserved) = device-wide use after the runs minus before the load"
