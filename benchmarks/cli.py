@@ -1,8 +1,10 @@
-"""Side-by-side speed benchmark: our kernels and torch backends, the reference qwen-tts and faster-qwen3-tts.
+"""Side-by-side speed benchmark: our kernels and torch backends, the reference qwen-tts, faster-qwen3-tts and
+qwentts.cpp.
 
     python -m benchmarks [--sizes 0.6b,1.7b | --model DIR] [--backends kernels,torch,ref,fq]
         [--frames 200] [--frames-for torch=60,ref=40] [--runs 5] [--runs-for ref=3] [--out DIR]
         [--ref-path DIR[:DIR]] [--fq-path DIR[:DIR]]
+        [--qcpp-runtime DIR] [--qcpp-gguf-root DIR] [--qcpp-streams 4,16]   (backends qcpp-bf16, qcpp-q8_0)
 
 Without --model, full-size random checkpoints are written by tools.random_checkpoint under --ckpt-root (reused when
 present). Per-frame cost does not depend on weight values, only the number of frames does, so end of speech is masked
@@ -10,7 +12,9 @@ present). Per-frame cost does not depend on weight values, only the number of fr
 
 Every (size, engine) pair runs in its own subprocess (`--worker`): clean peak-memory numbers, its own PYTHONPATH for
 the peers (the reference needs transformers 4.57, faster-qwen3-tts transformers 5.x), and a crash or a missing
-package becomes a "cannot run: reason" row instead of ending the run. Measured per engine:
+package becomes a "cannot run: reason" row instead of ending the run. qwentts.cpp (qcpp-bf16, qcpp-q8_0; named in
+--backends only) runs the realtimetts-qwen-native wheel from --qcpp-runtime on GGUF files of the same checkpoint
+(benchmarks/qwentts_cpp.py), and also at --qcpp-streams concurrent streams where its C API batches them. Measured per engine:
 - decode frames/s: Talker + CodePredictor only (ours: backend session after prefill; peers: their generate loop);
 - end-to-end RTF: wall time of the whole public call (prompt, decode, codec, PCM) over the audio duration;
 - time to first audio (TTFA): a one-sentence request (--sentence-frames frames), from the call to the first chunk
@@ -32,7 +36,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from .common import ENGINES, LABELS, OURS, WorkerArgs, gpu_name, memory
+from .common import DEFAULT_ENGINES, ENGINES, LABELS, OURS, QCPP, WorkerArgs, gpu_name, memory
 from .report import add_ratios, merge, print_table, write_outputs
 from .roofline import copy_bandwidth, roofline
 
@@ -58,18 +62,24 @@ def worker_main(args: argparse.Namespace) -> int:
         seed=args.seed,
         ref_seconds=args.ref_seconds,
         weights=args.weights,
+        qcpp_runtime=args.qcpp_runtime,
+        qcpp_gguf=args.qcpp_gguf or "",
+        qcpp_streams=args.qcpp_streams,
     )
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     result: dict[str, Any] = {"ok": True}
     if w.engine in OURS:
         from .ours import run_ours as run
+    elif w.engine in QCPP:
+        from .qwentts_cpp import run_qcpp as run
     else:
         from . import peers
 
         run = peers.run_ref if w.engine == "ref" else peers.run_fq
     result.update(run(w))
-    result.update(memory())
+    if w.engine not in QCPP:  # qwentts.cpp allocates outside torch and reports its own GPU memory
+        result.update(memory())
     result.update(frames=w.frames, runs=w.runs, warmup=w.warmup, gpu=gpu_name(), torch=torch.__version__)
     Path(args.result).write_text(json.dumps(result, indent=1))
     return 0
@@ -107,6 +117,8 @@ def run_worker(
 
     env = dict(os.environ)
     extra = {"ref": args.ref_path, "fq": args.fq_path}.get(engine)
+    if engine in QCPP:  # the wheel's qwentts_cpp and the gguf package travel in the runtime folder
+        extra = str(Path(args.qcpp_runtime) / "site")
     root = str(REPO_ROOT)
     # Peers get their own site folders first (they hide the system transformers); ours keep the caller's path.
     paths = [p for p in (extra or "").split(os.pathsep) if p] + [root]
@@ -151,6 +163,9 @@ def run_worker(
             "--weights",
             args.weights,
         ]
+        if engine in QCPP:
+            gguf = Path(args.qcpp_gguf_root) / Path(model).name
+            cmd += ["--qcpp-runtime", args.qcpp_runtime, "--qcpp-gguf", str(gguf), "--qcpp-streams", args.qcpp_streams]
         started = time.perf_counter()
         try:
             proc = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True, timeout=timeout)
@@ -237,7 +252,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     )
     ap.add_argument("--ref-seconds", type=float, default=10.0, help="length of a Base row's reference clip")
     ap.add_argument("--ckpt-root", type=Path, default=Path("/tmp/q3t-bench-ckpt"))
-    ap.add_argument("--backends", default=",".join(ENGINES))
+    ap.add_argument(
+        "--backends", default=",".join(DEFAULT_ENGINES), help=f"any of {', '.join(ENGINES)} (qcpp-* only when named)"
+    )
     ap.add_argument("--frames", type=int, default=200, help="frames per timed run (EOS masked)")
     ap.add_argument("--frames-for", default="", help="per-engine frames, e.g. torch=60,ref=40")
     ap.add_argument("--sentence-frames", type=int, default=40, help="length of the one-sentence TTFA request")
@@ -258,6 +275,17 @@ def main(argv: Iterable[str] | None = None) -> int:
     )
     ap.add_argument("--ref-path", default=None, help="PYTHONPATH for the reference (qwen-tts + transformers 4.57)")
     ap.add_argument("--fq-path", default=None, help="PYTHONPATH for faster-qwen3-tts (+ qwen-tts-hf)")
+    ap.add_argument(
+        "--qcpp-runtime", default="/tmp/qcpp", help="qwentts.cpp: from python -m benchmarks.qwentts_cpp_prepare runtime"
+    )
+    ap.add_argument(
+        "--qcpp-gguf-root",
+        default="/tmp/qcpp-gguf",
+        help="qwentts.cpp: GGUF folders, one per checkpoint folder name (converted on first use when missing)",
+    )
+    ap.add_argument(
+        "--qcpp-streams", default="4,16", help="qwentts.cpp: also time these concurrent stream counts ('' for none)"
+    )
     ap.add_argument("--worker-timeout", type=float, default=300.0)
     ap.add_argument("--budget-s", type=float, default=0.0, help="skip workers once this much time has passed (0: none)")
     ap.add_argument("--out", type=Path, default=Path("bench-out"))
@@ -272,6 +300,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     # worker mode (internal)
     ap.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
+    ap.add_argument("--qcpp-gguf", help=argparse.SUPPRESS)
     args = ap.parse_args(list(argv) if argv is not None else None)
     if args.worker:
         return worker_main(args)
@@ -288,6 +317,10 @@ def main(argv: Iterable[str] | None = None) -> int:
     unknown = [e for e in engines if e not in ENGINES]
     if unknown:
         raise SystemExit(f"unknown backends {unknown}: choose from {', '.join(ENGINES)}")
+    if args.qcpp_streams and any(e in QCPP for e in engines):
+        from .qwentts_cpp import parse_streams
+
+        parse_streams(args.qcpp_streams)  # a bad list ends the run here, not in every worker
     frames_for = _parse_map(args.frames_for, int)
     runs_for = _parse_map(args.runs_for, int)
     bw = None if args.no_copy_bw or not args.device.startswith("cuda") else copy_bandwidth()

@@ -12,20 +12,27 @@ from wyoming_qwen3tts.request import SAMPLES_PER_FRAME
 FRAME_RATE = 12.5  # codec frames per second of audio
 OURS = ("kernels", "torch")
 PEERS = ("ref", "fq")
-ENGINES = (*OURS, *PEERS)
+# qwentts.cpp (benchmarks/qwentts_cpp.py), one engine name per GGUF weight variant; not run unless named.
+QCPP = ("qcpp-bf16", "qcpp-q8_0")
+ENGINES = (*OURS, *PEERS, *QCPP)
+DEFAULT_ENGINES = (*OURS, *PEERS)
 LABELS = {
     "kernels": "ours (kernels)",
     "torch": "ours (torch)",
     "ref": "qwen-tts 0.1.1 (reference)",
     "fq": "faster-qwen3-tts 0.5.4",
+    "qcpp-bf16": "qwentts.cpp b91bca4 BF16",
+    "qcpp-q8_0": "qwentts.cpp b91bca4 Q8_0",
 }
 
 __all__ = [
+    "DEFAULT_ENGINES",
     "ENGINES",
     "FRAME_RATE",
     "LABELS",
     "OURS",
     "PEERS",
+    "QCPP",
     "SAMPLES_PER_FRAME",
     "WorkerArgs",
     "median",
@@ -79,6 +86,9 @@ class WorkerArgs:
     seed: int
     ref_seconds: float = 10.0  # a Base model's reference clip (a cloned voice, in context)
     weights: str = "bf16"  # our engines' matrices: as loaded (bf16), or int8 quantized at load (the setting)
+    qcpp_runtime: str = "/tmp/qcpp"  # qwentts.cpp: the folder benchmarks.qwentts_cpp_prepare runtime made
+    qcpp_gguf: str = ""  # qwentts.cpp: this checkpoint's GGUF folder (made on first use when missing)
+    qcpp_streams: str = ""  # qwentts.cpp: stream counts above 1 to time on a batching context, e.g. "4,16"
 
 
 def summary(decode_s: list[float], e2e_s: list[float], ttfa_s: list[float], frames: int) -> dict[str, Any]:

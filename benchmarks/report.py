@@ -62,6 +62,7 @@ def markdown(results: dict[str, Any]) -> str:
             f"{_f(over, '.2f')} | {_f(r.get('ttfa_ms'), '.1f')} | {_f(r.get('peak_alloc_gib'), '.2f')} | "
             f"{_f(r.get('peak_reserved_gib'), '.2f')} |"
         )
+    lines += streams_table(results["rows"])
     rl = results.get("roofline") or []
     if rl:
         lines += [
@@ -81,6 +82,28 @@ def markdown(results: dict[str, Any]) -> str:
     if notes:
         lines += ["", *notes]
     return "\n".join(lines) + "\n"
+
+
+def streams_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Lines of the table of the rows that also timed several concurrent streams (qwentts.cpp's batching API)."""
+    batched = [(r, s) for r in rows if r.get("ok") for s in r.get("streams") or []]
+    if not batched:
+        return []
+    lines = [
+        "",
+        "Concurrent streams (each decodes the row's frames; aggregate decode = streams x frames / the longest "
+        "stream's decode time):",
+        "",
+        "| size | engine | streams | aggregate decode frames/s | per stream frames/s | aggregate e2e frames/s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r, s in batched:
+        lines.append(
+            f"| {r['size']} | {LABELS.get(r['engine'], r['engine'])} | {s['streams']} | "
+            f"{_f(s.get('aggregate_fps'), '.1f')} | {_f(s.get('per_stream_fps'), '.1f')} | "
+            f"{_f(s.get('e2e_aggregate_fps'), '.1f')} |"
+        )
+    return lines
 
 
 def chart(results: dict[str, Any], path: Path) -> None:

