@@ -1,5 +1,9 @@
 """Prometheus metrics of both protocols: speech requests, time to first audio, frames, streams, the engine's queue, GPU memory.
 
+The process's own resident memory, open file descriptors and CPU time (prometheus_client's standard
+`process_*` series) and its OS threads (qwen3tts_process_threads) come with them: with the GPU's
+memory they are what the soak tool (wyoming_qwen3tts/tools/soak.py --metrics) watches for growth.
+
 One process-wide `METRICS` object, so the Wyoming handler and the HTTP API count into the same
 series (`protocol` label: "wyoming" or "http"); the HTTP server exposes them at /metrics.  A speech
 request is measured by a SpeechMeter:
@@ -18,10 +22,11 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -96,6 +101,8 @@ class Metrics:
             self.frames.labels(protocol)
         for reason in ("budget", "loop"):
             self.runaway_stops.labels(reason)
+        ProcessCollector(registry=r)  # process_resident_memory_bytes, process_open_fds, ... (Linux)
+        r.register(_ThreadsCollector())
         self._service_collector: _ServiceCollector | None = None
 
     def speech(self, protocol: str, started_at: float | None = None) -> SpeechMeter:
@@ -194,6 +201,20 @@ class _ServiceCollector(Collector):
         lookups.add_metric(["miss"], cache.misses)
         yield lookups
         yield from _gpu_memory()
+
+
+class _ThreadsCollector(Collector):
+    """The process's OS threads (Python's, torch's and OpenMP's alike), from /proc/self/status (Linux)."""
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            status = Path("/proc/self/status").read_text()
+        except OSError:
+            return
+        for line in status.splitlines():
+            if line.startswith("Threads:"):
+                yield GaugeMetricFamily("qwen3tts_process_threads", "OS threads of the server process", int(line[8:]))
+                return
 
 
 def model_state(service: TtsService) -> str:

@@ -450,6 +450,9 @@ async def test_metrics() -> None:
     assert value("qwen3tts_engine_jobs") == 0
     assert value("qwen3tts_model_state", state="ready") == 1
     assert "qwen3tts_gpu_memory_bytes" not in text  # no GPU here (tests/http/test_http_server.py has the GPU check)
+    # The process's own, for the soak tool (wyoming_qwen3tts/tools/soak.py --metrics): RSS, open fds, OS threads.
+    assert value("process_resident_memory_bytes") > 10_000_000 and value("process_open_fds") >= 3
+    assert value("qwen3tts_process_threads") >= 1
 
 
 def test_speech_meter_for_the_wyoming_handler() -> None:

@@ -1,5 +1,6 @@
 """Load on the real engine (tiny random checkpoint, CPU): 32 clients at once each get complete,
-well-ordered audio and none is lost; the soak tool runs briefly and reports its numbers."""
+well-ordered audio and none is lost; the soak tool runs briefly, stops at --requests and reads the
+server's growth from /proc and /metrics (its logic on made-up readings: tests/server/test_soak.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from reliability_support import Raw, Server, check_answer, start, wait_quiet
+from reliability_support import Raw, Server, check_answer, free_port, start, wait_quiet
 from wyoming.event import Event
 
 pytestmark = pytest.mark.timeout(420)
@@ -22,7 +23,13 @@ MAX_FRAMES = 2
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Iterator[Server]:
+def http_port() -> int:
+    """The real server's HTTP side: /metrics, for the soak tool."""
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path, http_port: int) -> Iterator[Server]:
     # 32 requests wait for the one slot here: the queue limit (4 by default) would refuse most of them.
     args = [
         "--model",
@@ -40,6 +47,10 @@ def real(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Ite
         "--chunk-frames",
         "1",
         "--greedy",
+        "--backend",
+        "torch",
+        "--http",
+        f"tcp://127.0.0.1:{http_port}",
     ]
     server = start(tmp_path_factory.mktemp("load"), args, fake=False, name="load")
     yield server
@@ -90,7 +101,9 @@ async def test_32_clients_at_once_all_answered(real: Server) -> None:
     print(f"\n{CLIENTS} clients: all answered in {elapsed:.1f} s; RSS {base['rss_kb']} -> {after['rss_kb']} kB")
 
 
-def test_soak_tool_reports_numbers(real: Server) -> None:
+def test_soak_tool_reports_numbers(real: Server, http_port: int) -> None:
+    """--requests 12 from 3 clients, a reading every 3 after a warm-up of 3: exactly 12 answered, RSS, threads
+    and fds from /proc and the same from /metrics, nothing grown, exit status 0."""
     cmd = [
         sys.executable,
         "-m",
@@ -99,8 +112,14 @@ def test_soak_tool_reports_numbers(real: Server) -> None:
         f"tcp://127.0.0.1:{real.port}",
         "--clients",
         "3",
-        "--seconds",
-        "8",
+        "--requests",
+        "12",
+        "--warmup",
+        "3",
+        "--every",
+        "3",
+        "--settle",
+        "0.5",
         "--streaming",
         "--server-pid",
         str(real.pid),
@@ -109,14 +128,24 @@ def test_soak_tool_reports_numbers(real: Server) -> None:
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=200)
     assert out.returncode == 0, out.stdout + out.stderr
     report = json.loads(out.stdout)
-    assert report["served"] >= 3 and report["failed"] == 0, report
+    assert (report["sent"], report["served"], report["failed"]) == (12, 12, 0), report
     assert 0 < report["ttfa_p50_s"] <= report["ttfa_p95_s"], report
-    assert report["server_start"]["rss_kb"] > 10_000 and report["server_end"]["rss_kb"] > 10_000
-    assert report["server_end"]["rss_kb"] - report["server_start"]["rss_kb"] < 100_000, report
-    # The text form says the same.
-    text = subprocess.run(cmd[:-1] + ["--seconds", "2"], capture_output=True, text=True, timeout=200)
-    assert text.returncode == 0 and "requests served:" in text.stdout and "p95" in text.stdout, text.stdout
-    print("\n" + json.dumps(report))
+    phases = [(r["phase"], r["requests"]) for r in report["readings"]]
+    assert phases[:2] == [("start", 0), ("warmup", 3)] and phases[-1] == ("end", 12), phases
+    assert {p for p, _ in phases[2:-1]} <= {"load"}, phases
+    growth = report["growth"]
+    assert set(growth) == {"rss_mib", "threads", "fds"}, growth
+    assert growth["rss_mib"]["warmup"] > 10 and growth["rss_mib"]["growth"] < 64, growth
+    assert growth["threads"]["growth"] <= 2 and growth["fds"]["growth"] <= 2, growth
+    assert report["growth_failures"] == [] and report["passed"], report
+    # The server's /metrics alone (a server in a container): the same quantities, read by the server itself.
+    metrics = cmd[:-3] + ["--metrics", f"http://127.0.0.1:{http_port}/metrics", "--requests", "6"]
+    text = subprocess.run(metrics, capture_output=True, text=True, timeout=200)
+    assert text.returncode == 0 and "requests served: 6, failed: 0" in text.stdout, text.stdout + text.stderr
+    for name in ("rss_mib", "threads", "fds"):
+        assert f"  {name} " in text.stdout, text.stdout
+    assert text.stdout.rstrip().endswith("PASS"), text.stdout
+    print("\n" + json.dumps({k: v for k, v in report.items() if k != "readings"}))
 
 
 def test_soak_tool_counts_failures() -> None:
@@ -140,4 +169,5 @@ def test_soak_tool_counts_failures() -> None:
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert out.returncode == 1
     report = json.loads(out.stdout)
-    assert report["served"] == 0 and report["failed"] >= 2 and report["server_start"] is None
+    assert report["served"] == 0 and report["failed"] >= 2 and report["readings"][0]["phase"] == "start"
+    assert not report["passed"] and report["growth"] == {}  # nothing to read without --server-pid or --metrics
