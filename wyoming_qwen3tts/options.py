@@ -21,6 +21,8 @@ from .request import SamplingOverrides
 # once) waiting rather than refused on the default single slot.
 QUEUED_PER_STREAM = 4
 QUEUED_MIN = 16
+# Streams one batched decoder steps at most: the kernels' Q3T_BATCH_MAX (kernels/include/q3t.h, batched.MAX_SLOTS).
+MAX_STREAMS = 64
 
 Backend = Literal["auto", "kernels", "torch"]
 Weights = Literal["bf16", "int8"]
@@ -59,8 +61,8 @@ class EngineOptions:
     voice_cache_dir: Path | None = None  # Base models: clone prompts kept here (None: computed at every start)
 
     def __post_init__(self) -> None:
-        if not 0 <= self.max_streams <= 16:
-            raise ValueError("max_streams must be 0 (auto) or 1..16")
+        if not 0 <= self.max_streams <= MAX_STREAMS:
+            raise ValueError(f"max_streams must be 0 (auto) or 1..{MAX_STREAMS}")
         if min(self.first_chunk_frames, self.chunk_frames, self.max_frames, self.max_text_chars) < 1:
             raise ValueError("frame counts and max_text_chars must be >= 1")
         if self.backend not in ("auto", "kernels", "torch"):

@@ -31,7 +31,7 @@ from pydantic_settings import (
 from . import __version__
 from .announcements import AnnouncementCache
 from .model.config import DEFAULT_MODEL
-from .options import QUEUED_MIN, QUEUED_PER_STREAM, Backend, EngineOptions, TextOptions, Weights
+from .options import MAX_STREAMS, QUEUED_MIN, QUEUED_PER_STREAM, Backend, EngineOptions, TextOptions, Weights
 from .request import SamplingOverrides
 from .voices import VoicePreset
 
@@ -109,7 +109,7 @@ class Settings(BaseSettings):
     max_streams: int = Field(
         EngineOptions.max_streams,
         ge=0,
-        le=16,
+        le=MAX_STREAMS,
         description="requests decoded at once on the GPU's batched kernels (0: as many as the GPU's free memory holds; 1: one at a time)",
     )
     batch_invariant: bool = Field(

@@ -250,3 +250,19 @@ def test_weights_from_flag_environment_and_file(tmp_path, monkeypatch) -> None:
         load_settings(["--weights", "int4"])
     with pytest.raises(ValueError, match="unknown weights"):
         EngineOptions(weights="fp8")  # type: ignore[arg-type]
+
+
+def test_max_streams_goes_up_to_the_batched_decoders_slots(capsys: pytest.CaptureFixture[str]) -> None:
+    """max_streams may name any count the batched kernels step (auto already picks up to 64); one past is refused
+    with a clear error, by the settings and by EngineOptions alike."""
+    from wyoming_qwen3tts.backends.kernels.batched import MAX_SLOTS
+    from wyoming_qwen3tts.options import MAX_STREAMS
+
+    assert MAX_STREAMS == MAX_SLOTS == 64
+    assert load_settings(["--max-streams", "64"]).engine_options().max_streams == 64
+    assert EngineOptions(max_streams=24).max_streams == 24
+    with pytest.raises(SystemExit):
+        load_settings(["--max-streams", "65"])
+    assert "less than or equal to 64" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"1\.\.64"):
+        EngineOptions(max_streams=65)
