@@ -15,10 +15,10 @@ import numpy as np
 import openai
 import pytest
 import torch
+from fake_engine import FakeEngine
+from http_server import HttpServer, start_http
+from prometheus_text import metric_value
 from reliability_support import Raw, start
-from test_handler import FakeEngine
-from test_http_app import metric_value
-from test_http_server import HttpServer, start_http
 from wyoming.event import Event
 
 from wyoming_qwen3tts.announcements import SUFFIX, AnnouncementCache, engine_identity

@@ -33,10 +33,10 @@ from typing import Any
 import aiohttp
 import av
 import pytest
+from browser import browser  # noqa: F401  (a fixture: Debian's chromium through selenium)
+from prometheus_text import metric_value
 from reliability_support import free_port
-from test_http_app import metric_value
-from test_http_page import browser  # noqa: F401  (a fixture: Debian's chromium through selenium)
-from test_voice_server import write_clip
+from voice_clip import write_clip
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -25,9 +25,9 @@ import numpy as np
 import openai
 import pytest
 import soundfile
+from http_server import HttpServer, start_http
 from reliability_support import HOST, Raw, free_port, start
-from test_http_server import HttpServer, start_http
-from test_voice_server import write_clip
+from voice_clip import write_clip
 from wyoming.event import Event
 
 pytestmark = pytest.mark.timeout(300)

@@ -15,8 +15,8 @@ import numpy as np
 import openai
 import pytest
 import soundfile
-from test_http_server import HttpServer, start_http
-from test_voice_server import write_clip
+from http_server import HttpServer, start_http
+from voice_clip import write_clip
 
 pytestmark = pytest.mark.timeout(300)
 

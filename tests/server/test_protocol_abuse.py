@@ -3,7 +3,7 @@ out-of-order events, wrong types, path-like names, hostile texts; and the limits
 idle and stuck clients).  Every case has one defined outcome (docs/reliability.md), and after
 each one a good request must still be answered.
 
-Most cases run against the server with test_handler's fake engine (fast); the texts that the
+Most cases run against the server with the fake engine (tests/support/fake_engine.py; fast); the texts that the
 real tokenizer and model must survive run against a tiny random checkpoint on the CPU.
 """
 

@@ -32,14 +32,14 @@ from wyoming_qwen3tts.voices import SPEAKER_DESCRIPTIONS
 pytestmark = pytest.mark.timeout(180)
 
 MAX_FRAMES = 8
-TESTS_DIR = Path(__file__).resolve().parent
+SUPPORT_DIR = Path(__file__).resolve().parents[1] / "support"
 
 # Runs the real command line with Engine.from_pretrained replaced by the fake engine of
-# test_handler (5 ms per frame, one frame per word).
+# tests/support/fake_engine.py (5 ms per frame, one frame per word).
 FAKE_MAIN = f"""
 import sys
-sys.path.insert(0, {str(TESTS_DIR)!r})
-from test_handler import FakeEngine
+sys.path.insert(0, {str(SUPPORT_DIR)!r})
+from fake_engine import FakeEngine
 from wyoming_qwen3tts import engine, __main__
 engine.Engine.from_pretrained = classmethod(lambda cls, model, *args, **kw: FakeEngine(frame_delay=0.005))
 sys.argv[0] = "wyoming-qwen3tts"

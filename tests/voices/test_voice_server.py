@@ -12,11 +12,10 @@ import os
 from functools import partial
 from pathlib import Path
 
-import numpy as np
 import pytest
-import soundfile
+from in_process_wyoming import audio_of, read_until
 from pydantic import ValidationError
-from test_handler import audio_of, read_until
+from voice_clip import write_clip
 from wyoming.client import AsyncTcpClient
 from wyoming.info import Describe, Info
 from wyoming.server import AsyncServer, AsyncTcpServer
@@ -32,20 +31,6 @@ from wyoming_qwen3tts.voices import VoiceCatalog, VoicePreset, scan_voice_folder
 pytestmark = pytest.mark.timeout(300)
 
 FRAME_BYTES = SAMPLES_PER_FRAME * 2
-
-
-def write_clip(path: Path, seconds: float = 2.0, seed: int = 0) -> Path:
-    """A voice-like test clip: a few harmonics with vibrato and noise, 16 kHz stereo (resampled and mixed down)."""
-    rng = np.random.default_rng(seed)
-    t = np.arange(int(16000 * seconds)) / 16000
-    f0 = 140 + 20 * np.sin(2 * np.pi * 3 * t)
-    phase = 2 * np.pi * np.cumsum(f0) / 16000
-    voice = sum(np.sin(k * phase) / k for k in range(1, 6)) * 0.2 + rng.normal(0, 0.01, t.size)
-    soundfile.write(str(path), np.stack([voice, 0.8 * voice], axis=1).astype(np.float32), 16000)
-    return path
-
-
-# -- presets and the voices folder ------------------------------------------------------------------
 
 
 def test_a_preset_is_one_kind_of_voice(tmp_path: Path) -> None:

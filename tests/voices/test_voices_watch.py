@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from http_server import HttpServer, start_http
+from prometheus_text import metric_value
 from reliability_support import Raw
-from test_http_app import metric_value
-from test_http_server import HttpServer, start_http
-from test_voice_server import write_clip
+from voice_clip import write_clip
 from wyoming.event import Event
 from wyoming.info import Describe, Info
 
