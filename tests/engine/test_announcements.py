@@ -16,9 +16,10 @@ import openai
 import pytest
 import torch
 from fake_engine import FakeEngine
-from http_server import HttpServer, start_http
+from http_server import HttpServer
 from prometheus_text import metric_value
-from reliability_support import Raw, start
+from reliability_support import Raw
+from tiny_server import start_tiny
 from wyoming.event import Event
 
 from wyoming_qwen3tts.announcements import SUFFIX, AnnouncementCache, engine_identity
@@ -241,31 +242,16 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("announcements-data")
 
 
-def server_args(checkpoint: Path, data: Path) -> list[str]:
+def server_args(data: Path) -> list[str]:
     # Sampled (no --greedy, no --seed): every synthesis of a sentence differs, so equal audio means a replay.
-    return [
-        "--model",
-        str(checkpoint),
-        "--device",
-        "cpu",
-        "--dtype",
-        "float32",
-        "--max-frames",
-        "6",
-        "--first-chunk-frames",
-        "1",
-        "--chunk-frames",
-        "2",
-        "--data-dir",
-        str(data),
-        "--announcement-cache",
-    ]
+    frames = ["--max-frames", "6", "--first-chunk-frames", "1", "--chunk-frames", "2"]
+    return [*frames, "--data-dir", str(data), "--announcement-cache"]
 
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path, data_dir: Path) -> Iterator[HttpServer]:
-    http = start_http(
-        tmp_path_factory.mktemp("announce"), server_args(tiny_checkpoint, data_dir), fake=False, name="announce"
+    http = start_tiny(
+        tmp_path_factory.mktemp("announce"), tiny_checkpoint, *server_args(data_dir), name="announce", http=True
     )
     yield http
     assert http.server.stop() == 0
@@ -343,7 +329,7 @@ def test_takes_outlive_a_restart(real: HttpServer, tiny_checkpoint: Path, data_d
     deadline = time.monotonic() + 10  # written on the cache's own thread
     while len(list((data_dir / "announcements").glob("*" + SUFFIX))) < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
-    second = start(tmp_path, server_args(tiny_checkpoint, data_dir), fake=False, name="restarted")
+    second = start_tiny(tmp_path, tiny_checkpoint, *server_args(data_dir), name="restarted")
     try:
         _, again = asyncio.run(wyoming_say(second.port, text))
         assert again == first

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from browser import browser  # noqa: F401  (a fixture)
 from http_server import HttpServer, start_http
+from tiny_server import start_tiny
 from voice_clip import write_clip
 
 pytestmark = pytest.mark.timeout(300)
@@ -23,24 +24,8 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Iterator[HttpServer]:
-    args = [
-        "--model",
-        str(tiny_checkpoint),
-        "--device",
-        "cpu",
-        "--dtype",
-        "float32",
-        "--max-frames",
-        "8",
-        "--first-chunk-frames",
-        "1",
-        "--chunk-frames",
-        "2",
-        "--greedy",
-        "--seed",
-        "1",
-    ]
-    http = start_http(tmp_path_factory.mktemp("page"), args, fake=False, name="page")
+    args = ["--max-frames", "8", "--first-chunk-frames", "1", "--chunk-frames", "2", "--greedy", "--seed", "1"]
+    http = start_tiny(tmp_path_factory.mktemp("page"), tiny_checkpoint, *args, name="page", http=True)
     yield http
     assert http.server.stop() == 0
 
@@ -128,25 +113,10 @@ def test_page_adds_and_removes_a_cloned_voice(browser: object, tmp_path: Path, t
     table and the voice menu, speaks, and its Remove button takes it away again. A screenshot goes to docs/."""
     from selenium.webdriver.common.by import By
 
-    args = [
-        "--model",
-        str(tiny_base_checkpoint),
-        "--device",
-        "cpu",
-        "--dtype",
-        "float32",
-        "--max-frames",
-        "6",
-        "--first-chunk-frames",
-        "1",
-        "--chunk-frames",
-        "2",
-        "--seed",
-        "1",
-        "--data-dir",
-        str(tmp_path / "data"),
-    ]
-    http = start_http(tmp_path, args, fake=False, name="page-base")
+    args = ["--max-frames", "6", "--first-chunk-frames", "1", "--chunk-frames", "2", "--seed", "1"]
+    http = start_tiny(
+        tmp_path, tiny_base_checkpoint, *args, "--data-dir", str(tmp_path / "data"), name="page-base", http=True
+    )
     try:
         d = browser
         d.get(f"{http.url}/#voices")  # type: ignore[attr-defined]

@@ -21,6 +21,7 @@ from audio_codecs import decode
 from http_server import HttpServer, start_http
 from prometheus_text import metric_value
 from reliability_support import synthesize
+from tiny_server import start_tiny
 
 from wyoming_qwen3tts.http.app import _loopback_only
 from wyoming_qwen3tts.request import SAMPLE_RATE, SAMPLES_PER_FRAME
@@ -32,28 +33,9 @@ TEXT = "Hello there, how are you?"
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Iterator[HttpServer]:
-    args = [
-        "--model",
-        str(tiny_checkpoint),
-        "--device",
-        "cpu",
-        "--dtype",
-        "float32",
-        "--max-frames",
-        "6",
-        "--first-chunk-frames",
-        "1",
-        "--chunk-frames",
-        "2",
-        "--greedy",
-        "--seed",
-        "1",
-        "--max-text-chars",
-        "300",
-        "--max-event-bytes",
-        "65536",
-    ]
-    http = start_http(tmp_path_factory.mktemp("http-real"), args, fake=False, name="real")
+    args = ["--max-frames", "6", "--first-chunk-frames", "1", "--chunk-frames", "2", "--greedy", "--seed", "1"]
+    limits = ["--max-text-chars", "300", "--max-event-bytes", "65536"]
+    http = start_tiny(tmp_path_factory.mktemp("http-real"), tiny_checkpoint, *args, *limits, name="real", http=True)
     yield http
     assert http.server.stop() == 0
     log = http.server.log_text()

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tiny_server import tiny_args
 from wyoming.audio import AudioChunk
 from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
@@ -141,17 +142,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     ]
     if request.param == "real":
         checkpoint: Path = request.getfixturevalue("tiny_checkpoint")
-        args = [
-            sys.executable,
-            "-m",
-            "wyoming_qwen3tts",
-            "--model",
-            str(checkpoint),
-            "--device",
-            "cpu",
-            "--dtype",
-            "float32",
-        ]
+        args = [sys.executable, "-m", "wyoming_qwen3tts", *tiny_args(checkpoint)]
     else:
         args = [sys.executable, "-c", FAKE_MAIN]
     proc = ServerProcess(args + common, tmp / "server.log")

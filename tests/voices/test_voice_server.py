@@ -95,6 +95,19 @@ def test_catalog_offers_the_voices_of_the_loaded_kind(tmp_path: Path, caplog: py
 # -- end to end -------------------------------------------------------------------------------------
 
 
+def _tiny_settings(checkpoint: Path, **settings: object) -> Settings:
+    """A tiny random checkpoint's settings on the CPU in float32, six frames a sentence in groups of two."""
+    return Settings(
+        model=str(checkpoint),
+        device="cpu",
+        dtype="float32",
+        max_frames=6,
+        first_chunk_frames=1,
+        chunk_frames=2,
+        **settings,
+    )
+
+
 async def _serve(settings: Settings) -> tuple[AsyncServer, int, TtsService]:
     voices = all_voices(settings)
     service = TtsService(partial(load_engine, settings, voices), voices, default_voice=settings.voice)
@@ -146,16 +159,7 @@ async def test_cloned_voices_listed_and_spoken(
     (folder / "short.txt").write_text("Hi.")
     write_clip(folder / "mute.wav")  # no transcript, in-context by default: refused
     xvec = VoicePreset(name="bob", reference_audio=write_clip(tmp_path / "bob.wav", seed=3), x_vector_only=True)
-    settings = Settings(
-        model=str(tiny_base_checkpoint),
-        data_dir=data,
-        device="cpu",
-        dtype="float32",
-        max_frames=6,
-        first_chunk_frames=1,
-        chunk_frames=2,
-        voices=[xvec],
-    )
+    settings = _tiny_settings(tiny_base_checkpoint, data_dir=data, voices=[xvec])
     with caplog.at_level(logging.INFO):
         server, port, service = await _serve(settings)
     try:
@@ -198,15 +202,7 @@ async def test_designed_voice_listed_and_spoken(tiny_voice_design_checkpoint: Pa
         VoicePreset(name="narrator", design="A calm, deep narrator."),
         VoicePreset(name="ryan-calm", speaker="ryan"),
     ]
-    settings = Settings(
-        model=str(tiny_voice_design_checkpoint),
-        device="cpu",
-        dtype="float32",
-        max_frames=6,
-        first_chunk_frames=1,
-        chunk_frames=2,
-        voices=voices,
-    )
+    settings = _tiny_settings(tiny_voice_design_checkpoint, voices=voices)
     server, port, service = await _serve(settings)
     try:
         (program,) = (await _describe(port)).tts
@@ -229,16 +225,8 @@ async def test_one_server_several_models(
         VoicePreset(name="anna", reference_audio=write_clip(tmp_path / "anna.wav"), reference_text="Hello there."),
         VoicePreset(name="narrator", design="A calm, deep narrator."),
     ]
-    settings = Settings(
-        model=str(tiny_checkpoint),
-        extra_models=[str(tiny_base_checkpoint), str(tiny_voice_design_checkpoint)],
-        device="cpu",
-        dtype="float32",
-        max_frames=6,
-        first_chunk_frames=1,
-        chunk_frames=2,
-        voices=voices,
-    )
+    extra_models = [str(tiny_base_checkpoint), str(tiny_voice_design_checkpoint)]
+    settings = _tiny_settings(tiny_checkpoint, extra_models=extra_models, voices=voices)
     server, port, service = await _serve(settings)
     try:
         assert service.load_error is None
