@@ -22,7 +22,8 @@ from reliability_support import Raw
 from tiny_server import start_tiny
 from wyoming.event import Event
 
-from wyoming_qwen3tts.announcements import SUFFIX, AnnouncementCache, engine_identity
+from wyoming_qwen3tts.announcements import SUFFIX, AnnouncementCache, checkpoint_identity
+from wyoming_qwen3tts.engine_set import EngineSet
 from wyoming_qwen3tts.errors import Qwen3TTSError
 from wyoming_qwen3tts.model.prompt import ClonePrompt
 from wyoming_qwen3tts.request import SAMPLES_PER_FRAME, AudioChunk, SamplingParams, SynthesisRequest
@@ -80,7 +81,7 @@ def test_key_covers_everything_that_shapes_the_audio() -> None:
     assert len({cache.key(r, engine) for r in others} | {key}) == len(others) + 1
     assert cache.key(REQUEST, FakeEngine(frame_delay=0)) == key  # another engine object, the same model
     other_model = FakeEngine()
-    other_model.max_frames = 99  # type: ignore[attr-defined]
+    other_model.identity = "another model"
     assert cache.key(REQUEST, other_model) != key
 
 
@@ -95,18 +96,25 @@ def test_key_of_a_cloned_voice_is_its_prompt() -> None:
     assert keys[0] == keys[1] and len(set(keys)) == 3
 
 
-def test_engine_identity_follows_the_weight_files(tmp_path: Path) -> None:
-    class Checkpoint:
-        path = tmp_path
-
-    class Engine:
-        checkpoint = Checkpoint()
-
+def test_checkpoint_identity_follows_the_weight_files_and_the_settings(tmp_path: Path) -> None:
     weights = tmp_path / "model.safetensors"
     weights.write_bytes(b"1234")
-    before = engine_identity(Engine())
+    before = checkpoint_identity("Engine", tmp_path, "config", [1, 2])
+    assert checkpoint_identity("Engine", tmp_path, "config", [1, 2]) == before
+    assert checkpoint_identity("Engine", tmp_path, "config", [1, 3]) != before
     weights.write_bytes(b"12345")  # retrained or replaced: another size (and mtime)
-    assert engine_identity(Engine()) != before
+    assert checkpoint_identity("Engine", tmp_path, "config", [1, 2]) != before
+
+
+def test_several_models_are_identified_by_each_one() -> None:
+    custom, base = FakeEngine(), FakeEngine()
+    custom.model_type, base.model_type = "custom_voice", "base"  # type: ignore[attr-defined]
+    base.identity = "fake base"
+    both = EngineSet([custom, base]).announcement_identity()  # type: ignore[list-item]
+    assert both not in (custom.announcement_identity(), base.announcement_identity())
+    assert EngineSet([custom, base]).announcement_identity() == both  # type: ignore[list-item]
+    base.identity = "another base"
+    assert EngineSet([custom, base]).announcement_identity() != both  # type: ignore[list-item]
 
 
 # -- memory and disk ---------------------------------------------------------------------------------

@@ -37,6 +37,10 @@ class FakeEngine:
     supports_instruct = True
     model_types = {"custom_voice"}
     max_streams = 1
+    identity = "fake"  # the model it stands for, as the announcement cache tells models apart
+
+    def announcement_identity(self) -> str:
+        return self.identity
 
     def warm_up(self) -> float:
         return 0.0

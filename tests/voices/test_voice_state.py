@@ -54,6 +54,9 @@ class FakeBaseEngine:
     languages: ClassVar[list[str]] = ["auto", "english", "german"]
     supports_instruct = False
 
+    def announcement_identity(self) -> str:
+        return "fake base"
+
     def warm_up(self) -> float:
         return 0.0
 
