@@ -29,10 +29,11 @@ import struct
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -45,8 +46,6 @@ MAGIC = b"Q3TTS-ANNOUNCEMENT-1\n"
 SUFFIX = ".take"
 _LENGTH = struct.Struct("<I")
 _MB = 1024 * 1024
-# The engine's settings that shape its audio (test engines may lack some: None).
-_ENGINE_SETTINGS = ("first_chunk_frames", "chunk_frames", "max_frames", "stop_runaway", "max_streams")
 
 
 def _digest(*parts: object) -> str:
@@ -83,24 +82,21 @@ def _weight_files(path: Path) -> list[tuple[str, int, int]]:
     ]
 
 
-def engine_identity(engine: object) -> str:
-    """What the model contributes to every take: a hash of the checkpoint, its weights' fingerprint and the
-    engine's settings (for several models, of each)."""
-    engines = getattr(engine, "engines", None)
-    if engines is not None:  # EngineSet
-        return _digest([engine_identity(e) for e in engines])
-    checkpoint = getattr(engine, "checkpoint", None)
-    path = Path(checkpoint.path) if checkpoint is not None else None
-    info = getattr(engine, "info", None)
-    return _digest(
-        type(engine).__qualname__,
-        str(path),
-        _weight_files(path) if path is not None else [],
-        repr(getattr(engine, "config", None)),
-        repr(getattr(engine, "default_sampling", None)),
-        [getattr(info, name, None) for name in ("device", "dtype", "backend", "weights")],
-        [getattr(engine, name, None) for name in _ENGINE_SETTINGS],
-    )
+class Identified(Protocol):
+    """What the cache needs of the engine that speaks (engine_set.Speaker declares it)."""
+
+    def announcement_identity(self) -> str: ...
+
+
+def checkpoint_identity(kind: str, path: Path, *settings: object) -> str:
+    """What a model contributes to every take (Engine.announcement_identity): a hash of the engine's kind, its
+    checkpoint's path, its weights' fingerprint and the settings that shape its audio."""
+    return _digest(kind, str(path), _weight_files(path), *settings)
+
+
+def combined_identity(identities: Sequence[str]) -> str:
+    """What several models contribute together (EngineSet.announcement_identity): a hash of each one's."""
+    return _digest(list(identities))
 
 
 def voice_identity(clone: object) -> str:
@@ -191,14 +187,17 @@ class AnnouncementCache:
         return cls(enabled=False)
 
     # -- keys ------------------------------------------------------------------------------------------
-    def key(self, request: SynthesisRequest, engine: object) -> str:
+    def key(self, request: SynthesisRequest, engine: Identified) -> str:
         """Everything that shapes a take, hashed (the cloned voice by its prompt's contents)."""
         values = {f.name: getattr(request, f.name) for f in fields(request) if f.name != "clone"}
         voice = self._voices.get(request.clone, voice_identity) if request.clone is not None else None
-        return _digest(__version__, self._engines.get(engine, engine_identity), voice, values)
+        model = self._engines.get(engine, lambda e: e.announcement_identity())
+        return _digest(__version__, model, voice, values)
 
     # -- lookup and store (event loop) -----------------------------------------------------------------
-    async def lookup(self, request: SynthesisRequest, engine: object, cancel: threading.Event | None = None) -> Take:
+    async def lookup(
+        self, request: SynthesisRequest, engine: Identified | None, cancel: threading.Event | None = None
+    ) -> Take:
         """The cached take of `request` (a hit), or a Take to record while it is synthesized (a miss).
         Before the model has loaded (`engine` None), or with the cache off, neither: the take records nothing."""
         if not self.enabled or engine is None or (self.memory_limit <= 0 and self.disk_limit <= 0):

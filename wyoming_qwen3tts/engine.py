@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 import numpy as np
 import torch
 
+from .announcements import checkpoint_identity
 from .backends import DecodeBackend, DecodeSession, make_backend
 from .errors import EmptyTextError, GpuOutOfMemoryError, Qwen3TTSError, SynthesisCancelled, TextTooLongError, VoiceError
 from .model.checkpoint import Checkpoint, load_checkpoint, resolve_dtype
@@ -231,6 +232,20 @@ class Engine:
         """custom_voice (preset speakers), base (cloned voices) or voice_design (described voices)."""
         # Qwen3TTSConfig.from_dict refuses any other tts_model_type.
         return cast("VoiceKind", self.config.tts_model_type)
+
+    def announcement_identity(self) -> str:
+        """engine_set.Speaker: what this model contributes to the announcement cache's keys. The checkpoint (path,
+        config, its weight files' sizes and times), where and how it runs (device, dtype, backend, weights), its
+        default sampling and its frame settings: everything of the engine that shapes a sentence's audio."""
+        info = self.info
+        return checkpoint_identity(
+            type(self).__qualname__,
+            Path(self.checkpoint.path),
+            repr(self.config),
+            repr(self.default_sampling),
+            [info.device, info.dtype, info.backend, info.weights],
+            [self.first_chunk_frames, self.chunk_frames, self.max_frames, self.stop_runaway, self.max_streams],
+        )
 
     def clone_voices(self, presets: Sequence[VoicePreset]) -> dict[str, str]:
         """Clone each cloned-voice preset (VoicePreset with reference_audio) into clone_prompts; a voice

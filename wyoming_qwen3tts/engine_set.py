@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from .announcements import combined_identity
 from .errors import VoiceError
 from .model.config import MODEL_TYPE_NAMES, voice_kind
 from .request import AudioChunk, SynthesisRequest
@@ -43,6 +44,8 @@ class Speaker(Protocol):
     def clone_prompts(self) -> dict[str, ClonePrompt]: ...  # cloned voices by name (the Base model's)
 
     def clone_voices(self, presets: Sequence[VoicePreset]) -> dict[str, str]: ...
+
+    def announcement_identity(self) -> str: ...  # what identifies its audio in the announcement cache's keys
 
     def warm_up(self) -> float: ...  # before serving: the first request pays for no capture or lazy init
 
@@ -117,6 +120,9 @@ class EngineSet:
 
     def validate(self, request: SynthesisRequest) -> Validated:
         return self.engine_for(request).validate(request)
+
+    def announcement_identity(self) -> str:
+        return combined_identity([engine.announcement_identity() for engine in self.engines])
 
     def warm_up(self) -> float:
         return sum(engine.warm_up() for engine in self.engines)

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from reliability_support import Server, free_port, start
+from reliability_support import Server, free_port
+from tiny_server import start_tiny
 
 from wyoming_qwen3tts.tools.load import Record, parse_args, run_load, summarize
 
@@ -66,24 +67,9 @@ def test_summary_of_made_up_records() -> None:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Iterator[tuple[Server, int]]:
     http_port = free_port()
-    args = [
-        "--model",
-        str(tiny_checkpoint),
-        "--device",
-        "cpu",
-        "--dtype",
-        "float32",
-        "--max-frames",
-        "2",
-        "--first-chunk-frames",
-        "1",
-        "--chunk-frames",
-        "1",
-        "--greedy",
-        "--http",
-        f"tcp://127.0.0.1:{http_port}",
-    ]
-    srv = start(tmp_path_factory.mktemp("load-tool"), args, fake=False, name="load-tool")
+    args = ["--max-frames", "2", "--first-chunk-frames", "1", "--chunk-frames", "1", "--greedy"]
+    http = ["--http", f"tcp://127.0.0.1:{http_port}"]
+    srv = start_tiny(tmp_path_factory.mktemp("load-tool"), tiny_checkpoint, *args, *http, name="load-tool")
     yield srv, http_port
     assert srv.stop() == 0
     assert "Traceback" not in srv.log_text()

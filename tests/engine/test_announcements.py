@@ -15,13 +15,15 @@ import numpy as np
 import openai
 import pytest
 import torch
-from reliability_support import Raw, start
-from test_handler import FakeEngine
-from test_http_app import metric_value
-from test_http_server import HttpServer, start_http
+from fake_engine import FakeEngine
+from http_server import HttpServer
+from prometheus_text import metric_value
+from reliability_support import Raw
+from tiny_server import start_tiny
 from wyoming.event import Event
 
-from wyoming_qwen3tts.announcements import SUFFIX, AnnouncementCache, engine_identity
+from wyoming_qwen3tts.announcements import SUFFIX, AnnouncementCache, checkpoint_identity
+from wyoming_qwen3tts.engine_set import EngineSet
 from wyoming_qwen3tts.errors import Qwen3TTSError
 from wyoming_qwen3tts.model.prompt import ClonePrompt
 from wyoming_qwen3tts.request import SAMPLES_PER_FRAME, AudioChunk, SamplingParams, SynthesisRequest
@@ -79,7 +81,7 @@ def test_key_covers_everything_that_shapes_the_audio() -> None:
     assert len({cache.key(r, engine) for r in others} | {key}) == len(others) + 1
     assert cache.key(REQUEST, FakeEngine(frame_delay=0)) == key  # another engine object, the same model
     other_model = FakeEngine()
-    other_model.max_frames = 99  # type: ignore[attr-defined]
+    other_model.identity = "another model"
     assert cache.key(REQUEST, other_model) != key
 
 
@@ -94,18 +96,25 @@ def test_key_of_a_cloned_voice_is_its_prompt() -> None:
     assert keys[0] == keys[1] and len(set(keys)) == 3
 
 
-def test_engine_identity_follows_the_weight_files(tmp_path: Path) -> None:
-    class Checkpoint:
-        path = tmp_path
-
-    class Engine:
-        checkpoint = Checkpoint()
-
+def test_checkpoint_identity_follows_the_weight_files_and_the_settings(tmp_path: Path) -> None:
     weights = tmp_path / "model.safetensors"
     weights.write_bytes(b"1234")
-    before = engine_identity(Engine())
+    before = checkpoint_identity("Engine", tmp_path, "config", [1, 2])
+    assert checkpoint_identity("Engine", tmp_path, "config", [1, 2]) == before
+    assert checkpoint_identity("Engine", tmp_path, "config", [1, 3]) != before
     weights.write_bytes(b"12345")  # retrained or replaced: another size (and mtime)
-    assert engine_identity(Engine()) != before
+    assert checkpoint_identity("Engine", tmp_path, "config", [1, 2]) != before
+
+
+def test_several_models_are_identified_by_each_one() -> None:
+    custom, base = FakeEngine(), FakeEngine()
+    custom.model_type, base.model_type = "custom_voice", "base"  # type: ignore[attr-defined]
+    base.identity = "fake base"
+    both = EngineSet([custom, base]).announcement_identity()  # type: ignore[list-item]
+    assert both not in (custom.announcement_identity(), base.announcement_identity())
+    assert EngineSet([custom, base]).announcement_identity() == both  # type: ignore[list-item]
+    base.identity = "another base"
+    assert EngineSet([custom, base]).announcement_identity() != both  # type: ignore[list-item]
 
 
 # -- memory and disk ---------------------------------------------------------------------------------
@@ -241,31 +250,16 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("announcements-data")
 
 
-def server_args(checkpoint: Path, data: Path) -> list[str]:
+def server_args(data: Path) -> list[str]:
     # Sampled (no --greedy, no --seed): every synthesis of a sentence differs, so equal audio means a replay.
-    return [
-        "--model",
-        str(checkpoint),
-        "--device",
-        "cpu",
-        "--dtype",
-        "float32",
-        "--max-frames",
-        "6",
-        "--first-chunk-frames",
-        "1",
-        "--chunk-frames",
-        "2",
-        "--data-dir",
-        str(data),
-        "--announcement-cache",
-    ]
+    frames = ["--max-frames", "6", "--first-chunk-frames", "1", "--chunk-frames", "2"]
+    return [*frames, "--data-dir", str(data), "--announcement-cache"]
 
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path, data_dir: Path) -> Iterator[HttpServer]:
-    http = start_http(
-        tmp_path_factory.mktemp("announce"), server_args(tiny_checkpoint, data_dir), fake=False, name="announce"
+    http = start_tiny(
+        tmp_path_factory.mktemp("announce"), tiny_checkpoint, *server_args(data_dir), name="announce", http=True
     )
     yield http
     assert http.server.stop() == 0
@@ -343,7 +337,7 @@ def test_takes_outlive_a_restart(real: HttpServer, tiny_checkpoint: Path, data_d
     deadline = time.monotonic() + 10  # written on the cache's own thread
     while len(list((data_dir / "announcements").glob("*" + SUFFIX))) < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
-    second = start(tmp_path, server_args(tiny_checkpoint, data_dir), fake=False, name="restarted")
+    second = start_tiny(tmp_path, tiny_checkpoint, *server_args(data_dir), name="restarted")
     try:
         _, again = asyncio.run(wyoming_say(second.port, text))
         assert again == first

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_batched_kernels_gpu import _model, _text_ids
-from test_batching_engine_gpu import _engine, _request
-from test_kernels_gpu import ops  # noqa: F401 - the kernels' fixture (skips without a build)
+from gpu_engine import cuda_engine, text_request
+from gpu_models import load_model_without_eos, text_ids
+from kernel_ops import ops  # noqa: F401 - the kernels' fixture (skips without a build)
 
 from wyoming_qwen3tts.backends.kernels.ops import Ops
 from wyoming_qwen3tts.request import SamplingParams
@@ -63,15 +63,15 @@ def test_streams_admitted_together_decode_their_codes_alone(
     from wyoming_qwen3tts.backends.kernels.options import KernelOptions
     from wyoming_qwen3tts.model.prompt import build_prompt
 
-    model = _model(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b)
+    model = load_model_without_eos(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b)
     kb = KernelBackend(model, KernelOptions(graph_prefill=False))
     prompts = {
-        "a": build_prompt(model, _text_ids(12, 1), "ryan", "english"),
-        "b": build_prompt(model, _text_ids(45, 2), "vivian", "chinese"),
-        "c": build_prompt(model, _text_ids(30, 3), "ryan", "english", non_streaming_text=False),
-        "d": build_prompt(model, _text_ids(3, 4), "vivian", "english"),
-        "e": build_prompt(model, _text_ids(20, 5), "vivian", "english", non_streaming_text=False),
-        "f": build_prompt(model, _text_ids(7, 6), "ryan", "chinese"),
+        "a": build_prompt(model, text_ids(12, 1), "ryan", "english"),
+        "b": build_prompt(model, text_ids(45, 2), "vivian", "chinese"),
+        "c": build_prompt(model, text_ids(30, 3), "ryan", "english", non_streaming_text=False),
+        "d": build_prompt(model, text_ids(3, 4), "vivian", "english"),
+        "e": build_prompt(model, text_ids(20, 5), "vivian", "english", non_streaming_text=False),
+        "f": build_prompt(model, text_ids(7, 6), "ryan", "chinese"),
     }
     lengths = [p.length for p in prompts.values()]
     assert len(set(lengths[:4])) == 4, lengths  # the first wave pads three of its four rows
@@ -122,12 +122,10 @@ def test_streams_in_slots_past_16_decode_their_codes_alone(tiny_checkpoint: Path
     from wyoming_qwen3tts.model.prompt import build_prompt
 
     assert MAX_SLOTS == 64
-    model = _model(tiny_checkpoint)
+    model = load_model_without_eos(tiny_checkpoint)
     kb = KernelBackend(model, KernelOptions(graph_prefill=False))
     greedy = SamplingParams.greedy()
-    prompts = [
-        build_prompt(model, _text_ids(4 + 7 * i, 30 + i), ("ryan", "vivian")[i % 2], "english") for i in range(6)
-    ]
+    prompts = [build_prompt(model, text_ids(4 + 7 * i, 30 + i), ("ryan", "vivian")[i % 2], "english") for i in range(6)]
 
     def stream(i: int, slot: int, frames: int) -> tuple[str, Admission, int]:
         return str(i), Admission(slot, prompts[i], greedy, 0), frames
@@ -161,13 +159,11 @@ def test_few_arrivals_are_prefilled_through_the_captured_graphs(tiny_checkpoint:
     )
     from wyoming_qwen3tts.model.prompt import build_prompt
 
-    model = _model(tiny_checkpoint)
+    model = load_model_without_eos(tiny_checkpoint)
     kb = KernelBackend(model)
     assert kb.warm_up() > 0
     greedy = SamplingParams.greedy()
-    prompts = [
-        build_prompt(model, _text_ids(5 + 9 * i, 10 + i), ("ryan", "vivian")[i % 2], "english") for i in range(8)
-    ]
+    prompts = [build_prompt(model, text_ids(5 + 9 * i, 10 + i), ("ryan", "vivian")[i % 2], "english") for i in range(8)]
 
     def stream(i: int, slot: int, frames: int) -> tuple[str, Admission, int]:
         return str(i), Admission(slot, prompts[i], greedy, 0), frames
@@ -199,9 +195,9 @@ def test_requests_queued_together_are_admitted_in_one_prefill(tiny_checkpoint: P
     base = SamplingParams() if sampled else SamplingParams.greedy()
     sampling = replace(base, suppress_eos=True)
     frames = [30, 20, 40, 12]
-    engine = _engine(tiny_checkpoint, 4, batch_invariant=sampled)
+    engine = cuda_engine(tiny_checkpoint, 4, batch_invariant=sampled)
     backend = engine.backend
-    requests = [_request(i, sampling, frames[i]) for i in range(4)]
+    requests = [text_request(i, sampling, frames[i]) for i in range(4)]
     prompts = [engine.prepare(r) for r in requests]
 
     def codes(session) -> np.ndarray:
@@ -243,13 +239,13 @@ def test_many_arrivals_are_prefilled_through_captured_batched_graphs(tiny_checkp
     )
     from wyoming_qwen3tts.model.prompt import build_prompt
 
-    model = _model(tiny_checkpoint)
+    model = load_model_without_eos(tiny_checkpoint)
     kb = KernelBackend(model)
     greedy = SamplingParams.greedy()
     prompts = [
         build_prompt(
             model,
-            _text_ids(3 + 5 * i, 20 + i),
+            text_ids(3 + 5 * i, 20 + i),
             ("ryan", "vivian")[i % 2],
             ("english", "chinese")[i % 3 == 0],
             non_streaming_text=i % 4 != 1,

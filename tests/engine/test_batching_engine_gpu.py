@@ -11,42 +11,12 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from gpu_engine import cuda_engine, text_request
 
-from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, SynthesisRequest
+from wyoming_qwen3tts.engine import Engine, SamplingParams, SynthesisRequest
 from wyoming_qwen3tts.errors import SynthesisCancelled
 
 pytestmark = pytest.mark.gpu
-
-TEXTS = [
-    ("The first request of the batch speaks this sentence.", "ryan", "english"),
-    ("A second one, shorter.", "vivian", "chinese"),
-    ("The third request joins a little later than the others and runs the longest of them all.", "ryan", "english"),
-    ("Four.", "sohee", "korean"),
-]
-
-
-def _engine(path, max_streams: int, backend: str = "kernels", batch_invariant: bool = False) -> Engine:
-    options = EngineOptions(
-        device="cuda",
-        dtype="float32",
-        backend=backend,
-        first_chunk_frames=2,
-        chunk_frames=8,
-        max_streams=max_streams,
-        max_frames=256,
-        batch_invariant=batch_invariant,
-    )  # type: ignore[arg-type]
-    engine = Engine.from_pretrained(str(path), options)
-    if backend == "kernels" and max_streams > 1 and engine.info.backend != "kernels-batched":
-        pytest.fail(f"batching backend did not load: {engine.info.backend_reason}")
-    return engine
-
-
-def _request(i: int, sampling: SamplingParams, frames: int) -> SynthesisRequest:
-    text, speaker, language = TEXTS[i]
-    return SynthesisRequest(
-        text=text, speaker=speaker, language=language, sampling=sampling, max_frames=frames, seed=10 + i
-    )
 
 
 def _concurrently(engine: Engine, requests: list[SynthesisRequest], delays: list[float]) -> list[np.ndarray]:
@@ -80,8 +50,8 @@ def test_batched_requests_equal_their_codes_alone(tiny_checkpoint, sampled: bool
     base = SamplingParams() if sampled else SamplingParams.greedy()
     sampling = replace(base, suppress_eos=True)
     frames = [30, 20, 48, 12]
-    engine = _engine(tiny_checkpoint, 4, batch_invariant=sampled)
-    requests = [_request(i, sampling, frames[i]) for i in range(4)]
+    engine = cuda_engine(tiny_checkpoint, 4, batch_invariant=sampled)
+    requests = [text_request(i, sampling, frames[i]) for i in range(4)]
     alone = [engine.synthesize_all(r)[1] for r in requests]
     together = _concurrently(engine, requests, [0.0, 0.01, 0.06, 0.03])
     for i in range(4):
@@ -91,7 +61,7 @@ def test_batched_requests_equal_their_codes_alone(tiny_checkpoint, sampled: bool
     lone_steps = engine.backend.decoder.lone_steps
     assert lone_steps == 0 if sampled else lone_steps >= sum(frames), lone_steps  # alone: every frame lone
     if not sampled:
-        torch_engine = _engine(tiny_checkpoint, 1, backend="torch")
+        torch_engine = cuda_engine(tiny_checkpoint, 1, backend="torch")
         for i in range(4):
             assert np.array_equal(torch_engine.synthesize_all(requests[i])[1], alone[i]), f"request {i} vs torch"
 
@@ -100,11 +70,11 @@ def test_more_requests_than_streams_queue_and_cancel_frees_a_slot(tiny_checkpoin
     """Six requests on two streams all complete with their own codes (the rest wait their turn); a
     request cancelled after its first chunk ends with SynthesisCancelled and its slot serves the next."""
     sampling = replace(SamplingParams.greedy(), suppress_eos=True)
-    engine = _engine(tiny_checkpoint, 2)
-    requests = [_request(i % 4, sampling, 16 + 2 * i) for i in range(6)]
+    engine = cuda_engine(tiny_checkpoint, 2)
+    requests = [text_request(i % 4, sampling, 16 + 2 * i) for i in range(6)]
     alone = [engine.synthesize_all(r)[1] for r in requests]
     cancel = threading.Event()
-    gen = engine.synthesize(_request(2, sampling, 250), cancel)
+    gen = engine.synthesize(text_request(2, sampling, 250), cancel)
     next(gen)
     assert engine.backend.active() == 1
     cancel.set()

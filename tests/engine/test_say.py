@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_voice_server import write_clip
+from voice_clip import write_clip
 
 from wyoming_qwen3tts.say import main
 

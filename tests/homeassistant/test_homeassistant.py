@@ -33,10 +33,11 @@ from typing import Any
 import aiohttp
 import av
 import pytest
+from browser import browser  # noqa: F401  (a fixture: Debian's chromium through selenium)
+from prometheus_text import metric_value
 from reliability_support import free_port
-from test_http_app import metric_value
-from test_http_page import browser  # noqa: F401  (a fixture: Debian's chromium through selenium)
-from test_voice_server import write_clip
+from tiny_server import tiny_args
+from voice_clip import write_clip
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -325,31 +326,9 @@ def qwen3(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     tmp = tmp_path_factory.mktemp("qwen3")
     config = tmp / "config.toml"
     config.write_text(PRESETS.format(clip=write_clip(tmp / "anna.wav")))
-    server = Qwen3Server(
-        tmp,
-        [
-            "--model",
-            str(tiny_checkpoint),
-            "--extra-models",
-            str(tiny_base_checkpoint),
-            "--device",
-            "cpu",
-            "--dtype",
-            "float32",
-            "--max-frames",
-            "6",
-            "--first-chunk-frames",
-            "1",
-            "--chunk-frames",
-            "2",
-            "--seed",
-            "1",
-            "--config",
-            str(config),
-            "--data-dir",
-            str(tmp / "data"),
-        ],
-    )
+    models = ["--extra-models", str(tiny_base_checkpoint), "--config", str(config), "--data-dir", str(tmp / "data")]
+    frames = ["--max-frames", "6", "--first-chunk-frames", "1", "--chunk-frames", "2", "--seed", "1"]
+    server = Qwen3Server(tmp, tiny_args(tiny_checkpoint, *models, *frames))
     server.start()
     yield server
     assert server.stop() == 0

@@ -7,12 +7,12 @@ import re
 
 import pytest
 import yaml
-from test_docker_files import COMPOSE, _service, interpolate
+from compose_files import COMPOSE, compose_service, interpolate
 
 from wyoming_qwen3tts.settings import ENV_PREFIX, load_settings
 
 HTTP_LINES = re.compile(r'^(\s*)# (- "8000:8000"|WYOMING_QWEN3TTS_(?:HTTP|API_KEY): .*)$', re.M)
-# ${VAR:?message}: compose refuses to start without VAR (test_docker_files' helper knows only :-).
+# ${VAR:?message}: compose refuses to start without VAR (compose_files' helper knows only :-).
 REQUIRED = re.compile(r"\$\{([A-Za-z_]\w*):\?[^}]*\}")
 
 
@@ -25,7 +25,7 @@ def test_compose_shows_how_to_enable_http(flavour: str, monkeypatch: pytest.Monk
     env = {"QWEN3TTS_API_KEY": "from-dot-env"}
     enabled = interpolate(REQUIRED.sub(lambda m: env[m[1]], HTTP_LINES.sub(r"\1\2", text)), env)
     PyCompose.from_yaml(enabled).validate()
-    service = _service(yaml.safe_load(enabled))
+    service = compose_service(yaml.safe_load(enabled))
     assert "8000:8000" in service["ports"]
     for name, value in service["environment"].items():
         monkeypatch.setenv(name, value)

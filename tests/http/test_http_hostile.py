@@ -25,9 +25,10 @@ import numpy as np
 import openai
 import pytest
 import soundfile
-from reliability_support import HOST, Raw, free_port, start
-from test_http_server import HttpServer, start_http
-from test_voice_server import write_clip
+from http_server import HttpServer, start_http
+from reliability_support import HOST, Raw, free_port
+from tiny_server import start_tiny
+from voice_clip import write_clip
 from wyoming.event import Event
 
 pytestmark = pytest.mark.timeout(300)
@@ -61,36 +62,10 @@ def base(
     config = tmp / "config.toml"
     config.write_text(CONFIG.replace("VOICES", str(folder)))
     port = free_port()
-    args = [
-        "--model",
-        str(tiny_base_checkpoint),
-        "--device",
-        "cpu",
-        "--dtype",
-        "float32",
-        "--max-frames",
-        "4",
-        "--first-chunk-frames",
-        "1",
-        "--chunk-frames",
-        "2",
-        "--seed",
-        "1",
-        "--data-dir",
-        str(tmp / "data"),
-        "--config",
-        str(config),
-        "--http",
-        f"tcp://{HOST}:{port}",
-        "--upload-timeout",
-        str(UPLOAD_TIMEOUT),
-        "--max-uploads",
-        "2",
-        "--max-connections",
-        "3",
-        "--debug",
-    ]
-    server = start(tmp, args, fake=False, name="base")
+    frames = ["--max-frames", "4", "--first-chunk-frames", "1", "--chunk-frames", "2", "--seed", "1"]
+    files = ["--data-dir", str(tmp / "data"), "--config", str(config), "--http", f"tcp://{HOST}:{port}"]
+    limits = ["--upload-timeout", str(UPLOAD_TIMEOUT), "--max-uploads", "2", "--max-connections", "3"]
+    server = start_tiny(tmp, tiny_base_checkpoint, *frames, *files, *limits, "--debug", name="base")
     http = HttpServer(server, port)
     yield http, folder
     assert server.stop() == 0
@@ -599,25 +574,9 @@ async def test_sigterm_during_an_upload_exits_in_time_and_leaves_nothing(
     waits for it up to drain_seconds, then cuts it; the server exits 0 and the folder holds nothing of it."""
     folder = tmp_path / "data" / "voices"
     port = free_port()
-    args = [
-        "--model",
-        str(tiny_base_checkpoint),
-        "--device",
-        "cpu",
-        "--dtype",
-        "float32",
-        "--max-frames",
-        "2",
-        "--data-dir",
-        str(tmp_path / "data"),
-        "--http",
-        f"tcp://{HOST}:{port}",
-        "--drain-seconds",
-        "1",
-        "--upload-timeout",
-        "60",
-    ]
-    server = start(tmp_path, args, fake=False, name="sigterm")
+    args = ["--max-frames", "2", "--data-dir", str(tmp_path / "data"), "--http", f"tcp://{HOST}:{port}"]
+    drain = ["--drain-seconds", "1", "--upload-timeout", "60"]
+    server = start_tiny(tmp_path, tiny_base_checkpoint, *args, *drain, name="sigterm")
     http = HttpServer(server, port)
     try:
         status, body = await post(http, {"name": "kept", "x_vector_only": "true"}, clip)

@@ -10,69 +10,22 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_http_server import HttpServer, start_http
+from browser import browser  # noqa: F401  (a fixture)
+from http_server import HttpServer, start_http
+from tiny_server import start_tiny
+from voice_clip import write_clip
 
 pytestmark = pytest.mark.timeout(300)
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-# No connections but to the page's server: this machine's network is closed.
-CHROMIUM_FLAGS = (
-    "--headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking "
-    "--disable-component-update --disable-sync --window-size=1100,1000"
-).split()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        message = "needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    profile = tempfile.mkdtemp(prefix="chromium-")
-    options.add_argument(f"--user-data-dir={profile}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Iterator[HttpServer]:
-    args = [
-        "--model",
-        str(tiny_checkpoint),
-        "--device",
-        "cpu",
-        "--dtype",
-        "float32",
-        "--max-frames",
-        "8",
-        "--first-chunk-frames",
-        "1",
-        "--chunk-frames",
-        "2",
-        "--greedy",
-        "--seed",
-        "1",
-    ]
-    http = start_http(tmp_path_factory.mktemp("page"), args, fake=False, name="page")
+    args = ["--max-frames", "8", "--first-chunk-frames", "1", "--chunk-frames", "2", "--greedy", "--seed", "1"]
+    http = start_tiny(tmp_path_factory.mktemp("page"), tiny_checkpoint, *args, name="page", http=True)
     yield http
     assert http.server.stop() == 0
 
@@ -159,27 +112,11 @@ def test_page_adds_and_removes_a_cloned_voice(browser: object, tmp_path: Path, t
     """With a Base model: the Voices panel's form uploads a clip and its transcript, the voice appears in the
     table and the voice menu, speaks, and its Remove button takes it away again. A screenshot goes to docs/."""
     from selenium.webdriver.common.by import By
-    from test_voice_server import write_clip
 
-    args = [
-        "--model",
-        str(tiny_base_checkpoint),
-        "--device",
-        "cpu",
-        "--dtype",
-        "float32",
-        "--max-frames",
-        "6",
-        "--first-chunk-frames",
-        "1",
-        "--chunk-frames",
-        "2",
-        "--seed",
-        "1",
-        "--data-dir",
-        str(tmp_path / "data"),
-    ]
-    http = start_http(tmp_path, args, fake=False, name="page-base")
+    args = ["--max-frames", "6", "--first-chunk-frames", "1", "--chunk-frames", "2", "--seed", "1"]
+    http = start_tiny(
+        tmp_path, tiny_base_checkpoint, *args, "--data-dir", str(tmp_path / "data"), name="page-base", http=True
+    )
     try:
         d = browser
         d.get(f"{http.url}/#voices")  # type: ignore[attr-defined]

@@ -11,17 +11,17 @@ import json
 import signal
 import socket
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import openai
 import pytest
-from reliability_support import Server, free_port, start, synthesize
-from test_http_app import metric_value
-from test_http_audio import decode
+from audio_codecs import decode
+from http_server import HttpServer, start_http
+from prometheus_text import metric_value
+from reliability_support import synthesize
+from tiny_server import start_tiny
 
 from wyoming_qwen3tts.http.app import _loopback_only
 from wyoming_qwen3tts.request import SAMPLE_RATE, SAMPLES_PER_FRAME
@@ -29,73 +29,13 @@ from wyoming_qwen3tts.request import SAMPLE_RATE, SAMPLES_PER_FRAME
 pytestmark = pytest.mark.timeout(300)
 
 TEXT = "Hello there, how are you?"
-PRESETS = """
-[[voices]]
-name = "ryan-calm"
-speaker = "ryan"
-language = "en"
-instruct = "Speak slowly and calmly."
-"""
-
-
-class HttpServer:
-    """A server process (reliability_support.Server) with HTTP on a free port of 127.0.0.1."""
-
-    def __init__(self, server: Server, port: int, key: str | None = None) -> None:
-        self.server = server
-        self.url = f"http://127.0.0.1:{port}"
-        self.key = key
-
-    def client(self, key: str | None = None) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key or self.key or "unused", max_retries=0, timeout=120)
-
-    def get(self, path: str, key: str | None = None) -> tuple[int, str]:
-        request = urllib.request.Request(f"{self.url}{path}", headers={"Authorization": f"Bearer {key}"} if key else {})
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return response.status, response.read().decode()
-        except urllib.error.HTTPError as err:
-            return err.code, err.read().decode()
-
-    def metrics(self) -> str:
-        status, text = self.get("/metrics", self.key)
-        assert status == 200, text
-        return text
-
-
-def start_http(tmp: Path, args: list[str], *, fake: bool, key: str | None = None, **kw: object) -> HttpServer:
-    port = free_port()
-    config = tmp / "config.toml"
-    config.write_text(PRESETS)
-    extra = ["--api-key", key] if key else []
-    server = start(tmp, [*args, "--config", str(config), "--http", f"tcp://127.0.0.1:{port}", *extra], fake=fake, **kw)  # type: ignore[arg-type]
-    return HttpServer(server, port, key)
 
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Iterator[HttpServer]:
-    args = [
-        "--model",
-        str(tiny_checkpoint),
-        "--device",
-        "cpu",
-        "--dtype",
-        "float32",
-        "--max-frames",
-        "6",
-        "--first-chunk-frames",
-        "1",
-        "--chunk-frames",
-        "2",
-        "--greedy",
-        "--seed",
-        "1",
-        "--max-text-chars",
-        "300",
-        "--max-event-bytes",
-        "65536",
-    ]
-    http = start_http(tmp_path_factory.mktemp("http-real"), args, fake=False, name="real")
+    args = ["--max-frames", "6", "--first-chunk-frames", "1", "--chunk-frames", "2", "--greedy", "--seed", "1"]
+    limits = ["--max-text-chars", "300", "--max-event-bytes", "65536"]
+    http = start_tiny(tmp_path_factory.mktemp("http-real"), tiny_checkpoint, *args, *limits, name="real", http=True)
     yield http
     assert http.server.stop() == 0
     log = http.server.log_text()

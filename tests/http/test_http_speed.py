@@ -11,10 +11,10 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
-from test_handler import FakeEngine
-from test_http_app import serve
-from test_http_audio import decode, encode
-from test_http_server import HttpServer, start_http
+from audio_codecs import decode, encode
+from fake_engine import FakeEngine
+from http_server import HttpServer, start_http
+from in_process_http import serve
 
 from wyoming_qwen3tts.http.audio_formats import FORMATS
 from wyoming_qwen3tts.request import SAMPLE_RATE, SAMPLES_PER_FRAME

@@ -15,8 +15,9 @@ import numpy as np
 import openai
 import pytest
 import soundfile
-from test_http_server import HttpServer, start_http
-from test_voice_server import write_clip
+from http_server import HttpServer, start_http
+from tiny_server import start_tiny
+from voice_clip import write_clip
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -27,25 +28,8 @@ def base_http(
 ) -> Iterator[tuple[HttpServer, Path]]:
     tmp = tmp_path_factory.mktemp("http-voices")
     data = tmp / "data"
-    args = [
-        "--model",
-        str(tiny_base_checkpoint),
-        "--device",
-        "cpu",
-        "--dtype",
-        "float32",
-        "--max-frames",
-        "6",
-        "--first-chunk-frames",
-        "1",
-        "--chunk-frames",
-        "2",
-        "--seed",
-        "1",
-        "--data-dir",
-        str(data),
-    ]
-    http = start_http(tmp, args, fake=False, name="base")
+    args = ["--max-frames", "6", "--first-chunk-frames", "1", "--chunk-frames", "2", "--seed", "1"]
+    http = start_tiny(tmp, tiny_base_checkpoint, *args, "--data-dir", str(data), name="base", http=True)
     yield http, data / "voices"
     assert http.server.stop() == 0
     assert "Traceback" not in http.server.log_text()

@@ -23,7 +23,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_kernels_gpu import _check_attention_step, gen, ops, rel  # noqa: F401 - ops is the module's fixture too
+from attention_check import check_attention_step
+from gemv_checks import BATCHED_GEMV_SHAPES, TC_TOL, gemv_reference, rows_alone_and_batched, tc_device
+from gpu_models import load_model_without_eos, text_ids
+from kernel_ops import assert_close, assert_equal, gen, ops, rel  # noqa: F401 - ops: the kernels' fixture
 
 from wyoming_qwen3tts.backends.kernels import library
 from wyoming_qwen3tts.backends.kernels.ops import Ops
@@ -34,43 +37,9 @@ DEV = "cuda"
 F32_TOL = 1e-5
 BF16_TOL = 1e-2
 ROWS = library.BATCH_MAX  # the GEMV tests' vectors: past 16 the batched GEMV takes them 16 a launch
-NBS = (1, 2, 3, 5, 8, 16, 17, 40, 64)
-
-
-def assert_equal(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    """Bit-for-bit equality (NaN == NaN), with the first mismatch and the largest error when not."""
-    g, w = got.detach().cpu(), want.detach().cpu()
-    assert g.shape == w.shape, f"{what}: shape {tuple(g.shape)} vs {tuple(w.shape)}"
-    same = (g == w) | (g.isnan() & w.isnan()) if g.is_floating_point() else g == w
-    if bool(same.all()):
-        return
-    bad = (~same).nonzero()
-    first = tuple(bad[0].tolist())
-    diff = (g.double() - w.double()).abs()
-    raise AssertionError(
-        f"{what}: {bad.shape[0]} of {g.numel()} elements differ; first at {first}: {g[first].item()!r} vs "
-        f"{w[first].item()!r}; max abs diff {diff.max().item():.3e}"
-    )
-
-
-def assert_close(got: torch.Tensor, ref: torch.Tensor, tol: float, what: str) -> None:
-    err = rel(got, ref)
-    if err <= tol:
-        return
-    diff = (got.double().cpu() - ref.double().cpu()).abs()
-    worst = tuple(np.unravel_index(int(diff.argmax()), tuple(diff.shape)))
-    raise AssertionError(
-        f"{what}: relative error {err:.3e} > {tol:.0e}; max abs {diff.max().item():.3e} at {worst} "
-        f"(got {got.cpu()[worst].item():.6g}, ref {ref.cpu()[worst].item():.6g})"
-    )
 
 
 # ------------------------------------------------------------------------------------------ GEMV
-
-# (rows, K): the 1.7B Talker's qkv and down_proj (K = 6144: several K tiles at every nb), a
-# CodePredictor down_proj (few rows: the grid rule halves the rows per warp), the 0.6B codec_head,
-# then small and odd ones (130 rows: a partial block; K = 16 fewer chunks than lanes).
-GEMV_SHAPES = [(4096, 2048), (2048, 6144), (1024, 3072), (3072, 1024), (64, 96), (130, 16)]
 
 
 def _gemv_inputs(n: int, k: int, dtype: torch.dtype, mode: int, seed: int):
@@ -83,39 +52,6 @@ def _gemv_inputs(n: int, k: int, dtype: torch.dtype, mode: int, seed: int):
     n_out = n // 2 if mode == library.GEMV_SWIGLU else n
     y0 = torch.randn(ROWS, n_out, device=DEV, generator=g)  # ADD's residual; the poison STORE must overwrite
     return w, w32, x, nw, bias, y0
-
-
-def _gemv_reference(
-    w: torch.Tensor,
-    x: torch.Tensor,
-    nw: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    y0: torch.Tensor,
-    mode: int,
-    eps: float,
-) -> torch.Tensor:
-    xd = x.double()
-    if nw is not None:
-        xd = nw.double() * (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps))
-    r = xd @ w.double().t()
-    if mode == library.GEMV_SWIGLU:
-        return torch.nn.functional.silu(r[:, 0::2]) * r[:, 1::2]
-    if mode == library.GEMV_ADD:
-        return y0.double() + r
-    return r + bias.double() if bias is not None else r
-
-
-def rows_alone_and_batched(run, x: torch.Tensor, y0: torch.Tensor) -> torch.Tensor:
-    """run(rows, y) for each row of x alone (returned), then at every nb of NBS up to x's rows and again at all
-    of them: each row bit for bit its nb = 1 result (row independence) and finite."""
-    rows = x.shape[0]
-    alone = torch.stack([run(x[r : r + 1], y0[r : r + 1].clone())[0] for r in range(rows)])
-    for nb in (nb for nb in NBS if nb <= rows):
-        got = run(x[:nb].contiguous(), y0[:nb].clone())
-        assert torch.isfinite(got).all(), f"nb={nb}: not finite"
-        assert_equal(got, alone[:nb], f"nb={nb} rows vs the same rows at nb=1")
-    assert_equal(run(x.contiguous(), y0.clone()), alone, f"a second call at nb={rows}")
-    return alone
 
 
 def _scratch(ops: Ops, w: torch.Tensor) -> torch.Tensor:
@@ -140,19 +76,14 @@ def _batched_gemv(
 
 # The two kernels: "fma" (no scratch; every device, float32 and bf16) and "tc" (tensor cores: bf16 with
 # a scratch on sm_80+). The tensor-core kernel keeps x as bf16 hi + lo (~16 mantissa bits), so its
-# bound against float64 on the same weights is 3e-5, not float32's 1e-5.
+# bound against float64 on the same weights is TC_TOL (3e-5), not float32's 1e-5.
 KERNELS = [(torch.float32, "fma"), (torch.bfloat16, "fma"), (torch.bfloat16, "tc")]
-TC_TOL = 3e-5
-
-
-def _tc_device() -> bool:
-    return torch.cuda.get_device_capability()[0] >= 8
 
 
 @pytest.mark.parametrize("dtype,kernel", KERNELS)
 @pytest.mark.parametrize("mode", [library.GEMV_STORE, library.GEMV_ADD, library.GEMV_SWIGLU])
 @pytest.mark.parametrize("with_norm", [False, True])
-@pytest.mark.parametrize("n,k", GEMV_SHAPES)
+@pytest.mark.parametrize("n,k", BATCHED_GEMV_SHAPES)
 def test_batched_gemv(ops: Ops, dtype: torch.dtype, kernel: str, mode: int, with_norm: bool, n: int, k: int) -> None:
     """At nb in 1, 2, 3, 5, 8, 16, 17, 40, 64: every row within 1e-5 (tensor cores: 3e-5) of float64 on the same
     weights (bf16: 1e-2 of float32 weights), each row bit for bit its nb = 1 result, the same bits
@@ -160,16 +91,16 @@ def test_batched_gemv(ops: Ops, dtype: torch.dtype, kernel: str, mode: int, with
     w, w32, x, nw, bias, y0 = _gemv_inputs(n, k, dtype, mode, n * 13 + k + 5 * mode + int(with_norm))
     norm = nw if with_norm else None
     scratch = _scratch(ops, w) if kernel == "tc" else None
-    tol = TC_TOL if kernel == "tc" and _tc_device() else F32_TOL
+    tol = TC_TOL if kernel == "tc" and tc_device() else F32_TOL
 
     def run(rows: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return _batched_gemv(ops, w, rows, norm, bias, y, mode, scratch=scratch)
 
     alone = rows_alone_and_batched(run, x, y0)
-    ref = _gemv_reference(w.float(), x, norm, bias, y0, mode, 1e-6)
+    ref = gemv_reference(w.float(), x, norm, bias, y0, mode, 1e-6)
     assert_close(alone, ref, tol, "vs float64, same weights")
     if dtype == torch.bfloat16 and n >= 64:  # a norm over many outputs (see test_kernels_gpu.test_gemv_v2)
-        assert_close(alone, _gemv_reference(w32, x, norm, bias, y0, mode, 1e-6), BF16_TOL, "bf16 vs float32 weights")
+        assert_close(alone, gemv_reference(w32, x, norm, bias, y0, mode, 1e-6), BF16_TOL, "bf16 vs float32 weights")
     one = y0.clone()
     for r in range(x.shape[0]):
         ops.gemv(w, x[r], one[r], mode=mode, norm_w=norm, eps=1e-6, bias=bias)
@@ -203,7 +134,7 @@ def test_batched_gemv_rows_never_mix(ops: Ops, dtype: torch.dtype, kernel: str) 
 def test_batched_gemv_tensor_cores_take_bf16_with_scratch(ops: Ops) -> None:
     """Where the device has tensor cores (sm_80+), a bf16 call with scratch runs another kernel than
     without (other bits, same function); the split shapes need scratch, and a short one is refused."""
-    if not _tc_device():
+    if not tc_device():
         pytest.skip("no tensor cores (sm_80+) on this GPU: the FMA kernel serves every call")
     n, k = 2048, 6144
     w, _, x, nw, _, y0 = _gemv_inputs(n, k, torch.bfloat16, library.GEMV_ADD, 5)
@@ -374,7 +305,7 @@ def test_batched_rope_attention_split_rows(
         assert_close(out[r], one, F32_TOL, f"{what} against the one-stream kernel")
         # Against float64 (q, k normed and rotated by the model's functions) over the rows the kernel left, the
         # appended row against float64 too and every other row of the slot's cache untouched.
-        _check_attention_step(
+        check_attention_step(
             qkv[r],
             qn,
             kn,
@@ -854,22 +785,6 @@ def _run_plan(dec, plan: list[tuple[int, int, object, object, int, int]]) -> dic
     return out
 
 
-def _text_ids(n: int, seed: int) -> list[int]:
-    rng = np.random.default_rng(seed)
-    return [151644, 77091, 198, *[int(t) for t in rng.integers(300, 20000, size=n)], 151645, 198, 151644, 77091, 198]
-
-
-def _model(path: Path, dtype: torch.dtype = torch.float32):
-    from wyoming_qwen3tts.model.checkpoint import load_checkpoint
-    from wyoming_qwen3tts.model.talker import Qwen3TTSModel
-
-    ck = load_checkpoint(path, dtype=dtype, device=DEV)
-    model = Qwen3TTSModel.from_tensors(ck.config, ck.tensors, dtype=dtype, device=DEV)
-    with torch.no_grad():
-        model.talker.codec_head.weight[2150].zero_()  # no EOS: every frame is compared
-    return model
-
-
 @pytest.mark.parametrize("lone", [False, True])
 @pytest.mark.parametrize("graphs", [False, True])
 @pytest.mark.parametrize("size", ["tiny", "tiny-0.6b"])
@@ -889,14 +804,14 @@ def test_batched_decoder_equals_one_stream_backend(
     from wyoming_qwen3tts.model.prompt import build_prompt
     from wyoming_qwen3tts.request import SamplingParams
 
-    model = _model(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b)
+    model = load_model_without_eos(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b)
     # The decoder prefills eagerly: the backend too, for the same torch matmuls and the same prompt state.
     kb = KernelBackend(model, KernelOptions(graph_prefill=False))
     prompts = [
-        build_prompt(model, _text_ids(12, 1), "ryan", "english"),
-        build_prompt(model, _text_ids(5, 2), "vivian", "chinese"),
-        build_prompt(model, _text_ids(30, 3), "ryan", "english", non_streaming_text=False),
-        build_prompt(model, _text_ids(8, 4), "vivian", "english", non_streaming_text=False),
+        build_prompt(model, text_ids(12, 1), "ryan", "english"),
+        build_prompt(model, text_ids(5, 2), "vivian", "chinese"),
+        build_prompt(model, text_ids(30, 3), "ryan", "english", non_streaming_text=False),
+        build_prompt(model, text_ids(8, 4), "vivian", "english", non_streaming_text=False),
     ]
     greedy = SamplingParams.greedy()
     frames = [20, 32, 24, 18]
@@ -964,10 +879,10 @@ def test_batched_decoder_streams_equal_alone(
 
     path = tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b
     if weights == "int8":
-        model = _model(path)
+        model = load_model_without_eos(path)
         assert quantize_model(model).modules > 0
     else:
-        model = _model(path, torch.bfloat16)
+        model = load_model_without_eos(path, torch.bfloat16)
     kb = KernelBackend(model, KernelOptions(graph_prefill=False))
 
     def decoder(slots: int) -> BatchedDecoder:
@@ -983,10 +898,10 @@ def test_batched_decoder_streams_equal_alone(
         )
 
     prompts = [
-        build_prompt(model, _text_ids(12, 1), "ryan", "english"),
-        build_prompt(model, _text_ids(5, 2), "vivian", "chinese"),
-        build_prompt(model, _text_ids(30, 3), "ryan", "english", non_streaming_text=False),
-        build_prompt(model, _text_ids(8, 4), "vivian", "english", non_streaming_text=False),
+        build_prompt(model, text_ids(12, 1), "ryan", "english"),
+        build_prompt(model, text_ids(5, 2), "vivian", "chinese"),
+        build_prompt(model, text_ids(30, 3), "ryan", "english", non_streaming_text=False),
+        build_prompt(model, text_ids(8, 4), "vivian", "english", non_streaming_text=False),
     ]
     greedy, sampled = SamplingParams.greedy(), SamplingParams()
     runs = [

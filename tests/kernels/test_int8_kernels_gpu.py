@@ -29,10 +29,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_batched_kernels_gpu import GEMV_SHAPES as BATCHED_SHAPES
-from test_batched_kernels_gpu import TC_TOL, _tc_device, assert_close, assert_equal, rows_alone_and_batched
-from test_batched_kernels_gpu import _gemv_reference as _reference  # float64 y (mode) W @ xn, rows of x
-from test_kernels_gpu import GEMV_SHAPES, MODE_SHAPES, _greedy_parity, _model, gen, ops, rel  # noqa: F401 - ops: the fixture
+from gemv_checks import (
+    BATCHED_GEMV_SHAPES,
+    MODE_SHAPES,
+    TC_TOL,
+    gemv_reference,  # float64 y (mode) W @ xn, rows of x
+    rows_alone_and_batched,
+    tc_device,
+)
+from gpu_models import greedy_parity, load_model
+from kernel_ops import assert_close, assert_equal, gen, ops, rel  # noqa: F401 - ops: the kernels' fixture
 
 from wyoming_qwen3tts.backends.kernels import library
 from wyoming_qwen3tts.backends.kernels.ops import ADD, STORE, SWIGLU, Matrix, Ops
@@ -95,9 +101,9 @@ def test_int8_gemv(ops: Ops, mode: int, with_norm: bool, n: int, k: int, aligned
     y = run()
     assert torch.isfinite(y).all()
     assert torch.equal(y, run()), "not run-to-run identical"
-    assert_close(y, _reference(wd, x, norm, bias, y0, mode, 1e-6), F32_TOL, "vs float64, same int8 weights")
+    assert_close(y, gemv_reference(wd, x, norm, bias, y0, mode, 1e-6), F32_TOL, "vs float64, same int8 weights")
     if n >= 64:  # a norm over many outputs (test_kernels_gpu.test_gemv says why)
-        assert_close(y, _reference(w32, x, norm, bias, y0, mode, 1e-6), QUANT_TOL, "int8 vs float32 weights")
+        assert_close(y, gemv_reference(w32, x, norm, bias, y0, mode, 1e-6), QUANT_TOL, "int8 vs float32 weights")
     assert_close(run(split_k=True), y, F32_TOL, "split-K vs q3t_gemv")
     if k <= 4096:  # q3t_gemv is the split-K kernel there: the same bits
         assert torch.equal(run(split_k=True), y)
@@ -164,7 +170,15 @@ def test_int8_gemv_scale_argument(ops: Ops) -> None:
 # The batched tests' shapes (their K all multiples of 16), then the rest of both model sizes' real
 # shapes: the 1.7B gate/up (SwiGLU), its o_proj / codec_head rows, the CodePredictor gate/up, lm_head and
 # small_to_mtp_projection (1024 x 2048); (32, 48): K not a multiple of the tensor-core kernel's 64-k chunk.
-INT8_BATCHED_SHAPES = [*BATCHED_SHAPES, (12288, 2048), (2048, 2048), (6144, 1024), (2048, 1024), (1024, 2048), (32, 48)]
+INT8_BATCHED_SHAPES = [
+    *BATCHED_GEMV_SHAPES,
+    (12288, 2048),
+    (2048, 2048),
+    (6144, 1024),
+    (2048, 1024),
+    (1024, 2048),
+    (32, 48),
+]
 KERNELS = ["fma", "tc"]
 
 
@@ -184,17 +198,17 @@ def test_int8_batched_gemv(ops: Ops, kernel: str, mode: int, with_norm: bool, n:
     w, wd = _int8(w32)
     norm = nw if with_norm else None
     scratch = _scratch(ops, w) if kernel == "tc" else None
-    tol = TC_TOL if kernel == "tc" and _tc_device() else F32_TOL
+    tol = TC_TOL if kernel == "tc" and tc_device() else F32_TOL
 
     def run(rows: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         ops.batched_gemv(w, rows, y, mode=mode, norm_w=norm, eps=1e-6, bias=bias, scratch=scratch)
         return y
 
     alone = rows_alone_and_batched(run, x, y0)
-    ref = _reference(wd, x, norm, bias, y0, mode, 1e-6)
+    ref = gemv_reference(wd, x, norm, bias, y0, mode, 1e-6)
     assert_close(alone, ref, tol, "vs float64, same int8 weights")
     if n >= 64:
-        assert_close(alone, _reference(w32, x, norm, bias, y0, mode, 1e-6), QUANT_TOL, "int8 vs float32 weights")
+        assert_close(alone, gemv_reference(w32, x, norm, bias, y0, mode, 1e-6), QUANT_TOL, "int8 vs float32 weights")
     one = y0.clone()
     for r in range(x.shape[0]):
         ops.gemv(w, x[r], one[r], mode=mode, norm_w=norm, eps=1e-6, bias=bias)
@@ -232,7 +246,7 @@ def test_int8_batched_gemv_tensor_cores_and_limits(ops: Ops) -> None:
     with pytest.raises(library.NativeError, match="multiple of 16"):
         w40, _ = _int8(torch.randn(4, 40, device=DEV))
         ops.batched_gemv(w40, z.view(2, 40), torch.zeros(2, 4, device=DEV))
-    if not _tc_device():
+    if not tc_device():
         pytest.skip("no tensor cores (sm_80+) on this GPU: the FMA kernel serves every call")
     n, k = 2048, 6144
     w32, x, nw, _, y0 = _inputs(n, k, ADD, 16, 5)
@@ -265,11 +279,11 @@ def test_int8_kernel_backend_greedy_codes_equal_torch(
     in a captured graph) on a float32 model quantized at load against the torch backend on that same model:
     greedy codes equal for 200 frames (EOS impossible, so all are compared), with (tiny) and without
     (tiny-0.6b) the Talker -> CodePredictor projection."""
-    model = _model(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b, torch.float32)
+    model = load_model(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b, torch.float32)
     with torch.no_grad():
         model.talker.codec_head.weight[2150].zero_()  # EOS logit 0 (its int8 row too): never the max
     _quantized(model)
-    n = _greedy_parity(model, 200)
+    n = greedy_parity(model, 200)
     print(f"int8 {size} greedy parity: {n} frames equal")
     assert n == 200
 

@@ -18,8 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from attention_check import check_attention_step
+from gemv_checks import MODE_SHAPES
+from gpu_models import greedy_parity, load_model, text_ids
+from kernel_ops import gen, ops, rel  # noqa: F401 - ops: the kernels' fixture
 
-from wyoming_qwen3tts.backends.kernels import build, library
+from wyoming_qwen3tts.backends.kernels import library
 from wyoming_qwen3tts.backends.kernels.ops import ADD, STORE, SWIGLU, Ops
 
 pytestmark = pytest.mark.gpu
@@ -27,31 +31,6 @@ pytestmark = pytest.mark.gpu
 DEV = "cuda"
 F32_TOL = 1e-5
 BF16_TOL = 1e-2
-
-
-@pytest.fixture(scope="module")
-def ops() -> Ops:
-    try:
-        lib = library.load(0)
-    except build.NativeUnavailable as err:
-        if os.environ.get("Q3T_REQUIRE") == "1":
-            raise
-        pytest.skip(str(err))
-    ops = Ops(lib)
-    # Q3T_PDL=1: every op test launches with programmatic dependent launch too.
-    ops.set_pdl(os.environ.get("Q3T_PDL", "0") == "1")
-    return ops
-
-
-def rel(got: torch.Tensor, ref: torch.Tensor) -> float:
-    got, ref = got.double().cpu(), ref.double().cpu()
-    return float((got - ref).norm() / ref.norm().clamp_min(1e-30))
-
-
-def gen(seed: int) -> torch.Generator:
-    g = torch.Generator(device=DEV)
-    g.manual_seed(seed)
-    return g
 
 
 # ------------------------------------------------------------------------------------------ GEMV
@@ -94,37 +73,6 @@ def _gemv_case(n: int, k: int, dtype: torch.dtype, mode: int, with_norm: bool, s
         return r + bias.double()
 
     return run, reference, w, w32
-
-
-# Every GEMV shape of the decode loop (rows, K), both model sizes, then odd ones.
-GEMV_SHAPES = [
-    # 1.7B Talker: qkv, o_proj, gate/up (interleaved, SwiGLU), down_proj, codec_head
-    (4096, 2048),
-    (2048, 2048),
-    (12288, 2048),
-    (2048, 6144),
-    (3072, 2048),
-    # CodePredictor (both sizes) and the 0.6B Talker: qkv, o_proj / small_to_mtp_projection, gate/up,
-    # down_proj, lm_head, 0.6B codec_head
-    (4096, 1024),
-    (1024, 2048),
-    (6144, 1024),
-    (1024, 3072),
-    (2048, 1024),
-    (3072, 1024),
-    # odd K (scalar path for bf16 and f32), K = 4 mod 8 (vector path for f32 only), K = 1, long odd
-    # K, the largest K, odd row counts, fewer rows than a block holds
-    (38, 333),
-    (37, 333),
-    (64, 100),
-    (6, 1),
-    (10, 4097),
-    (2, 8192),
-    (130, 16),
-    (1, 64),
-]
-# Every mode at every shape, but SwiGLU only where the rows come in gate/up pairs.
-MODE_SHAPES = [(mode, n, k) for mode in (STORE, ADD, SWIGLU) for n, k in GEMV_SHAPES if not (mode == SWIGLU and n % 2)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -248,28 +196,6 @@ def _attention_inputs(
     return qkv, qn, kn, cos, sin, kc0, vc0
 
 
-def _check_attention_step(qkv, qn, kn, cos, sin, kc0, vc0, kc, vc, out, pos: int, hq: int, scale: float) -> None:
-    """A q3t attention step at `pos` against torch: q and k RMS-normed and rotated (the model's own
-    functions, in float64), k and v appended at row pos in the cache dtype (bf16 rounds to 8 bits),
-    no other row touched, and out = softmax(q K^T * scale) V over the rows 0..pos the kernel left."""
-    from wyoming_qwen3tts.model.layers import rms_norm
-    from wyoming_qwen3tts.model.talker import apply_rope
-
-    _, hkv, d = kc0.shape
-    qr, kr, vr = qkv.double().split([hq * d, hkv * d, hkv * d])
-    c, s = cos[pos : pos + 1].double(), sin[pos : pos + 1].double()
-    q = apply_rope(rms_norm(qr.view(1, hq, d), qn.double(), 1e-6), c, s)[0]  # [hq, d]
-    k = apply_rope(rms_norm(kr.view(1, hkv, d), kn.double(), 1e-6), c, s).reshape(-1)
-    tol = F32_TOL if kc0.dtype == torch.float32 else 4e-3  # bf16 cache storage rounds to 8 bits
-    assert rel(kc[pos].reshape(-1), k) <= tol and rel(vc[pos].reshape(-1), vr) <= tol
-    others = [t for t in range(kc0.shape[0]) if t != pos]
-    assert torch.equal(kc[others], kc0[others]) and torch.equal(vc[others], vc0[others]), "wrote outside row pos"
-    keys = kc[: pos + 1].double().repeat_interleave(hq // hkv, dim=1)  # [L, hq, d]
-    values = vc[: pos + 1].double().repeat_interleave(hq // hkv, dim=1)
-    probs = torch.softmax(torch.einsum("hd,lhd->hl", q, keys) * scale, dim=-1)
-    assert rel(out, torch.einsum("hl,lhd->hd", probs, values).reshape(-1)) <= F32_TOL
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 # Chunks are at least 16 positions long, so a short context runs fewer blocks than splits: 10 of 32
 # one (its block writes the result itself), 40 of 16 three, 700 of 32 thirty-two.
@@ -301,7 +227,7 @@ def test_rope_attention_split(
         )
         outs.append(out)
     assert torch.isfinite(outs[0]).all() and torch.equal(outs[0], outs[1])
-    _check_attention_step(qkv, qn, kn, cos, sin, kc0, vc0, kc, vc, outs[0], length - 1, hq, scale)
+    check_attention_step(qkv, qn, kn, cos, sin, kc0, vc0, kc, vc, outs[0], length - 1, hq, scale)
     if scratch is not None:
         assert not scratch[hq * splits * (d + 2) :].any()  # counters back to 0
 
@@ -317,7 +243,7 @@ def test_rope_attention(ops: Ops, dtype: torch.dtype, hq: int, hkv: int, d: int,
     kc, vc, out = kc0.clone(), vc0.clone(), torch.full((hq * d,), float("nan"), device=DEV)
     ops.rope_attention(qkv, qn, kn, cos, sin, kc, vc, out, eps=1e-6, scale=d**-0.5, pos=p, pos_add=1)
     assert torch.isfinite(out).all()
-    _check_attention_step(qkv, qn, kn, cos, sin, kc0, vc0, kc, vc, out, pos, hq, d**-0.5)
+    check_attention_step(qkv, qn, kn, cos, sin, kc0, vc0, kc, vc, out, pos, hq, d**-0.5)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -514,52 +440,20 @@ def test_counters_and_store_row(ops: Ops) -> None:
 # ------------------------------------------------------------------------------------------ backend
 
 
-def _text_ids(n: int, seed: int = 0) -> list[int]:
-    rng = np.random.default_rng(seed)
-    body = [int(t) for t in rng.integers(300, 20000, size=n)]
-    return [151644, 77091, 198, *body, 151645, 198, 151644, 77091, 198]
-
-
-def _model(path: Path, dtype: torch.dtype):
-    from wyoming_qwen3tts.model.checkpoint import load_checkpoint
-    from wyoming_qwen3tts.model.talker import Qwen3TTSModel
-
-    ck = load_checkpoint(path, dtype=dtype, device=DEV)
-    return Qwen3TTSModel.from_tensors(ck.config, ck.tensors, dtype=dtype, device=DEV)
-
-
-def _greedy_parity(model, n_frames: int, text_len: int = 12, streaming: bool = False) -> int:
-    from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
-    from wyoming_qwen3tts.backends.torch_backend import TorchBackend
-    from wyoming_qwen3tts.model.prompt import build_prompt
-    from wyoming_qwen3tts.request import SamplingParams
-
-    prompt = build_prompt(model, _text_ids(text_len), "ryan", "english", non_streaming_text=not streaming)
-    greedy = SamplingParams.greedy()
-    ref = TorchBackend(model).start(prompt, greedy, 0, n_frames).next_frames(n_frames)
-    kb = KernelBackend(model)
-    sess = kb.start(prompt, greedy, 0, n_frames)
-    got = np.concatenate([sess.next_frames(37) for _ in range((n_frames + 36) // 37 + 1)])
-    assert got.shape == ref.shape, (got.shape, ref.shape)
-    mism = np.argwhere(got != ref)
-    assert mism.size == 0, f"first mismatch at frame/code {mism[0].tolist()} of {len(ref)} frames"
-    return len(ref)
-
-
 @pytest.mark.parametrize("streaming", [False, True])
 def test_tiny_greedy_codes_equal_torch(tiny_checkpoint: Path, ops: Ops, streaming: bool) -> None:
-    model = _model(tiny_checkpoint, torch.float32)
-    _greedy_parity(model, 200, streaming=streaming)
+    model = load_model(tiny_checkpoint, torch.float32)
+    greedy_parity(model, 200, streaming=streaming)
     # The same, with EOS made impossible, so all 200 frames are compared.
     with torch.no_grad():
         model.talker.codec_head.weight[2150].zero_()  # EOS logit 0: never the max of ~2000 random logits
-    n = _greedy_parity(model, 200, streaming=streaming)
+    n = greedy_parity(model, 200, streaming=streaming)
     print(f"tiny greedy parity: {n} frames equal")
     assert n == 200
 
 
 def test_tiny06b_greedy_codes_equal_torch(tiny_checkpoint_06b: Path, ops: Ops) -> None:
-    _greedy_parity(_model(tiny_checkpoint_06b, torch.float32), 200)
+    greedy_parity(load_model(tiny_checkpoint_06b, torch.float32), 200)
 
 
 def test_sampled_output_is_reproducible(tiny_checkpoint: Path, ops: Ops) -> None:
@@ -567,8 +461,8 @@ def test_sampled_output_is_reproducible(tiny_checkpoint: Path, ops: Ops) -> None
     from wyoming_qwen3tts.model.prompt import build_prompt
     from wyoming_qwen3tts.request import SamplingParams
 
-    model = _model(tiny_checkpoint, torch.float32)
-    prompt = build_prompt(model, _text_ids(10), "vivian", "chinese")
+    model = load_model(tiny_checkpoint, torch.float32)
+    prompt = build_prompt(model, text_ids(10), "vivian", "chinese")
     kb = KernelBackend(model)
     s = SamplingParams()
     a = kb.start(prompt, s, 42, 60).next_frames(60)
@@ -591,10 +485,10 @@ def test_teacher_forced_logits_match_torch(
     from wyoming_qwen3tts.model.prompt import build_prompt
     from wyoming_qwen3tts.request import SamplingParams
 
-    model = _model(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b, torch.float32)
+    model = load_model(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b, torch.float32)
     with torch.no_grad():
         model.talker.codec_head.weight[2150].zero_()  # no EOS: every frame is compared
-    prompt = build_prompt(model, _text_ids(10), "vivian", "english")
+    prompt = build_prompt(model, text_ids(10), "vivian", "english")
     kb = KernelBackend(model)
     codes = kb.start(prompt, SamplingParams.greedy(), 0, 24).next_frames(24)
     got = kb.teacher_forced(prompt, codes)
@@ -650,7 +544,7 @@ def test_full_17b_greedy_and_bf16_teacher_forced(ops: Ops, monkeypatch: pytest.M
         for n, s in model_tensor_shapes(config).items()
     }
     model = Qwen3TTSModel.from_tensors(cfg, tensors, dtype=torch.float32, device=DEV)
-    n = _greedy_parity(model, 200)
+    n = greedy_parity(model, 200)
     print(f"1.7B float32 greedy parity: {n} frames equal")
 
     # bf16, teacher-forced with the float32 torch codes: per-step logits vs float32 torch.
@@ -658,7 +552,7 @@ def test_full_17b_greedy_and_bf16_teacher_forced(ops: Ops, monkeypatch: pytest.M
     with torch.no_grad():
         model.talker.codec_head.weight[2150].zero_()
         tensors["talker.codec_head.weight"][2150].zero_()
-    prompt = build_prompt(model, _text_ids(12), "ryan", "english")
+    prompt = build_prompt(model, text_ids(12), "ryan", "english")
     frames = 24
     codes = TorchBackend(model).start(prompt, SamplingParams.greedy(), 0, frames).next_frames(frames)
     ref = _torch_forced_logits(model, prompt, codes, monkeypatch)
@@ -667,7 +561,7 @@ def test_full_17b_greedy_and_bf16_teacher_forced(ops: Ops, monkeypatch: pytest.M
     with torch.no_grad():
         hn32 = model.talker.model(prompt.embeds.float(), cache32)[-1].clone()
     model16 = Qwen3TTSModel.from_tensors(cfg, tensors, dtype=torch.bfloat16, device=DEV)
-    prompt16 = build_prompt(model16, _text_ids(12), "ryan", "english")
+    prompt16 = build_prompt(model16, text_ids(12), "ryan", "english")
     kb = KernelBackend(model16)
 
     def float32_prefill() -> None:  # the kernels' state after the float32 prefill, in their cache dtype

@@ -8,94 +8,27 @@ else differs) and in bf16 to BF16_MAX / BF16_RMS.  The state costs a constant nu
 
 from __future__ import annotations
 
-import collections
-
 import numpy as np
 import pytest
 import torch
+from codec_slots_check import BF16_MAX, BF16_RMS, F32_BOUND, SlotsCheck, random_decoder
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from wyoming_qwen3tts.model.codec import CodecDecoder
 from wyoming_qwen3tts.model.codec_slots import CodecSlots
-from wyoming_qwen3tts.model.config import CodecDecoderConfig
-from wyoming_qwen3tts.tools.random_checkpoint import codec_config_dict, codec_tensor_shapes, random_tensor
-
-SPF = 1920
-# float32, largest difference of a stream's samples (full scale 1): measured on the CPU 8e-7 (tiny), 1.9e-5 (full
-# size: wider sums, 8 transformer layers).
-F32_BOUND = {"tiny": 1e-5, "1.7b": 1e-4}
-# bf16: a rounding flip anywhere (batched kernels, the padded attention window) runs through ~30 layers.  Measured
-# on the CPU, full size: max 0.14, rms 0.012-0.024, the size of bf16's own error (one pass against float32: max
-# 0.14, rms 0.030) and of a bf16 stream's groups against one pass (max 0.12, rms 0.026); tiny: 0.
-BF16_MAX, BF16_RMS = 0.3, 0.05
-
-
-def _decoder(dtype: torch.dtype = torch.float32, size: str = "tiny", device: str = "cpu") -> CodecDecoder:
-    """A random codec as random_checkpoint writes it for `size`; tiny with one kv head for two query heads
-    (grouped-query attention)."""
-    config = codec_config_dict(size)
-    tiny = size.startswith("tiny")
-    if tiny:
-        config["decoder_config"]["num_key_value_heads"] = 1
-    shapes = {k: v for k, v in codec_tensor_shapes(config).items() if k.startswith("decoder.")}
-    dev = torch.device(device)
-    tensors = {k: random_tensor(k, s, seed=3, tiny=tiny, dtype=torch.float32, device=dev) for k, s in shapes.items()}
-    return CodecDecoder.from_tensors(CodecDecoderConfig.from_dict(config), tensors, dtype=dtype, device=dev)
-
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def decoder() -> CodecDecoder:
-    return _decoder()
-
-
-class _Check:
-    """Streams decoded both ways: through the slots (any calls) and each through its own CodecStream."""
-
-    def __init__(self, decoder: CodecDecoder, slots: CodecSlots, seed: int = 0) -> None:
-        self.decoder, self.slots = decoder, slots
-        self.rng = np.random.default_rng(seed)
-        self.slot: dict[str, int] = {}
-        self.alone: dict[str, object] = {}
-        self.got: dict[str, list[torch.Tensor]] = collections.defaultdict(list)
-        self.want: dict[str, list[torch.Tensor]] = collections.defaultdict(list)
-
-    def open(self, name: str, start=None) -> None:
-        self.slot[name] = self.slots.open(start)
-        self.alone[name] = start.fork() if start is not None else self.decoder.new_stream()
-
-    def close(self, name: str) -> None:
-        self.slots.close(self.slot.pop(name))
-
-    def call(self, names: list[str], n: int) -> None:
-        codes = self.rng.integers(0, 2048, (len(names), n, 16))
-        wav = self.slots.decode([self.slot[x] for x in names], codes)
-        assert wav.shape == (len(names), n * SPF) and wav.dtype == torch.float32
-        for row, name in enumerate(names):
-            self.got[name].append(wav[row])
-            self.want[name].append(self.alone[name].decode(torch.from_numpy(codes[row])))  # type: ignore[attr-defined]
-
-    def worst(self, name: str) -> float:
-        """The largest difference between the stream's audio both ways."""
-        return self._diff(name).abs().max().item()
-
-    def rms(self, name: str) -> float:
-        """The root mean square of that difference."""
-        return self._diff(name).pow(2).mean().sqrt().item()
-
-    def _diff(self, name: str) -> torch.Tensor:
-        got, want = torch.cat(self.got[name]), torch.cat(self.want[name])
-        assert got.shape == want.shape
-        assert want.std() > 0.02  # a real signal, not silence
-        return got - want
+    return random_decoder()
 
 
 def test_streams_at_different_positions_decode_as_alone(decoder):
     """Five streams with histories of 0, 1, 30, 71 and 150 frames (around the 71 cached positions), then decoded
     together in calls of 1, 2, 4, 8, 12 and 3 frames."""
-    check = _Check(decoder, CodecSlots(decoder, 8))
+    check = SlotsCheck(decoder, CodecSlots(decoder, 8))
     histories = {"a": [], "b": [1], "c": [2, 4, 8, 12, 4], "d": [30, 41], "e": [12] * 12 + [6]}
     for name, groups in histories.items():
         check.open(name)
@@ -110,7 +43,7 @@ def test_streams_at_different_positions_decode_as_alone(decoder):
 def test_random_schedule_with_joins_and_leaves(decoder):
     """Calls of random subsets and lengths; streams join late, leave early, and their slots serve new streams."""
     rng = np.random.default_rng(5)
-    check = _Check(decoder, CodecSlots(decoder, 3), seed=6)
+    check = SlotsCheck(decoder, CodecSlots(decoder, 3), seed=6)
     live: list[str] = []
     finished: list[str] = []
     for step in range(40):
@@ -129,7 +62,7 @@ def test_random_schedule_with_joins_and_leaves(decoder):
 
 
 def test_a_reused_slot_starts_fresh(decoder):
-    check = _Check(decoder, CodecSlots(decoder, 2))
+    check = SlotsCheck(decoder, CodecSlots(decoder, 2))
     check.open("a")
     check.open("b")
     check.call(["a", "b"], 12)
@@ -149,7 +82,7 @@ def test_open_from_a_decoded_context(decoder, context):
     """A cloned voice's codec context: a slot opened from a stream that decoded it (fewer and more frames than the
     window) continues as that stream's fork does."""
     base = decoder.new_stream(torch.from_numpy(np.random.default_rng(context).integers(0, 2048, (context, 16))))
-    check = _Check(decoder, CodecSlots(decoder, 2))
+    check = SlotsCheck(decoder, CodecSlots(decoder, 2))
     check.open("ctx", start=base)
     check.open("fresh")
     assert check.slots.frames[check.slot["ctx"]] == context
@@ -160,8 +93,8 @@ def test_open_from_a_decoded_context(decoder, context):
 
 
 def test_bf16_rows_match_their_streams():
-    dec = _decoder(torch.bfloat16)
-    check = _Check(dec, CodecSlots(dec, 4), seed=9)
+    dec = random_decoder(torch.bfloat16)
+    check = SlotsCheck(dec, CodecSlots(dec, 4), seed=9)
     for name, history in (("a", 0), ("b", 3), ("c", 80)):
         check.open(name)
         if history:
@@ -175,7 +108,7 @@ def test_bf16_rows_match_their_streams():
 def test_a_failed_call_leaves_its_slots_unchanged(decoder):
     """Codes out of range fail the call; the slots then decode as if it never happened (the worker retries the
     streams of a failed call one by one on this promise)."""
-    check = _Check(decoder, CodecSlots(decoder, 2))
+    check = SlotsCheck(decoder, CodecSlots(decoder, 2))
     check.open("a")
     check.open("b")
     check.call(["a", "b"], 4)
@@ -246,7 +179,7 @@ def test_calls_run_at_padded_batch_sizes(decoder):
     from wyoming_qwen3tts.model.codec_slots import padded_rows
 
     assert [padded_rows(b) for b in (1, 2, 3, 4, 5, 8, 9, 16)] == [1, 2, 4, 4, 8, 8, 16, 16]
-    check = _Check(decoder, CodecSlots(decoder, 8), seed=4)
+    check = SlotsCheck(decoder, CodecSlots(decoder, 8), seed=4)
     for name in "abcde":
         check.open(name)
     check.call(["a", "b", "c", "d", "e"], 3)  # 8 rows
@@ -258,7 +191,7 @@ def test_calls_run_at_padded_batch_sizes(decoder):
 
 
 def test_warm_up_meets_every_shape_and_leaves_the_slots_as_they_were(decoder):
-    check = _Check(decoder, CodecSlots(decoder, 2), seed=8)
+    check = SlotsCheck(decoder, CodecSlots(decoder, 2), seed=8)
     check.open("a")
     check.call(["a"], 12)
     shapes = []

@@ -2,8 +2,8 @@
 random codecs. GPU only.
 
 float32 runs with TF32 off (cuDNN and matmul), so the only differences left are the rounding of batched kernels
-(bound F32_BOUND); bf16 rows against bf16 streams are held to BF16_MAX / BF16_RMS (test_codec_slots.py says why
-those sizes) and the measured differences are printed (pytest -s).  The worker test covers what the CPU tests
+(bound F32_BOUND); bf16 rows against bf16 streams are held to BF16_MAX / BF16_RMS (tests/support/codec_slots_check.py
+says why those sizes) and the measured differences are printed (pytest -s).  The worker test covers what the CPU tests
 cannot: the pinned copies, the events and two calls in flight on the codec's own CUDA stream, six request threads
 at once.
 """
@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from test_codec_slots import BF16_MAX, BF16_RMS, F32_BOUND, _Check, _decoder
+from codec_slots_check import BF16_MAX, BF16_RMS, F32_BOUND, SlotsCheck, random_decoder
 
 from wyoming_qwen3tts.codec_worker import CodecWorker
 from wyoming_qwen3tts.model.codec import int16_samples
@@ -38,8 +38,8 @@ def no_tf32():
 def test_slots_equal_streams_on_cuda(size, dtype):
     """Streams with histories of 0, 3, 30 and 150 frames, then calls of all of them and of subsets, with group
     lengths 1, 2, 4, 12 and 5; one stream leaves and a new one takes its slot."""
-    dec = _decoder(dtype, size=size, device="cuda")
-    check = _Check(dec, CodecSlots(dec, 4), seed=11)
+    dec = random_decoder(dtype, size=size, device="cuda")
+    check = SlotsCheck(dec, CodecSlots(dec, 4), seed=11)
     for name, history in (("a", 0), ("b", 3), ("c", 30), ("d", 150)):
         check.open(name)
         if history:
@@ -66,7 +66,7 @@ def test_captured_calls_equal_eager_calls_bit_for_bit(dtype):
     same calls: every waveform and every open slot's state equal bit for bit through calls at captured shapes
     (2, 4 and 12 frames, 1-4 rows padded to 1, 2 or 4), one at an uncaptured length (5 frames: eager), a slot
     reused, and the state grown (which drops the graphs: the calls go on eagerly and still agree)."""
-    dec = _decoder(dtype, size="1.7b", device="cuda")
+    dec = random_decoder(dtype, size="1.7b", device="cuda")
     eager, graphed = CodecSlots(dec, 4), CodecSlots(dec, 4)
     assert graphed.warm_up([2, 4, 12], most_rows=4, capture=True) == 9
     assert graphed.graphs == 9 and eager.graphs == 0
@@ -105,7 +105,7 @@ def test_worker_on_cuda_equals_streams(dtype):
     """Six threads, each a stream of groups 2, 4, 8, 8, 5 through one worker on its own CUDA stream: each gets the
     PCM its own CodecStream gives (float32: within F32_BOUND, a step or two; bf16: BF16_MAX / BF16_RMS), and calls
     batched."""
-    dec = _decoder(dtype, size="1.7b", device="cuda")
+    dec = random_decoder(dtype, size="1.7b", device="cuda")
     worker = CodecWorker(dec, torch.cuda.Stream(), 8)
     calls: list[int] = []
     decode = worker.slots.decode

@@ -22,15 +22,14 @@ from typing import Any
 
 import pytest
 import yaml
+from compose_files import COMPOSE, DOCKER, compose_service, interpolate
 
 from wyoming_qwen3tts.backends.kernels import build as kernel_build
 from wyoming_qwen3tts.settings import CONFIG_ENV, build_parser
 from wyoming_qwen3tts.tools import health_check
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCKER = ROOT / "docker"
 DOCKERFILES = {"rocm": DOCKER / "Dockerfile.rocm", "cuda": DOCKER / "Dockerfile.cuda"}
-COMPOSE = {"rocm": DOCKER / "compose.yaml", "cuda": DOCKER / "compose.nvidia.yaml"}
 PORT = 10200
 CONFIG_TARGET = "/config/config.toml"
 
@@ -286,15 +285,6 @@ def test_dockerfiles_agree() -> None:
 
 # --------------------------------------------------------------------------- compose files
 
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-def interpolate(text: str, env: dict[str, str]) -> str:
-    """Compose's ${VAR} / ${VAR:-default} substitution (the forms our files use)."""
-    assert "$$" not in text, "escaped dollars are not handled by this helper"
-    return _VAR.sub(lambda m: env.get(m[1]) or (m[2] or ""), text)
-
-
 SAMPLE_ENVS = [{}, {"VIDEO_GID": "44", "RENDER_GID": "992", "Q3T_GPU_ARCHS": "gfx1201"}]
 
 
@@ -309,18 +299,10 @@ def load_compose(name: str, env: dict[str, str] | None = None) -> dict[str, Any]
     return data
 
 
-def _service(data: dict[str, Any]) -> dict[str, Any]:
-    services = data["services"]
-    assert list(services) == ["qwen3tts"]
-    service = services["qwen3tts"]
-    assert isinstance(service, dict)
-    return service
-
-
 @pytest.mark.parametrize("env", SAMPLE_ENVS, ids=["defaults", "with-env"])
 @pytest.mark.parametrize("name", sorted(COMPOSE))
 def test_compose_is_valid_spec(name: str, env: dict[str, str]) -> None:
-    service = _service(load_compose(name, env))
+    service = compose_service(load_compose(name, env))
     assert service["restart"] == "unless-stopped"
 
 
@@ -335,7 +317,7 @@ def test_compose_spec_parser_catches_mistakes() -> None:
 
 
 def test_compose_matches_dockerfile(flavour: str) -> None:
-    service = _service(load_compose(flavour))
+    service = compose_service(load_compose(flavour))
     ins = parse_dockerfile(DOCKERFILES[flavour])
     build = service["build"]
     assert (DOCKER / build["context"]).resolve() == ROOT
@@ -352,7 +334,7 @@ def test_compose_matches_dockerfile(flavour: str) -> None:
 
 
 def test_compose_volumes_and_config(flavour: str) -> None:
-    service = _service(load_compose(flavour))
+    service = compose_service(load_compose(flavour))
     volumes = service["volumes"]
     assert "./data:/data" in volumes
     config = next(v for v in volumes if isinstance(v, dict) and v.get("target") == CONFIG_TARGET)
@@ -365,10 +347,10 @@ def test_compose_volumes_and_config(flavour: str) -> None:
 
 def test_rocm_compose_gpu_plumbing() -> None:
     text = COMPOSE["rocm"].read_text()
-    service = _service(load_compose("rocm"))
+    service = compose_service(load_compose("rocm"))
     assert service["devices"] == ["/dev/kfd:/dev/kfd", "/dev/dri:/dev/dri"]
     assert service["group_add"] == ["video", "render"]
-    with_env = _service(load_compose("rocm", SAMPLE_ENVS[1]))
+    with_env = compose_service(load_compose("rocm", SAMPLE_ENVS[1]))
     assert with_env["group_add"] == ["44", "992"]
     # Documented but off by default: the right value depends on the user's GPU.
     assert re.search(r"^\s*# HSA_OVERRIDE_GFX_VERSION: \"\d+\.\d+\.\d+\"$", text, re.M)
@@ -377,7 +359,7 @@ def test_rocm_compose_gpu_plumbing() -> None:
 
 
 def test_nvidia_compose_gpu_plumbing() -> None:
-    service = _service(load_compose("cuda"))
+    service = compose_service(load_compose("cuda"))
     (device,) = service["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia"
     assert "gpu" in device["capabilities"]
@@ -385,7 +367,7 @@ def test_nvidia_compose_gpu_plumbing() -> None:
 
 
 def test_compose_files_agree() -> None:
-    rocm, cuda = (_service(load_compose(n)) for n in ("rocm", "cuda"))
+    rocm, cuda = (compose_service(load_compose(n)) for n in ("rocm", "cuda"))
     for key in ("ports", "volumes", "healthcheck", "restart", "command"):
         assert rocm.get(key) == cuda.get(key), key
     assert rocm["environment"][CONFIG_ENV] == cuda["environment"][CONFIG_ENV]

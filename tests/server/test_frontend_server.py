@@ -3,7 +3,7 @@ runaway guard on a real (tiny, random-weight) model.
 
 - LLM replies in six languages (Markdown, emoji, links, numbers, dates, units), sent one-shot and
   streamed in random fragment sizes, reach the engine as the same spoken sentences, which are the
-  front end's (the fake engine of test_handler records each sentence it is asked to say).
+  front end's (the fake engine, tests/support/fake_engine.py, records each sentence it is asked to say).
 - With text_frontend off, the text reaches the engine as written.
 - On the real engine (tiny random checkpoint, CPU; random weights never emit end of speech) a
   three-word sentence stops at its frame budget, seconds not minutes, and the next sentence still plays.
@@ -16,8 +16,9 @@ import random
 from functools import partial
 
 import pytest
-from test_handler import FakeEngine, audio_of, read_until, start_server
-from test_text_stream import REPLIES
+from fake_engine import FakeEngine
+from in_process_wyoming import audio_of, read_until, start_server
+from llm_replies import REPLIES
 from wyoming.audio import AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.event import Event

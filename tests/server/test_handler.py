@@ -1,25 +1,24 @@
 """The event handler against a fake engine: protocol answers, errors, cancellation, queuing.
 
 The server runs in-process on a free TCP port (the real AsyncTcpServer and handler), with the
-fake engine injected through TtsService's loader; clients are the wyoming library's.
+fake engine injected through TtsService's loader (tests/support/in_process_wyoming.py); clients are the
+wyoming library's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from functools import partial
+from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
-from wyoming.audio import AudioChunk as WyAudioChunk
+from fake_engine import FakeEngine
+from in_process_wyoming import audio_of, read_until, start_server
 from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
 from wyoming.event import Event
 from wyoming.info import Describe, Info
-from wyoming.server import AsyncServer, AsyncTcpServer
 from wyoming.tts import (
     Synthesize,
     SynthesizeChunk,
@@ -28,98 +27,14 @@ from wyoming.tts import (
     SynthesizeVoice,
 )
 
-from wyoming_qwen3tts.engine import SAMPLES_PER_FRAME, AudioChunk, SynthesisRequest
+from wyoming_qwen3tts.engine import SAMPLES_PER_FRAME
 from wyoming_qwen3tts.errors import Qwen3TTSError
-from wyoming_qwen3tts.handler import HandlerConfig, Qwen3TTSEventHandler
 from wyoming_qwen3tts.service import TtsService
 from wyoming_qwen3tts.voices import SPEAKER_DESCRIPTIONS, VoicePreset
 
 pytestmark = pytest.mark.timeout(30)
 
 FRAME_BYTES = SAMPLES_PER_FRAME * 2
-
-
-class FakeEngine:
-    """The Engine interface (engine_set.Speaker): frames per sentence = number of words, one frame group per word."""
-
-    speakers = list(SPEAKER_DESCRIPTIONS)
-    languages = [
-        "auto",
-        "chinese",
-        "english",
-        "german",
-        "italian",
-        "portuguese",
-        "spanish",
-        "japanese",
-        "korean",
-        "french",
-        "russian",
-    ]
-    supports_instruct = True
-    model_types = {"custom_voice"}
-    max_streams = 1
-
-    def warm_up(self) -> float:
-        return 0.0
-
-    def warm_thread(self) -> None:
-        pass
-
-    def __init__(
-        self, frame_delay: float = 0.0, fail_on: str | None = None, fail_with: type[Exception] = Qwen3TTSError
-    ) -> None:
-        self.frame_delay = frame_delay
-        self.fail_on = fail_on
-        self.fail_with = fail_with
-        self.requests: list[SynthesisRequest] = []
-        self.cancelled: list[str] = []
-        self.frames_done = 0
-        self.clone_prompts: dict[str, object] = {}  # a CustomVoice model clones nothing
-
-    def synthesize(self, request: SynthesisRequest, cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
-        self.requests.append(request)
-        words = request.text.split()
-        done = 0
-        try:
-            for i, _word in enumerate(words):
-                if cancel is not None and cancel.is_set():
-                    return
-                if self.fail_on is not None and self.fail_on in request.text:
-                    raise self.fail_with("engine exploded")
-                time.sleep(self.frame_delay)
-                self.frames_done += 1
-                # The sample value encodes the word index so order can be checked.
-                pcm = np.full(SAMPLES_PER_FRAME, i + 1, dtype="<i2").tobytes()
-                yield AudioChunk(pcm=pcm, codes=np.zeros((1, 16), dtype=np.int64))
-                done += 1
-        finally:
-            # Stopped early by the cancel event or by the caller closing the generator.
-            if done < len(words) and (cancel is None or cancel.is_set()):
-                self.cancelled.append(request.text)
-
-
-async def start_server(
-    engine: FakeEngine,
-    *,
-    load_delay: float = 0.0,
-    load_error: bool = False,
-    presets: list[VoicePreset] | None = None,
-    **config: object,
-) -> tuple[AsyncServer, int, TtsService]:
-    def load() -> FakeEngine:
-        time.sleep(load_delay)
-        if load_error:
-            raise Qwen3TTSError("no such model")
-        return engine
-
-    service = TtsService(load, presets or [])  # type: ignore[arg-type]
-    service.start_loading()
-    server = AsyncServer.from_uri("tcp://127.0.0.1:0")
-    assert isinstance(server, AsyncTcpServer)
-    await server.start(partial(Qwen3TTSEventHandler, service, HandlerConfig(**config)))  # type: ignore[arg-type]
-    port = server._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return server, port, service
 
 
 @pytest.fixture
@@ -129,21 +44,6 @@ async def fake() -> AsyncIterator[tuple[FakeEngine, int, TtsService]]:
     yield engine, port, service
     await server.stop()
     service.shutdown()
-
-
-async def read_until(client: AsyncTcpClient, last: str, timeout: float = 10) -> list[Event]:
-    events = []
-    while True:
-        event = await asyncio.wait_for(client.read_event(), timeout)
-        if event is None:
-            return events
-        events.append(event)
-        if event.type == last:
-            return events
-
-
-def audio_of(events: list[Event]) -> bytes:
-    return b"".join(WyAudioChunk.from_event(e).audio for e in events if WyAudioChunk.is_type(e.type))
 
 
 async def test_describe_lists_speakers_and_presets() -> None:

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+from tiny_server import tiny_args
 from wyoming.event import Event
 from wyoming.info import Attribution, Describe, Info, TtsProgram, TtsVoice
 from wyoming.server import AsyncEventHandler, AsyncServer
@@ -218,12 +219,7 @@ async def test_real_server_is_healthy(tiny_checkpoint: Path) -> None:
         "wyoming_qwen3tts",
         "--uri",
         uri,
-        "--model",
-        str(tiny_checkpoint),
-        "--device",
-        "cpu",
-        "--dtype",
-        "float32",
+        *tiny_args(tiny_checkpoint),
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )

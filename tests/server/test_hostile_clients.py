@@ -34,6 +34,7 @@ from reliability_support import (
     synthesize,
     wait_quiet,
 )
+from tiny_server import start_tiny
 from wyoming.event import Event
 
 from wyoming_qwen3tts.text.sentences import clean_client_text
@@ -55,30 +56,13 @@ def pathological_text(rng: random.Random) -> str:
     return a * 4000 + "-. " + b * 990
 
 
-@pytest.fixture(scope="module")
-def tiny_args(tiny_checkpoint: Path) -> list[str]:
-    return [
-        "--model",
-        str(tiny_checkpoint),
-        "--device",
-        "cpu",
-        "--dtype",
-        "float32",
-        "--max-frames",
-        "2",
-        "--first-chunk-frames",
-        "1",
-        "--chunk-frames",
-        "1",
-        "--greedy",
-        "--seed",
-        "1",
-    ]
+# The tiny checkpoint's server: two frames a sentence, each its own group, greedy and seeded.
+TINY = ("--max-frames", "2", "--first-chunk-frames", "1", "--chunk-frames", "1", "--greedy", "--seed", "1")
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory: pytest.TempPathFactory, tiny_args: list[str]) -> Iterator[Server]:
-    server = start(tmp_path_factory.mktemp("hostile-real"), [*tiny_args, "--debug"], fake=False, name="real")
+def real(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Iterator[Server]:
+    server = start_tiny(tmp_path_factory.mktemp("hostile-real"), tiny_checkpoint, *TINY, "--debug", name="real")
     yield server
     assert server.stop() == 0
     assert_clean_log(server)
@@ -468,8 +452,8 @@ async def test_sigterm_exits_in_time_under_load(tmp_path: Path, load: str) -> No
         assert "ERROR" not in log and "synthesis-failed" not in log, log[-3000:]
 
 
-async def test_sigterm_exits_in_time_under_pathological_texts(tmp_path: Path, tiny_args: list[str]) -> None:
-    server = start(tmp_path, [*tiny_args, "--drain-seconds", str(DRAIN)], fake=False)
+async def test_sigterm_exits_in_time_under_pathological_texts(tmp_path: Path, tiny_checkpoint: Path) -> None:
+    server = start_tiny(tmp_path, tiny_checkpoint, *TINY, "--drain-seconds", str(DRAIN))
     load = functools.partial(pathological_load, rng=random.Random(2))
     await assert_sigterm_exits_in_time(server, load, "32 pathological texts", settle=2.0)
 

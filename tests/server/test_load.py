@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from reliability_support import Raw, Server, check_answer, free_port, start, wait_quiet
+from reliability_support import Raw, Server, check_answer, free_port, wait_quiet
+from tiny_server import start_tiny
 from wyoming.event import Event
 
 pytestmark = pytest.mark.timeout(420)
@@ -31,28 +32,10 @@ def http_port() -> int:
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path, http_port: int) -> Iterator[Server]:
     # 32 requests wait for the one slot here: the queue limit (4 by default) would refuse most of them.
-    args = [
-        "--model",
-        str(tiny_checkpoint),
-        "--device",
-        "cpu",
-        "--dtype",
-        "float32",
-        "--max-queued-streams",
-        str(CLIENTS),
-        "--max-frames",
-        str(MAX_FRAMES),
-        "--first-chunk-frames",
-        "1",
-        "--chunk-frames",
-        "1",
-        "--greedy",
-        "--backend",
-        "torch",
-        "--http",
-        f"tcp://127.0.0.1:{http_port}",
-    ]
-    server = start(tmp_path_factory.mktemp("load"), args, fake=False, name="load")
+    queue = ["--max-queued-streams", str(CLIENTS)]
+    frames = ["--max-frames", str(MAX_FRAMES), "--first-chunk-frames", "1", "--chunk-frames", "1", "--greedy"]
+    http = ["--backend", "torch", "--http", f"tcp://127.0.0.1:{http_port}"]
+    server = start_tiny(tmp_path_factory.mktemp("load"), tiny_checkpoint, *queue, *frames, *http, name="load")
     yield server
     assert server.stop() == 0
 

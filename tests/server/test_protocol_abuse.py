@@ -3,7 +3,7 @@ out-of-order events, wrong types, path-like names, hostile texts; and the limits
 idle and stuck clients).  Every case has one defined outcome (docs/reliability.md), and after
 each one a good request must still be answered.
 
-Most cases run against the server with test_handler's fake engine (fast); the texts that the
+Most cases run against the server with the fake engine (tests/support/fake_engine.py; fast); the texts that the
 real tokenizer and model must survive run against a tiny random checkpoint on the CPU.
 """
 
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from reliability_support import Raw, Server, check_answer, encode, header, start, stats, synthesize, wait_quiet
+from tiny_server import start_tiny
 from wyoming.event import Event
 
 pytestmark = pytest.mark.timeout(240)
@@ -39,22 +40,8 @@ def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Iterator[Server]:
-    args = [
-        "--model",
-        str(tiny_checkpoint),
-        "--device",
-        "cpu",
-        "--dtype",
-        "float32",
-        "--max-frames",
-        "1",
-        "--first-chunk-frames",
-        "1",
-        "--greedy",
-        "--seed",
-        "1",
-    ]
-    server = start(tmp_path_factory.mktemp("abuse-real"), args, fake=False, name="real")
+    args = ["--max-frames", "1", "--first-chunk-frames", "1", "--greedy", "--seed", "1"]
+    server = start_tiny(tmp_path_factory.mktemp("abuse-real"), tiny_checkpoint, *args, name="real")
     yield server
     assert server.stop() == 0
 

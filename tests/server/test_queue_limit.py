@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import openai
 import pytest
+from fake_engine import FakeEngine
+from prometheus_text import metric_value
 from reliability_support import Server, check_answer, free_port, start, stats
-from test_handler import FakeEngine
-from test_http_app import metric_value
 from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
 from wyoming.tts import Synthesize, SynthesizeVoice

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from reliability_support import FRAME_BYTES, Raw, Server, check_answer, start, synthesize, wait_quiet
+from tiny_server import start_tiny
 from wyoming.event import Event
 
 pytestmark = pytest.mark.timeout(300)
@@ -31,20 +32,8 @@ def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Iterator[Server]:
-    device = ["--device", "cpu", "--dtype", "float32"]
-    args = [
-        "--model",
-        str(tiny_checkpoint),
-        *device,
-        "--max-frames",
-        "2",
-        "--first-chunk-frames",
-        "1",
-        "--chunk-frames",
-        "1",
-        "--greedy",
-    ]
-    server = start(tmp_path_factory.mktemp("faults-real"), args, fake=False, name="real")
+    args = ["--max-frames", "2", "--first-chunk-frames", "1", "--chunk-frames", "1", "--greedy"]
+    server = start_tiny(tmp_path_factory.mktemp("faults-real"), tiny_checkpoint, *args, name="real")
     yield server
     assert server.stop() == 0
 

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tiny_server import tiny_args
 from wyoming.audio import AudioChunk
 from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
@@ -32,14 +33,14 @@ from wyoming_qwen3tts.voices import SPEAKER_DESCRIPTIONS
 pytestmark = pytest.mark.timeout(180)
 
 MAX_FRAMES = 8
-TESTS_DIR = Path(__file__).resolve().parent
+SUPPORT_DIR = Path(__file__).resolve().parents[1] / "support"
 
 # Runs the real command line with Engine.from_pretrained replaced by the fake engine of
-# test_handler (5 ms per frame, one frame per word).
+# tests/support/fake_engine.py (5 ms per frame, one frame per word).
 FAKE_MAIN = f"""
 import sys
-sys.path.insert(0, {str(TESTS_DIR)!r})
-from test_handler import FakeEngine
+sys.path.insert(0, {str(SUPPORT_DIR)!r})
+from fake_engine import FakeEngine
 from wyoming_qwen3tts import engine, __main__
 engine.Engine.from_pretrained = classmethod(lambda cls, model, *args, **kw: FakeEngine(frame_delay=0.005))
 sys.argv[0] = "wyoming-qwen3tts"
@@ -141,17 +142,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     ]
     if request.param == "real":
         checkpoint: Path = request.getfixturevalue("tiny_checkpoint")
-        args = [
-            sys.executable,
-            "-m",
-            "wyoming_qwen3tts",
-            "--model",
-            str(checkpoint),
-            "--device",
-            "cpu",
-            "--dtype",
-            "float32",
-        ]
+        args = [sys.executable, "-m", "wyoming_qwen3tts", *tiny_args(checkpoint)]
     else:
         args = [sys.executable, "-c", FAKE_MAIN]
     proc = ServerProcess(args + common, tmp / "server.log")

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+from tiny_server import tiny_args
 from wyoming.client import AsyncTcpClient
 from wyoming.info import Describe, Info
 
@@ -33,19 +34,7 @@ def test_describe_within_one_second_while_the_model_loads(tiny_checkpoint) -> No
     port = _free_port()
     started = time.monotonic()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "wyoming_qwen3tts",
-            "--uri",
-            f"tcp://127.0.0.1:{port}",
-            "--model",
-            str(tiny_checkpoint),
-            "--device",
-            "cpu",
-            "--dtype",
-            "float32",
-        ],
+        [sys.executable, "-m", "wyoming_qwen3tts", "--uri", f"tcp://127.0.0.1:{port}", *tiny_args(tiny_checkpoint)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -2,7 +2,7 @@
 
 Run as `python tests/support/reliability_plugin.py <server args>`; environment variables choose:
 
-- Q3T_TEST_ENGINE=fake: test_handler's FakeEngine (one 80 ms frame per word, Q3T_TEST_FRAME_DELAY
+- Q3T_TEST_ENGINE=fake: fake_engine.FakeEngine (one 80 ms frame per word, Q3T_TEST_FRAME_DELAY
   seconds each) instead of loading --model.
 - Faults, triggered by a marker word in a sentence's text (the engine sees sentences):
   `raiseengineerror` raises RuntimeError after the first audio chunk, `forcegpuoom` raises
@@ -20,19 +20,12 @@ import os
 import sys
 import threading
 import time
-from pathlib import Path
 
-TESTS_DIR = Path(__file__).resolve().parent.parent
-# As pyproject's pytest `pythonpath`: test modules import each other's fakes by module name.
-for _folder in sorted(TESTS_DIR.iterdir()):
-    if _folder.is_dir() and not _folder.name.startswith((".", "_")):
-        sys.path.insert(0, str(_folder))
+import torch
+from wyoming.event import Event
 
-import torch  # noqa: E402
-from wyoming.event import Event  # noqa: E402
-
-from wyoming_qwen3tts import __main__ as server_main  # noqa: E402
-from wyoming_qwen3tts.handler import Qwen3TTSEventHandler  # noqa: E402
+from wyoming_qwen3tts import __main__ as server_main
+from wyoming_qwen3tts.handler import Qwen3TTSEventHandler
 
 OPENED: list[str] = []
 _RECORD = threading.Event()  # set once the model is loaded: record the paths requests open
@@ -89,7 +82,7 @@ _load_engine = server_main.load_engine
 
 def load_engine(settings, voices=None):  # type: ignore[no-untyped-def]
     if os.environ.get("Q3T_TEST_ENGINE") == "fake":
-        from test_handler import FakeEngine
+        from fake_engine import FakeEngine  # beside this script: its folder is on sys.path
 
         engine = FakeEngine(frame_delay=float(os.environ.get("Q3T_TEST_FRAME_DELAY", "0.002")))
     else:

@@ -4,8 +4,9 @@ the Wyoming voice's language, HTTP `language`), and voice lists per language led
 from __future__ import annotations
 
 import pytest
-from test_handler import FakeEngine, read_until, start_server
-from test_http_app import serve
+from fake_engine import FakeEngine
+from in_process_http import serve
+from in_process_wyoming import read_until, start_server
 from wyoming.client import AsyncTcpClient
 from wyoming.tts import Synthesize, SynthesizeVoice
 

@@ -12,11 +12,10 @@ import os
 from functools import partial
 from pathlib import Path
 
-import numpy as np
 import pytest
-import soundfile
+from in_process_wyoming import audio_of, read_until
 from pydantic import ValidationError
-from test_handler import audio_of, read_until
+from voice_clip import write_clip
 from wyoming.client import AsyncTcpClient
 from wyoming.info import Describe, Info
 from wyoming.server import AsyncServer, AsyncTcpServer
@@ -32,20 +31,6 @@ from wyoming_qwen3tts.voices import VoiceCatalog, VoicePreset, scan_voice_folder
 pytestmark = pytest.mark.timeout(300)
 
 FRAME_BYTES = SAMPLES_PER_FRAME * 2
-
-
-def write_clip(path: Path, seconds: float = 2.0, seed: int = 0) -> Path:
-    """A voice-like test clip: a few harmonics with vibrato and noise, 16 kHz stereo (resampled and mixed down)."""
-    rng = np.random.default_rng(seed)
-    t = np.arange(int(16000 * seconds)) / 16000
-    f0 = 140 + 20 * np.sin(2 * np.pi * 3 * t)
-    phase = 2 * np.pi * np.cumsum(f0) / 16000
-    voice = sum(np.sin(k * phase) / k for k in range(1, 6)) * 0.2 + rng.normal(0, 0.01, t.size)
-    soundfile.write(str(path), np.stack([voice, 0.8 * voice], axis=1).astype(np.float32), 16000)
-    return path
-
-
-# -- presets and the voices folder ------------------------------------------------------------------
 
 
 def test_a_preset_is_one_kind_of_voice(tmp_path: Path) -> None:
@@ -110,6 +95,19 @@ def test_catalog_offers_the_voices_of_the_loaded_kind(tmp_path: Path, caplog: py
 # -- end to end -------------------------------------------------------------------------------------
 
 
+def _tiny_settings(checkpoint: Path, **settings: object) -> Settings:
+    """A tiny random checkpoint's settings on the CPU in float32, six frames a sentence in groups of two."""
+    return Settings(
+        model=str(checkpoint),
+        device="cpu",
+        dtype="float32",
+        max_frames=6,
+        first_chunk_frames=1,
+        chunk_frames=2,
+        **settings,
+    )
+
+
 async def _serve(settings: Settings) -> tuple[AsyncServer, int, TtsService]:
     voices = all_voices(settings)
     service = TtsService(partial(load_engine, settings, voices), voices, default_voice=settings.voice)
@@ -161,16 +159,7 @@ async def test_cloned_voices_listed_and_spoken(
     (folder / "short.txt").write_text("Hi.")
     write_clip(folder / "mute.wav")  # no transcript, in-context by default: refused
     xvec = VoicePreset(name="bob", reference_audio=write_clip(tmp_path / "bob.wav", seed=3), x_vector_only=True)
-    settings = Settings(
-        model=str(tiny_base_checkpoint),
-        data_dir=data,
-        device="cpu",
-        dtype="float32",
-        max_frames=6,
-        first_chunk_frames=1,
-        chunk_frames=2,
-        voices=[xvec],
-    )
+    settings = _tiny_settings(tiny_base_checkpoint, data_dir=data, voices=[xvec])
     with caplog.at_level(logging.INFO):
         server, port, service = await _serve(settings)
     try:
@@ -213,15 +202,7 @@ async def test_designed_voice_listed_and_spoken(tiny_voice_design_checkpoint: Pa
         VoicePreset(name="narrator", design="A calm, deep narrator."),
         VoicePreset(name="ryan-calm", speaker="ryan"),
     ]
-    settings = Settings(
-        model=str(tiny_voice_design_checkpoint),
-        device="cpu",
-        dtype="float32",
-        max_frames=6,
-        first_chunk_frames=1,
-        chunk_frames=2,
-        voices=voices,
-    )
+    settings = _tiny_settings(tiny_voice_design_checkpoint, voices=voices)
     server, port, service = await _serve(settings)
     try:
         (program,) = (await _describe(port)).tts
@@ -244,16 +225,8 @@ async def test_one_server_several_models(
         VoicePreset(name="anna", reference_audio=write_clip(tmp_path / "anna.wav"), reference_text="Hello there."),
         VoicePreset(name="narrator", design="A calm, deep narrator."),
     ]
-    settings = Settings(
-        model=str(tiny_checkpoint),
-        extra_models=[str(tiny_base_checkpoint), str(tiny_voice_design_checkpoint)],
-        device="cpu",
-        dtype="float32",
-        max_frames=6,
-        first_chunk_frames=1,
-        chunk_frames=2,
-        voices=voices,
-    )
+    extra_models = [str(tiny_base_checkpoint), str(tiny_voice_design_checkpoint)]
+    settings = _tiny_settings(tiny_checkpoint, extra_models=extra_models, voices=voices)
     server, port, service = await _serve(settings)
     try:
         assert service.load_error is None

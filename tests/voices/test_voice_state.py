@@ -21,7 +21,7 @@ import aiohttp
 import numpy as np
 import pytest
 import soundfile
-from test_voice_server import write_clip
+from voice_clip import write_clip
 
 from wyoming_qwen3tts.__main__ import all_voices
 from wyoming_qwen3tts.errors import Qwen3TTSError, ReferenceAudioError, VoiceError
@@ -53,6 +53,9 @@ class FakeBaseEngine:
     speakers: ClassVar[list[str]] = []
     languages: ClassVar[list[str]] = ["auto", "english", "german"]
     supports_instruct = False
+
+    def announcement_identity(self) -> str:
+        return "fake base"
 
     def warm_up(self) -> float:
         return 0.0

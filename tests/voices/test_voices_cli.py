@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import soundfile
-from test_voice_server import write_clip
+from voice_clip import write_clip
 
 from wyoming_qwen3tts.voices import scan_voice_folder
 from wyoming_qwen3tts.voices.__main__ import main

@@ -13,10 +13,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from http_server import HttpServer
+from prometheus_text import metric_value
 from reliability_support import Raw
-from test_http_app import metric_value
-from test_http_server import HttpServer, start_http
-from test_voice_server import write_clip
+from tiny_server import start_tiny
+from voice_clip import write_clip
 from wyoming.event import Event
 from wyoming.info import Describe, Info
 
@@ -58,22 +59,8 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, tiny_base_checkpoint: Path, folder: Path) -> Iterator[HttpServer]:
-    args = [
-        "--model",
-        str(tiny_base_checkpoint),
-        "--device",
-        "cpu",
-        "--dtype",
-        "float32",
-        "--max-frames",
-        "4",
-        "--voices-dir",
-        str(folder),
-        "--seed",
-        "1",
-        "--announcement-cache",
-    ]
-    http = start_http(tmp_path_factory.mktemp("watch"), args, fake=False, name="watch")
+    args = ["--max-frames", "4", "--voices-dir", str(folder), "--seed", "1", "--announcement-cache"]
+    http = start_tiny(tmp_path_factory.mktemp("watch"), tiny_base_checkpoint, *args, name="watch", http=True)
     yield http
     assert http.server.stop() == 0
     assert "Traceback" not in http.server.log_text()

@@ -216,10 +216,11 @@ class SpeechApi:
         self._check_ready()
         plan = self._plan(await self._read_json(request))
         try:
+            # The one place the input is cleaned, held to max_text_chars and split, as a Wyoming text is.
             sentences = await speech.prepare(plan.text, plan.voice.language, self.config.text)
         except TextTooLongError as err:
             raise ApiError.from_service(err, param="input") from None
-        if not sentences:
+        if not sentences:  # empty, blank, or only marks and control characters
             raise ApiError(400, "input has nothing to speak (no letters or digits)", param="input", code="empty-text")
         plan = replace(plan, sentences=sentences)
         stream = HttpSpeechStream()
@@ -305,8 +306,6 @@ class SpeechApi:
                 param="speed",
                 code="invalid-request",
             )
-        if not clean_client_text(body.input).strip():
-            raise ApiError(400, "input is empty", param="input", code="empty-text")
         return SpeechPlan(
             self._voice(body), body.input, [], len(body.input), fmt, body.speed, body.stream_format == "sse"
         )
