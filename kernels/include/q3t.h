@@ -163,7 +163,8 @@ typedef struct q3t_sample_params {
 } q3t_sample_params;
 
 /* q3t_gemv for nb (1..Q3T_BATCH_MAX) input vectors: x [nb, k] -> y [nb, N] (SwiGLU: [nb, N / 2]),
- * each weight row read once per 16 vectors (the kernels take 16 a launch); each vector gets its own RMSNorm; ADD adds to its own row of y.
+ * each vector gets its own RMSNorm; ADD adds to its own row of y. The FMA kernel reads the matrix once per 16
+ * vectors (16 a launch), the tensor-core kernel once for all of them.
  * k a multiple of 16 (int8), 8 (bf16) or 4 (f32); w, x, norm_w 16-byte aligned; y must not overlap x;
  * w_scale as for q3t_gemv (int8 only).
  * scratch: NULL, or scratch_floats floats of device memory, zero before its first use (each call

@@ -1,10 +1,10 @@
 // q3t_batched_gemv: one weight matrix times nb <= 16 input vectors (one per stream of a batched
 // decode step), each weight row read from memory once for all of them: y[b] (mode) W @ xn[b],
 // with the modes, the fused RMSNorm (one per vector) and the dtypes of q3t_gemv. More vectors (up to
-// Q3T_BATCH_MAX) go through the kernels 16 at a time, one launch each (the kernels' accumulators and
-// staged x are sized for 16), so the matrix is read once per 16 vectors; a matrix smaller than the L2
-// (the H200's 60 MB hold any one of the 1.7B's, 8-50 MB in bf16) may be partly served from it for the
-// later launches. A vector's bits do not change (row independence).
+// Q3T_BATCH_MAX) go through this FMA kernel 16 at a time, one launch each (its accumulators and staged x
+// are sized for 16), so the matrix is read once per 16 vectors; the tensor-core kernel
+// (gemv_batched_mma.cu, CUDA) takes all of them in one launch. A vector's bits do not change (row
+// independence).
 //
 // Layout. A block of 256 threads takes per_block = (warps / splits) * R units (a row, or a gate/up
 // row pair for SwiGLU). The `splits` warps of a unit group take interleaved 16-byte chunks of its
@@ -464,33 +464,27 @@ extern "C" Q3T_API int q3t_batched_gemv(int dtype, const void* w, const float* w
 #if !defined(Q3T_CUDA)
     (void)scratch;  // the tensor-core kernel is CUDA's; HIP runs the FMA kernel (gemv_batched_mma.cu says why)
     (void)scratch_floats;
-    const bool mma = false;
 #else
-    const bool mma = scratch && q3t_batched_gemv_mma_usable(dtype, n_rows);
-    if (mma) {
+    if (scratch && q3t_batched_gemv_mma_usable(dtype, n_rows)) {
         const long long need = (long long)q3t_batched_gemv_mma_scratch_floats(dtype, n_rows, k);
         if (scratch_floats < need)
             return q3t_fail("q3t_batched_gemv: scratch of %lld floats, %d x %d needs %lld", scratch_floats, n_rows, k, need);
+        // All nb vectors in one launch (16 at a time inside each block, on the weights it read once).
+        return q3t_batched_gemv_mma(dtype, w, w_scale, n_rows, k, x, nb, norm_w, eps, bias, y, mode, scratch, s);
     }
 #endif
     const size_t y_row = mode == Q3T_GEMV_SWIGLU ? (size_t)n_rows / 2 : (size_t)n_rows;
-    // kMaxNB vectors a launch, in order on one stream: the split-K scratch is free again after each.
+    // The FMA kernel: kMaxNB vectors a launch, in order on one stream.
     for (int b0 = 0; b0 < nb; b0 += kMaxNB) {
         const int n = nb - b0 < kMaxNB ? nb - b0 : kMaxNB;
         const float* xb = x + (size_t)b0 * k;
         float* yb = y + (size_t)b0 * y_row;
         int rc;
-#if defined(Q3T_CUDA)
-        if (mma)
-            rc = q3t_batched_gemv_mma(dtype, w, w_scale, n_rows, k, xb, n, norm_w, eps, bias, yb, mode, scratch, s);
-        else
-#endif
         if (dtype == Q3T_F32) rc = launch_dtype<float>(w, w_scale, n_rows, k, xb, n, norm_w, eps, bias, yb, mode, s);
         else if (dtype == Q3T_BF16)
             rc = launch_dtype<uint16_t>(w, w_scale, n_rows, k, xb, n, norm_w, eps, bias, yb, mode, s);
         else rc = launch_dtype<int8_t>(w, w_scale, n_rows, k, xb, n, norm_w, eps, bias, yb, mode, s);
         if (rc) return rc;
     }
-    (void)mma;
     return 0;
 }

@@ -1,5 +1,5 @@
 // q3t_batched_gemv on tensor cores (CUDA, sm_80+, bf16 or int8 weights): the function of gemv_batched.cu's
-// kernel (y[b] (mode) W @ xn[b] for nb <= 16 vectors, RMSNorm fused), computed with mma.sync
+// kernel (y[b] (mode) W @ xn[b] for nb <= 64 vectors, RMSNorm fused), computed with mma.sync
 // m16n8k16 (bf16 in, float32 accumulation) where that kernel spends one FMA per weight and vector.
 //
 // Why: at 16 streams the FMA kernel is bound by its own arithmetic (16 FMAs per weight read, x from
@@ -7,6 +7,12 @@
 // cores the arithmetic is free next to the weight reads at any nb <= 16.
 // AMD keeps the FMA kernel: on the cards we target (R9700: 640 GB/s) its arithmetic at nb = 16
 // (~84 GFLOP per 1.7B step) hides under the 8.3 ms it takes to read the weights at all.
+//
+// Groups. Past 16 vectors a block takes them in groups of 16, one after another, on the weights it loaded once
+// into registers; each group is computed exactly as a launch of its 16 vectors alone (the bits do not depend
+// on the group count), with its own split-K counters and records. Before this, 64 streams took four launches
+// a matrix: 1,260 GEMV launches a 1.7B step, each paying the fixed cost of a dependent launch and the weights'
+// bytes again (14.1 of a 16.4 ms step, H200).
 //
 // Layout. Weights are the A operand (16 rows per MMA), the vectors the B operand (8 per MMA: one
 // column tile for nb <= 8, two for nb <= 16). A block takes 64 rows (four 16-row tiles) and a slice of
@@ -55,11 +61,12 @@ constexpr int kTileRows = 64;     // weight rows per block: four MMA row tiles o
 template <typename W> constexpr int kLoadK = WeightVec16<W>::N;  // k per 16-byte load: 8 bf16, 16 int8
 template <typename W> constexpr int kChunk = 4 * kLoadK<W>;       // k per chunk: one load per lane and row pair
 template <typename W> constexpr int kMaxC = 8 * 32 / kChunk<W>;   // chunks per warp at most: a 512-k slice
-constexpr int kMaxCols = 16;      // vectors: two MMA column tiles of 8
+constexpr int kMaxCols = 16;      // vectors of a group: two MMA column tiles of 8
+constexpr int kGroups = Q3T_BATCH_MAX / kMaxCols;  // groups of a launch at most (nb <= 64)
 constexpr int kPartStride = kTileRows + 1;
 constexpr int kRecord = kMaxCols * kTileRows + kMaxCols;  // a block's partials in scratch: sums, sums of squares
 constexpr int kClusterMax = 8;    // blocks of a cluster at most: the portable cluster size
-constexpr int kCounters = 4096;   // row-tile counters at the start of scratch (n_rows <= 262,144)
+constexpr int kCounters = 4096;   // (group, row tile) counters at the start of scratch (n_rows <= 65,536)
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
@@ -163,8 +170,10 @@ __device__ __forceinline__ void cluster_barrier() {
 #endif
 }
 
-// CL: split K across the blocks of a cluster (gridDim.y = ks_count <= 8 blocks per cluster, sm_90).
-template <typename W, int MODE, int C, int NT, bool CL>
+// CL: split K across the blocks of a cluster (gridDim.y = ks_count <= 8 blocks per cluster, sm_90). MG: more than
+// one group of 16 vectors (nb > 16); without it the loop runs once and the weights' registers are free after the
+// MMAs (kept for the next group they cost the reduction a few bytes of spills).
+template <typename W, int MODE, int C, int NT, bool CL, bool MG>
 __global__ void __launch_bounds__(kThreads, 2)
     k_bgemv_mma(const W* __restrict__ w, const float* __restrict__ w_scale, int n_rows, int k, int ks_count,
                 const float* __restrict__ x, int nb, const float* __restrict__ norm_w, float eps,
@@ -242,180 +251,193 @@ __global__ void __launch_bounds__(kThreads, 2)
     // Behind a branch on an argument (k > 0 always holds), so ptxas keeps the loads above the wait.
     if (k > 0) q3t_grid_dep();
 
-    // Stage the slice of x: rows b = tid / F4 + j * (256 / F4); rows past nb and k past the end are 0.
-    // All of a thread's loads in flight at once (one round trip to L2). The products and sums are
-    // written with _rn intrinsics: nvcc may contract a * b - c or a * a + s into an FMA in one
-    // instantiation (column tiles, C) and not in another, which would change a vector's bits with nb.
-    float4 v[PER];
-#pragma unroll
-    for (int j = 0; j < PER; ++j) {
-        const int b = tid / F4 + j * (kThreads / F4);
-        v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (b < nb && kf < k) v[j] = __ldcg(reinterpret_cast<const float4*>(x + (size_t)b * k + kf));
-    }
-#pragma unroll
-    for (int j = 0; j < PER; ++j) {
-        const int b = tid / F4 + j * (kThreads / F4);
-        const float4 a = v[j];
-        uint2 hi, lo;
-        split_bf16(make_float4(__fmul_rn(a.x, gv.x), __fmul_rn(a.y, gv.y), __fmul_rn(a.z, gv.z), __fmul_rn(a.w, gv.w)),
-                   hi, lo);
-        *reinterpret_cast<uint2*>(xh + b * SK + 4 * f) = hi;
-        *reinterpret_cast<uint2*>(xl + b * SK + 4 * f) = lo;
-        if (norm_w)
-            sq[b * F4 + f] = __fmaf_rn(a.w, a.w, __fmaf_rn(a.z, a.z, __fmaf_rn(a.y, a.y, __fmul_rn(a.x, a.x))));
-    }
-    __syncthreads();
-    if (norm_w) {  // the slice's sum of squares per row, in a fixed order
-        for (int b = warp; b < ROWS; b += kThreads / 32) {
-            float s = 0.f;
-            for (int i = lane; i < F4; i += 32) s += sq[b * F4 + i];
-            s = warp_sum(s);
-            if (lane == 0) ss_s[b] = s;
+    // Groups of 16 vectors in turn, each exactly as a launch of its 16 alone (the same staging, MMAs, parts and
+    // split-K sums), on the weights already in registers: past 16 vectors the matrix is read once, not once per 16.
+    const size_t y_row = MODE == Q3T_GEMV_SWIGLU ? (size_t)n_rows / 2 : (size_t)n_rows;
+    const int groups = MG ? (nb + kMaxCols - 1) / kMaxCols : 1;
+    for (int group = 0; group < groups; ++group) {
+        const int nbg = nb - group * kMaxCols < kMaxCols ? nb - group * kMaxCols : kMaxCols;
+        const float* xg = x + (size_t)group * kMaxCols * k;
+        float* yg = y + (size_t)group * kMaxCols * y_row;
+        if (group > 0) __syncthreads();  // the previous group's last reads of shared memory (part, scale_s)
+        // Stage the slice of x: rows b = tid / F4 + j * (256 / F4); rows past nb and k past the end are 0.
+        // All of a thread's loads in flight at once (one round trip to L2). The products and sums are
+        // written with _rn intrinsics: nvcc may contract a * b - c or a * a + s into an FMA in one
+        // instantiation (column tiles, C) and not in another, which would change a vector's bits with nb.
+        float4 v[PER];
+    #pragma unroll
+        for (int j = 0; j < PER; ++j) {
+            const int b = tid / F4 + j * (kThreads / F4);
+            v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (b < nbg && kf < k) v[j] = __ldcg(reinterpret_cast<const float4*>(xg + (size_t)b * k + kf));
         }
-    }
+    #pragma unroll
+        for (int j = 0; j < PER; ++j) {
+            const int b = tid / F4 + j * (kThreads / F4);
+            const float4 a = v[j];
+            uint2 hi, lo;
+            split_bf16(make_float4(__fmul_rn(a.x, gv.x), __fmul_rn(a.y, gv.y), __fmul_rn(a.z, gv.z), __fmul_rn(a.w, gv.w)),
+                       hi, lo);
+            *reinterpret_cast<uint2*>(xh + b * SK + 4 * f) = hi;
+            *reinterpret_cast<uint2*>(xl + b * SK + 4 * f) = lo;
+            if (norm_w)
+                sq[b * F4 + f] = __fmaf_rn(a.w, a.w, __fmaf_rn(a.z, a.z, __fmaf_rn(a.y, a.y, __fmul_rn(a.x, a.x))));
+        }
+        __syncthreads();
+        if (norm_w) {  // the slice's sum of squares per row, in a fixed order
+            for (int b = warp; b < ROWS; b += kThreads / 32) {
+                float s = 0.f;
+                for (int i = lane; i < F4; i += 32) s += sq[b * F4 + i];
+                s = warp_sum(s);
+                if (lane == 0) ss_s[b] = s;
+            }
+        }
 
-    float acc[TW][NT][4];
-#pragma unroll
-    for (int u = 0; u < TW; ++u)
-#pragma unroll
-        for (int j = 0; j < NT; ++j) acc[u][j][0] = acc[u][j][1] = acc[u][j][2] = acc[u][j][3] = 0.f;
-#pragma unroll
-    for (int i = 0; i < CW; ++i) {
-        const int kl = (kp * CW + i) * CK + V * t;
-        uint32_t a[TW][2][V / 2];  // row tile u's rows g and g + 8
-#pragma unroll
+        float acc[TW][NT][4];
+    #pragma unroll
+        for (int u = 0; u < TW; ++u)
+    #pragma unroll
+            for (int j = 0; j < NT; ++j) acc[u][j][0] = acc[u][j][1] = acc[u][j][2] = acc[u][j][3] = 0.f;
+    #pragma unroll
+        for (int i = 0; i < CW; ++i) {
+            const int kl = (kp * CW + i) * CK + V * t;
+            uint32_t a[TW][2][V / 2];  // row tile u's rows g and g + 8
+    #pragma unroll
+            for (int u = 0; u < TW; ++u) {
+    #pragma unroll
+                for (int e = 0; e < 2; ++e) bf16_pairs<W>(wr[u][e][i], a[u][e]);
+            }
+    #pragma unroll
+            for (int j = 0; j < NT; ++j) {
+    #pragma unroll
+                for (int h = 0; h < V / 8; ++h) {  // 8 k of the load: two MMAs' k-halves, x rounded hi and lo
+                    const uint4 bh = *reinterpret_cast<const uint4*>(xh + (8 * j + g) * SK + kl + 8 * h);
+                    const uint4 bl = *reinterpret_cast<const uint4*>(xl + (8 * j + g) * SK + kl + 8 * h);
+    #pragma unroll
+                    for (int u = 0; u < TW; ++u) {
+                        const uint32_t* p = a[u][0] + 4 * h;
+                        const uint32_t* q = a[u][1] + 4 * h;
+                        mma_bf16(acc[u][j], p[0], q[0], p[1], q[1], bh.x, bh.y);
+                        mma_bf16(acc[u][j], p[0], q[0], p[1], q[1], bl.x, bl.y);
+                        mma_bf16(acc[u][j], p[2], q[2], p[3], q[3], bh.z, bh.w);
+                        mma_bf16(acc[u][j], p[2], q[2], p[3], q[3], bl.z, bl.w);
+                    }
+                }
+            }
+        }
+        __syncthreads();  // x is read by every warp: part takes its bytes only now
+    #pragma unroll
         for (int u = 0; u < TW; ++u) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) bf16_pairs<W>(wr[u][e][i], a[u][e]);
+    #pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                const int col = 8 * j + 2 * t, row = rw + 16 * u + g;
+                float* p = part + (kp * kMaxCols + col) * kPartStride + row;
+                p[0] = acc[u][j][0];
+                p[kPartStride] = acc[u][j][1];
+                p[8] = acc[u][j][2];
+                p[kPartStride + 8] = acc[u][j][3];
+            }
         }
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-#pragma unroll
-            for (int h = 0; h < V / 8; ++h) {  // 8 k of the load: two MMAs' k-halves, x rounded hi and lo
-                const uint4 bh = *reinterpret_cast<const uint4*>(xh + (8 * j + g) * SK + kl + 8 * h);
-                const uint4 bl = *reinterpret_cast<const uint4*>(xl + (8 * j + g) * SK + kl + 8 * h);
-#pragma unroll
-                for (int u = 0; u < TW; ++u) {
-                    const uint32_t* p = a[u][0] + 4 * h;
-                    const uint32_t* q = a[u][1] + 4 * h;
-                    mma_bf16(acc[u][j], p[0], q[0], p[1], q[1], bh.x, bh.y);
-                    mma_bf16(acc[u][j], p[0], q[0], p[1], q[1], bl.x, bl.y);
-                    mma_bf16(acc[u][j], p[2], q[2], p[3], q[3], bh.z, bh.w);
-                    mma_bf16(acc[u][j], p[2], q[2], p[3], q[3], bl.z, bl.w);
+        __syncthreads();
+
+        // Thread o-th sum: vector idx / 64, row idx % 64 of the tile (idx = tid + 256 o); the slice's parts in order.
+        float s[OUT];
+    #pragma unroll
+        for (int o = 0; o < OUT; ++o) {
+            const int idx = tid + o * kThreads, col = idx / kTileRows, row = idx % kTileRows;
+            s[o] = part[col * kPartStride + row];
+    #pragma unroll
+            for (int q = 1; q < KP; ++q) s[o] = __fadd_rn(s[o], part[(q * kMaxCols + col) * kPartStride + row]);
+        }
+        float ss = (norm_w && tid < ROWS) ? ss_s[tid] : 0.f;
+        if (CL) {
+    #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            __shared__ float rec_s[kRecord];
+    #pragma unroll
+            for (int o = 0; o < OUT; ++o) rec_s[tid + o * kThreads] = s[o];
+            if (tid < ROWS) rec_s[kMaxCols * kTileRows + tid] = ss;
+            namespace cg = cooperative_groups;
+            cg::cluster_group cluster = cg::this_cluster();
+            cluster_barrier();  // every block's record written and visible to the cluster
+            const float* recs[kClusterMax];
+    #pragma unroll
+            for (int q = 0; q < kClusterMax; ++q) recs[q] = cluster.map_shared_rank(rec_s, q < ks_count ? q : 0);
+            // 32 sums per warp at a time: units u = 32 sums of vector u / 2, rows 32 (u % 2) + lane; block ks takes
+            // units ks, ks + ks_count, ... (its warps in turn); units of vectors past nb are skipped.
+            const int units = 2 * (nbg < ROWS ? nbg : ROWS);
+            for (int u = ks + ks_count * warp; u < units; u += ks_count * (kThreads / 32)) {
+                const int col = u / 2, row = 32 * (u % 2) + lane, idx = col * kTileRows + row;
+                float r[kClusterMax], rs[kClusterMax];
+    #pragma unroll
+                for (int q = 0; q < kClusterMax; ++q) {
+                    r[q] = q < ks_count ? recs[q][idx] : 0.f;
+                    rs[q] = q < ks_count && norm_w ? recs[q][kMaxCols * kTileRows + col] : 0.f;
+                }
+                float sum = 0.f, sq_sum = 0.f;  // in ks order, as the scratch path
+    #pragma unroll
+                for (int q = 0; q < kClusterMax; ++q) {
+                    if (q < ks_count) {
+                        sum = __fadd_rn(sum, r[q]);
+                        sq_sum = __fadd_rn(sq_sum, rs[q]);
+                    }
+                }
+                const float rms = norm_w ? rsqrtf(sq_sum / (float)k + eps) : 1.f;
+                store_sum<W, MODE>(sum, rms, u % 2 ? ws_hi : ws_lo, col, tile * kTileRows + row, nbg, n_rows, bias, yg);
+            }
+            cluster_barrier();  // no block goes on (to the next group's record, or leaves) while another may still read
+    #endif
+            continue;
+        }
+        if (ks_count > 1) {
+            unsigned* counters = reinterpret_cast<unsigned*>(scratch);
+            // Each group its own counter and records: a block may run ahead into the next group while the last
+            // block of this one still gathers.
+            const int tiles = gridDim.x, slot = group * tiles + tile;
+            float* records = scratch + kCounters;
+            float* rec = records + ((size_t)slot * ks_count + ks) * kRecord;
+    #pragma unroll
+            for (int o = 0; o < OUT; ++o) rec[tid + o * kThreads] = s[o];
+            if (tid < ROWS) rec[kMaxCols * kTileRows + tid] = ss;
+            __threadfence();  // this block's record before its count
+            __syncthreads();
+            if (tid == 0) last_s = atomicAdd(&counters[slot], 1u) == (unsigned)(ks_count - 1);
+            __syncthreads();
+            if (!last_s) continue;
+            __threadfence();
+            const float* first = records + (size_t)slot * ks_count * kRecord;
+    #pragma unroll
+            for (int o = 0; o < OUT; ++o) s[o] = 0.f;
+            ss = 0.f;
+            // In ks order, whichever block came last; kGather records' loads in flight at once (a loop of
+            // one record at a time waits a round trip to L2 per record).
+            constexpr int kGather = 4;
+            for (int q0 = 0; q0 < ks_count; q0 += kGather) {
+                float r[kGather][OUT], rs[kGather];
+    #pragma unroll
+                for (int q = 0; q < kGather; ++q) {
+                    const float* rec_q = first + (size_t)(q0 + q) * kRecord;
+                    const bool in = q0 + q < ks_count;
+    #pragma unroll
+                    for (int o = 0; o < OUT; ++o) r[q][o] = in ? __ldcg(rec_q + tid + o * kThreads) : 0.f;
+                    rs[q] = in && tid < ROWS ? __ldcg(rec_q + kMaxCols * kTileRows + tid) : 0.f;
+                }
+    #pragma unroll
+                for (int q = 0; q < kGather; ++q) {
+    #pragma unroll
+                    for (int o = 0; o < OUT; ++o) s[o] = __fadd_rn(s[o], r[q][o]);
+                    ss = __fadd_rn(ss, rs[q]);
                 }
             }
+            if (tid == 0) counters[slot] = 0;
         }
-    }
-    __syncthreads();  // x is read by every warp: part takes its bytes only now
-#pragma unroll
-    for (int u = 0; u < TW; ++u) {
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            const int col = 8 * j + 2 * t, row = rw + 16 * u + g;
-            float* p = part + (kp * kMaxCols + col) * kPartStride + row;
-            p[0] = acc[u][j][0];
-            p[kPartStride] = acc[u][j][1];
-            p[8] = acc[u][j][2];
-            p[kPartStride + 8] = acc[u][j][3];
-        }
-    }
-    __syncthreads();
-
-    // Thread o-th sum: vector idx / 64, row idx % 64 of the tile (idx = tid + 256 o); the slice's parts in order.
-    float s[OUT];
-#pragma unroll
-    for (int o = 0; o < OUT; ++o) {
-        const int idx = tid + o * kThreads, col = idx / kTileRows, row = idx % kTileRows;
-        s[o] = part[col * kPartStride + row];
-#pragma unroll
-        for (int q = 1; q < KP; ++q) s[o] = __fadd_rn(s[o], part[(q * kMaxCols + col) * kPartStride + row]);
-    }
-    float ss = (norm_w && tid < ROWS) ? ss_s[tid] : 0.f;
-    if (CL) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        __shared__ float rec_s[kRecord];
-#pragma unroll
-        for (int o = 0; o < OUT; ++o) rec_s[tid + o * kThreads] = s[o];
-        if (tid < ROWS) rec_s[kMaxCols * kTileRows + tid] = ss;
-        namespace cg = cooperative_groups;
-        cg::cluster_group cluster = cg::this_cluster();
-        cluster_barrier();  // every block's record written and visible to the cluster
-        const float* recs[kClusterMax];
-#pragma unroll
-        for (int q = 0; q < kClusterMax; ++q) recs[q] = cluster.map_shared_rank(rec_s, q < ks_count ? q : 0);
-        // 32 sums per warp at a time: units u = 32 sums of vector u / 2, rows 32 (u % 2) + lane; block ks takes
-        // units ks, ks + ks_count, ... (its warps in turn); units of vectors past nb are skipped.
-        const int units = 2 * (nb < ROWS ? nb : ROWS);
-        for (int u = ks + ks_count * warp; u < units; u += ks_count * (kThreads / 32)) {
-            const int col = u / 2, row = 32 * (u % 2) + lane, idx = col * kTileRows + row;
-            float r[kClusterMax], rs[kClusterMax];
-#pragma unroll
-            for (int q = 0; q < kClusterMax; ++q) {
-                r[q] = q < ks_count ? recs[q][idx] : 0.f;
-                rs[q] = q < ks_count && norm_w ? recs[q][kMaxCols * kTileRows + col] : 0.f;
-            }
-            float sum = 0.f, sq_sum = 0.f;  // in ks order, as the scratch path
-#pragma unroll
-            for (int q = 0; q < kClusterMax; ++q) {
-                if (q < ks_count) {
-                    sum = __fadd_rn(sum, r[q]);
-                    sq_sum = __fadd_rn(sq_sum, rs[q]);
-                }
-            }
-            const float rms = norm_w ? rsqrtf(sq_sum / (float)k + eps) : 1.f;
-            store_sum<W, MODE>(sum, rms, u % 2 ? ws_hi : ws_lo, col, tile * kTileRows + row, nb, n_rows, bias, y);
-        }
-        cluster_barrier();  // no block leaves while another may still read its record
-#endif
-        return;
-    }
-    if (ks_count > 1) {
-        unsigned* counters = reinterpret_cast<unsigned*>(scratch);
-        float* records = scratch + kCounters;
-        float* rec = records + ((size_t)tile * ks_count + ks) * kRecord;
-#pragma unroll
-        for (int o = 0; o < OUT; ++o) rec[tid + o * kThreads] = s[o];
-        if (tid < ROWS) rec[kMaxCols * kTileRows + tid] = ss;
-        __threadfence();  // this block's record before its count
+        if (tid < ROWS) scale_s[tid] = norm_w ? rsqrtf(ss / (float)k + eps) : 1.f;
         __syncthreads();
-        if (tid == 0) last_s = atomicAdd(&counters[tile], 1u) == (unsigned)(ks_count - 1);
-        __syncthreads();
-        if (!last_s) return;
-        __threadfence();
-        const float* first = records + (size_t)tile * ks_count * kRecord;
-#pragma unroll
-        for (int o = 0; o < OUT; ++o) s[o] = 0.f;
-        ss = 0.f;
-        // In ks order, whichever block came last; kGather records' loads in flight at once (a loop of
-        // one record at a time waits a round trip to L2 per record).
-        constexpr int kGather = 4;
-        for (int q0 = 0; q0 < ks_count; q0 += kGather) {
-            float r[kGather][OUT], rs[kGather];
-#pragma unroll
-            for (int q = 0; q < kGather; ++q) {
-                const float* rec_q = first + (size_t)(q0 + q) * kRecord;
-                const bool in = q0 + q < ks_count;
-#pragma unroll
-                for (int o = 0; o < OUT; ++o) r[q][o] = in ? __ldcg(rec_q + tid + o * kThreads) : 0.f;
-                rs[q] = in && tid < ROWS ? __ldcg(rec_q + kMaxCols * kTileRows + tid) : 0.f;
-            }
-#pragma unroll
-            for (int q = 0; q < kGather; ++q) {
-#pragma unroll
-                for (int o = 0; o < OUT; ++o) s[o] = __fadd_rn(s[o], r[q][o]);
-                ss = __fadd_rn(ss, rs[q]);
-            }
-        }
-        if (tid == 0) counters[tile] = 0;
-    }
-    if (tid < ROWS) scale_s[tid] = norm_w ? rsqrtf(ss / (float)k + eps) : 1.f;
-    __syncthreads();
 
-#pragma unroll
-    for (int o = 0; o < OUT; ++o) {
-        const int idx = tid + o * kThreads, col = idx / kTileRows, row = tile * kTileRows + idx % kTileRows;
-        store_sum<W, MODE>(s[o], scale_s[col], ws, col, row, nb, n_rows, bias, y);
+    #pragma unroll
+        for (int o = 0; o < OUT; ++o) {
+            const int idx = tid + o * kThreads, col = idx / kTileRows, row = tile * kTileRows + idx % kTileRows;
+            store_sum<W, MODE>(s[o], scale_s[col], ws, col, row, nbg, n_rows, bias, yg);
+        }
     }
 }
 
@@ -452,35 +474,37 @@ bool clustered(Plan p, int n_rows) {
            blocks <= 2 * q3t_host_sms();
 }
 
-template <typename W, int MODE, int C, int NT>
+template <typename W, int MODE, int C, int NT, bool MG>
 int launch(const W* w, const float* w_scale, int n_rows, int k, Plan p, const float* x, int nb, const float* norm_w,
            float eps, const float* bias, float* y, float* scratch, cudaStream_t s) {
     const dim3 grid(cdiv(n_rows, kTileRows), p.ks);
     if (!clustered(p, n_rows)) {
-        q3t_launch(k_bgemv_mma<W, MODE, C, NT, false>, grid, kThreads, Smem<W, C, NT>::kBytes, s, w, w_scale, n_rows,
+        q3t_launch(k_bgemv_mma<W, MODE, C, NT, false, MG>, grid, kThreads, Smem<W, C, NT>::kBytes, s, w, w_scale, n_rows,
                    k, p.ks, x, nb, norm_w, eps, bias, y, scratch);
         return q3t_check_launch("q3t_batched_gemv (tensor cores)");
     }
-    q3t_launch_clusters(k_bgemv_mma<W, MODE, C, NT, true>, grid, p.ks, kThreads, Smem<W, C, NT>::kBytes, s, w, w_scale,
+    q3t_launch_clusters(k_bgemv_mma<W, MODE, C, NT, true, MG>, grid, p.ks, kThreads, Smem<W, C, NT>::kBytes, s, w, w_scale,
                         n_rows, k, p.ks, x, nb, norm_w, eps, bias, y, scratch);
     return q3t_check_launch("q3t_batched_gemv (tensor cores, clusters)");
 }
 
-template <typename W, int MODE, int NT>
+template <typename W, int MODE, int NT, bool MG>
 int launch_c(const W* w, const float* w_scale, int n_rows, int k, Plan p, const float* x, int nb,
              const float* norm_w, float eps, const float* bias, float* y, float* scratch, cudaStream_t s) {
     constexpr int C = kMaxC<W>;
-    if (p.c == C) return launch<W, MODE, C, NT>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
+    if (p.c == C) return launch<W, MODE, C, NT, MG>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
     if (p.c == C / 2)
-        return launch<W, MODE, C / 2, NT>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
-    return launch<W, MODE, C / 4, NT>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
+        return launch<W, MODE, C / 2, NT, MG>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
+    return launch<W, MODE, C / 4, NT, MG>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
 }
 
 template <typename W, int MODE>
 int launch_mode(const W* w, const float* w_scale, int n_rows, int k, Plan p, const float* x, int nb,
                 const float* norm_w, float eps, const float* bias, float* y, float* scratch, cudaStream_t s) {
-    if (nb <= 8) return launch_c<W, MODE, 1>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
-    return launch_c<W, MODE, 2>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
+    if (nb <= 8) return launch_c<W, MODE, 1, false>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
+    if (nb <= kMaxCols)
+        return launch_c<W, MODE, 2, false>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
+    return launch_c<W, MODE, 2, true>(w, w_scale, n_rows, k, p, x, nb, norm_w, eps, bias, y, scratch, s);
 }
 
 template <typename W>
@@ -501,12 +525,13 @@ int launch_dtype(const void* w, const float* w_scale, int n_rows, int k, Plan p,
 }  // namespace
 
 bool q3t_batched_gemv_mma_usable(int dtype, int n_rows) {
-    return (dtype == Q3T_BF16 || dtype == Q3T_I8) && q3t_host_cc_major() >= 8 && cdiv(n_rows, kTileRows) <= kCounters;
+    return (dtype == Q3T_BF16 || dtype == Q3T_I8) && q3t_host_cc_major() >= 8 &&
+           cdiv(n_rows, kTileRows) * kGroups <= kCounters;
 }
 
 size_t q3t_batched_gemv_mma_scratch_floats(int dtype, int n_rows, int k) {
     const Plan p = plan_for(dtype, k);
-    return p.ks > 1 ? (size_t)kCounters + (size_t)cdiv(n_rows, kTileRows) * p.ks * kRecord : 0;
+    return p.ks > 1 ? (size_t)kCounters + (size_t)kGroups * cdiv(n_rows, kTileRows) * p.ks * kRecord : 0;
 }
 
 int q3t_batched_gemv_mma(int dtype, const void* w, const float* w_scale, int n_rows, int k, const float* x, int nb,
