@@ -172,9 +172,11 @@ __device__ __forceinline__ void cluster_barrier() {
 
 // CL: split K across the blocks of a cluster (gridDim.y = ks_count <= 8 blocks per cluster, sm_90). MG: more than
 // one group of 16 vectors (nb > 16); without it the loop runs once and the weights' registers are free after the
-// MMAs (kept for the next group they cost the reduction a few bytes of spills).
+// MMAs. With it they stay live through each group's sums: at two blocks per SM (128 registers) that spilled 4-20
+// bytes in 9 of its 36 kernels (ptxas -v, sm_90), so those kernels take one block per SM (160-168 registers, no
+// spill). Reloading each later group's weights from L2 instead spilled more (up to 100 bytes).
 template <typename W, int MODE, int C, int NT, bool CL, bool MG>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, MG ? 1 : 2)
     k_bgemv_mma(const W* __restrict__ w, const float* __restrict__ w_scale, int n_rows, int k, int ks_count,
                 const float* __restrict__ x, int nb, const float* __restrict__ norm_w, float eps,
                 const float* __restrict__ bias, float* __restrict__ y, float* __restrict__ scratch) {
