@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bump on any change of a prototype, of a constant below or of a function's meaning. */
-#define Q3T_ABI_VERSION 9
+#define Q3T_ABI_VERSION 10
 
 #define Q3T_F32 0
 #define Q3T_BF16 1
@@ -61,6 +61,11 @@ Q3T_API int q3t_set_pdl(int enable);
  * (CUDA sm_90+; on by default). Off, it keeps the partial sums in global scratch: the same bits (A/B
  * runs). Process-wide, from the next launch on; a no-op where the kernel has no clusters. */
 Q3T_API int q3t_set_gemv_clusters(int enable);
+
+/* Whether the tensor-core batched GEMV takes more than 16 vectors in one launch (16 at a time inside each
+ * block, the matrix read once) instead of one launch per 16 (off by default until measured on a GPU; the
+ * same bits either way). Process-wide, from the next launch on; a no-op where the kernel is not used. */
+Q3T_API int q3t_set_gemv_groups(int enable);
 
 /* y = RMSNorm(x) * w over n elements (statistics in float32). */
 Q3T_API int q3t_rmsnorm(const float* x, const float* w, float* y, int n, float eps, void* stream);
@@ -164,7 +169,7 @@ typedef struct q3t_sample_params {
 
 /* q3t_gemv for nb (1..Q3T_BATCH_MAX) input vectors: x [nb, k] -> y [nb, N] (SwiGLU: [nb, N / 2]),
  * each vector gets its own RMSNorm; ADD adds to its own row of y. The FMA kernel reads the matrix once per 16
- * vectors (16 a launch), the tensor-core kernel once for all of them.
+ * vectors (16 a launch), the tensor-core kernel too, or once for all of them with q3t_set_gemv_groups(1).
  * k a multiple of 16 (int8), 8 (bf16) or 4 (f32); w, x, norm_w 16-byte aligned; y must not overlap x;
  * w_scale as for q3t_gemv (int8 only).
  * scratch: NULL, or scratch_floats floats of device memory, zero before its first use (each call

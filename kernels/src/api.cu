@@ -9,6 +9,7 @@ static int g_warp = 32;
 #if defined(Q3T_CUDA)
 static int g_cc_major = 0;  // compute capability major of the device passed to q3t_init
 static bool g_gemv_cluster = true;
+static bool g_gemv_groups = false;
 #endif
 static bool g_pdl = false;
 static int g_sms = 0;
@@ -36,6 +37,7 @@ int q3t_host_sms() { return g_sms; }
 #if defined(Q3T_CUDA)
 int q3t_host_cc_major() { return g_cc_major; }
 bool q3t_gemv_cluster_enabled() { return g_gemv_cluster; }
+bool q3t_gemv_groups_enabled() { return g_gemv_groups; }
 #endif
 
 __global__ void k_add_i32(int* p, int n, int delta) {
@@ -86,6 +88,11 @@ Q3T_API int q3t_set_gemv_clusters(int enable) {
 #else
     (void)enable;  // HIP: the tensor-core kernel and its clusters are CUDA-only
 #endif
+    return 0;
+}
+
+Q3T_API int q3t_set_gemv_groups(int enable) {
+    g_gemv_groups = enable != 0;  // read by the tensor-core kernel's host code only (CUDA)
     return 0;
 }
 

@@ -22,6 +22,8 @@ int q3t_host_cc_major();
 // Whether the tensor-core batched GEMV splits K across thread-block clusters where it can (sm_90+;
 // q3t_set_gemv_clusters(0) turns it off, for A/B runs).
 bool q3t_gemv_cluster_enabled();
+// q3t_set_gemv_groups(1): the tensor-core batched GEMV takes more than 16 vectors in one launch.
+bool q3t_gemv_groups_enabled();
 // The tensor-core batched GEMV (gemv_batched_mma.cu): whether it takes this call, the scratch floats
 // it needs, and the launch (arguments already checked).
 bool q3t_batched_gemv_mma_usable(int dtype, int n_rows);

@@ -469,8 +469,18 @@ extern "C" Q3T_API int q3t_batched_gemv(int dtype, const void* w, const float* w
         const long long need = (long long)q3t_batched_gemv_mma_scratch_floats(dtype, n_rows, k);
         if (scratch_floats < need)
             return q3t_fail("q3t_batched_gemv: scratch of %lld floats, %d x %d needs %lld", scratch_floats, n_rows, k, need);
-        // All nb vectors in one launch (16 at a time inside each block, on the weights it read once).
-        return q3t_batched_gemv_mma(dtype, w, w_scale, n_rows, k, x, nb, norm_w, eps, bias, y, mode, scratch, s);
+        // All nb vectors in one launch (16 at a time inside each block, on the weights it read once), or with
+        // q3t_set_gemv_groups(0) one launch per 16, in order on one stream (the split-K scratch is free again
+        // after each).
+        const int per_launch = q3t_gemv_groups_enabled() ? nb : 16;
+        const size_t y_row = mode == Q3T_GEMV_SWIGLU ? (size_t)n_rows / 2 : (size_t)n_rows;
+        for (int b0 = 0; b0 < nb; b0 += per_launch) {
+            const int n = nb - b0 < per_launch ? nb - b0 : per_launch;
+            const int rc = q3t_batched_gemv_mma(dtype, w, w_scale, n_rows, k, x + (size_t)b0 * k, n, norm_w, eps, bias,
+                                                y + (size_t)b0 * y_row, mode, scratch, s);
+            if (rc) return rc;
+        }
+        return 0;
     }
 #endif
     const size_t y_row = mode == Q3T_GEMV_SWIGLU ? (size_t)n_rows / 2 : (size_t)n_rows;

@@ -8,7 +8,8 @@
 // AMD keeps the FMA kernel: on the cards we target (R9700: 640 GB/s) its arithmetic at nb = 16
 // (~84 GFLOP per 1.7B step) hides under the 8.3 ms it takes to read the weights at all.
 //
-// Groups. Past 16 vectors a block takes them in groups of 16, one after another, on the weights it loaded once
+// Groups (with q3t_set_gemv_groups(1); off by default until measured, the host then launches 16 at a time).
+// Past 16 vectors a block takes them in groups of 16, one after another, on the weights it loaded once
 // into registers; each group is computed exactly as a launch of its 16 vectors alone (the bits do not depend
 // on the group count), with its own split-K counters and records. Before this, 64 streams took four launches
 // a matrix: 1,260 GEMV launches a 1.7B step, each paying the fixed cost of a dependent launch and the weights'

@@ -936,3 +936,43 @@ def test_batched_decoder_streams_equal_alone(
         mism = np.argwhere(got_lone != want)
         assert mism.size == 0, f"lone stream {i}: first mismatch at frame/code {mism[0].tolist()} of {n}"
     assert lone.lone_steps == sum(n for *_, n in runs) and lone.graphed_admissions == len(runs)
+
+
+@pytest.mark.parametrize("clusters", [True, False])
+def test_batched_gemv_groups_in_one_launch_equal_launches_of_16(ops: Ops, clusters: bool) -> None:
+    """q3t_set_gemv_groups(1): the tensor-core kernel takes nb > 16 vectors in one launch, 16 at a time inside each
+    block. Every vector's bits equal those of the launches of 16 (the default), at nb 17, 40 and 64, bf16 and int8,
+    every mode, split K in clusters and in scratch (its per-group counters left 0), within 3e-5 of float64."""
+    if not tc_device():
+        pytest.skip("no tensor cores (sm_80+) on this GPU: the FMA kernel serves every call")
+    from wyoming_qwen3tts.backends.kernels.ops import Matrix
+    from wyoming_qwen3tts.model.quant import quantize_rows
+
+    cases = []
+    for i, (n, k) in enumerate([*CLUSTER_SHAPES, (3072, 1024), (130, 16)]):
+        mode = (library.GEMV_STORE, library.GEMV_ADD, library.GEMV_SWIGLU)[i % 3]
+        w, w32, x, nw, bias, y0 = _gemv_inputs(n, k, torch.bfloat16, mode, 900 + i)
+        cases.append((f"{n}x{k} bf16", w, w32, x, nw if i % 2 == 0 else None, bias, y0, mode))
+        cases.append((f"{n}x{k} int8", Matrix(*quantize_rows(w32)), None, x, nw, bias, y0, mode))
+    ops.set_gemv_clusters(clusters)
+    try:
+        for what, w, w32, x, nw, bias, y, mode in cases:
+            scratch = torch.zeros(max(ops.batched_gemv_scratch_floats([w]), 1), device=DEV)
+            for nb in (17, 40, 64):
+                got = {}
+                for groups in (False, True):
+                    ops.set_gemv_groups(groups)
+                    yy = y[:nb].clone()
+                    ops.batched_gemv(
+                        w, x[:nb].contiguous(), yy, mode=mode, norm_w=nw, eps=1e-6, bias=bias, scratch=scratch
+                    )
+                    got[groups] = yy
+                    assert int(scratch.view(torch.int32)[:4096].count_nonzero()) == 0, f"{what}: counters not 0"
+                assert torch.isfinite(got[True]).all(), f"{what} nb={nb}: not finite"
+                assert_equal(got[True], got[False], f"{what} nb={nb}: one launch vs launches of 16")
+                if w32 is not None:
+                    ref = gemv_reference(w.float(), x[:nb], nw, bias, y[:nb], mode, 1e-6)
+                    assert_close(got[True], ref, TC_TOL, f"{what} nb={nb}: vs float64")
+    finally:  # the module's library as the fixture left it
+        ops.set_gemv_groups(False)
+        ops.set_gemv_clusters(True)

@@ -186,6 +186,8 @@ def test_kernel_options_from_the_environment():
     assert KernelOptions.from_env({"Q3T_PDL": "0", "Q3T_ATTN_SPLITS": "8"}) == KernelOptions(pdl=False, attn_splits=8)
     assert KernelOptions.from_env({}).gemv_clusters is True
     assert KernelOptions.from_env({"Q3T_GEMV_CLUSTER": "0"}) == KernelOptions(gemv_clusters=False)
+    assert KernelOptions.from_env({}).gemv_groups is False
+    assert KernelOptions.from_env({"Q3T_GEMV_GROUPS": "1"}) == KernelOptions(gemv_groups=True)
     with pytest.raises(ValueError, match="1..1024"):
         KernelOptions.from_env({"Q3T_ATTN_SPLITS": "0"})
 

@@ -59,6 +59,7 @@ class KernelBackend:
         self.lib = lib or library.load(model.device.index or 0)
         self.ops = Ops(self.lib)
         self.ops.set_gemv_clusters(self.options.gemv_clusters)
+        self.ops.set_gemv_groups(self.options.gemv_groups)
         self.model = model
         self.eos_id = model.cfg.talker.codec_eos_token_id
         self.pdl = self.options.pdl  # turned off at the first capture where the device has no PDL

@@ -89,6 +89,11 @@ class Ops:
         scratch (the same bits), for launches and captures from now on (one flag for the whole library)."""
         self.lib.call("q3t_set_gemv_clusters", int(enable))
 
+    def set_gemv_groups(self, enable: bool) -> None:
+        """The tensor-core batched GEMV taking more than 16 vectors in one launch (16 at a time inside each block)
+        or in launches of 16 (the same bits), for launches and captures from now on (one flag for the library)."""
+        self.lib.call("q3t_set_gemv_groups", int(enable))
+
     def use_pdl(self, want: bool) -> bool:
         """set_pdl(want) where the device has PDL, else off; returns whether it is on. Launches and captures
         take the setting current when they are made (one flag for the whole library)."""

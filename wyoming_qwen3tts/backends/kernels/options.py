@@ -23,6 +23,10 @@ class KernelOptions:
     # The tensor-core batched GEMV's split K summed across a thread-block cluster (CUDA sm_90+) where its
     # plan allows, else through global scratch: the same bits, ~4 % of a 16-stream step.
     gemv_clusters: bool = True
+    # More than 16 streams' vectors in one tensor-core GEMV launch (16 at a time inside each block, each matrix
+    # read once a step) instead of a launch per 16: the same bits. Off until measured on a GPU (it is aimed at
+    # the 14.1 ms of GEMVs in a 16.4 ms 64-stream step, H200).
+    gemv_groups: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.attn_splits <= 1024:
@@ -30,10 +34,12 @@ class KernelOptions:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> KernelOptions:
-        """Q3T_PDL=0, Q3T_ATTN_SPLITS=N, Q3T_GRAPH_PREFILL=0 and Q3T_GEMV_CLUSTER=0 override the defaults."""
+        """Q3T_PDL=0, Q3T_ATTN_SPLITS=N, Q3T_GRAPH_PREFILL=0, Q3T_GEMV_CLUSTER=0 and Q3T_GEMV_GROUPS=1 override the
+        defaults."""
         return cls(
             pdl=env.get("Q3T_PDL", "1") != "0",
             attn_splits=int(env.get("Q3T_ATTN_SPLITS", cls.attn_splits)),
             graph_prefill=env.get("Q3T_GRAPH_PREFILL", "1") != "0",
             gemv_clusters=env.get("Q3T_GEMV_CLUSTER", "1") != "0",
+            gemv_groups=env.get("Q3T_GEMV_GROUPS", "0") == "1",
         )
