@@ -10,6 +10,7 @@
 #   tests      the batched kernels', int8, decoder / admission and one-stream GPU suites (tiny checkpoints)
 #   batchedtests  the batched kernels', int8 and decoder / admission suites alone
 #   sass       the SASS check that every GEMV's weight loads go out before the grid wait (builds a library)
+#   groups     bench.streams 1.7B at 16,64 with the tensor-core GEMV's groups off, then on (Q3T_GEMV_GROUPS=1)
 #   server     the server at its defaults (max_streams auto), 1.7B, first audio under bursts of 1, 16 and 64 and a
 #              Poisson load over Wyoming, bursts of 16 and 64 over HTTP through the openai package; PREFIX_MB > 0:
 #              with the prompt-prefix cache of that size (the load's requests share one voice)
@@ -57,6 +58,15 @@ step_streams() {
     timeout 170 python3 -m $BENCH.streams --model /tmp/ck/$size --streams $STREAMS --frames 200 --runs 2 \
       --out $R/streams-$size.json > $R/streams-$size.log 2>&1
     echo "streams $size rc=$? [$((SECONDS - t)) s]"; grep -E "streams:|backend|batched step|peak|GiB" $R/streams-$size.log | cut -c1-160
+  done
+}
+step_groups() {
+  ck 1.7b
+  for on in 0 1; do
+    left groups-$on || continue
+    Q3T_GEMV_GROUPS=$on timeout 170 python3 -m $BENCH.streams --model /tmp/ck/1.7b --streams 16,64 --frames 200 \
+      --runs 2 --out $R/groups-$on.json > $R/groups-$on.log 2>&1
+    echo "groups $on rc=$? [$((SECONDS - t)) s]"; grep -E "streams:|batched step" $R/groups-$on.log | cut -c1-160
   done
 }
 step_onestream() {
