@@ -92,7 +92,11 @@ Q3T_API int q3t_set_gemv_clusters(int enable) {
 }
 
 Q3T_API int q3t_set_gemv_groups(int enable) {
-    g_gemv_groups = enable != 0;  // read by the tensor-core kernel's host code only (CUDA)
+#if defined(Q3T_CUDA)
+    g_gemv_groups = enable != 0;
+#else
+    (void)enable;  // HIP: the tensor-core kernel is CUDA-only
+#endif
     return 0;
 }
 
