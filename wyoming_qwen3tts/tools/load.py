@@ -28,7 +28,7 @@ import json
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -147,11 +147,22 @@ async def http_request(
                 except (ValueError, KeyError, TypeError):
                     pass
                 raise RuntimeError(f"HTTP {response.status}: {detail}")
-            size = 0
-            async for data in response.content.iter_any():
-                if data and record.ttfa_s is None:
-                    record.ttfa_s = time.monotonic() - t0
-                size += len(data)
+            size = await _read_audio(record, response.content.iter_any(), t0)
+    _finish_http(record, size, t0)
+
+
+async def _read_audio(record: Record, chunks: AsyncIterator[bytes], t0: float) -> int:
+    """Bytes of audio in all, the first chunk's arrival recorded as the request's TTFA."""
+    size = 0
+    async for data in chunks:
+        if data and record.ttfa_s is None:
+            record.ttfa_s = time.monotonic() - t0
+        size += len(data)
+    return size
+
+
+def _finish_http(record: Record, size: int, t0: float) -> None:
+    """The request's completion and frames; RuntimeError for no audio or a partial frame."""
     record.total_s = time.monotonic() - t0
     if size == 0:
         raise RuntimeError("no audio")
@@ -163,7 +174,6 @@ async def http_request(
 async def openai_request(record: Record, client: Any, text: str, args: argparse.Namespace) -> None:
     """http_request through the `openai` package: the same body, streamed by its own HTTP stack."""
     t0 = time.monotonic()
-    size = 0
     async with asyncio.timeout(args.timeout):
         async with client.audio.speech.with_streaming_response.create(
             model="qwen3-tts",
@@ -173,16 +183,8 @@ async def openai_request(record: Record, client: Any, text: str, args: argparse.
             # No --voice: null, the server's default voice (the package insists on a value of its own).
             extra_body={"stream_format": "audio", **({} if args.voice else {"voice": None})},
         ) as response:
-            async for data in response.iter_bytes():
-                if data and record.ttfa_s is None:
-                    record.ttfa_s = time.monotonic() - t0
-                size += len(data)
-    record.total_s = time.monotonic() - t0
-    if size == 0:
-        raise RuntimeError("no audio")
-    if size % FRAME_BYTES:
-        raise RuntimeError(f"{size} bytes of audio is not whole frames")
-    record.frames = size // FRAME_BYTES
+            size = await _read_audio(record, response.iter_bytes(), t0)
+    _finish_http(record, size, t0)
 
 
 def openai_client(args: argparse.Namespace) -> Any:
