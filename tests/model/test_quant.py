@@ -189,7 +189,7 @@ def test_the_kernel_backend_takes_int8_weights(monkeypatch: pytest.MonkeyPatch) 
         name = "kernels"
         lib = type("Lib", (), {"path": type("P", (), {"name": "libq3t-test.so"})(), "warp_size": 32, "sm_count": 1})()
 
-        def __init__(self, model: nn.Module, options: object = None) -> None:
+        def __init__(self, model: nn.Module, options: object = None, prefixes: object = None) -> None:
             built.append(model)
 
     monkeypatch.setattr(kernel_backend, "KernelBackend", FakeKernelBackend)
