@@ -9,6 +9,8 @@
 #   gemvbench  kernels/device/bench_gemv.py: every decode GEMV shape alone, bf16 and int8, GB/s
 #   tests      the batched kernels', int8, decoder / admission and one-stream GPU suites (tiny checkpoints)
 #   batchedtests  the batched kernels', int8 and decoder / admission suites alone
+#   cp         the persistent CodePredictor (q3t_cp_passes): its GPU tests, the batch-1 bench with it off and on
+#              (Q3T_CP_PERSISTENT=0/1), and the 1.7B frame's profile with it on
 #   sass       the SASS check that every GEMV's weight loads go out before the grid wait (builds a library)
 #   groups     bench.streams 1.7B at 16,64 with the tensor-core GEMV's groups off, then on (Q3T_GEMV_GROUPS=1)
 #   server     the server at its defaults (max_streams auto), 1.7B, first audio under bursts of 1, 16 and 64 and a
@@ -94,6 +96,19 @@ step_gemvbench() {
 step_batchedtests() {
   py kernels 200 tests/kernels/test_batched_kernels_gpu.py tests/kernels/test_int8_kernels_gpu.py
   py engine 200 tests/engine/test_batching_engine_gpu.py tests/engine/test_batched_admission_gpu.py
+}
+step_cp() {  # the persistent CodePredictor: its tests, then the batch-1 bench off and on in one call, then its profile
+  py cptests 240 tests/kernels/test_cp_passes_gpu.py
+  for on in 0 1; do
+    left cp-$on || continue
+    ck 1.7b; ck 0.6b
+    Q3T_CP_PERSISTENT=$on timeout 200 python3 -m $BENCH --sizes ${ONE_SIZES:-1.7b,0.6b} --ckpt-root /tmp/ck --backends kernels \
+      --frames 200 --runs 3 --out $R/cp-$on > $R/cp-$on.log 2>&1
+    echo "cp $on rc=$? [$((SECONDS - t)) s]"; grep -E "frames/s|\| kernels" $R/cp-$on.log | head -6 | cut -c1-200
+  done
+  left cp-profile || return
+  mkdir -p $R/cp-profile; Q3T_CP_PERSISTENT=1 timeout 120 python3 kernels/device/profile_frame.py 1.7b --out $R/cp-profile > $R/cp-profile.log 2>&1
+  echo "cp profile rc=$? [$((SECONDS - t)) s]"; grep -E "per frame|busy|gap|cp_passes" $R/cp-profile.log | head -8 | cut -c1-200
 }
 step_sass() {
   Q3T_REQUIRE_SASS=1 py sass 200 tests/kernels/test_native_build.py -k sass

@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bump on any change of a prototype, of a constant below or of a function's meaning. */
-#define Q3T_ABI_VERSION 10
+#define Q3T_ABI_VERSION 11
 
 #define Q3T_F32 0
 #define Q3T_BF16 1
@@ -223,6 +223,20 @@ Q3T_API int q3t_batched_store_codes(const int* codes, int n, int nb, const int* 
 
 /* pos[s] += 1 and step[s] += 1 for each row's slot s (either array may be NULL): the end of a step. */
 Q3T_API int q3t_batched_advance(const int* slot, int nb, int* pos, int* step, void* stream);
+
+/* CodePredictor positions first..last of one stream's frame in one persistent launch (CUDA sm_90+, bf16
+ * weights and caches; fails elsewhere): for each position j its layers, the final norm (final_norm) + lm_head
+ * and the draw of code j (q3t_sample's logits processing without penalty, EOS mask or suppression,
+ * Philox bits of (step, j)) into codes[j]; position j + 1's input is row codes[j] of inputs[j]. The draw
+ * takes flags, temperature, top_k and top_p, or with params those of params[s] (its other fields unused),
+ * and the seed seed_ptr[s] and frame step_ptr[s], s = *slot (0 without slot; s < 0: nothing runs). On entry
+ * x [hidden] holds position first's input row and the caches rows 0..first-1. layer_ptrs: n_layers x 10
+ * host pointers (in_norm, qkv, q_norm, k_norm, o, post_norm, gate_up interleaved, down, k_cache,
+ * v_cache [max_seq, hkv, d]); heads and inputs: 15 host pointers each, for positions 1..15 (lm_head j
+ * [vocab, hidden], input table j [vocab, hidden] of input_dtype). qkv, attn, mlp and logits are work
+ * buffers; sync: two uint32 zeros, left zero. One block per SM; GEMV sums in another order than
+ * q3t_gemv's (float32 rounding apart), attention and cache rows q3t_rope_attention's bit for bit. */
+Q3T_API int q3t_cp_passes(int dtype, const void* const* layer_ptrs, int n_layers, const void* const* heads, const void* const* inputs, int input_dtype, int first, int last, int hidden, int inter, int hq, int hkv, int d, int max_seq, int vocab, float eps, float scale, const float* final_norm, const float* cos_tab, const float* sin_tab, float* x, float* qkv, float* attn, float* mlp, float* logits, int* codes, int flags, float temperature, int top_k, float top_p, const int* slot, const q3t_sample_params* params, const unsigned long long* seed_ptr, const int* step_ptr, unsigned* sync, void* stream);
 
 #ifdef __cplusplus
 }

@@ -262,6 +262,53 @@ class TorchOps:
             x[eos] = keep
         return int(torch.argmax(x))
 
+    def cp_passes(
+        self,
+        layers,
+        heads,
+        inputs,
+        *,
+        first: int,
+        last: int,
+        eps: float,
+        scale: float,
+        final_norm: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        x: Tensor,
+        qkv: Tensor,
+        attn: Tensor,
+        mlp: Tensor,
+        logits: Tensor,
+        codes: Tensor,
+        sync: Tensor,
+        do_sample: bool,
+        temperature: float,
+        top_k: int,
+        top_p: float,
+        seed: Tensor | None,
+        step: Tensor | None,
+        slot: Tensor | None = None,
+        params: Tensor | None = None,
+        stream: int | None = None,
+    ) -> None:
+        """What q3t.h says q3t_cp_passes computes, position by position (greedy, no slot)."""
+        self.calls["cp_passes"] += 1
+        assert not do_sample and slot is None and params is None and sync.tolist() == [0, 0]
+        assert len(heads) == len(inputs) == 15 and 1 <= first <= last <= 15 and all(len(L) == 10 for L in layers)
+        for j in range(first, last + 1):
+            for in_norm, w_qkv, qn, kn, w_o, post_norm, w_gu, w_down, kc, vc in layers:
+                self._gemv(Matrix(w_qkv), x[None], qkv[None], STORE, in_norm, eps, None)
+                self._attend(qkv, qn, kn, cos, sin, kc, vc, attn, eps, scale, j)
+                self._gemv(Matrix(w_o), attn[None], x[None], ADD, None, 0.0, None)
+                self._gemv(Matrix(w_gu), x[None], mlp[None], SWIGLU, post_norm, eps, None)
+                self._gemv(Matrix(w_down), mlp[None], x[None], ADD, None, 0.0, None)
+            self._gemv(Matrix(heads[j - 1]), x[None], logits[None], STORE, final_norm, eps, None)
+            code = self._greedy(logits, None, 1.0, -1, 0, 0, (0, 0))
+            codes[j] = code
+            if j < last:
+                x.copy_(inputs[j][code].float())
+
     def store_row(self, src: Tensor, dst: Tensor, row: Tensor, *, stream: int | None = None) -> None:
         self.calls["store_row"] += 1
         r = int(row[0])
@@ -429,6 +476,24 @@ def test_launch_list_gives_the_torch_backends_greedy_codes(tiny_checkpoint, tiny
         "add_i32": 1,
     }
     assert dict(ops.calls) == {name: n * FRAMES for name, n in per_frame.items()}
+
+
+@pytest.mark.parametrize("size", ["tiny", "tiny-0.6b"])
+def test_persistent_code_predictor_launch_gives_the_same_greedy_codes(tiny_checkpoint, tiny_checkpoint_06b, size):
+    """With cp_persistent, positions 2..15 go to one q3t_cp_passes call with the buffers, tables and heads
+    its contract names (position first's row in x, head j and table j at index j - 1): the same codes."""
+    model = _model(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b)
+    prompt = _prompt(model)
+    want = TorchBackend(model).start(prompt, GREEDY, 0, FRAMES).next_frames(FRAMES)
+    weights, state, ops = ModelWeights.from_model(model), _prefilled(model, prompt), TorchOps()
+    with torch.inference_mode():
+        for _ in range(FRAMES):
+            launch_frame(ops, weights, state, GREEDY, stream=0, cp_persistent=True)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(state.history[:FRAMES].numpy(), want)
+    cp_layers = model.cfg.code_predictor.num_hidden_layers
+    assert ops.calls["cp_passes"] == FRAMES
+    assert ops.calls["rope_attention"] == 0 and ops.calls["rope_attention_first"] == cp_layers * FRAMES
+    assert ops.calls["sample"] == 2 * FRAMES  # code 0 and code 1; codes 2..15 are drawn inside the launch
 
 
 @pytest.mark.parametrize("size", ["tiny", "tiny-0.6b"])

@@ -64,6 +64,14 @@ class KernelBackend:
         self.eos_id = model.cfg.talker.codec_eos_token_id
         self.pdl = self.options.pdl  # turned off at the first capture where the device has no PDL
         self.weights = ModelWeights.from_model(model)
+        # The persistent CodePredictor (q3t_cp_passes) takes bf16 matrices on CUDA sm_90+ only.
+        cp_matrices = [m for L in self.weights.code_predictor.layers for m in (L.qkv, L.o, L.gate_up, L.down)]
+        self.cp_persistent = (
+            self.options.cp_persistent
+            and torch.version.hip is None
+            and torch.cuda.get_device_capability(model.device)[0] >= 9
+            and all(m.dtype == torch.bfloat16 for m in (*cp_matrices, *self.weights.lm_heads))
+        )
         self.state = FrameState(model.cfg, model.dtype, model.device, capacity, self.options.attn_splits)
         self.prefills = PrefillGraphs(
             model.talker.model, self.state.hn, model.dtype, enabled=self.options.graph_prefill, prefixes=prefixes
@@ -127,7 +135,7 @@ class KernelBackend:
         """One frame launched eagerly (profiling; `hook` as in frame.launch_frame), not captured."""
         self._apply_pdl()
         stream = torch.cuda.current_stream(self.model.device).cuda_stream if stream is None else stream
-        launch_frame(self.ops, self.weights, self.state, sampling, stream, hook)
+        launch_frame(self.ops, self.weights, self.state, sampling, stream, hook, cp_persistent=self.cp_persistent)
 
     def _apply_pdl(self) -> None:
         self.pdl = self.ops.use_pdl(self.pdl)

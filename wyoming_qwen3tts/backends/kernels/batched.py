@@ -173,7 +173,8 @@ class BatchedDecoder:
     and their K/V copied into their slots; None: every admission runs the eager batched forward.
     pdl: launch with programmatic dependent launch where the device has it (KernelOptions.pdl).
     invariant False: a lone busy slot steps on the batch-1 frame's kernels (lone.py), its Talker attention in
-    lone_splits chunks per head (KernelOptions.attn_splits), and up to PAIRED_ROWS streams run the
+    lone_splits chunks per head (KernelOptions.attn_splits; lone_cp_persistent: its CodePredictor positions
+    2..15 in one persistent launch, KernelOptions.cp_persistent), and up to PAIRED_ROWS streams run the
     CodePredictor's first two positions together; True (batch invariance, the batch_invariant setting): every
     step is the batched one, the positions one after the other."""
 
@@ -193,6 +194,7 @@ class BatchedDecoder:
         pdl: bool = True,
         invariant: bool = False,
         lone_splits: int = 32,
+        lone_cp_persistent: bool = False,
     ) -> None:
         if not 1 <= slots <= MAX_SLOTS:
             raise ValueError(f"slots={slots}: 1..{MAX_SLOTS}")
@@ -271,7 +273,7 @@ class BatchedDecoder:
         self.batch_prefills: BatchedPrefillGraphs | None = None  # capture_prefills()
         self.batch_graphed_admissions = 0  # streams admitted through a captured batched prefill (tests, logs)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.lone = None if invariant else LoneStep(self, lone_splits)
+        self.lone = None if invariant else LoneStep(self, lone_splits, lone_cp_persistent)
         self.lone_steps = 0  # steps run as a lone slot's batch-1 frame (tests, logs)
         self.pdl = pdl if model.device.type == "cuda" else False
         if graphs:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -96,6 +97,7 @@ class FrameState:
         self.cx = self.cx2[0]
         self.logits = torch.zeros(tc.vocab_size, dtype=torch.float32, device=device)
         self.cp_logits = torch.zeros(cc.vocab_size, dtype=torch.float32, device=device)
+        self.cp_sync = torch.zeros(2, dtype=torch.int32, device=device)  # q3t_cp_passes' barrier counters
         self.pad = torch.zeros(tc.hidden_size, dtype=torch.float32, device=device)
         self.code_predictor = StackBuffers(cc, KVCache(cc, NUM_GROUPS, dtype, device).data, 1, short=True)
         self.grow(capacity)
@@ -198,12 +200,75 @@ def _drawn_row(w: ModelWeights, s: FrameState, j: int, hook: Hook | None) -> tup
     return w.cp_inputs[j - 1], _input_row(s, j)
 
 
-def _code_predictor(
-    ops: Ops, w: ModelWeights, s: FrameState, sp: SamplingParams, stream: int, hook: Hook | None
+def launch_cp_passes(
+    ops: Ops,
+    w: ModelWeights,
+    b: StackBuffers,
+    *,
+    x: Tensor,
+    logits: Tensor,
+    codes: Tensor,
+    sync: Tensor,
+    stream: int,
+    first: int = 2,
+    **draw: Any,
 ) -> None:
-    """Codes 1..15 of the frame into s.codes: position 0 is hn, position j the row of code j - 1."""
+    """CodePredictor positions first..15 in one persistent launch (q3t_cp_passes) over the buffers b: x holds
+    position first's input row (the previous draw wrote it), b's cache rows 0..first-1. draw: the draw's
+    settings as Ops.cp_passes takes them (do_sample, temperature, top_k, top_p, seed, step; slot, params)."""
+    layers = [
+        (L.in_norm, L.qkv.data, L.q_norm, L.k_norm, L.o.data, L.post_norm, L.gate_up.data, L.down.data, *b.cache[i])
+        for i, L in enumerate(w.code_predictor.layers)
+    ]
+    draw = {"do_sample": False, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": None, "step": None} | draw
+    ops.cp_passes(
+        layers,
+        [h.data for h in w.lm_heads],
+        list(w.cp_inputs),
+        first=first,
+        last=NUM_GROUPS - 1,
+        eps=w.code_predictor.cfg.rms_norm_eps,
+        scale=b.scale,
+        final_norm=w.cp_norm,
+        cos=b.cos,
+        sin=b.sin,
+        x=x,
+        qkv=b.qkv,
+        attn=b.attn,
+        mlp=b.mlp,
+        logits=logits,
+        codes=codes,
+        sync=sync,
+        stream=stream,
+        **draw,
+    )
+
+
+def _code_predictor(
+    ops: Ops, w: ModelWeights, s: FrameState, sp: SamplingParams, stream: int, hook: Hook | None, persistent: bool
+) -> None:
+    """Codes 1..15 of the frame into s.codes: position 0 is hn, position j the row of code j - 1. With
+    `persistent` (and no hook), positions 2..15 run as one launch (launch_cp_passes)."""
     cc = w.code_predictor.cfg
     for j in range(1, NUM_GROUPS):
+        if persistent and hook is None and j == 2:
+            launch_cp_passes(
+                ops,
+                w,
+                s.code_predictor,
+                x=s.cx,
+                logits=s.cp_logits,
+                codes=s.codes,
+                sync=s.cp_sync,
+                stream=stream,
+                do_sample=sp.subtalker_do_sample,
+                temperature=sp.subtalker_temperature,
+                top_k=sp.subtalker_top_k,
+                top_p=sp.subtalker_top_p,
+                seed=s.seed,
+                step=s.frame,
+            )
+            return
         if hook is not None:
             ops.embed_row(w.cp_inputs[j - 1], s.codes[j - 1 : j], _input_row(s, j), stream=stream)
         if j == 1:  # position 1's row is in place (written by the code-0 draw): project hn beside it
@@ -237,9 +302,17 @@ def _code_predictor(
 
 
 def launch_frame(
-    ops: Ops, w: ModelWeights, s: FrameState, sp: SamplingParams, stream: int, hook: Hook | None = None
+    ops: Ops,
+    w: ModelWeights,
+    s: FrameState,
+    sp: SamplingParams,
+    stream: int,
+    hook: Hook | None = None,
+    *,
+    cp_persistent: bool = False,
 ) -> None:
-    """Launch one frame on `stream`. `hook` (teacher forcing; never inside a graph) runs after each draw."""
+    """Launch one frame on `stream`. `hook` (teacher forcing; never inside a graph) runs after each draw.
+    cp_persistent: CodePredictor positions 2..15 in one persistent launch (bf16 / float32 weights, CUDA sm_90+)."""
     tc = s.cfg.talker  # the TalkerConfig (w.talker.cfg is typed as the shared TransformerConfig)
     row_table, row_out = _drawn_row(w, s, 1, hook)
     ops.gemv(w.codec_head, s.hn, s.logits, stream=stream)
@@ -264,7 +337,7 @@ def launch_frame(
     )
     if hook is not None:
         hook(0, s.logits)
-    _code_predictor(ops, w, s, sp, stream, hook)
+    _code_predictor(ops, w, s, sp, stream, hook, cp_persistent)
     ops.store_row(s.codes, s.history, s.frame, stream=stream)
     # The next Talker input: 16 embeddings + trailing text (PAD past its end), then the Talker step.
     ops.embed_sum(w.embeddings, w.embedding_ptrs, s.codes, s.trailing, s.pad, s.frame, s.x, stream=stream)

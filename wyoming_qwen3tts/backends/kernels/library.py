@@ -119,6 +119,15 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
             _p,
         ],
     ),
+    "q3t_cp_passes": (
+        _c_int,
+        [_c_int, _p, _c_int, _p, _p, _c_int]
+        + [_c_int] * 9
+        + [_c_float, _c_float]
+        + [_p] * 9
+        + [_c_int, _c_float, _c_int, _c_float]
+        + [_p] * 6,
+    ),
     "q3t_store_row": (_c_int, [_p, _c_int, _p, _p, _c_int, _p]),
     "q3t_add_i32": (_c_int, [_p, _c_int, _c_int, _p]),
     # The batched decode step (q3t.h, last section).

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ...model.talker import KVCache
-from .frame import NUM_GROUPS, StackBuffers, launch_first_two_positions, launch_layers
+from .frame import NUM_GROUPS, StackBuffers, launch_cp_passes, launch_first_two_positions, launch_layers
 
 if TYPE_CHECKING:
     from .batched import BatchedDecoder
@@ -33,9 +33,11 @@ if TYPE_CHECKING:
 class LoneStep:
     """The batch-1 frame over one slot of `decoder`; one captured graph per slot (capture_all)."""
 
-    def __init__(self, decoder: BatchedDecoder, attn_splits: int) -> None:
+    def __init__(self, decoder: BatchedDecoder, attn_splits: int, cp_persistent: bool = False) -> None:
         """attn_splits: the Talker attention's chunks per head, as the one-stream backend's (32 fills the GPU
-        with one stream's 16 heads)."""
+        with one stream's 16 heads); cp_persistent: CodePredictor positions 2..15 in one persistent launch
+        (frame.launch_cp_passes, KernelOptions.cp_persistent)."""
+        self.cp_persistent = cp_persistent
         d = self.decoder = decoder
         dev, tc, cc = d.model.device, d.tc, d.cc
         # The work buffers are shared by every slot (one lone step runs at a time); the caches are the slot's.
@@ -46,6 +48,7 @@ class LoneStep:
         self.cx2 = torch.zeros(2, cc.hidden_size, dtype=torch.float32, device=dev)
         self.logits = torch.zeros(1, tc.vocab_size, dtype=torch.float32, device=dev)
         self.cp_logits = torch.zeros(1, cc.vocab_size, dtype=torch.float32, device=dev)
+        self.cp_sync = torch.zeros(2, dtype=torch.int32, device=dev)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
 
     def launch(self, slot: int, stream: int) -> None:
@@ -79,6 +82,22 @@ class LoneStep:
         cp = self.code_predictor
         launch_first_two_positions(ops, w.code_predictor, cp, self.cx2, stream)
         for j in range(1, NUM_GROUPS):
+            if j == 2 and self.cp_persistent:
+                launch_cp_passes(
+                    ops,
+                    w,
+                    cp,
+                    x=self.cx2[0],
+                    logits=self.cp_logits[0],
+                    codes=codes[0],
+                    sync=self.cp_sync,
+                    stream=stream,
+                    slot=row,
+                    params=d.params_sub,
+                    seed=d.seed,
+                    step=d.step_index,
+                )
+                break
             if j > 1:
                 launch_layers(ops, w.code_predictor, cp, self.cx2[0], stream, pos_add=j)
             out = self.cx2[1] if j == 1 else self.cx2[0]

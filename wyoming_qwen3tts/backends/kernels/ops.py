@@ -9,6 +9,7 @@ What each entry point computes is documented once, in kernels/include/q3t.h.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -391,6 +392,89 @@ class Ops:
             rows,
             h,
             _ptr(row_out),
+            _stream(stream),
+        )
+
+    def cp_passes(
+        self,
+        layers: Sequence[Sequence[Tensor]],
+        heads: Sequence[Tensor],
+        inputs: Sequence[Tensor],
+        *,
+        first: int,
+        last: int,
+        eps: float,
+        scale: float,
+        final_norm: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        x: Tensor,
+        qkv: Tensor,
+        attn: Tensor,
+        mlp: Tensor,
+        logits: Tensor,
+        codes: Tensor,
+        sync: Tensor,
+        do_sample: bool,
+        temperature: float,
+        top_k: int,
+        top_p: float,
+        seed: Tensor | None,
+        step: Tensor | None,
+        slot: Tensor | None = None,
+        params: Tensor | None = None,
+        stream: int | None = None,
+    ) -> None:
+        """CodePredictor positions first..last in one persistent launch (q3t_cp_passes): layers are the
+        10-tuples (in_norm, qkv, q_norm, k_norm, o, post_norm, gate_up, down, k_cache, v_cache); heads and
+        inputs the lm_heads and input tables of positions 1..15. With slot (a batched decoder's stream), the
+        draw's settings are params[slot] and its seed and frame seed[slot] and step[slot]."""
+        if len(heads) != 15 or len(inputs) != 15 or any(len(L) != 10 for L in layers):
+            raise ValueError("cp_passes: 10 tensors a layer and 15 heads and input tables")
+        k_cache = layers[0][8]
+        max_seq, hkv, d = k_cache.shape
+        hidden = layers[0][0].numel()
+        hq = attn.numel() // d
+        ptrs = (ctypes.c_void_p * (10 * len(layers)))(*(t.data_ptr() for L in layers for t in L))
+        head_ptrs = (ctypes.c_void_p * 15)(*(t.data_ptr() for t in heads))
+        input_ptrs = (ctypes.c_void_p * 15)(*(t.data_ptr() for t in inputs))
+        self.lib.call(
+            "q3t_cp_passes",
+            dtype_code(layers[0][1].dtype),
+            ptrs,
+            len(layers),
+            head_ptrs,
+            input_ptrs,
+            dtype_code(inputs[0].dtype),
+            first,
+            last,
+            hidden,
+            mlp.numel(),
+            hq,
+            hkv,
+            d,
+            max_seq,
+            logits.numel(),
+            eps,
+            scale,
+            final_norm.data_ptr(),
+            cos.data_ptr(),
+            sin.data_ptr(),
+            x.data_ptr(),
+            qkv.data_ptr(),
+            attn.data_ptr(),
+            mlp.data_ptr(),
+            logits.data_ptr(),
+            codes.data_ptr(),
+            library.SAMPLE_DO_SAMPLE if do_sample else 0,
+            temperature,
+            top_k,
+            top_p,
+            _ptr(slot),
+            _ptr(params),
+            _ptr(seed),
+            _ptr(step),
+            sync.data_ptr(),
             _stream(stream),
         )
 

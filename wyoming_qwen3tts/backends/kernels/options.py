@@ -27,6 +27,10 @@ class KernelOptions:
     # read once a step) instead of a launch per 16: the same bits. Off until measured on a GPU (it is aimed at
     # the 14.1 ms of GEMVs in a 16.4 ms 64-stream step, H200).
     gemv_groups: bool = False
+    # CodePredictor positions 2..15 of a lone stream's frame in one persistent launch (q3t_cp_passes: weights
+    # streamed into shared memory ahead of each phase, a counter barrier between phases; CUDA sm_90+, bf16)
+    # instead of 14 x 27 launches. Off until measured on a GPU.
+    cp_persistent: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.attn_splits <= 1024:
@@ -34,12 +38,13 @@ class KernelOptions:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> KernelOptions:
-        """Q3T_PDL=0, Q3T_ATTN_SPLITS=N, Q3T_GRAPH_PREFILL=0, Q3T_GEMV_CLUSTER=0 and Q3T_GEMV_GROUPS=1 override the
-        defaults."""
+        """Q3T_PDL=0, Q3T_ATTN_SPLITS=N, Q3T_GRAPH_PREFILL=0, Q3T_GEMV_CLUSTER=0, Q3T_GEMV_GROUPS=1 and
+        Q3T_CP_PERSISTENT=1 override the defaults."""
         return cls(
             pdl=env.get("Q3T_PDL", "1") != "0",
             attn_splits=int(env.get("Q3T_ATTN_SPLITS", cls.attn_splits)),
             graph_prefill=env.get("Q3T_GRAPH_PREFILL", "1") != "0",
             gemv_clusters=env.get("Q3T_GEMV_CLUSTER", "1") != "0",
             gemv_groups=env.get("Q3T_GEMV_GROUPS", "0") == "1",
+            cp_persistent=env.get("Q3T_CP_PERSISTENT", "0") == "1",
         )

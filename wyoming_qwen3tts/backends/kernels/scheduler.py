@@ -167,6 +167,7 @@ class BatchingBackend:
             pdl=single.pdl,
             invariant=invariant,
             lone_splits=single.options.attn_splits,
+            lone_cp_persistent=single.cp_persistent,
         )
         self.cond = threading.Condition()
         self._queue: collections.deque[BatchedSession] = collections.deque()
