@@ -9,7 +9,8 @@
 #   gemvbench  kernels/device/bench_gemv.py: every decode GEMV shape alone, bf16 and int8, GB/s
 #   tests      the batched kernels', int8, decoder / admission and one-stream GPU suites (tiny checkpoints)
 #   batchedtests  the batched kernels', int8 and decoder / admission suites alone
-#   cp         the persistent CodePredictor (q3t_cp_passes): its GPU tests, the batch-1 bench with it off and on
+#   cp         the persistent CodePredictor (q3t_cp_passes): its GPU tests, kernels/device/trace_cp.py (layered
+#              against persistent, and block 0's clock marks), the batch-1 bench with it off and on
 #              (Q3T_CP_PERSISTENT=0/1), and the 1.7B frame's profile with it on
 #   sass       the SASS check that every GEMV's weight loads go out before the grid wait (builds a library)
 #   groups     bench.streams 1.7B at 16,64 with the tensor-core GEMV's groups off, then on (Q3T_GEMV_GROUPS=1)
@@ -99,6 +100,8 @@ step_batchedtests() {
 }
 step_cp() {  # the persistent CodePredictor: its tests, then the batch-1 bench off and on in one call, then its profile
   py cptests 240 tests/kernels/test_cp_passes_gpu.py
+  left cp-trace && { timeout 120 python3 kernels/device/trace_cp.py --out $R > $R/cp-trace.log 2>&1
+    echo "cp trace rc=$? [$((SECONDS - t)) s]"; grep -v "^$" $R/cp-trace.log | tail -22 | cut -c1-200; }
   for on in 0 1; do
     left cp-$on || continue
     ck 1.7b; ck 0.6b

@@ -234,9 +234,11 @@ Q3T_API int q3t_batched_advance(const int* slot, int nb, int* pos, int* step, vo
  * host pointers (in_norm, qkv, q_norm, k_norm, o, post_norm, gate_up interleaved, down, k_cache,
  * v_cache [max_seq, hkv, d]); heads and inputs: 15 host pointers each, for positions 1..15 (lm_head j
  * [vocab, hidden], input table j [vocab, hidden] of input_dtype). qkv, attn, mlp and logits are work
- * buffers; sync: two uint32 zeros, left zero. One block per SM; GEMV sums in another order than
+ * buffers; sync: two uint32 zeros, left zero. trace (NULL: none): block 0's clock64 at each step, per position
+ * 23 per layer (qkv, o, gate/up, down: start, input staged, weights landed, computed, past the barrier; between
+ * qkv and o the attention: start, computed, past the barrier), 5 for the head and 1 after the draw. One block per SM; GEMV sums in another order than
  * q3t_gemv's (float32 rounding apart), attention and cache rows q3t_rope_attention's bit for bit. */
-Q3T_API int q3t_cp_passes(int dtype, const void* const* layer_ptrs, int n_layers, const void* const* heads, const void* const* inputs, int input_dtype, int first, int last, int hidden, int inter, int hq, int hkv, int d, int max_seq, int vocab, float eps, float scale, const float* final_norm, const float* cos_tab, const float* sin_tab, float* x, float* qkv, float* attn, float* mlp, float* logits, int* codes, int flags, float temperature, int top_k, float top_p, const int* slot, const q3t_sample_params* params, const unsigned long long* seed_ptr, const int* step_ptr, unsigned* sync, void* stream);
+Q3T_API int q3t_cp_passes(int dtype, const void* const* layer_ptrs, int n_layers, const void* const* heads, const void* const* inputs, int input_dtype, int first, int last, int hidden, int inter, int hq, int hkv, int d, int max_seq, int vocab, float eps, float scale, const float* final_norm, const float* cos_tab, const float* sin_tab, float* x, float* qkv, float* attn, float* mlp, float* logits, int* codes, int flags, float temperature, int top_k, float top_p, const int* slot, const q3t_sample_params* params, const unsigned long long* seed_ptr, const int* step_ptr, unsigned* sync, long long* trace, void* stream);
 
 #ifdef __cplusplus
 }

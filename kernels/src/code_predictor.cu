@@ -69,6 +69,7 @@ struct CpArgs {
     const unsigned long long* seed_ptr;
     const int* step_ptr;
     unsigned* sync;  // [2]: barrier arrivals, blocks out (zero between launches)
+    long long* trace;  // NULL, or block 0's clock64 at each step of each phase (q3t.h)
     int n_layers, hidden, inter, hq, hkv, d, max_seq, vocab, first, last, input_dtype;
     float eps, scale;
     int flags, top_k;
@@ -289,8 +290,14 @@ __global__ void __launch_bounds__(kCpThreads, 1) k_cp_passes(const __grid_consta
     __syncthreads();
 
     unsigned barriers = 0;
+    int marks = 0;
+    auto mark = [&]() {  // the trace: block 0's clock when its thread 0 gets here
+        if (a.trace && lead && tid == 0) a.trace[marks] = clock64();
+        ++marks;
+    };
     auto phase_end = [&](bool consumed_chunk) {
         __syncthreads();  // this block's writes done, its chunk read
+        mark();
         if (tid == 0) {
             arrive(a.sync);
             if (consumed_chunk) {
@@ -301,9 +308,11 @@ __global__ void __launch_bounds__(kCpThreads, 1) k_cp_passes(const __grid_consta
         }
         ++barriers;
         __syncthreads();
+        mark();
     };
     auto chunk = [&](int wi) {
         mbar_wait(&mbar[wi % kCpDepth], (unsigned)(wi / kCpDepth) & 1u);
+        mark();
         return reinterpret_cast<const T*>(ring + ring_off[wi % kCpDepth]);
     };
 
@@ -312,6 +321,7 @@ __global__ void __launch_bounds__(kCpThreads, 1) k_cp_passes(const __grid_consta
         for (int l = 0; l < a.n_layers; ++l, wi += 4) {
             const CpLayer& L = a.layer[l];
             float rs;
+            mark();
             if (l == 0 && j > a.first) {  // the drawn code's row: every block reads it, block 0 keeps it in x
                 if (a.input_dtype == Q3T_F32)
                     rs = cp_stage(static_cast<const float*>(a.input[j]) + (size_t)code * a.hidden, false, L.in_norm,
@@ -322,10 +332,12 @@ __global__ void __launch_bounds__(kCpThreads, 1) k_cp_passes(const __grid_consta
             } else {
                 rs = cp_stage(a.x, true, L.in_norm, a.hidden, a.eps, region, nullptr, red);
             }
+            mark();
             cp_gemv<T>(cp_matrix(a, wi), chunk(wi), region, rs, a.qkv);
             phase_end(true);
 
             // Attention: one q head per block, q3t_rope_attention's block code.
+            mark();
             {
                 T* kc = static_cast<T*>(L.k_cache);
                 T* vc = static_cast<T*>(L.v_cache);
@@ -340,19 +352,27 @@ __global__ void __launch_bounds__(kCpThreads, 1) k_cp_passes(const __grid_consta
             }
             phase_end(false);
 
+            mark();
             rs = cp_stage(a.attn, true, nullptr, a.hq * a.d, 0.f, region, nullptr, red);
+            mark();
             cp_gemv<T>(cp_matrix(a, wi + 1), chunk(wi + 1), region, rs, a.x);
             phase_end(true);
 
+            mark();
             rs = cp_stage(a.x, true, L.post_norm, a.hidden, a.eps, region, nullptr, red);
+            mark();
             cp_gemv<T>(cp_matrix(a, wi + 2), chunk(wi + 2), region, rs, a.mlp);
             phase_end(true);
 
+            mark();
             rs = cp_stage(a.mlp, true, nullptr, a.inter, 0.f, region, nullptr, red);
+            mark();
             cp_gemv<T>(cp_matrix(a, wi + 3), chunk(wi + 3), region, rs, a.x);
             phase_end(true);
         }
+        mark();
         const float rs = cp_stage(a.x, true, a.final_norm, a.hidden, a.eps, region, nullptr, red);
+        mark();
         cp_gemv<T>(cp_matrix(a, wi), chunk(wi), region, rs, a.logits);
         phase_end(true);
         ++wi;
@@ -364,6 +384,7 @@ __global__ void __launch_bounds__(kCpThreads, 1) k_cp_passes(const __grid_consta
         code = sample_block<kCpThreads>(a.logits, a.vocab, nullptr, 1.0f, -1, 0, 0, 0, flags, temperature, top_k, top_p,
                                         step, bits, lead ? a.codes + j : &other_code, L, cand);
         __syncthreads();  // L is the next staging's region
+        mark();
     }
     // The last block out resets the counters for the next launch (every block is past its last poll).
     if (tid == 0) {
@@ -442,7 +463,7 @@ extern "C" Q3T_API int q3t_cp_passes(int dtype, const void* const* layer_ptrs, i
                                      float* qkv, float* attn, float* mlp, float* logits, int* codes, int flags,
                                      float temperature, int top_k, float top_p, const int* slot,
                                      const q3t_sample_params* params, const unsigned long long* seed_ptr,
-                                     const int* step_ptr, unsigned* sync, void* stream) {
+                                     const int* step_ptr, unsigned* sync, long long* trace, void* stream) {
 #if defined(Q3T_CUDA)
     if (q3t_host_cc_major() < 9) return q3t_fail("q3t_cp_passes: needs CUDA sm_90 or newer (TMA bulk copies)");
     // bf16 only: the decode loop's dtype (a float32 build of the kernel spilled at one block of 512 per SM).
@@ -484,6 +505,7 @@ extern "C" Q3T_API int q3t_cp_passes(int dtype, const void* const* layer_ptrs, i
     a.seed_ptr = seed_ptr;
     a.step_ptr = step_ptr;
     a.sync = sync;
+    a.trace = trace;
     a.n_layers = n_layers;
     a.hidden = hidden;
     a.inter = inter;
@@ -511,7 +533,7 @@ extern "C" Q3T_API int q3t_cp_passes(int dtype, const void* const* layer_ptrs, i
     (void)hidden, (void)inter, (void)hq, (void)hkv, (void)d, (void)max_seq, (void)vocab, (void)eps, (void)scale;
     (void)final_norm, (void)cos_tab, (void)sin_tab, (void)x, (void)qkv, (void)attn, (void)mlp, (void)logits, (void)codes;
     (void)flags, (void)temperature, (void)top_k, (void)top_p, (void)slot, (void)params, (void)seed_ptr, (void)step_ptr;
-    (void)sync, (void)stream;
+    (void)sync, (void)trace, (void)stream;
     return q3t_fail("q3t_cp_passes: CUDA sm_90 only (HIP has no TMA bulk copies)");
 #endif
 }

@@ -126,7 +126,7 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
         + [_c_float, _c_float]
         + [_p] * 9
         + [_c_int, _c_float, _c_int, _c_float]
-        + [_p] * 6,
+        + [_p] * 7,
     ),
     "q3t_store_row": (_c_int, [_p, _c_int, _p, _p, _c_int, _p]),
     "q3t_add_i32": (_c_int, [_p, _c_int, _c_int, _p]),

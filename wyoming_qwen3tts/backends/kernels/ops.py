@@ -423,12 +423,14 @@ class Ops:
         step: Tensor | None,
         slot: Tensor | None = None,
         params: Tensor | None = None,
+        trace: Tensor | None = None,
         stream: int | None = None,
     ) -> None:
         """CodePredictor positions first..last in one persistent launch (q3t_cp_passes): layers are the
         10-tuples (in_norm, qkv, q_norm, k_norm, o, post_norm, gate_up, down, k_cache, v_cache); heads and
         inputs the lm_heads and input tables of positions 1..15. With slot (a batched decoder's stream), the
-        draw's settings are params[slot] and its seed and frame seed[slot] and step[slot]."""
+        draw's settings are params[slot] and its seed and frame seed[slot] and step[slot]. trace: int64, q3t.h's
+        clock marks (device scripts)."""
         if len(heads) != 15 or len(inputs) != 15 or any(len(L) != 10 for L in layers):
             raise ValueError("cp_passes: 10 tensors a layer and 15 heads and input tables")
         k_cache = layers[0][8]
@@ -475,6 +477,7 @@ class Ops:
             _ptr(seed),
             _ptr(step),
             sync.data_ptr(),
+            _ptr(trace),
             _stream(stream),
         )
 
