@@ -17,11 +17,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "kernels"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "support"))
 
-from test_cp_passes_gpu import CP, Start, _weights  # noqa: E402  (the test's random CodePredictor)
+from test_cp_passes_gpu import CP, Start, _weights
 
-from wyoming_qwen3tts.backends.kernels import library  # noqa: E402
-from wyoming_qwen3tts.backends.kernels.frame import NUM_GROUPS, launch_cp_passes, launch_layers  # noqa: E402
-from wyoming_qwen3tts.backends.kernels.ops import Ops  # noqa: E402
+from wyoming_qwen3tts.backends.kernels import library
+from wyoming_qwen3tts.backends.kernels.frame import NUM_GROUPS, launch_cp_passes, launch_layers
+from wyoming_qwen3tts.backends.kernels.ops import Ops
 
 DEV = "cuda"
 KINDS = ("qkv", "attention", "o", "gate/up", "down")
@@ -88,8 +88,18 @@ def main(argv: list[str]) -> None:
 
         def persistent(stream: int, draw=draw, trace=None) -> None:
             launch_cp_passes(
-                ops, w, b, x=x, logits=logits, codes=codes, sync=sync, stream=stream, seed=seed, step=step,
-                trace=trace, **draw
+                ops,
+                w,
+                b,
+                x=x,
+                logits=logits,
+                codes=codes,
+                sync=sync,
+                stream=stream,
+                seed=seed,
+                step=step,
+                trace=trace,
+                **draw,
             )
 
         t_layered, t_persistent = timed(layered, reps), timed(persistent, reps)
