@@ -24,12 +24,13 @@ class KernelOptions:
     # plan allows, else through global scratch: the same bits, ~4 % of a 16-stream step.
     gemv_clusters: bool = True
     # More than 16 streams' vectors in one tensor-core GEMV launch (16 at a time inside each block, each matrix
-    # read once a step) instead of a launch per 16: the same bits. Off until measured on a GPU (it is aimed at
-    # the 14.1 ms of GEMVs in a 16.4 ms 64-stream step, H200).
+    # read once a step) instead of a launch per 16: the same bits, but slower on the H200 (64 streams 3,689
+    # against 3,872 frames/s, docs/performance.md), so off.
     gemv_groups: bool = False
     # CodePredictor positions 2..15 of a lone stream's frame in one persistent launch (q3t_cp_passes: weights
     # streamed into shared memory ahead of each phase, a counter barrier between phases; CUDA sm_90+, bf16)
-    # instead of 14 x 27 launches. Off until measured on a GPU.
+    # instead of 14 x 27 launches. Slower on the H200 (1.7B 270 against 326 frames/s: every phase is a chain of
+    # L2 round trips that costs more than a launch under PDL; docs/performance.md), so off; kept for the next try.
     cp_persistent: bool = False
 
     def __post_init__(self) -> None:
