@@ -2,7 +2,8 @@
 the GPU: q3t_gemv (the split-K kernel up to K = 4096, the row kernel above) and the split-K kernel at any K
 (q3t_gemv_batch with one vector), each in a captured graph of >= 240 back-to-back launches that rotate over
 enough weight copies (>= 256 MB) that every launch reads HBM, not L2; microseconds per launch and achieved
-GB/s (weight bytes, int8's scales included, / time), PDL on and off.
+GB/s (weight bytes, int8's scales included, / time), PDL on and off. Q3T_I8_DEEP=1 plans int8 for the most loads
+in flight per lane (q3t_set_i8_deep); GEMV_WEIGHTS=int8 (or bf16) times one kind only.
 
 Prints JSON lines, then a markdown table, which it also writes to $OUT/gemv_bench.md.
 Usage: python kernels/device/bench_gemv.py
@@ -130,15 +131,18 @@ def table(rows: list[dict]) -> str:
 
 def main() -> None:
     ops = Ops(library.load(0))
+    # Q3T_I8_DEEP=1: int8 planned for the most loads in flight per lane (q3t_set_i8_deep); GEMV_WEIGHTS=int8: one kind.
+    ops.set_i8_deep(os.environ.get("Q3T_I8_DEEP", "0") == "1")
+    kinds = tuple(w for w in WEIGHTS if w in os.environ.get("GEMV_WEIGHTS", ",".join(WEIGHTS)).split(","))
     rows = []
     for label, n, k, mode, norm, bias, _ in SHAPES:
-        for weights in WEIGHTS:
+        for weights in kinds:
             rows.append(time_shape(ops, label, n, k, mode, norm, bias, weights))
             print(json.dumps(rows[-1]), flush=True)
             torch.cuda.empty_cache()
     OUT.mkdir(parents=True, exist_ok=True)
     md = table(rows)
-    (OUT / "gemv_bench.md").write_text(md)
+    (OUT / f"gemv_bench{os.environ.get('GEMV_TAG', '')}.md").write_text(md)
     print(md, flush=True)
 
 

@@ -12,6 +12,8 @@
 #   cp         the persistent CodePredictor (q3t_cp_passes): its GPU tests, kernels/device/trace_cp.py (layered
 #              against persistent, and block 0's clock marks), the batch-1 bench with it off and on
 #              (Q3T_CP_PERSISTENT=0/1), and the 1.7B frame's profile with it on
+#   i8deep     int8 GEMVs with q3t_set_i8_deep (the most loads in flight per lane): bench_gemv int8 alone, then
+#              the 1.7B int8 batch-1 bench with it off and on
 #   sass       the SASS check that every GEMV's weight loads go out before the grid wait (builds a library)
 #   groups     bench.streams 1.7B at 16,64 with the tensor-core GEMV's groups off, then on (Q3T_GEMV_GROUPS=1)
 #   server     the server at its defaults (max_streams auto), 1.7B, first audio under bursts of 1, 16 and 64 and a
@@ -93,6 +95,18 @@ step_gemvbench() {
   left gemvbench || return
   OUT=$R timeout 150 python3 kernels/device/bench_gemv.py > $R/gemvbench.log 2>&1
   echo "gemvbench rc=$? [$((SECONDS - t)) s]"; grep -E "^\||Sum over" $R/gemvbench.log | tail -26 | cut -c1-200
+}
+step_i8deep() {  # int8 GEMVs planned for the most loads in flight per lane, against bf16's plan, and the frame
+  left i8deep || return
+  OUT=$R GEMV_WEIGHTS=int8 GEMV_TAG=-i8deep Q3T_I8_DEEP=1 timeout 120 python3 kernels/device/bench_gemv.py > $R/i8deep.log 2>&1
+  echo "i8deep gemv rc=$? [$((SECONDS - t)) s]"; grep -E "^\||Sum over" $R/i8deep.log | tail -16 | cut -c1-200
+  for on in 0 1; do
+    left i8deep-frame-$on || continue
+    ck 1.7b
+    Q3T_I8_DEEP=$on timeout 120 python3 -m $BENCH --sizes 1.7b --ckpt-root /tmp/ck --backends kernels --weights int8 \
+      --frames 200 --runs 3 --out $R/i8deep-$on > $R/i8deep-$on.log 2>&1
+    echo "i8deep frame $on rc=$? [$((SECONDS - t)) s]"; grep -E "frames/s" $R/i8deep-$on.log | head -2 | cut -c1-200
+  done
 }
 step_batchedtests() {
   py kernels 200 tests/kernels/test_batched_kernels_gpu.py tests/kernels/test_int8_kernels_gpu.py

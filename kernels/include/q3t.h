@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bump on any change of a prototype, of a constant below or of a function's meaning. */
-#define Q3T_ABI_VERSION 11
+#define Q3T_ABI_VERSION 12
 
 #define Q3T_F32 0
 #define Q3T_BF16 1
@@ -66,6 +66,11 @@ Q3T_API int q3t_set_gemv_clusters(int enable);
  * block, the matrix read once) instead of one launch per 16 (off by default until measured on a GPU; the
  * same bits either way). Process-wide, from the next launch on; a no-op where the kernel is not used. */
 Q3T_API int q3t_set_gemv_groups(int enable);
+
+/* Whether the split-K GEMV plans int8 rows for the most 16-byte loads in flight per lane (of the plans whose
+ * grid runs in the fewest waves, the smallest grid) instead of the largest grid, as for bf16 (default off:
+ * an experiment on int8's bytes in flight, kernels/device/bench_gemv.py). Process-wide, for later launches. */
+Q3T_API int q3t_set_i8_deep(int enable);
 
 /* y = RMSNorm(x) * w over n elements (statistics in float32). */
 Q3T_API int q3t_rmsnorm(const float* x, const float* w, float* y, int n, float eps, void* stream);

@@ -12,6 +12,7 @@ static bool g_gemv_cluster = true;
 static bool g_gemv_groups = false;
 #endif
 static bool g_pdl = false;
+static bool g_i8_deep = false;
 static int g_sms = 0;
 
 int q3t_fail(const char* fmt, ...) {
@@ -33,6 +34,8 @@ int q3t_host_warp() { return g_warp; }
 bool q3t_pdl_enabled() { return g_pdl; }
 
 int q3t_host_sms() { return g_sms; }
+
+bool q3t_i8_deep() { return g_i8_deep; }
 
 #if defined(Q3T_CUDA)
 int q3t_host_cc_major() { return g_cc_major; }
@@ -88,6 +91,11 @@ Q3T_API int q3t_set_gemv_clusters(int enable) {
 #else
     (void)enable;  // HIP: the tensor-core kernel and its clusters are CUDA-only
 #endif
+    return 0;
+}
+
+Q3T_API int q3t_set_i8_deep(int enable) {
+    g_i8_deep = enable != 0;
     return 0;
 }
 

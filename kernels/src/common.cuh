@@ -16,6 +16,8 @@ int q3t_host_warp();
 bool q3t_pdl_enabled();
 // SM / CU count of the device passed to q3t_init (0 before it).
 int q3t_host_sms();
+// q3t_set_i8_deep(1): the split-K GEMV plans int8 rows for the most loads per lane (an experiment).
+bool q3t_i8_deep();
 #if defined(Q3T_CUDA)
 // Compute capability major of the device passed to q3t_init (0 before it).
 int q3t_host_cc_major();

@@ -353,7 +353,10 @@ int launch2(const void* w, const float* w_scale, int n_rows, int k, const float*
         const auto kernel = pick_kernel<W, MODE, 1>(vec, NR * cdiv(chunks, sp));
         const int slots = blocks_per_sm(reinterpret_cast<const void*>(kernel), smem1) * (sms > 0 ? sms : 1);
         const int waves = cdiv(grid, slots);
-        if (best_waves == 0 || waves < best_waves || (waves == best_waves && grid > best_grid)) {
+        // int8 rows have half the 16-byte chunks of bf16 rows: with q3t_set_i8_deep, the smaller grid of equal
+        // waves, so each lane keeps as many bytes in flight as a bf16 lane.
+        const bool deeper = sizeof(W) == 1 && q3t_i8_deep();
+        if (best_waves == 0 || waves < best_waves || (waves == best_waves && (deeper ? grid < best_grid : grid > best_grid))) {
             best = sp;
             best_waves = waves;
             best_grid = grid;

@@ -95,6 +95,11 @@ class Ops:
         or in launches of 16 (the same bits), for launches and captures from now on (one flag for the library)."""
         self.lib.call("q3t_set_gemv_groups", int(enable))
 
+    def set_i8_deep(self, enable: bool) -> None:
+        """The split-K GEMV's int8 plan: the most loads in flight per lane (q3t_set_i8_deep), for launches and
+        captures from now on (one flag for the library)."""
+        self.lib.call("q3t_set_i8_deep", int(enable))
+
     def use_pdl(self, want: bool) -> bool:
         """set_pdl(want) where the device has PDL, else off; returns whether it is on. Launches and captures
         take the setting current when they are made (one flag for the whole library)."""

@@ -32,6 +32,9 @@ class KernelOptions:
     # instead of 14 x 27 launches. Slower on the H200 (1.7B 270 against 326 frames/s: every phase is a chain of
     # L2 round trips that costs more than a launch under PDL; docs/performance.md), so off; kept for the next try.
     cp_persistent: bool = False
+    # int8 GEMVs planned for the most 16-byte loads in flight per lane (the smaller grid of equal waves), where
+    # bf16's rule (the larger grid) leaves an int8 lane half a bf16 lane's bytes (docs/int8.md). Off until measured.
+    i8_deep: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.attn_splits <= 1024:
@@ -39,8 +42,8 @@ class KernelOptions:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> KernelOptions:
-        """Q3T_PDL=0, Q3T_ATTN_SPLITS=N, Q3T_GRAPH_PREFILL=0, Q3T_GEMV_CLUSTER=0, Q3T_GEMV_GROUPS=1 and
-        Q3T_CP_PERSISTENT=1 override the defaults."""
+        """Q3T_PDL=0, Q3T_ATTN_SPLITS=N, Q3T_GRAPH_PREFILL=0, Q3T_GEMV_CLUSTER=0, Q3T_GEMV_GROUPS=1,
+        Q3T_CP_PERSISTENT=1 and Q3T_I8_DEEP=1 override the defaults."""
         return cls(
             pdl=env.get("Q3T_PDL", "1") != "0",
             attn_splits=int(env.get("Q3T_ATTN_SPLITS", cls.attn_splits)),
@@ -48,4 +51,5 @@ class KernelOptions:
             gemv_clusters=env.get("Q3T_GEMV_CLUSTER", "1") != "0",
             gemv_groups=env.get("Q3T_GEMV_GROUPS", "0") == "1",
             cp_persistent=env.get("Q3T_CP_PERSISTENT", "0") == "1",
+            i8_deep=env.get("Q3T_I8_DEEP", "0") == "1",
         )
