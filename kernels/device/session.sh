@@ -17,8 +17,8 @@
 #   sass       the SASS check that every GEMV's weight loads go out before the grid wait (builds a library)
 #   groups     bench.streams 1.7B at 16,64 with the tensor-core GEMV's groups off, then on (Q3T_GEMV_GROUPS=1)
 #   server     the server at its defaults (max_streams auto), 1.7B, first audio under bursts of 1, 16 and 64 and a
-#              Poisson load over Wyoming, bursts of 16 and 64 over HTTP through the openai package; PREFIX_MB > 0:
-#              with the prompt-prefix cache of that size (the load's requests share one voice)
+#              Poisson load over Wyoming, bursts of 16 and 64 over HTTP through the openai package; once per
+#              prompt-prefix cache size in PREFIX_MBS (e.g. "0 64"; the load's requests share one voice)
 #   soak       the same server, SOAK_REQUESTS (default 10,000) requests from 64 clients, readings every 500 of
 #              RSS, threads, fds (/proc) and GPU memory (/metrics): the no-growth verdict
 #   qcpp       qwentts.cpp beside our kernels in one bench run: the realtimetts-qwen-native 0.2.0 wheel's binaries,
@@ -34,7 +34,11 @@ NAME=${NAME:-session}
 BUDGET_S=${BUDGET_S:-540}
 STREAMS=${STREAMS:-1,4,16,64}
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+# The library may travel xz-compressed (a fifth of its size) in .libcache-carry, so that the wheels of a server
+# call (PyAV alone is 35 MB, carried in .whl-server for the server and soak steps) fit the carry limit beside it.
+for f in .libcache-carry/*.so.xz; do [ -e "$f" ] && mkdir -p .libcache && xz -dc "$f" > .libcache/$(basename "${f%.xz}"); done
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl $(ls .whl-server/*.whl 2>/dev/null) \
+  || exit 1
 export PYTHONUNBUFFERED=1 Q3T_REQUIRE=1 PYTHONPATH=/tmp/site:$PWD Q3T_CACHE_DIR=$PWD/.libcache
 # The benchmarks (benchmarks/, not installed) and the load tool (wyoming_qwen3tts.tools.load).
 BENCH=wyoming_qwen3tts.bench LOAD=wyoming_qwen3tts.bench.load
@@ -136,21 +140,23 @@ step_tests() {
   py onestreamtests 240 tests/engine/test_engine_gpu.py tests/kernels/test_prefill_gpu.py tests/model/test_clone_gpu.py \
     tests/model/test_codec_slots_gpu.py tests/kernels/test_kernels_gpu.py -k "not full"
 }
-start_server() {  # the 1.7B server at its defaults, Wyoming on 10200 and HTTP on 18000; log $R/$1.log
+start_server() {  # the 1.7B server at its defaults, Wyoming on 10200 and HTTP on 18000; log $R/$1.log; $2: prefix cache MB
   ck 1.7b
   # The announcement cache off: the load tool repeats its sentences, and replayed takes are not decodes.
-  WYOMING_QWEN3TTS_ANNOUNCEMENT_CACHE=false WYOMING_QWEN3TTS_PREFIX_CACHE_MB=${PREFIX_MB:-0} python3 -m wyoming_qwen3tts \
+  WYOMING_QWEN3TTS_ANNOUNCEMENT_CACHE=false WYOMING_QWEN3TTS_PREFIX_CACHE_MB=${2:-0} python3 -m wyoming_qwen3tts \
     --model /tmp/ck/1.7b --uri tcp://127.0.0.1:10200 --http tcp://127.0.0.1:18000 --max-connections 160 \
     --max-frames 150 > $R/$1.log 2>&1 &
   srv=$!
-  for i in $(seq 200); do grep -q "Ready" $R/$1.log && break; sleep 1; done
-  echo "ready after $i s"; grep -E "max_streams auto|Continuous batching|Serving" $R/$1.log | cut -c1-260
+  for i in $(seq 200); do grep -q "Ready" $R/$1.log && break; kill -0 $srv 2>/dev/null || break; sleep 1; done
+  echo "ready after $i s"; grep -E "max_streams auto|Continuous batching|Serving|[Pp]refix" $R/$1.log | head -6 | cut -c1-260
 }
-step_server() {
-  left server || return
-  start_server server
+step_server() {  # once per prefix-cache size in PREFIX_MBS (default PREFIX_MB, default 0); files tagged -p<MB>
+  for mb in ${PREFIX_MBS:-${PREFIX_MB:-0}}; do
+  left server-p$mb || return
+  echo "server, prefix cache $mb MB"
+  start_server server-p$mb $mb
   load() {  # name, then bench.load arguments
-    local name=$1; shift
+    local name=$1-p$mb; shift
     left $name || return
     timeout 60 python3 -m $LOAD --wyoming tcp://127.0.0.1:10200 --json "$@" > $R/$name.json 2>/dev/null
     python3 -c "
@@ -164,7 +170,8 @@ print('$name', r['sent'], r['served'], r['failed'], 'ttfa p50/p95', o['ttfa_p50_
   load http-burst-16 --http http://127.0.0.1:18000 --protocol http --http-client openai --clients 16 --rounds 2
   load http-burst-64 --http http://127.0.0.1:18000 --protocol http --http-client openai --clients 64 --rounds 2
   kill $srv; wait $srv 2>/dev/null
-  grep -E "Traceback|Error" $R/server.log | tail -5 | cut -c1-220
+  grep -E "Traceback|Error" $R/server-p$mb.log | tail -5 | cut -c1-220
+  done
 }
 step_soak() {
   left soak || return
