@@ -19,6 +19,8 @@
 #   server     the server at its defaults (max_streams auto), 1.7B, first audio under bursts of 1, 16 and 64 and a
 #              Poisson load over Wyoming, bursts of 16 and 64 over HTTP through the openai package; once per
 #              prompt-prefix cache size in PREFIX_MBS (e.g. "0 64"; the load's requests share one voice)
+#   firstaudio where the first audio goes: the server with --debug (the engine's per-request line), alone and a
+#              burst of 16, first chunk of 2 frames and of 1 (FIRST_CHUNKS)
 #   soak       the same server, SOAK_REQUESTS (default 10,000) requests from 64 clients, readings every 500 of
 #              RSS, threads, fds (/proc) and GPU memory (/metrics): the no-growth verdict
 #   qcpp       qwentts.cpp beside our kernels in one bench run: the realtimetts-qwen-native 0.2.0 wheel's binaries,
@@ -140,12 +142,13 @@ step_tests() {
   py onestreamtests 240 tests/engine/test_engine_gpu.py tests/kernels/test_prefill_gpu.py tests/model/test_clone_gpu.py \
     tests/model/test_codec_slots_gpu.py tests/kernels/test_kernels_gpu.py -k "not full"
 }
-start_server() {  # the 1.7B server at its defaults, Wyoming on 10200 and HTTP on 18000; log $R/$1.log; $2: prefix cache MB
+start_server() {  # the 1.7B server at its defaults, Wyoming on 10200 and HTTP on 18000; log $R/$1.log; $2: prefix cache
+  # MB (default 0), $3: frames a request may take (default 150)
   ck 1.7b
   # The announcement cache off: the load tool repeats its sentences, and replayed takes are not decodes.
   WYOMING_QWEN3TTS_ANNOUNCEMENT_CACHE=false WYOMING_QWEN3TTS_PREFIX_CACHE_MB=${2:-0} python3 -m wyoming_qwen3tts \
     --model /tmp/ck/1.7b --uri tcp://127.0.0.1:10200 --http tcp://127.0.0.1:18000 --max-connections 160 \
-    --max-frames 150 > $R/$1.log 2>&1 &
+    --max-frames ${3:-150} $SERVER_ARGS > $R/$1.log 2>&1 &
   srv=$!
   for i in $(seq 200); do grep -q "Ready" $R/$1.log && break; kill -0 $srv 2>/dev/null || break; sleep 1; done
   echo "ready after $i s"; grep -E "max_streams auto|Continuous batching|Serving|[Pp]refix" $R/$1.log | head -6 | cut -c1-260
@@ -173,13 +176,43 @@ print('$name', r['sent'], r['served'], r['failed'], 'ttfa p50/p95', o['ttfa_p50_
   grep -E "Traceback|Error" $R/server-p$mb.log | tail -5 | cut -c1-220
   done
 }
-step_soak() {
+step_firstaudio() {  # where a request's first audio goes (the engine's debug line per request: prompt, queue,
+  # admission to first codes, codec), alone and in a burst of 16, with a first chunk of 2 frames (the default)
+  # and of 1 (FIRST_CHUNKS)
+  for fc in ${FIRST_CHUNKS:-2 1}; do
+    left firstaudio-$fc || return
+    SERVER_ARGS="--debug --first-chunk-frames $fc" start_server firstaudio-$fc ${PREFIX_MB:-0}
+    for load in "alone 1 8" "burst-16 16 2"; do
+      set -- $load
+      local log=$R/firstaudio-$fc.log off; off=$(stat -c %s $log)  # this load's lines start here
+      timeout 60 python3 -m $LOAD --wyoming tcp://127.0.0.1:10200 --json --clients $2 --rounds $3 \
+        > $R/firstaudio-$fc-$1.json 2>/dev/null
+      python3 -c "
+import json, re, statistics as st
+o = json.load(open('$R/firstaudio-$fc-$1.json'))['overall']
+log = open('$log', 'rb'); log.seek($off)
+rows = [list(map(float, m.groups())) for m in re.finditer(
+    r'First chunk after ([0-9.]+) ms: prompt ([0-9.]+), queued ([0-9.]+), admitted to first codes ([0-9.]+), codec ([0-9.]+)',
+    log.read().decode(errors='replace'))]
+print('first chunk $fc, $1: ttfa p50/p95', o['ttfa_p50_ms'], o['ttfa_p95_ms'], '| engine medians of', len(rows),
+      '(total, prompt, queued, to codes, codec):', [round(st.median(c), 1) for c in zip(*rows)] if rows else '-')" 2>&1 | tail -1
+    done
+    kill $srv; wait $srv 2>/dev/null
+  done
+}
+step_soak() {  # random weights never end a sentence, so each request runs to --max-frames: SOAK_MAX_FRAMES (default
+  # 32) keeps 10,000 requests at 64 streams inside one call; SOAK_SECONDS (default 400) bounds it regardless, and
+  # the readings stream to soak.err as they are taken
   left soak || return
-  start_server soak-server
-  timeout 420 python3 -m wyoming_qwen3tts.tools.soak --uri tcp://127.0.0.1:10200 --clients 64 \
-    --requests ${SOAK_REQUESTS:-10000} --every 500 --server-pid $srv --metrics http://127.0.0.1:18000/metrics --json \
-    > $R/soak.json 2> $R/soak.err
-  echo "soak rc=$? [$((SECONDS - t)) s]"; tail -c 1500 $R/soak.json | tr -d '\n' | cut -c1-1500; echo
+  start_server soak-server ${PREFIX_MB:-0} ${SOAK_MAX_FRAMES:-32}
+  timeout $((${SOAK_SECONDS:-400} + 60)) python3 -m wyoming_qwen3tts.tools.soak --uri tcp://127.0.0.1:10200 --clients 64 \
+    --requests ${SOAK_REQUESTS:-10000} --seconds ${SOAK_SECONDS:-400} --every 500 --server-pid $srv \
+    --metrics http://127.0.0.1:18000/metrics --json > $R/soak.json 2> $R/soak.err
+  echo "soak rc=$? [$((SECONDS - t)) s]"; python3 -c "
+import json, sys
+r = json.load(open('$R/soak.json'))
+print('sent', r['sent'], 'served', r['served'], 'failed', r['failed'], 'passed', r['passed'])
+print('growth', json.dumps(r['growth'])[:900])" 2>/dev/null || { grep "^reading" $R/soak.err | tail -3 | cut -c1-400; }
   kill $srv; wait $srv 2>/dev/null
   grep -E "Traceback|Error" $R/soak-server.log | tail -5 | cut -c1-220
 }

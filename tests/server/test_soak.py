@@ -6,6 +6,7 @@ tests/server/test_load.py runs it briefly against the real server (tiny random c
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import AsyncIterator
 
@@ -166,9 +167,10 @@ async def silent() -> AsyncIterator[SilentServer]:
         yield server
 
 
-async def test_requests_stop_at_n(silent: SilentServer) -> None:
+async def test_requests_stop_at_n(silent: SilentServer, capsys: pytest.CaptureFixture[str]) -> None:
     """--requests 23 from 5 clients: exactly 23 sent and answered; the warm-up reading after 4, load readings
-    every 5 while all clients send (9 and 14; by 19 the last requests are out), the end reading after 23."""
+    every 5 while all clients send (9 and 14; by 19 the last requests are out), the end reading after 23; each
+    reading also goes to stderr as it is taken."""
     args = parse_args(
         [
             "--uri",
@@ -198,6 +200,8 @@ async def test_requests_stop_at_n(silent: SilentServer) -> None:
     ]
     assert all({"rss_mib", "fds", "threads"} <= set(r) for r in report["readings"])
     assert set(report["growth"]) == {"rss_mib", "fds", "threads"} and report["passed"], report
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("reading ")]
+    assert [json.loads(line.removeprefix("reading ")) for line in lines] == report["readings"]
     # --seconds still bounds a run: it ends long before 10,000 one-frame requests are answered.
     args = parse_args(
         ["--uri", f"tcp://127.0.0.1:{silent.port}", "--requests", "10000", "--seconds", "0.5", "--settle", "0"]

@@ -329,7 +329,10 @@ class Soak:
         """Take a reading, counted at `requests` answered (default: as many as now)."""
         done = self.results.done if requests is None else requests
         seconds = time.monotonic() - self.t0
-        self.readings.append(await take_reading(phase, done, seconds, self.args.server_pid, self.args.metrics))
+        reading = await take_reading(phase, done, seconds, self.args.server_pid, self.args.metrics)
+        self.readings.append(reading)
+        # One line per reading on stderr as it is taken: a soak cut off before its report still leaves them.
+        print("reading " + json.dumps(reading.as_dict()), file=sys.stderr, flush=True)
 
     async def phase(self, stop_at: int) -> None:
         """Send requests from all clients until `stop_at` have been sent in all, or the time is up."""
