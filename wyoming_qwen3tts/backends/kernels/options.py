@@ -33,7 +33,8 @@ class KernelOptions:
     # L2 round trips that costs more than a launch under PDL; docs/performance.md), so off; kept for the next try.
     cp_persistent: bool = False
     # int8 GEMVs planned for the most 16-byte loads in flight per lane (the smaller grid of equal waves), where
-    # bf16's rule (the larger grid) leaves an int8 lane half a bf16 lane's bytes (docs/int8.md). Off until measured.
+    # bf16's rule (the larger grid) leaves an int8 lane half a bf16 lane's bytes. Slower on the H100 (1.7B int8 280
+    # against 304 frames/s, no faster GEMVs: docs/int8.md), so off.
     i8_deep: bool = False
 
     def __post_init__(self) -> None:
