@@ -4,7 +4,8 @@ launches timed with CUDA events, programmatic dependent launch on (as the frame 
 
 1. gemv: every GEMV shape of a batched step, over rotating weight copies (>= 256 MB, so HBM, not L2):
    µs of the step's kernel (tensor cores where the device has them) and of the FMA kernel, GB/s of weights read, that as a fraction of this GPU's measured copy bandwidth, TFLOP/s, and
-   t(nb) / t(1): 1.00 is a kernel bound by its weight bytes alone. The one-vector q3t_gemv beside it.
+   t(nb) / t(1): 1.00 is a kernel bound by its weight bytes alone. The one-vector q3t_gemv beside it, and
+   cuBLAS (torch.mm, bf16) at 16 and 64 vectors as a yardstick for the 64-stream step.
 2. ops: the Talker's split attention (contexts 200 and 1000, slots at once), the CodePredictor's short
    attention (one position, and the first two), the draws (code 0: top-k 50 + penalty; a CodePredictor
    code), the embedding sum, the final norm, the history store and counters.
@@ -38,6 +39,7 @@ from wyoming_qwen3tts.backends.kernels import library
 
 OUT = Path(os.environ.get("OUT") or "/tmp/q3t-out")
 NBS = (1, 2, 4, 8, 16)
+CUBLAS_NBS = (16, 64)  # vectors of the cuBLAS yardstick (torch.mm)
 G = library.GEMV_SWIGLU
 # label, rows, K, mode, fused RMSNorm, bias, launches per step (1.7B, 0.6B): bench_gemv's shapes and
 # counts (the Talker's 28 layers, the CodePredictor's 16 positions x 5 layers one position at a time, the
@@ -179,6 +181,15 @@ def _bench_shape(
         rec[f"gbs_nb{nb}"] = round(nbytes / us / 1e3, 1)
         rec[f"copy_frac_nb{nb}"] = round(nbytes / us / 1e3 / copy_gbs, 3)
         rec[f"tflops_nb{nb}"] = round(2 * n * k * nb / us / 1e6, 2)
+    # cuBLAS on the same weights (torch.mm, bf16 in and out, no fused norm, bias or SwiGLU): what a plain GEMM
+    # costs at 16 and at 64 vectors, where the 64-stream step runs four of our launches of 16. A yardstick for
+    # a wider batched GEMV, not a drop-in: its sums are not those of a stream alone.
+    xb = torch.randn(CUBLAS_NBS[-1], k, device="cuda", generator=g).to(torch.bfloat16)
+    yb = torch.empty(CUBLAS_NBS[-1], n, device="cuda", dtype=torch.bfloat16)
+    for nb in CUBLAS_NBS:
+        us = time_graph(lambda i, nb=nb: torch.mm(xb[:nb], w[i % copies].t(), out=yb[:nb]), launches)
+        rec[f"us_cublas_nb{nb}"] = round(us, 3)
+        rec[f"gbs_cublas_nb{nb}"] = round(nbytes / us / 1e3, 1)
     return rec
 
 
@@ -466,6 +477,22 @@ def table(copy_gbs: float) -> str:
                 + ("memory-bound" if frac >= 0.6 and ratio <= 1.5 else "NOT memory-bound (FMA- or latency-bound)")
                 + ".",
             ]
+        lines += [
+            "",
+            "### Against cuBLAS (torch.mm, bf16 in and out): µs per launch (GB/s of weights)",
+            "",
+            "| shape | ours nb 16 | cuBLAS nb 16 | ours x4 (64 vectors, as the 64-stream step) | cuBLAS nb 64 |",
+            "|---|---|---|---|---|",
+        ]
+        for r in gemv:
+            lines.append(
+                f"| {r['shape']} | {r['us_nb16']} ({r['gbs_nb16']}) | {r['us_cublas_nb16']} ({r['gbs_cublas_nb16']}) "
+                f"| {4 * r['us_nb16']:.3f} | {r['us_cublas_nb64']} ({r['gbs_cublas_nb64']}) |"
+            )
+        for size, col in (("1.7B", "per_step_1.7b"), ("0.6B", "per_step_0.6b")):
+            ours64 = sum(4 * r["us_nb16"] * r[col] for r in gemv) / 1000
+            cublas64 = sum(r["us_cublas_nb64"] * r[col] for r in gemv) / 1000
+            lines.append(f"\n{size}: a 64-stream step's GEMVs {ours64:.3f} ms ours, {cublas64:.3f} ms cuBLAS.")
     ops = [r for r in rows_out if r["part"] == "op"]
     if ops:
         lines += [

@@ -7,6 +7,8 @@
 #   profile    kernels/device/profile_frame.py 1.7b: each kernel of the batch-1 frame and the gaps between them
 #   profile64  kernels/device/profile_batched_step.py: the 1.7B's 64-stream step, kernel by kernel, at 127 positions
 #   gemvbench  kernels/device/bench_gemv.py: every decode GEMV shape alone, bf16 and int8, GB/s
+#   batchedbench  kernels/device/bench_batched.py gemv: the batched GEMV per shape at nb 1-16, and cuBLAS (torch.mm)
+#              at 16 and 64 vectors beside it (the 64-stream step runs four launches of 16 a matrix)
 #   tests      the batched kernels', int8, decoder / admission and one-stream GPU suites (tiny checkpoints)
 #   batchedtests  the batched kernels', int8 and decoder / admission suites alone
 #   cp         the persistent CodePredictor (q3t_cp_passes): its GPU tests, kernels/device/trace_cp.py (layered
@@ -105,6 +107,11 @@ step_gemvbench() {
   left gemvbench || return
   OUT=$R timeout 150 python3 kernels/device/bench_gemv.py > $R/gemvbench.log 2>&1
   echo "gemvbench rc=$? [$((SECONDS - t)) s]"; grep -E "^\||Sum over" $R/gemvbench.log | tail -26 | cut -c1-200
+}
+step_batchedbench() {  # the batched GEMVs per shape at nb 1-16, and cuBLAS at 16 and 64 vectors beside them
+  left batchedbench || return
+  OUT=$R timeout 200 python3 kernels/device/bench_batched.py gemv > $R/batchedbench.log 2>&1
+  echo "batchedbench rc=$? [$((SECONDS - t)) s]"; sed -n '/Against cuBLAS/,/0.6B: a 64/p' $R/batchedbench.log | cut -c1-200
 }
 step_i8deep() {  # int8 GEMVs planned for the most loads in flight per lane, against bf16's plan, and the frame
   left i8deep || return
