@@ -70,6 +70,7 @@ def run(
         pdl=kb.pdl,
         invariant=batch_invariant,
         lone_splits=kb.options.attn_splits,
+        blas_rows=kb.options.blas_rows,
     )
     build_s = time.perf_counter() - t0
     mem = memory()
@@ -160,6 +161,7 @@ def run(
         peak_with_decoder_gib=mem["peak_alloc_gib"],
         batch1_fps=frames / alone,
         pdl=dec.pdl,
+        blas_rows=dec.blas_rows,
         lone_steps=dec.lone is not None,
         one_stream_batched_step_fps=batched_one,
         rows=rows,

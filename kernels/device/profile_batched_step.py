@@ -84,6 +84,7 @@ def main() -> None:
             max_trailing=max(prompt.trailing.shape[0], 1),
             pdl=kb.pdl,
             attn_splits=splits,
+            blas_rows=kb.options.blas_rows,
         )
         dec.admit_all([Admission(s, prompt, sampling, s) for s in range(args.nb)])
         ctx = prompt.length

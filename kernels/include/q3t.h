@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bump on any change of a prototype, of a constant below or of a function's meaning. */
-#define Q3T_ABI_VERSION 12
+#define Q3T_ABI_VERSION 13
 
 #define Q3T_F32 0
 #define Q3T_BF16 1
@@ -221,6 +221,13 @@ Q3T_API int q3t_batched_embed_sum(int dtype, const void* const* tables, int n_ta
 
 /* q3t_rmsnorm for nb rows: x [nb, n] -> y [nb, n]. */
 Q3T_API int q3t_batched_rmsnorm(const float* x, const float* w, float* y, int n, int nb, float eps, void* stream);
+
+/* The glue of a batched step's vendor-BLAS matrix products (gemm_glue.cu), rows up to 2 Q3T_BATCH_MAX:
+ * q3t_batched_rows_bf16: x [rows, n] float32 -> y [rows, n] bf16, RMS-normalised by w (eps) unless w is NULL;
+ * q3t_batched_swiglu: gate_up [rows, 2 n] (gate, up interleaved) -> silu(gate) * up into y [rows, n] float32
+ * and y_bf16 [rows, n] bf16. */
+Q3T_API int q3t_batched_rows_bf16(const float* x, const float* w, float eps, void* y, int n, int rows, void* stream);
+Q3T_API int q3t_batched_swiglu(const float* gate_up, float* y, void* y_bf16, int n, int rows, void* stream);
 
 /* history [slots, max_frames, n]: history[s][step[s]] = codes[r] (codes [nb, n]) for each row's slot s,
  * skipped when step[s] is outside [0, max_frames). */

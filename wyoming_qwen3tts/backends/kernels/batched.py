@@ -36,6 +36,7 @@ from ...model.talker import KVCache, Qwen3TTSModel
 from ...request import SamplingParams
 from . import library
 from .frame import MIN_NEW_TOKENS, NO_EOS, NUM_GROUPS
+from .gemm import BlasProducts, blas_supported
 from .lone import LoneStep
 from .ops import Matrix, Ops
 from .prefill import WARM_PREFILL_POSITIONS, BatchedPrefillGraphs, PrefillGraphs
@@ -176,7 +177,9 @@ class BatchedDecoder:
     lone_splits chunks per head (KernelOptions.attn_splits; lone_cp_persistent: its CodePredictor positions
     2..15 in one persistent launch, KernelOptions.cp_persistent), and up to PAIRED_ROWS streams run the
     CodePredictor's first two positions together; True (batch invariance, the batch_invariant setting): every
-    step is the batched one, the positions one after the other."""
+    step is the batched one, the positions one after the other.
+    blas_rows: from this many rows (a step's bucket) the matrix products of bf16 weights run on the vendor BLAS
+    (gemm.py) instead of the batched GEMV; 0: never. Off under batch invariance."""
 
     def __init__(
         self,
@@ -195,6 +198,7 @@ class BatchedDecoder:
         invariant: bool = False,
         lone_splits: int = 32,
         lone_cp_persistent: bool = False,
+        blas_rows: int = 0,
     ) -> None:
         if not 1 <= slots <= MAX_SLOTS:
             raise ValueError(f"slots={slots}: 1..{MAX_SLOTS}")
@@ -267,6 +271,10 @@ class BatchedDecoder:
         self.gemv_scratch = torch.zeros(
             max(ops.batched_gemv_scratch_floats(self.matrices()), 1), dtype=torch.float32, device=dev
         )
+        # Steps of blas_rows streams or more multiply on the vendor BLAS (gemm.py) where the device's torch can.
+        self.blas_rows = 0 if invariant or not blas_rows or dev.type != "cuda" or not blas_supported(dev) else blas_rows
+        self.blas = BlasProducts(ops, self.matrices(), max(rows, cp_rows), dev) if 0 < self.blas_rows <= rows else None
+        self.on_blas = False  # the step being launched multiplies on the BLAS (set by launch_step)
         self.active = [False] * rows
         self.prefills, self.prefill_cache = prefills, prefill_cache
         self.graphed_admissions = 0  # streams admitted through the one-stream prefill graphs (tests, logs)
@@ -297,7 +305,13 @@ class BatchedDecoder:
         return [*mats, w.codec_head, *w.lm_heads, *([w.proj_w] if w.proj_w is not None else [])]
 
     def gemv(self, w: Matrix, x: Tensor, y: Tensor, stream: int, **kw) -> None:
-        """ops.batched_gemv on the decoder's scratch (the tensor-core kernel for bf16 and int8 on CUDA)."""
+        """ops.batched_gemv on the decoder's scratch (the tensor-core kernel for bf16 and int8 on CUDA), or, in a
+        step of blas_rows streams or more, the same product on the vendor BLAS (gemm.py)."""
+        if self.blas is not None:
+            if self.on_blas and self.blas.takes(w):
+                self.blas(w, x, y, stream, **kw)
+                return
+            self.blas.forget()
         self.ops.batched_gemv(w, x, y, scratch=self.gemv_scratch, stream=stream, **kw)
 
     # -- streams -------------------------------------------------------------------------------
@@ -535,6 +549,7 @@ class BatchedDecoder:
         """Launch one step for rows [0, nb) on `stream` (what each graph captures)."""
         ops, w, tc, cc = self.ops, self.w, self.tc, self.cc
         slot, hn, x, cx, e1, cur = self.slot[:nb], self.hn[:nb], self.x[:nb], self.cx[:nb], self.e1[:nb], self.cur[:nb]
+        self.on_blas = self.blas is not None and nb >= self.blas_rows
         self.gemv(w.codec_head, hn, self.logits[:nb], stream)
         # Code 0; its CodePredictor input row goes beside position 0 (paired), or waits in e1 until it has run.
         paired = self.paired and nb <= PAIRED_ROWS

@@ -243,6 +243,8 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
         [_c_int, _p, _c_int, _c_int, _c_int, _c_int, _p, _c_int, _p, _p, _c_int, _p, _p, _p, _p, _p],
     ),
     "q3t_batched_rmsnorm": (_c_int, [_p, _p, _p, _c_int, _c_int, _c_float, _p]),
+    "q3t_batched_rows_bf16": (_c_int, [_p, _p, _c_float, _p, _c_int, _c_int, _p]),
+    "q3t_batched_swiglu": (_c_int, [_p, _p, _p, _c_int, _c_int, _p]),
     "q3t_batched_store_codes": (_c_int, [_p, _c_int, _c_int, _p, _p, _p, _c_int, _p]),
     "q3t_batched_advance": (_c_int, [_p, _c_int, _p, _p, _p]),
 }

@@ -779,6 +779,22 @@ class Ops:
             "q3t_batched_rmsnorm", x.data_ptr(), weight.data_ptr(), out.data_ptr(), n, nb, eps, _stream(stream)
         )
 
+    def batched_rows_bf16(
+        self, x: Tensor, out: Tensor, *, norm_w: Tensor | None = None, eps: float = 0.0, stream: int | None = None
+    ) -> None:
+        """Each row of x [rows, n] (float32) into out [rows, n] as bf16, RMS-normalised by norm_w when given."""
+        rows, n = x.shape
+        self.lib.call(
+            "q3t_batched_rows_bf16", x.data_ptr(), _ptr(norm_w), eps, out.data_ptr(), n, rows, _stream(stream)
+        )
+
+    def batched_swiglu(self, gate_up: Tensor, out: Tensor, out_bf16: Tensor, *, stream: int | None = None) -> None:
+        """silu(gate) * up of each row of gate_up [rows, 2 n] (interleaved) into out [rows, n] and out_bf16."""
+        rows, n = out.shape
+        self.lib.call(
+            "q3t_batched_swiglu", gate_up.data_ptr(), out.data_ptr(), out_bf16.data_ptr(), n, rows, _stream(stream)
+        )
+
     def batched_store_codes(
         self, codes: Tensor, history: Tensor, *, slot: Tensor, step: Tensor, stream: int | None = None
     ) -> None:

@@ -36,15 +36,21 @@ class KernelOptions:
     # bf16's rule (the larger grid) leaves an int8 lane half a bf16 lane's bytes. Slower on the H100 (1.7B int8 280
     # against 304 frames/s, no faster GEMVs: docs/int8.md), so off.
     i8_deep: bool = False
+    # Batched steps of this many streams or more (a bucket: 32 or 64) run their bf16 matrix products on the vendor
+    # BLAS (cuBLAS / hipBLASLt through torch, gemm.py: each weight read once for all rows on tensor cores) instead
+    # of the batched GEMV, which reads each matrix once per 16 streams; 0: never. Not under batch invariance.
+    blas_rows: int = 32
 
     def __post_init__(self) -> None:
         if not 1 <= self.attn_splits <= 1024:
             raise ValueError(f"attention splits must be 1..1024, got {self.attn_splits}")
+        if self.blas_rows < 0:
+            raise ValueError(f"blas_rows must be 0 (never) or a stream count, got {self.blas_rows}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> KernelOptions:
         """Q3T_PDL=0, Q3T_ATTN_SPLITS=N, Q3T_GRAPH_PREFILL=0, Q3T_GEMV_CLUSTER=0, Q3T_GEMV_GROUPS=1,
-        Q3T_CP_PERSISTENT=1 and Q3T_I8_DEEP=1 override the defaults."""
+        Q3T_CP_PERSISTENT=1, Q3T_I8_DEEP=1 and Q3T_BLAS_ROWS=N (0: never) override the defaults."""
         return cls(
             pdl=env.get("Q3T_PDL", "1") != "0",
             attn_splits=int(env.get("Q3T_ATTN_SPLITS", cls.attn_splits)),
@@ -53,4 +59,5 @@ class KernelOptions:
             gemv_groups=env.get("Q3T_GEMV_GROUPS", "0") == "1",
             cp_persistent=env.get("Q3T_CP_PERSISTENT", "0") == "1",
             i8_deep=env.get("Q3T_I8_DEEP", "0") == "1",
+            blas_rows=int(env.get("Q3T_BLAS_ROWS", cls.blas_rows)),
         )

@@ -168,6 +168,7 @@ class BatchingBackend:
             invariant=invariant,
             lone_splits=single.options.attn_splits,
             lone_cp_persistent=single.cp_persistent,
+            blas_rows=single.options.blas_rows,
         )
         self.cond = threading.Condition()
         self._queue: collections.deque[BatchedSession] = collections.deque()
