@@ -19,7 +19,7 @@
 #   sass       the SASS check that every GEMV's weight loads go out before the grid wait (builds a library)
 #   blas       the vendor-BLAS products of steps of 32+ streams (backends/kernels/gemm.py): their GPU tests, then
 #              bench.streams 1.7B and 0.6B at BLAS_STREAMS (default 16,32,64) with them off (Q3T_BLAS_ROWS=0), then on
-#              from BLAS_FROM (default 16) streams
+#              from 16 streams (Q3T_BLAS_ROWS values: BLAS_AB, default "0 16")
 #   groups     bench.streams 1.7B at 16,64 with the tensor-core GEMV's groups off, then on (Q3T_GEMV_GROUPS=1)
 #   server     the server at its defaults (max_streams auto), 1.7B, first audio under bursts of 1, 16 and 64 and a
 #              Poisson load over Wyoming, bursts of 16 and 64 over HTTP through the openai package; once per
@@ -84,7 +84,7 @@ step_blas() {
   py blastests 240 tests/kernels/test_blas_products_gpu.py
   for size in ${SIZES:-1.7b 0.6b}; do
     ck $size
-    for rows in 0 ${BLAS_FROM:-16}; do
+    for rows in ${BLAS_AB:-0 16}; do
       left blas-$size-$rows || continue
       Q3T_BLAS_ROWS=$rows timeout 170 python3 -m $BENCH.streams --model /tmp/ck/$size --streams ${BLAS_STREAMS:-16,32,64} \
         --frames 200 --runs 2 --out $R/blas-$size-$rows.json > $R/blas-$size-$rows.log 2>&1

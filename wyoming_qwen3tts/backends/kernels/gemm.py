@@ -38,9 +38,10 @@ class BlasProducts:
 
     def __init__(self, ops: Ops, matrices: list[Matrix], rows: int, device: torch.device) -> None:
         self.ops = ops
-        max_k = max(m.data.shape[1] for m in matrices)
         max_n = max(m.data.shape[0] for m in matrices)
-        self.inputs = torch.zeros(rows * max_k, dtype=torch.bfloat16, device=device)
+        # A product's bf16 input rows, or a SwiGLU's output staged there for the down projection (N / 2 wide).
+        widest = max(max(m.data.shape[1] for m in matrices), max_n // 2)
+        self.inputs = torch.zeros(rows * widest, dtype=torch.bfloat16, device=device)
         self.gate_up = torch.zeros(rows * max_n, dtype=torch.float32, device=device)
         # The float32 rows (data pointer, shape) whose bf16 copy `inputs` already holds: the SwiGLU writes the
         # down projection's input there itself.
