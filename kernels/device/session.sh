@@ -71,35 +71,25 @@ step_gemvtests() {
   py gemvtests 200 tests/kernels/test_batched_kernels_gpu.py tests/kernels/test_int8_kernels_gpu.py -k "batched_gemv" \
     tests/engine/test_batched_admission_gpu.py::test_streams_in_slots_past_16_decode_their_codes_alone
 }
+streams_run() {  # name, size, stream counts, then VAR=value pairs for its environment: one bench.streams run
+  local name=$1 size=$2 streams=$3; shift 3
+  left $name || return 0
+  ck $size
+  env "$@" timeout 170 python3 -m $BENCH.streams --model /tmp/ck/$size --streams $streams --frames 200 --runs 2 \
+    --out $R/$name.json > $R/$name.log 2>&1
+  echo "$name $* rc=$? [$((SECONDS - t)) s]"; grep -E "streams:|backend|batched step|peak|GiB|Error" $R/$name.log | cut -c1-160
+}
 step_streams() {
-  for size in ${SIZES:-1.7b 0.6b}; do
-    left streams-$size || continue
-    ck $size
-    timeout 170 python3 -m $BENCH.streams --model /tmp/ck/$size --streams $STREAMS --frames 200 --runs 2 \
-      --out $R/streams-$size.json > $R/streams-$size.log 2>&1
-    echo "streams $size rc=$? [$((SECONDS - t)) s]"; grep -E "streams:|backend|batched step|peak|GiB" $R/streams-$size.log | cut -c1-160
-  done
+  for size in ${SIZES:-1.7b 0.6b}; do streams_run streams-$size $size $STREAMS; done
 }
 step_blas() {
   py blastests 240 tests/kernels/test_blas_products_gpu.py
   for size in ${SIZES:-1.7b 0.6b}; do
-    ck $size
-    for rows in ${BLAS_AB:-0 16}; do
-      left blas-$size-$rows || continue
-      Q3T_BLAS_ROWS=$rows timeout 170 python3 -m $BENCH.streams --model /tmp/ck/$size --streams ${BLAS_STREAMS:-16,32,64} \
-        --frames 200 --runs 2 --out $R/blas-$size-$rows.json > $R/blas-$size-$rows.log 2>&1
-      echo "blas $size Q3T_BLAS_ROWS=$rows rc=$? [$((SECONDS - t)) s]"; grep -E "streams:|batched step|peak|Error" $R/blas-$size-$rows.log | cut -c1-160
-    done
+    for rows in ${BLAS_AB:-0 16}; do streams_run blas-$size-$rows $size ${BLAS_STREAMS:-16,32,64} Q3T_BLAS_ROWS=$rows; done
   done
 }
 step_groups() {
-  ck 1.7b
-  for on in 0 1; do
-    left groups-$on || continue
-    Q3T_GEMV_GROUPS=$on timeout 170 python3 -m $BENCH.streams --model /tmp/ck/1.7b --streams 16,64 --frames 200 \
-      --runs 2 --out $R/groups-$on.json > $R/groups-$on.log 2>&1
-    echo "groups $on rc=$? [$((SECONDS - t)) s]"; grep -E "streams:|batched step" $R/groups-$on.log | cut -c1-160
-  done
+  for on in 0 1; do streams_run groups-$on 1.7b 16,64 Q3T_GEMV_GROUPS=$on; done
 }
 step_onestream() {
   left onestream || return

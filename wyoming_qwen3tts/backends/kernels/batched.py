@@ -271,9 +271,11 @@ class BatchedDecoder:
         self.gemv_scratch = torch.zeros(
             max(ops.batched_gemv_scratch_floats(self.matrices()), 1), dtype=torch.float32, device=dev
         )
-        # Steps of blas_rows streams or more multiply on the vendor BLAS (gemm.py) where the device's torch can.
-        self.blas_rows = 0 if invariant or not blas_rows or dev.type != "cuda" or not blas_supported(dev) else blas_rows
-        self.blas = BlasProducts(ops, self.matrices(), max(rows, cp_rows), dev) if 0 < self.blas_rows <= rows else None
+        # Steps of blas_rows streams or more multiply on the vendor BLAS (gemm.py), where a bucket reaches that many,
+        # the device's torch can and batch invariance is off; blas_rows then reads 0 wherever it never will.
+        usable = not invariant and 0 < blas_rows <= rows and dev.type == "cuda" and blas_supported(dev)
+        self.blas = BlasProducts(ops, self.matrices(), max(rows, cp_rows), dev) if usable else None
+        self.blas_rows = blas_rows if usable else 0
         self.on_blas = False  # the step being launched multiplies on the BLAS (set by launch_step)
         self.active = [False] * rows
         self.prefills, self.prefill_cache = prefills, prefill_cache
