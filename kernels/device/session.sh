@@ -6,6 +6,7 @@
 #   onestream  the batch-1 bench row (bench, kernels backend, 1.7B and 0.6B, 200 frames, runs 3, copy bandwidth)
 #   profile    kernels/device/profile_frame.py 1.7b: each kernel of the batch-1 frame and the gaps between them
 #   profile64  kernels/device/profile_batched_step.py: the 1.7B's 64-stream step, kernel by kernel, at 127 positions
+#              (PROFILE_NB streams, PROFILE_AT contexts, PROFILE_SPLITS: Talker attention chunks a head, one decoder each)
 #   gemvbench  kernels/device/bench_gemv.py: every decode GEMV shape alone, bf16 and int8, GB/s
 #   batchedbench  kernels/device/bench_batched.py gemv: the batched GEMV per shape at nb 1-16, and cuBLAS (torch.mm)
 #              at 16 and 64 vectors beside it (the 64-stream step runs four launches of 16 a matrix)
@@ -105,8 +106,9 @@ step_profile() {
 }
 step_profile64() {
   left profile64 || return
-  timeout 150 python3 kernels/device/profile_batched_step.py --size 1.7b --nb 64 --at 127 --out $R > $R/profile64.log 2>&1
-  echo "profile64 rc=$? [$((SECONDS - t)) s]"; grep -E "ms/step|per step" -A13 $R/profile64.log | head -16 | cut -c1-160
+  timeout ${PROFILE_TIMEOUT:-150} python3 kernels/device/profile_batched_step.py --size 1.7b --nb ${PROFILE_NB:-64} \
+    --at ${PROFILE_AT:-127} --splits "${PROFILE_SPLITS:-}" --out $R > $R/profile64.log 2>&1
+  echo "profile64 rc=$? [$((SECONDS - t)) s]"; grep -E "ms/step|per step" -A13 $R/profile64.log | head -${PROFILE_LINES:-16} | cut -c1-160
 }
 step_gemvbench() {
   left gemvbench || return

@@ -208,6 +208,10 @@ __device__ __forceinline__ uint16_t f32_to_bf16(float f) {
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
 }
+// Two floats as bf16 in one word, the first in the low half (the order of memory), each as f32_to_bf16.
+__device__ __forceinline__ uint32_t f32x2_to_bf16x2(float lo, float hi) {
+    return (uint32_t)f32_to_bf16(lo) | ((uint32_t)f32_to_bf16(hi) << 16);
+}
 
 template <typename T> struct Elem;
 template <> struct Elem<float> {

@@ -1,5 +1,5 @@
 """The batched step's matrix products on the vendor BLAS (backends/kernels/gemm.py) and their glue kernels
-(kernels/src/gemm_glue.cu), against torch on fresh random inputs; and a decoder whose 32- and 64-stream steps
+(kernels/src/norm.cu's rows to bf16, gemm_glue.cu's SwiGLU), against torch on fresh random inputs; and a decoder whose 32- and 64-stream steps
 multiply there, against one that stays on the batched GEMV.
 
 Bounds: the glue's bf16 outputs are the float32 value rounded to nearest even, so within bf16's unit roundoff (2^-8
@@ -36,7 +36,7 @@ def _rms_ref(x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tenso
 @pytest.mark.parametrize("rows, n", [(1, 2048), (33, 1024), (128, 6144), (64, 8192), (3, 1001), (2, 9000)])
 @pytest.mark.parametrize("norm", [False, True])
 def test_rows_bf16_round_each_value_once(ops: Ops, rows: int, n: int, norm: bool) -> None:
-    """Widths of the decode loop (1,024 to 8,192) and odd or wider ones (1,001, 9,000)."""
+    """Rows of a multiple of 4 up to 8,192 floats take the float4 kernel, the others (1001, 9000) the plain one."""
     g = gen(rows + n + norm)
     x = torch.randn(rows, n, generator=g, device=DEV) * 3
     w = torch.randn(n, generator=g, device=DEV) if norm else None
@@ -49,7 +49,7 @@ def test_rows_bf16_round_each_value_once(ops: Ops, rows: int, n: int, norm: bool
 
 @pytest.mark.parametrize("rows, n", [(1, 3072), (64, 6144), (128, 1024), (5, 1001)])
 def test_swiglu_gives_float32_and_its_bf16(ops: Ops, rows: int, n: int) -> None:
-    """The decode loop's intermediate widths and an odd one."""
+    """Even widths take two outputs a thread (one float4 of gate/up), an odd one (1001) one at a time."""
     g = gen(100 + rows + n)
     gate_up = torch.randn(rows, 2 * n, generator=g, device=DEV) * 4
     out = torch.zeros(rows, n, device=DEV)

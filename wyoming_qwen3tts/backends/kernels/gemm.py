@@ -4,7 +4,7 @@ Up to 16 streams the batched GEMV (gemv_batched*.cu) reads each weight once for 
 an order that does not depend on the others. Past 16 it runs 16 vectors a launch, so at 64 streams it reads every
 matrix four times and its step costs ~3.5x the 16-stream one (docs/performance.md). A GEMM on tensor cores reads
 each weight once for all rows; what a GEMV fuses becomes glue around it: the float32 rows (RMS-normalised where the
-GEMV fuses the norm) made bf16 inputs, and the SwiGLU, by gemm_glue.cu; the residual add and the bias ride on the
+GEMV fuses the norm) made bf16 inputs (norm.cu), and the SwiGLU (gemm_glue.cu); the residual add and the bias ride on the
 GEMM's own C operand (addmm with beta 1). The library picks its kernel by the row count, so a stream's sums, and at
 a tie its codes, then depend on how many streams step beside it: the decoder uses this only where batch invariance
 is off (`batch_invariant = false`, the default), and only for bf16 weights (int8 stays on the GEMV).
