@@ -71,6 +71,7 @@ def run(
         invariant=batch_invariant,
         lone_splits=kb.options.attn_splits,
         blas_rows=kb.options.blas_rows,
+        attn_splits=kb.options.batched_attn_splits or None,
     )
     build_s = time.perf_counter() - t0
     mem = memory()

@@ -10,7 +10,8 @@ is 27 positions), and the step time of the graph at each of them is printed.
 
     python kernels/device/profile_batched_step.py [--size 0.6b] [--nb 16] [--at 127,227] [--splits 4,8] [--out DIR]
 
---splits: the Talker attention's chunks per head, one decoder each (default: the decoder's own choice).
+--splits: the Talker attention's chunks per head, one decoder each (default: the decoder's own choice for the
+step's bucket, BatchedDecoder.bucket_splits).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def main() -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
-    from wyoming_qwen3tts.backends.kernels.batched import Admission, BatchedDecoder
+    from wyoming_qwen3tts.backends.kernels.batched import Admission, BatchedDecoder, bucket_for
     from wyoming_qwen3tts.model.prompt import build_prompt
     from wyoming_qwen3tts.request import SamplingParams
 
@@ -87,6 +88,7 @@ def main() -> None:
             blas_rows=kb.options.blas_rows,
         )
         dec.admit_all([Admission(s, prompt, sampling, s) for s in range(args.nb)])
+        step_splits = dec.bucket_splits[bucket_for(args.nb)]  # the chunks a head this step's attention runs
         ctx = prompt.length
         for target in at:
             torch.cuda.synchronize()
@@ -97,7 +99,7 @@ def main() -> None:
             torch.cuda.synchronize()
             if ctx > n0:
                 print(
-                    f"splits {dec.splits}: steps {n0}..{ctx}: {(time.perf_counter() - t0) / (ctx - n0) * 1e3:.3f} "
+                    f"splits {step_splits}: steps {n0}..{ctx}: {(time.perf_counter() - t0) / (ctx - n0) * 1e3:.3f} "
                     "ms/step",
                     flush=True,
                 )
@@ -116,7 +118,7 @@ def main() -> None:
                 dict(
                     size=args.size,
                     nb=args.nb,
-                    splits=dec.splits,
+                    splits=step_splits,
                     context=target,
                     step_us=round(step_us, 1),
                     launches=per,
@@ -124,7 +126,7 @@ def main() -> None:
                 )
             )
             print(
-                f"\n{args.size} nb={args.nb} splits {dec.splits} context {target}: {step_us:.1f} µs per step, "
+                f"\n{args.size} nb={args.nb} splits {step_splits} context {target}: {step_us:.1f} µs per step, "
                 f"{per} launches",
                 flush=True,
             )

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from wyoming_qwen3tts.backends.kernels.batched import attention_splits, wave_splits
 from wyoming_qwen3tts.backends.kernels.options import KernelOptions
 
 
 def test_defaults_when_the_environment_says_nothing() -> None:
     opts = KernelOptions.from_env({})
     assert opts == KernelOptions()
-    assert opts.blas_rows == 32 and opts.pdl and not opts.gemv_groups
+    assert opts.blas_rows == 32 and opts.pdl and not opts.gemv_groups and opts.batched_attn_splits == 0
 
 
 def test_each_variable_overrides_its_option() -> None:
@@ -18,9 +19,22 @@ def test_each_variable_overrides_its_option() -> None:
     opts = KernelOptions.from_env(env)
     assert (opts.blas_rows, opts.pdl, opts.attn_splits, opts.gemv_groups, opts.i8_deep) == (0, False, 8, True, True)
     assert KernelOptions.from_env({"Q3T_BLAS_ROWS": "64"}).blas_rows == 64
+    assert KernelOptions.from_env({"Q3T_BATCHED_ATTN_SPLITS": "4"}).batched_attn_splits == 4
 
 
-@pytest.mark.parametrize("env", [{"Q3T_BLAS_ROWS": "-1"}, {"Q3T_ATTN_SPLITS": "0"}])
+@pytest.mark.parametrize("env", [{"Q3T_BLAS_ROWS": "-1"}, {"Q3T_ATTN_SPLITS": "0"}, {"Q3T_BATCHED_ATTN_SPLITS": "-1"}])
 def test_out_of_range_values_are_refused(env: dict[str, str]) -> None:
     with pytest.raises(ValueError):
         KernelOptions.from_env(env)
+
+
+@pytest.mark.parametrize("nb, expected", [(64, 1), (32, 2), (16, 4), (8, 8), (1, 66)])
+def test_wave_splits_fill_one_wave_of_the_grouped_attention(nb: int, expected: int) -> None:
+    """A 132-SM GPU (H100, H200) holds 4 blocks of the grouped kernel an SM: 528 blocks of 8 KV heads x chunks x
+    streams; a 64-slot decoder takes the fewer of that and its own 4."""
+    assert wave_splits(nb, kv_heads=8, sms=132) == expected
+    assert min(attention_splits(64), wave_splits(nb, 8, 132)) == min(4, expected)
+
+
+def test_wave_splits_never_drop_below_one_chunk() -> None:
+    assert wave_splits(64, kv_heads=8, sms=8) == 1

@@ -73,6 +73,19 @@ def attention_splits(slots: int) -> int:
     return max(4, min(32, 64 // slots))
 
 
+# Blocks of the Talker's grouped attention kernel one SM holds (attention_batched.cu: kGroupedBlocksPerSm, 4 for up
+# to 2 q heads a KV head).
+GROUPED_BLOCKS_PER_SM = 4
+
+
+def wave_splits(nb: int, kv_heads: int, sms: int) -> int:
+    """Chunks per head that fill one wave of the grouped attention kernel at a step of nb streams (blocks: KV heads
+    x chunks x streams), at least 1. Its blocks each pay a fixed chain of round trips (the cache tile, q/k norm and
+    rotation, the merge) before their share of the context, so at 64 streams (8 KV heads) 4 chunks a head made four
+    waves of short blocks (50 us a layer on the H100, context 127) where one chunk a head fills the GPU once."""
+    return max(1, GROUPED_BLOCKS_PER_SM * sms // (kv_heads * nb))
+
+
 def bucket_for(rows: int) -> int:
     """The smallest step size that covers `rows` rows."""
     for b in BUCKETS:
@@ -167,7 +180,8 @@ class BatchedDecoder:
 
     ops, weights: a KernelBackend's (backend.ops, backend.weights), so both share the weights.
     max_seq: Talker positions per slot (prompt + frames + 1); max_trailing: trailing-text rows per slot.
-    attn_splits: the Talker attention's blocks per head (None: attention_splits(slots)).
+    attn_splits: the Talker attention's blocks per head (None: attention_splits(slots), and where batch invariance
+    is off a step of more streams than fill the GPU takes fewer, wave_splits).
     graphs False: steps launch eagerly (tests, profiling).
     prefills, prefill_cache: a one-stream backend's captured prefill graphs and the cache they write: up to
     GRAPHED_ADMISSIONS streams joining together are prefilled through them (where their graphs are captured)
@@ -220,6 +234,14 @@ class BatchedDecoder:
             cos, sin = rope_tables(torch.arange(n, device=dev), cfg.head_dim, cfg.rope_theta, torch.float32)
             self.rope[id(cfg)] = (cos.contiguous(), sin.contiguous())
         self.splits = attention_splits(slots) if attn_splits is None else attn_splits
+        # Per step bucket (a row's sums then depend on its bucket, so not under batch invariance).
+        sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 0
+        self.bucket_splits = {
+            nb: self.splits
+            if invariant or attn_splits is not None or not sms
+            else min(self.splits, wave_splits(nb, tc.num_key_value_heads, sms))
+            for nb in BUCKETS
+        }
         self.pos, self.step_index = (
             torch.zeros(rows, dtype=torch.int32, device=dev),
             torch.zeros(rows, dtype=torch.int32, device=dev),
@@ -523,7 +545,7 @@ class BatchedDecoder:
                     slot_rows=self.cache.shape[1] * 2 * self.max_seq,
                     eps=eps,
                     scale=scale,
-                    splits=self.splits,
+                    splits=self.bucket_splits[bucket_for(nb)],
                     scratch=self.scratch,
                     stream=stream,
                 )

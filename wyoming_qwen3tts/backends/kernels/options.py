@@ -40,17 +40,23 @@ class KernelOptions:
     # BLAS (cuBLAS / hipBLASLt through torch, gemm.py: each weight read once for all rows on tensor cores) instead
     # of the batched GEMV, which reads each matrix once per 16 streams; 0: never. Not under batch invariance.
     blas_rows: int = 32
+    # The batched decoder's Talker attention chunks per head at every step; 0: its own choice (4 up to 16 slots, and
+    # where batch invariance is off one wave of blocks at larger steps: 2 at 32 streams, 1 at 64 on a 132-SM GPU).
+    batched_attn_splits: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= self.attn_splits <= 1024:
             raise ValueError(f"attention splits must be 1..1024, got {self.attn_splits}")
+        if not 0 <= self.batched_attn_splits <= 1024:
+            raise ValueError(f"batched attention splits must be 0 (auto) or 1..1024, got {self.batched_attn_splits}")
         if self.blas_rows < 0:
             raise ValueError(f"blas_rows must be 0 (never) or a stream count, got {self.blas_rows}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> KernelOptions:
         """Q3T_PDL=0, Q3T_ATTN_SPLITS=N, Q3T_GRAPH_PREFILL=0, Q3T_GEMV_CLUSTER=0, Q3T_GEMV_GROUPS=1,
-        Q3T_CP_PERSISTENT=1, Q3T_I8_DEEP=1 and Q3T_BLAS_ROWS=N (0: never) override the defaults."""
+        Q3T_CP_PERSISTENT=1, Q3T_I8_DEEP=1, Q3T_BLAS_ROWS=N (0: never) and Q3T_BATCHED_ATTN_SPLITS=N (0: auto) override
+        the defaults."""
         return cls(
             pdl=env.get("Q3T_PDL", "1") != "0",
             attn_splits=int(env.get("Q3T_ATTN_SPLITS", cls.attn_splits)),
@@ -60,4 +66,5 @@ class KernelOptions:
             cp_persistent=env.get("Q3T_CP_PERSISTENT", "0") == "1",
             i8_deep=env.get("Q3T_I8_DEEP", "0") == "1",
             blas_rows=int(env.get("Q3T_BLAS_ROWS", cls.blas_rows)),
+            batched_attn_splits=int(env.get("Q3T_BATCHED_ATTN_SPLITS", cls.batched_attn_splits)),
         )

@@ -169,6 +169,7 @@ class BatchingBackend:
             lone_splits=single.options.attn_splits,
             lone_cp_persistent=single.cp_persistent,
             blas_rows=single.options.blas_rows,
+            attn_splits=single.options.batched_attn_splits or None,
         )
         self.cond = threading.Condition()
         self._queue: collections.deque[BatchedSession] = collections.deque()
