@@ -21,6 +21,9 @@
 #   blas       the vendor-BLAS products of steps of 32+ streams (backends/kernels/gemm.py): their GPU tests, then
 #              bench.streams 1.7B and 0.6B at BLAS_STREAMS (default 16,32,64) with them off (Q3T_BLAS_ROWS=0), then on
 #              from 16 streams (Q3T_BLAS_ROWS values: BLAS_AB, default "0 16")
+#   splits     bench.streams 1.7B and 0.6B at SPLITS_STREAMS (default 16,32,64) with the batched Talker attention's
+#              chunks a head pinned, then the decoder's own per bucket (Q3T_BATCHED_ATTN_SPLITS values: SPLITS_AB,
+#              default "4 0")
 #   groups     bench.streams 1.7B at 16,64 with the tensor-core GEMV's groups off, then on (Q3T_GEMV_GROUPS=1)
 #   server     the server at its defaults (max_streams auto), 1.7B, first audio under bursts of 1, 16 and 64 and a
 #              Poisson load over Wyoming, bursts of 16 and 64 over HTTP through the openai package; once per
@@ -30,7 +33,8 @@
 #   soak       the same server, SOAK_REQUESTS (default 10,000) requests from 64 clients, readings every 500 of
 #              RSS, threads, fds (/proc) and GPU memory (/metrics): the no-growth verdict
 #   peers      qwen3-tts-triton 0.3.0 and faster-qwen3-tts-batch 0.2.0 (benchmarks.peers_batch) at PEER_STREAMS (default
-#              STREAMS) streams of the 1.7B, with ratios against step streams' JSON when it ran first (SIZES=1.7b);
+#              STREAMS) streams of the 1.7B, with ratios against step streams' JSON when it ran first (SIZES=1.7b;
+#              PEERS_OURS: another bench.streams JSON);
 #              PEERS_TIMEOUT (default 400 s) split between the two. Needs .carry-peers in carry
 #              (benchmarks/peers_carry.sh writes it)
 #   qcpp       qwentts.cpp beside our kernels in one bench run: the realtimetts-qwen-native 0.2.0 wheel's binaries,
@@ -87,6 +91,12 @@ step_blas() {
   py blastests 240 tests/kernels/test_blas_products_gpu.py
   for size in ${SIZES:-1.7b 0.6b}; do
     for rows in ${BLAS_AB:-0 16}; do streams_run blas-$size-$rows $size ${BLAS_STREAMS:-16,32,64} Q3T_BLAS_ROWS=$rows; done
+  done
+}
+step_splits() {  # the batched Talker attention's chunks a head: pinned (SPLITS_AB values of Q3T_BATCHED_ATTN_SPLITS;
+  # 0: the decoder's own, per bucket)
+  for size in ${SIZES:-1.7b 0.6b}; do
+    for v in ${SPLITS_AB:-4 0}; do streams_run splits-$size-$v $size ${SPLITS_STREAMS:-16,32,64} Q3T_BATCHED_ATTN_SPLITS=$v; done
   done
 }
 step_groups() {
@@ -241,7 +251,7 @@ step_peers() {  # the batched peers beside our streams: run after step streams (
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site_p$d .carry-peers/$d/*.whl \
       > $R/peers-install-$d.log 2>&1 || { echo "peers: $d wheels did not install"; tail -3 $R/peers-install-$d.log; return; }
   done
-  local ours=(); [ -s $R/streams-1.7b.json ] && ours=(--ours $R/streams-1.7b.json)
+  local ours=(); [ -s ${PEERS_OURS:-$R/streams-1.7b.json} ] && ours=(--ours ${PEERS_OURS:-$R/streams-1.7b.json})
   HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 timeout ${PEERS_TIMEOUT:-400} python3 -m $BENCH.peers_batch \
     --triton-path /tmp/site_ptriton:/tmp/site_pcommon --fqb-path /tmp/site_pfqb:/tmp/site_pcommon \
     --streams ${PEER_STREAMS:-$STREAMS} --frames 200 --runs 1 --size 1.7b --triton-mode hybrid \
