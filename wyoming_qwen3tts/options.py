@@ -38,7 +38,7 @@ class EngineOptions:
     # The Talker's and CodePredictor's matrices: as loaded ("bf16": in `dtype`), or int8 with a scale per row,
     # quantized at load (model/quant.py): half the bytes a frame reads and half their memory.
     weights: Weights = "bf16"
-    first_chunk_frames: int = 2  # frames (80 ms each) in the first audio chunk
+    first_chunk_frames: int = 1  # frames (80 ms each) in the first audio chunk (1: docs/performance.md, "first audio")
     chunk_frames: int = 12  # largest later chunk (groups double from the first up to this)
     max_frames: int = 2048  # most frames per request (12.5 frames = 1 s)
     max_text_chars: int = 5000  # longest text accepted per request
