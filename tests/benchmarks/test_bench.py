@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from benchmarks import cli, report, roofline
+from wyoming_qwen3tts.options import EngineOptions
 from wyoming_qwen3tts.tools.random_checkpoint import model_config_dict
 
 
@@ -145,7 +146,7 @@ def test_bench_cli_runs_torch_and_reports_peers_that_cannot_run(tiny_checkpoint:
     assert t["e2e_rtf"] == pytest.approx(np.median(t["raw"]["e2e_s"]) / (frames / 12.5))
     assert 0 < t["ttfa_ms"] < 1e3 * max(t["raw"]["e2e_s"]) * 10
     assert t["peak_alloc_gib"] is None  # CPU: no GPU memory to report
-    assert t["first_chunk_frames"] == 2 and t["prompt_positions"] > 9
+    assert t["first_chunk_frames"] == EngineOptions().first_chunk_frames and t["prompt_positions"] > 9
     assert t["weights"] == results["meta"]["weights"] == "bf16"
 
     # A backend or a peer that cannot run becomes a row with the reason, not a crash.
