@@ -710,7 +710,7 @@ def test_screenshots(ha: HomeAssistant, browser: Any) -> None:
 
 
 def _take_screenshots(ha: HomeAssistant, browser: Any, out: Path) -> None:
-    from selenium.common.exceptions import TimeoutException
+    from selenium.common.exceptions import ElementClickInterceptedException, TimeoutException
 
     browser.set_window_size(1200, 520)
     browser.get(f"{ha.url}/config/integrations/integration/wyoming")
@@ -731,10 +731,19 @@ def _take_screenshots(ha: HomeAssistant, browser: Any, out: Path) -> None:
         except TimeoutException:
             if attempt == 4:
                 raise
-    (section,) = browser.execute_script(DEEP_ALL, "assist-pipeline-detail-tts")
-    browser.execute_script("arguments[0].scrollIntoView({block: 'end'})", section)
     (picker,) = browser.execute_script(DEEP_ALL, "ha-tts-voice-picker")
-    browser.execute_script("return arguments[0].shadowRoot.querySelector('ha-select')", picker).click()
+    select = browser.execute_script("return arguments[0].shadowRoot.querySelector('ha-select')", picker)
+    # The voice select to the middle of the dialog's scroll area: scrolled to its end, the dialog's sticky footer
+    # covered it and took the click (CI, once); while the dialog still settles a click may land on it again.
+    for attempt in range(5):
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", select)
+        try:
+            select.click()
+            break
+        except ElementClickInterceptedException:
+            if attempt == 4:
+                raise
+            time.sleep(0.5)
     _wait_text(browser, "vivian (Chinese; bright")
     time.sleep(1)  # the menu's opening animation
     picker_png = out / "home-assistant-voice-picker.png"
