@@ -87,20 +87,21 @@ streams_run() {  # name, size, stream counts, then VAR=value pairs for its envir
 step_streams() {
   for size in ${SIZES:-1.7b 0.6b}; do streams_run streams-$size $size $STREAMS; done
 }
+streams_ab() {  # name, variable, its values, stream counts, sizes: one streams_run per size and value (an A/B)
+  local name=$1 var=$2 values=$3 streams=$4 sizes=$5 size v
+  for size in $sizes; do
+    for v in $values; do streams_run $name-$size-$v $size $streams $var=$v; done
+  done
+}
 step_blas() {
   py blastests 240 tests/kernels/test_blas_products_gpu.py
-  for size in ${SIZES:-1.7b 0.6b}; do
-    for rows in ${BLAS_AB:-0 16}; do streams_run blas-$size-$rows $size ${BLAS_STREAMS:-16,32,64} Q3T_BLAS_ROWS=$rows; done
-  done
+  streams_ab blas Q3T_BLAS_ROWS "${BLAS_AB:-0 16}" ${BLAS_STREAMS:-16,32,64} "${SIZES:-1.7b 0.6b}"
 }
-step_splits() {  # the batched Talker attention's chunks a head: pinned (SPLITS_AB values of Q3T_BATCHED_ATTN_SPLITS;
-  # 0: the decoder's own, per bucket)
-  for size in ${SIZES:-1.7b 0.6b}; do
-    for v in ${SPLITS_AB:-4 0}; do streams_run splits-$size-$v $size ${SPLITS_STREAMS:-16,32,64} Q3T_BATCHED_ATTN_SPLITS=$v; done
-  done
+step_splits() {  # the batched Talker attention's chunks a head pinned, then 0: the decoder's own, per bucket
+  streams_ab splits Q3T_BATCHED_ATTN_SPLITS "${SPLITS_AB:-4 0}" ${SPLITS_STREAMS:-16,32,64} "${SIZES:-1.7b 0.6b}"
 }
 step_groups() {
-  for on in 0 1; do streams_run groups-$on 1.7b 16,64 Q3T_GEMV_GROUPS=$on; done
+  streams_ab groups Q3T_GEMV_GROUPS "0 1" 16,64 1.7b
 }
 step_onestream() {
   left onestream || return

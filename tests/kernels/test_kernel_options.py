@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wyoming_qwen3tts.backends.kernels.batched import attention_splits, wave_splits
+from wyoming_qwen3tts.backends.kernels.batched import BUCKETS, attention_splits, bucket_splits, wave_splits
 from wyoming_qwen3tts.backends.kernels.options import KernelOptions
 
 
@@ -38,3 +38,12 @@ def test_wave_splits_fill_one_wave_of_the_grouped_attention(nb: int, expected: i
 
 def test_wave_splits_never_drop_below_one_chunk() -> None:
     assert wave_splits(64, kv_heads=8, sms=8) == 1
+
+
+def test_bucket_splits_per_bucket_only_where_allowed() -> None:
+    """A 64-slot decoder on a 132-SM GPU: 1 chunk a head at 64 streams, 2 at 32, its own 4 below; the same 4 at
+    every bucket under batch invariance or a pinned count (per_bucket False), or where the SM count is unknown."""
+    adaptive = bucket_splits(attention_splits(64), kv_heads=8, sms=132, per_bucket=True)
+    assert adaptive == {1: 4, 2: 4, 4: 4, 8: 4, 16: 4, 32: 2, 64: 1}
+    assert bucket_splits(4, 8, 132, per_bucket=False) == dict.fromkeys(BUCKETS, 4)
+    assert bucket_splits(4, 8, 0, per_bucket=True) == dict.fromkeys(BUCKETS, 4)

@@ -86,6 +86,12 @@ def wave_splits(nb: int, kv_heads: int, sms: int) -> int:
     return max(1, GROUPED_BLOCKS_PER_SM * sms // (kv_heads * nb))
 
 
+def bucket_splits(splits: int, kv_heads: int, sms: int, per_bucket: bool) -> dict[int, int]:
+    """The Talker attention's chunks a head at each step bucket: `splits` everywhere, or where per_bucket (batch
+    invariance off, no count pinned) and the GPU's multiprocessors are known (sms > 0), at most one wave's."""
+    return {nb: min(splits, wave_splits(nb, kv_heads, sms)) if per_bucket and sms else splits for nb in BUCKETS}
+
+
 def bucket_for(rows: int) -> int:
     """The smallest step size that covers `rows` rows."""
     for b in BUCKETS:
@@ -236,12 +242,9 @@ class BatchedDecoder:
         self.splits = attention_splits(slots) if attn_splits is None else attn_splits
         # Per step bucket (a row's sums then depend on its bucket, so not under batch invariance).
         sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 0
-        self.bucket_splits = {
-            nb: self.splits
-            if invariant or attn_splits is not None or not sms
-            else min(self.splits, wave_splits(nb, tc.num_key_value_heads, sms))
-            for nb in BUCKETS
-        }
+        self.bucket_splits = bucket_splits(
+            self.splits, tc.num_key_value_heads, sms, per_bucket=not invariant and attn_splits is None
+        )
         self.pos, self.step_index = (
             torch.zeros(rows, dtype=torch.int32, device=dev),
             torch.zeros(rows, dtype=torch.int32, device=dev),
