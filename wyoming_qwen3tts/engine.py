@@ -33,7 +33,17 @@ from .errors import EmptyTextError, GpuOutOfMemoryError, Qwen3TTSError, Synthesi
 from .model.checkpoint import Checkpoint, load_checkpoint, resolve_dtype
 from .model.clone import VoiceCloner
 from .model.codec import CodecDecoder, CodecStream, int16_samples, samples_to_pcm
-from .model.prompt import ClonePrompt, Prompt, PromptVoice, Voice, chat_instruct, chat_text, prompt_for, resolve_voice
+from .model.prompt import (
+    ClonePrompt,
+    Prompt,
+    PromptParts,
+    PromptVoice,
+    Voice,
+    chat_instruct,
+    chat_text,
+    prompt_for,
+    resolve_voice,
+)
 from .model.quant import quantize_model
 from .model.reference_audio import read_reference_audio
 from .model.talker import Qwen3TTSModel
@@ -174,6 +184,8 @@ class Engine:
         self.clone_prompts: dict[str, ClonePrompt] = {}  # the server's cloned voices by name (clone_voices)
         # A cloned voice's codec context (its clip's codes), decoded once and forked per request.
         self._context_streams: dict[int, tuple[ClonePrompt, CodecStream]] = {}
+        # Each voice's text-independent prompt vectors, made once: a request computes only its text's.
+        self.prompt_parts = PromptParts()
         # One rule for every caller: the checkpoint's generation_config.json, then the options' overrides.
         self.default_sampling = options.sampling.apply(
             SamplingParams.from_generation_config(checkpoint.generation_config)
@@ -383,6 +395,7 @@ class Engine:
                 non_streaming_text=(
                     request.clone is None if request.non_streaming_text is None else request.non_streaming_text
                 ),
+                parts_cache=self.prompt_parts,
             )
         return prompt, text, max(len(text_ids) - self._chat_tokens, 0)
 
