@@ -12,6 +12,7 @@
 #              at 16 and 64 vectors beside it (the 64-stream step runs four launches of 16 a matrix)
 #   tests      the batched kernels', int8, decoder / admission and one-stream GPU suites (tiny checkpoints)
 #   batchedtests  the batched kernels', int8 and decoder / admission suites alone
+#   onestreamtests  the one-stream engine, prefill, clone, codec-slot and frame-kernel suites alone
 #   cp         the persistent CodePredictor (q3t_cp_passes): its GPU tests, kernels/device/trace_cp.py (layered
 #              against persistent, and block 0's clock marks), the batch-1 bench with it off and on
 #              (Q3T_CP_PERSISTENT=0/1), and the 1.7B frame's profile with it on
@@ -28,8 +29,10 @@
 #   server     the server at its defaults (max_streams auto), 1.7B, first audio under bursts of 1, 16 and 64 and a
 #              Poisson load over Wyoming, bursts of 16 and 64 over HTTP through the openai package; once per
 #              prompt-prefix cache size in PREFIX_MBS (e.g. "0 64"; the load's requests share one voice)
-#   firstaudio where the first audio goes: the server with --debug (the engine's per-request line), alone and a
-#              burst of 16, first chunk of 2 frames and of 1 (FIRST_CHUNKS)
+#   firstaudio where the first audio goes: the server with --debug (the engine's per-request line) under FA_LOADS
+#              ("NAME CLIENTS ROUNDS;...", default alone and a burst of 16), first chunk of 2 frames and of 1
+#              (FIRST_CHUNKS), once per server of FA_SERVERS ("LABEL=DIR[,VAR=value...] ...", default "head=."): the
+#              package in DIR (an older commit's tree, for an A/B in one call) with those variables set
 #   soak       the same server, SOAK_REQUESTS (default 10,000) requests from 64 clients, readings every 500 of
 #              RSS, threads, fds (/proc) and GPU memory (/metrics): the no-growth verdict
 #   peers      qwen3-tts-triton 0.3.0 and faster-qwen3-tts-batch 0.2.0 (benchmarks.peers_batch) at PEER_STREAMS (default
@@ -165,9 +168,8 @@ step_cp() {  # the persistent CodePredictor: its tests, then the batch-1 bench o
 step_sass() {
   Q3T_REQUIRE_SASS=1 py sass 200 tests/kernels/test_native_build.py -k sass
 }
-step_tests() {
-  py kernels 200 tests/kernels/test_batched_kernels_gpu.py tests/kernels/test_int8_kernels_gpu.py
-  py engine 200 tests/engine/test_batching_engine_gpu.py tests/engine/test_batched_admission_gpu.py
+step_tests() { step_batchedtests; step_onestreamtests; }
+step_onestreamtests() {
   py onestreamtests 240 tests/engine/test_engine_gpu.py tests/kernels/test_prefill_gpu.py tests/model/test_clone_gpu.py \
     tests/model/test_codec_slots_gpu.py tests/kernels/test_kernels_gpu.py -k "not full"
 }
@@ -206,27 +208,40 @@ print('$name', r['sent'], r['served'], r['failed'], 'ttfa p50/p95', o['ttfa_p50_
   done
 }
 step_firstaudio() {  # where a request's first audio goes (the engine's debug line per request: prompt, queue,
-  # admission to first codes, codec), alone and in a burst of 16, with a first chunk of 2 frames (the default)
-  # and of 1 (FIRST_CHUNKS)
+  # admission to first codes, codec) under each load of FA_LOADS (default alone and a burst of 16), once per first
+  # chunk in FIRST_CHUNKS (default "2 1") and per server in FA_SERVERS (default "head=."): each LABEL=DIR[,VAR=value...]
+  # runs the server from the package in DIR (e.g. .baseline: an older commit's wyoming_qwen3tts and kernels, written
+  # by `git archive`) with those variables set, so one call compares commits and settings on one warm GPU
   for fc in ${FIRST_CHUNKS:-2 1}; do
-    left firstaudio-$fc || return
-    SERVER_ARGS="--debug --first-chunk-frames $fc" start_server firstaudio-$fc ${PREFIX_MB:-0}
-    for load in "alone 1 8" "burst-16 16 2"; do
+  for server in ${FA_SERVERS:-head=.}; do
+    local label=${server%%=*} rest=${server#*=} dir vars; dir=${rest%%,*}; vars=""
+    [[ $rest == *,* ]] && vars=${rest#*,} && vars=${vars//,/ }
+    local tag=firstaudio-$fc-$label
+    left $tag || return
+    echo "$tag: server from $dir $vars"
+    local v; for v in $vars; do export "$v"; done
+    PYTHONPATH=/tmp/site:$(cd $dir && pwd) SERVER_ARGS="--debug --first-chunk-frames $fc" start_server $tag ${PREFIX_MB:-0}
+    for v in $vars; do unset "${v%%=*}"; done
+    local loads load; IFS=';' read -ra loads <<< "${FA_LOADS:-alone 1 8;burst-16 16 2}"
+    for load in "${loads[@]}"; do
       set -- $load
-      local log=$R/firstaudio-$fc.log off; off=$(stat -c %s $log)  # this load's lines start here
-      timeout 60 python3 -m $LOAD --wyoming tcp://127.0.0.1:10200 --json --clients $2 --rounds $3 \
-        > $R/firstaudio-$fc-$1.json 2>/dev/null
+      local log=$R/$tag.log off; off=$(stat -c %s $log)  # this load's lines start here
+      timeout 90 python3 -m $LOAD --wyoming tcp://127.0.0.1:10200 --json --clients $2 --rounds $3 \
+        > $R/$tag-$1.json 2>/dev/null
       python3 -c "
 import json, re, statistics as st
-o = json.load(open('$R/firstaudio-$fc-$1.json'))['overall']
+o = json.load(open('$R/$tag-$1.json'))['overall']
 log = open('$log', 'rb'); log.seek($off)
 rows = [list(map(float, m.groups())) for m in re.finditer(
     r'First chunk after ([0-9.]+) ms: prompt ([0-9.]+), queued ([0-9.]+), admitted to first codes ([0-9.]+), codec ([0-9.]+)',
     log.read().decode(errors='replace'))]
-print('first chunk $fc, $1: ttfa p50/p95', o['ttfa_p50_ms'], o['ttfa_p95_ms'], '| engine medians of', len(rows),
-      '(total, prompt, queued, to codes, codec):', [round(st.median(c), 1) for c in zip(*rows)] if rows else '-')" 2>&1 | tail -1
+print('$label first chunk $fc, $1: ttfa p50/p95', o['ttfa_p50_ms'], o['ttfa_p95_ms'], 'fps', o['frames_per_s'],
+      '| engine medians of', len(rows), '(total, prompt, queued, to codes, codec):',
+      [round(st.median(c), 1) for c in zip(*rows)] if rows else '-')" 2>&1 | tail -1
     done
     kill $srv; wait $srv 2>/dev/null
+    grep -E "Traceback|Error" $R/$tag.log | tail -3 | cut -c1-220
+  done
   done
 }
 step_soak() {  # random weights never end a sentence, so each request runs to --max-frames: SOAK_MAX_FRAMES (default

@@ -20,9 +20,13 @@ def test_each_variable_overrides_its_option() -> None:
     assert (opts.blas_rows, opts.pdl, opts.attn_splits, opts.gemv_groups, opts.i8_deep) == (0, False, 8, True, True)
     assert KernelOptions.from_env({"Q3T_BLAS_ROWS": "64"}).blas_rows == 64
     assert KernelOptions.from_env({"Q3T_BATCHED_ATTN_SPLITS": "4"}).batched_attn_splits == 4
+    assert KernelOptions.from_env({"Q3T_STEPS_AHEAD": "2"}).steps_ahead == 2
 
 
-@pytest.mark.parametrize("env", [{"Q3T_BLAS_ROWS": "-1"}, {"Q3T_ATTN_SPLITS": "0"}, {"Q3T_BATCHED_ATTN_SPLITS": "-1"}])
+@pytest.mark.parametrize(
+    "env",
+    [{"Q3T_BLAS_ROWS": "-1"}, {"Q3T_ATTN_SPLITS": "0"}, {"Q3T_BATCHED_ATTN_SPLITS": "-1"}, {"Q3T_STEPS_AHEAD": "0"}],
+)
 def test_out_of_range_values_are_refused(env: dict[str, str]) -> None:
     with pytest.raises(ValueError):
         KernelOptions.from_env(env)

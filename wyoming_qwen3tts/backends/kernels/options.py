@@ -43,20 +43,26 @@ class KernelOptions:
     # The batched decoder's Talker attention chunks per head at every step; 0: its own choice (4 up to 16 slots, and
     # where batch invariance is off one wave of blocks at larger steps: 2 at 32 streams, 1 at 64 on a 132-SM GPU).
     batched_attn_splits: int = 0
+    # Batched steps the scheduler launches ahead of the oldest whose codes it has not read back (scheduler.py): more
+    # hide the host's pauses between launches (the interpreter's lock, shared with the request threads); fewer put
+    # an arriving stream's prefill behind fewer queued steps, a step sooner to its first audio.
+    steps_ahead: int = 3
 
     def __post_init__(self) -> None:
         if not 1 <= self.attn_splits <= 1024:
             raise ValueError(f"attention splits must be 1..1024, got {self.attn_splits}")
         if not 0 <= self.batched_attn_splits <= 1024:
             raise ValueError(f"batched attention splits must be 0 (auto) or 1..1024, got {self.batched_attn_splits}")
+        if not 1 <= self.steps_ahead <= 8:
+            raise ValueError(f"steps ahead must be 1..8, got {self.steps_ahead}")
         if self.blas_rows < 0:
             raise ValueError(f"blas_rows must be 0 (never) or a stream count, got {self.blas_rows}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> KernelOptions:
         """Q3T_PDL=0, Q3T_ATTN_SPLITS=N, Q3T_GRAPH_PREFILL=0, Q3T_GEMV_CLUSTER=0, Q3T_GEMV_GROUPS=1,
-        Q3T_CP_PERSISTENT=1, Q3T_I8_DEEP=1, Q3T_BLAS_ROWS=N (0: never) and Q3T_BATCHED_ATTN_SPLITS=N (0: auto) override
-        the defaults."""
+        Q3T_CP_PERSISTENT=1, Q3T_I8_DEEP=1, Q3T_BLAS_ROWS=N (0: never), Q3T_BATCHED_ATTN_SPLITS=N (0: auto) and
+        Q3T_STEPS_AHEAD=N override the defaults."""
         return cls(
             pdl=env.get("Q3T_PDL", "1") != "0",
             attn_splits=int(env.get("Q3T_ATTN_SPLITS", cls.attn_splits)),
@@ -67,4 +73,5 @@ class KernelOptions:
             i8_deep=env.get("Q3T_I8_DEEP", "0") == "1",
             blas_rows=int(env.get("Q3T_BLAS_ROWS", cls.blas_rows)),
             batched_attn_splits=int(env.get("Q3T_BATCHED_ATTN_SPLITS", cls.batched_attn_splits)),
+            steps_ahead=int(env.get("Q3T_STEPS_AHEAD", cls.steps_ahead)),
         )

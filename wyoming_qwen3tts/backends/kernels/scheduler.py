@@ -28,7 +28,6 @@ from .frame import NUM_GROUPS
 
 _LOGGER = logging.getLogger(__name__)
 
-IN_FLIGHT = 3  # steps launched ahead of the last one whose codes were read
 # The interpreter's GIL switch interval while a scheduler runs. The scheduler thread gives up the
 # GIL at every launch and poll; taking it back waits for the thread holding it (request threads
 # issuing codec ops) to reach the switch interval, 5 ms by default: a few such waits per step
@@ -176,7 +175,8 @@ class BatchingBackend:
         self._slots: list[BatchedSession | None] = [None] * max_streams
         self._frames: list[int] = [0] * max_streams  # steps each slot's stream has run (host count)
         rows = self.decoder.rows
-        self._ring = torch.empty(IN_FLIGHT + 1, rows, NUM_GROUPS, dtype=torch.int32, pin_memory=True)
+        self.steps_ahead = single.options.steps_ahead  # steps launched ahead of the oldest not yet read back
+        self._ring = torch.empty(self.steps_ahead + 1, rows, NUM_GROUPS, dtype=torch.int32, pin_memory=True)
         self._inflight: collections.deque[tuple[torch.cuda.Event, int, list[tuple[int, BatchedSession]]]] = (
             collections.deque()
         )
@@ -281,7 +281,7 @@ class BatchingBackend:
                             if self._frames[s] >= sess.max_frames and self._slots[s] is sess:
                                 self._slots[s] = None
                                 dec.release(s)
-                self._read_back(wait=len(self._inflight) >= IN_FLIGHT or nb == 0)
+                self._read_back(wait=len(self._inflight) >= self.steps_ahead or nb == 0)
             except BaseException as err:  # a failed step (e.g. out of memory) ends every stream in it
                 _LOGGER.exception("Batched decode step failed")
                 with self.cond:
