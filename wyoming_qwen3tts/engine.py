@@ -377,8 +377,9 @@ class Engine:
     def prepare(self, request: SynthesisRequest) -> Prompt:
         return self._prepare(request)[0]
 
-    def _prepare(self, request: SynthesisRequest) -> tuple[Prompt, str, int]:
-        """(the prompt, the clean text, the text's own token count)."""
+    def _prepare(self, request: SynthesisRequest, marks: list[float] | None = None) -> tuple[Prompt, str, int]:
+        """(the prompt, the clean text, the text's own token count). `marks` gets the times the text was
+        tokenized, the engine lock taken and the prompt built (the first-chunk debug line's breakdown)."""
         validated = self.validate(request)
         text = validated.text
         instruct = (request.instruct or "").strip()
@@ -386,7 +387,11 @@ class Engine:
         text_ids = self.tokenizer.encode(chat_text(text))
         if self._chat_tokens is None:  # the chat template's own tokens, which take no time to say
             self._chat_tokens = len(self.tokenizer.encode(chat_text("")))
+        if marks is not None:
+            marks.append(time.monotonic())
         with self._lock:
+            if marks is not None:
+                marks.append(time.monotonic())
             prompt = prompt_for(
                 self.model,
                 text_ids,
@@ -397,6 +402,8 @@ class Engine:
                 ),
                 parts_cache=self.prompt_parts,
             )
+        if marks is not None:
+            marks.append(time.monotonic())
         return prompt, text, max(len(text_ids) - self._chat_tokens, 0)
 
     def synthesize(self, request: SynthesisRequest, cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
@@ -427,8 +434,8 @@ class Engine:
             raise GpuOutOfMemoryError(f"The GPU ran out of memory: {oom}")
 
     def _synthesize(self, request: SynthesisRequest, cancel: threading.Event | None) -> Iterator[AudioChunk]:
-        entered = time.monotonic()
-        prompt, text, tokens = self._prepare(request)
+        marks = [time.monotonic()]  # entered, then _prepare's marks, then the session started
+        prompt, text, tokens = self._prepare(request, marks)
         max_frames = min(request.max_frames or self.max_frames, self.max_frames)
         guarded = self.stop_runaway and request.max_frames is None
         budget = frame_budget(text, request.language, tokens, max_frames=max_frames) if guarded else max_frames
@@ -446,6 +453,7 @@ class Engine:
             exclusive.acquire()
         try:
             with self._lock:
+                marks.append(time.monotonic())
                 session = self.backend.start(prompt, sampling, seed, budget)
                 stream = self._codec_stream_for(request.clone, prompt)
             audio = self._open_audio(stream)
@@ -475,7 +483,7 @@ class Engine:
                     session.launch(group)
                     pcm = audio.decode(codes)
                 if frames == 0 and _LOGGER.isEnabledFor(logging.DEBUG):
-                    _log_first_chunk(session, entered, time.monotonic())
+                    _log_first_chunk(session, marks, time.monotonic())
                 frames += len(codes)
                 stuck = detector.feed(codes, pcm) if detector is not None else None
                 # The session asks for at most `budget` frames: reaching it is the end of the sentence.
@@ -590,20 +598,29 @@ def _stopped(why: str, text: str) -> None:
     _LOGGER.warning("Sentence stopped: %s: %r", why, text if len(text) <= 80 else text[:77] + "...")
 
 
-def _log_first_chunk(session: DecodeSession, entered: float, pcm_at: float) -> None:
-    """Debug: where a request's first chunk spent its time (the batching backend's sessions carry their
-    queue, admission and first-codes times; other sessions log the total only)."""
+def _log_first_chunk(session: DecodeSession, marks: list[float], pcm_at: float) -> None:
+    """Debug: where a request's first chunk spent its time. marks: entered, text tokenized, engine lock taken,
+    prompt built, lock taken again to start the session. The batching backend's sessions carry their queue,
+    admission and first-codes times; other sessions log the total only."""
+    entered = marks[0]
     queued, admitted, codes = session.queued_at, session.admitted_at, session.first_codes_at
-    if queued is None or admitted is None or codes is None:
+    if queued is None or admitted is None or codes is None or len(marks) != 5:
         _LOGGER.debug("First chunk after %.1f ms", (pcm_at - entered) * 1000)
         return
+    tokenized, locked, built, relocked = marks[1:]
     _LOGGER.debug(
-        "First chunk after %.1f ms: prompt %.1f, queued %.1f, admitted to first codes %.1f, codec %.1f",
+        "First chunk after %.1f ms: prompt %.1f, queued %.1f, admitted to first codes %.1f, codec %.1f "
+        "(prompt: text %.1f, lock %.1f, build %.1f, lock again %.1f, start %.1f)",
         (pcm_at - entered) * 1000,
         (queued - entered) * 1000,
         (admitted - queued) * 1000,
         (codes - admitted) * 1000,
         (pcm_at - codes) * 1000,
+        (tokenized - entered) * 1000,
+        (locked - tokenized) * 1000,
+        (built - locked) * 1000,
+        (relocked - built) * 1000,
+        (queued - relocked) * 1000,
     )
 
 
