@@ -364,7 +364,8 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
         try:
             async with contextlib.aclosing(chunks):
                 async for chunk in chunks:
-                    if not started:
+                    first = not started
+                    if first:
                         await self.write_event(
                             AudioStart(rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS).event()
                         )
@@ -374,6 +375,14 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
                             rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS, audio=chunk.pcm
                         ).event()
                     )
+                    if first and chunk.made_at and self.log.isEnabledFor(logging.DEBUG):
+                        # With the engine's own first-chunk line: the time a request spends outside the engine.
+                        now = time.monotonic()
+                        self.log.debug(
+                            "First audio written %.1f ms after the request was read, %.1f ms after the engine made it",
+                            (now - exchange.started_at) * 1000,
+                            (now - chunk.made_at) * 1000,
+                        )
                     meter.audio(chunk.num_frames)
             if not started:  # nothing to say: still a well-formed, empty answer
                 await self.write_event(AudioStart(rate=SAMPLE_RATE, width=SAMPLE_WIDTH, channels=CHANNELS).event())

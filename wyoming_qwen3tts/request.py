@@ -97,6 +97,7 @@ class AudioChunk:
     # On a sentence's last chunk when the runaway guard ended it: "loop" (a repeating pattern) or
     # "budget" (no end of speech within the text's frame budget); counted by the front ends' meters.
     stopped: str | None = None
+    made_at: float = 0.0  # time.monotonic() when the engine handed it over (0: not from the engine, e.g. replayed)
 
     @property
     def num_frames(self) -> int:

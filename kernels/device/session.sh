@@ -26,6 +26,7 @@
 #              chunks a head pinned, then the decoder's own per bucket (Q3T_BATCHED_ATTN_SPLITS values: SPLITS_AB,
 #              default "4 0")
 #   groups     bench.streams 1.7B at 16,64 with the tensor-core GEMV's groups off, then on (Q3T_GEMV_GROUPS=1)
+#   ahead      bench.streams 1.7B at AHEAD_STREAMS (default 16,64) with Q3T_STEPS_AHEAD at each of AHEAD_AB (default 3 2)
 #   server     the server at its defaults (max_streams auto), 1.7B, first audio under bursts of 1, 16 and 64 and a
 #              Poisson load over Wyoming, bursts of 16 and 64 over HTTP through the openai package; once per
 #              prompt-prefix cache size in PREFIX_MBS (e.g. "0 64"; the load's requests share one voice)
@@ -102,6 +103,9 @@ step_blas() {
 }
 step_splits() {  # the batched Talker attention's chunks a head pinned, then 0: the decoder's own, per bucket
   streams_ab splits Q3T_BATCHED_ATTN_SPLITS "${SPLITS_AB:-4 0}" ${SPLITS_STREAMS:-16,32,64} "${SIZES:-1.7b 0.6b}"
+}
+step_ahead() {  # the scheduler's steps launched ahead (Q3T_STEPS_AHEAD): throughput at AHEAD_STREAMS per value
+  streams_ab ahead Q3T_STEPS_AHEAD "${AHEAD_AB:-3 2}" ${AHEAD_STREAMS:-16,64} "${SIZES:-1.7b}"
 }
 step_groups() {
   streams_ab groups Q3T_GEMV_GROUPS "0 1" 16,64 1.7b
@@ -237,11 +241,14 @@ rows = [list(map(float, m.groups())) for m in re.finditer(
     r'First chunk after ([0-9.]+) ms: prompt ([0-9.]+), queued ([0-9.]+), admitted to first codes ([0-9.]+), codec ([0-9.]+)'
     r' \\(prompt: text ([0-9.]+), lock ([0-9.]+), build ([0-9.]+), lock again ([0-9.]+), start ([0-9.]+)\\)', text)]
 took = [float(v) for v in re.findall(r'Synthesis thread took the sentence ([0-9.]+) ms', text)]
+wrote = [tuple(map(float, m)) for m in re.findall(
+    r'First audio written ([0-9.]+) ms after the request was read, ([0-9.]+) ms after the engine made it', text)]
 med = lambda c: round(st.median(c), 1)
 print('$label first chunk $fc, $1: ttfa p50/p95', o['ttfa_p50_ms'], o['ttfa_p95_ms'], 'fps', o['frames_per_s'],
       '| engine medians of', len(rows), '(total, prompt, queued, to codes, codec; prompt: text, lock, build, relock,'
       ' start):', [med(c) for c in zip(*rows)] if rows else '-', '| thread pickup p50/max',
-      (med(took), round(max(took), 1)) if took else '-')" 2>&1 | tail -1
+      (med(took), round(max(took), 1)) if took else '-', '| written after read / after made, medians',
+      [med(c) for c in zip(*wrote)] if wrote else '-')" 2>&1 | tail -1
     done
     kill $srv; wait $srv 2>/dev/null
     grep -E "Traceback|Error" $R/$tag.log | tail -3 | cut -c1-220

@@ -20,7 +20,7 @@ def test_each_variable_overrides_its_option() -> None:
     assert (opts.blas_rows, opts.pdl, opts.attn_splits, opts.gemv_groups, opts.i8_deep) == (0, False, 8, True, True)
     assert KernelOptions.from_env({"Q3T_BLAS_ROWS": "64"}).blas_rows == 64
     assert KernelOptions.from_env({"Q3T_BATCHED_ATTN_SPLITS": "4"}).batched_attn_splits == 4
-    assert KernelOptions.from_env({"Q3T_STEPS_AHEAD": "2"}).steps_ahead == 2
+    assert KernelOptions.from_env({"Q3T_STEPS_AHEAD": "4"}).steps_ahead == 4
 
 
 @pytest.mark.parametrize(

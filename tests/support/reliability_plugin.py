@@ -46,7 +46,7 @@ def _out_of_memory_inside(engine: object) -> None:
     """The OOM markers fire inside the engine's synthesis (its prompt step), where the engine handles them."""
     prepare = engine._prepare  # type: ignore[attr-defined]
 
-    def faulty_prepare(request):  # type: ignore[no-untyped-def]
+    def faulty_prepare(request, marks=None):  # type: ignore[no-untyped-def]
         text = request.text.lower()
         if "forcegpuoom" in text:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (forced by the test)")
@@ -54,7 +54,7 @@ def _out_of_memory_inside(engine: object) -> None:
             free, total = torch.cuda.mem_get_info()
             hog = torch.empty(int(total) * 2, dtype=torch.uint8, device="cuda")  # more than the GPU has
             del hog
-        return prepare(request)
+        return prepare(request, marks)
 
     engine._prepare = faulty_prepare  # type: ignore[attr-defined]
 

@@ -46,7 +46,7 @@ class KernelOptions:
     # Batched steps the scheduler launches ahead of the oldest whose codes it has not read back (scheduler.py): more
     # hide the host's pauses between launches (the interpreter's lock, shared with the request threads); fewer put
     # an arriving stream's prefill behind fewer queued steps, a step sooner to its first audio.
-    steps_ahead: int = 3
+    steps_ahead: int = 2
 
     def __post_init__(self) -> None:
         if not 1 <= self.attn_splits <= 1024:
