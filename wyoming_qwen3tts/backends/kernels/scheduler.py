@@ -72,6 +72,11 @@ class BatchedSession:
         self._asked: collections.deque[int] = collections.deque()  # launch(n) sizes not yet collected
         self.frames_done = 0
         self.cancelled = False
+        # Its own condition on the scheduler's lock: a step wakes only the sessions it gave what they wait for
+        # (`_want` frames, or the end), not every request thread (64 woken per step for nothing starved the
+        # event loop and the prompts of the interpreter's lock).
+        self.wake = threading.Condition(scheduler.lock)
+        self._want = 1  # frames the collect() waiting now needs
         self.prompt_ready: torch.cuda.Event | None = None  # recorded where the prompt was made (BatchingBackend.start)
         # Host times (time.monotonic) for the first chunk's timeline (the engine logs it at debug level):
         # queued, admitted (its prefill issued), first codes read back.
@@ -102,10 +107,10 @@ class BatchedSession:
     def collect(self) -> np.ndarray:
         """The frames of the oldest launch (fewer at the end), waiting for them."""
         want = self._asked.popleft() if self._asked else 1
-        cond = self.scheduler.cond
-        with cond:
+        with self.wake:
+            self._want = want
             while self._ready < want and not self.finished:
-                cond.wait()
+                self.wake.wait()
             if self.error is not None:
                 raise self.error
             k = min(want, self._ready)
@@ -170,7 +175,8 @@ class BatchingBackend:
             blas_rows=single.options.blas_rows,
             attn_splits=single.options.batched_attn_splits or None,
         )
-        self.cond = threading.Condition()
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)  # the scheduler thread's: arrivals, cancels, stop
         self._queue: collections.deque[BatchedSession] = collections.deque()
         self._slots: list[BatchedSession | None] = [None] * max_streams
         self._frames: list[int] = [0] * max_streams  # steps each slot's stream has run (host count)
@@ -253,6 +259,7 @@ class BatchingBackend:
                     session = self._queue.popleft()
                     if session.cancelled:
                         session.finished = True
+                        session.wake.notify_all()
                         continue
                     slot = free.pop(0)
                     self._slots[slot], self._frames[slot] = session, 0
@@ -311,12 +318,14 @@ class BatchingBackend:
                         if self._slots[s] is sess:
                             self._slots[s] = None
                             self.decoder.release(s)
-                self.cond.notify_all()
+                    if sess.finished or sess._ready >= sess._want:
+                        sess.wake.notify_all()
 
     def _leave_cancelled(self) -> None:
         for s, sess in enumerate(self._slots):
             if sess is not None and sess.cancelled:
                 sess.finished = True
+                sess.wake.notify_all()
                 self._slots[s] = None
                 self.decoder.release(s)
 
@@ -324,10 +333,12 @@ class BatchingBackend:
         for s, sess in enumerate(self._slots):
             if sess is not None:
                 sess.error, sess.finished = err, True
+                sess.wake.notify_all()
                 self._slots[s] = None
                 self.decoder.release(s)
         while self._queue:
             sess = self._queue.popleft()
             sess.error, sess.finished = err, True
+            sess.wake.notify_all()
         self._inflight.clear()
         self.cond.notify_all()
