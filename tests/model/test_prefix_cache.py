@@ -14,41 +14,20 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 import torch
 
 from wyoming_qwen3tts.backends.kernels.prefill import PrefillGraphs
 from wyoming_qwen3tts.backends.torch_backend import TorchBackend
-from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, SynthesisRequest
+from wyoming_qwen3tts.engine import Engine, SamplingParams, SynthesisRequest
 from wyoming_qwen3tts.model.prefix_cache import PrefixCache
 from wyoming_qwen3tts.model.prompt import ClonePrompt, Prompt, PromptPrefix, chat_ref_text
 
 GREEDY = replace(SamplingParams.greedy(), suppress_eos=True)
 FRAMES = 24
 TEXTS = ("The kitchen lights are now off.", "Good morning, it will be sunny with a high of twenty four degrees.")
-
-
-def _engine(path: Path, **kw: Any) -> Engine:
-    return Engine.from_pretrained(str(path), EngineOptions(device="cpu", backend="torch", max_streams=1, **kw))
-
-
-@pytest.fixture(scope="module")
-def custom(tiny_checkpoint: Path) -> Engine:
-    return _engine(tiny_checkpoint)
-
-
-@pytest.fixture(scope="module")
-def design(tiny_voice_design_checkpoint: Path) -> Engine:
-    return _engine(tiny_voice_design_checkpoint)
-
-
-@pytest.fixture(scope="module")
-def base(tiny_base_checkpoint: Path) -> Engine:
-    return _engine(tiny_base_checkpoint)
 
 
 def _clone(engine: Engine, in_context: bool, seed: int = 0) -> ClonePrompt:

@@ -9,13 +9,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from wyoming_qwen3tts.engine import Engine, EngineOptions, SynthesisRequest
+from wyoming_qwen3tts.engine import Engine, SynthesisRequest
 from wyoming_qwen3tts.model.prompt import (
     ClonePrompt,
     Prompt,
@@ -28,25 +27,6 @@ from wyoming_qwen3tts.model.prompt import (
 )
 
 TEXTS = ("The kitchen lights are now off.", "Good morning, it will be sunny with a high of twenty four degrees.")
-
-
-def _engine(path: Path) -> Engine:
-    return Engine.from_pretrained(str(path), EngineOptions(device="cpu", backend="torch", max_streams=1))
-
-
-@pytest.fixture(scope="module")
-def custom(tiny_checkpoint: Path) -> Engine:
-    return _engine(tiny_checkpoint)
-
-
-@pytest.fixture(scope="module")
-def design(tiny_voice_design_checkpoint: Path) -> Engine:
-    return _engine(tiny_voice_design_checkpoint)
-
-
-@pytest.fixture(scope="module")
-def base(tiny_base_checkpoint: Path) -> Engine:
-    return _engine(tiny_base_checkpoint)
 
 
 def _clone(engine: Engine, in_context: bool, seed: int = 0, frames: int = 30) -> ClonePrompt:

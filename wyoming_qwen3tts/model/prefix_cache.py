@@ -10,11 +10,9 @@ hit again and ages out. Least recently used entries go first once the entries' b
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-
 from torch import Tensor
 
+from .lru import BoundedLru
 from .prompt import PromptPrefix
 
 
@@ -27,44 +25,33 @@ class PrefixCache:
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[object, ...], Tensor] = OrderedDict()
-        self._lock = threading.Lock()
-        self.bytes = 0
-        self.hits = 0
-        self.misses = 0
+        self.entries: BoundedLru[Tensor] = BoundedLru(max_bytes, lambda kv: kv.numel() * kv.element_size())
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self.entries)
+
+    @property
+    def hits(self) -> int:
+        return self.entries.hits
+
+    @property
+    def misses(self) -> int:
+        return self.entries.misses
+
+    @property
+    def bytes(self) -> int:
+        return self.entries.bytes
 
     def get(self, prefix: PromptPrefix) -> Tensor | None:
         """The prefix's K/V ([layers, 2, prefix.length, ...]), or None (counted as a miss)."""
-        with self._lock:
-            kv = self._entries.get(prefix.key)
-            if kv is None or kv.shape[2] != prefix.length:
-                self.misses += 1
-                return None
-            self._entries.move_to_end(prefix.key)
-            self.hits += 1
-            return kv
+        return self.entries.get(prefix.key, lambda kv: kv.shape[2] == prefix.length)
 
     def put(self, prefix: PromptPrefix, cache_data: Tensor) -> None:
         """Keep a copy of positions [0, prefix.length) of a prefilled cache ([layers, 2, max_seq, ...]); an entry
-        larger than the whole bound is not kept."""
-        size = cache_data[:, :, : prefix.length].numel() * cache_data.element_size()
-        if size > self.max_bytes:
+        larger than the whole bound is not kept (nor copied)."""
+        if cache_data[:, :, : prefix.length].numel() * cache_data.element_size() > self.max_bytes:
             return
-        kv = cache_data[:, :, : prefix.length].clone()
-        with self._lock:
-            old = self._entries.pop(prefix.key, None)
-            if old is not None:
-                self.bytes -= old.numel() * old.element_size()
-            self._entries[prefix.key] = kv
-            self.bytes += size
-            while self.bytes > self.max_bytes:
-                _, dropped = self._entries.popitem(last=False)
-                self.bytes -= dropped.numel() * dropped.element_size()
+        self.entries.put(prefix.key, cache_data[:, :, : prefix.length].clone())
 
     def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self.bytes = 0
+        self.entries.clear()
