@@ -36,7 +36,8 @@ class FakeBatchingBackend:
         self.eos_id = EOS
         self.step_s = step_s
         self.bad_seed, self.bad_frame = bad_seed, bad_frame
-        self.cond = threading.Condition()
+        self.lock = threading.RLock()  # BatchedSession's own condition (its wake) is on this lock
+        self.cond = threading.Condition(self.lock)
         self._queue: collections.deque[BatchedSession] = collections.deque()
         self._slots: list[BatchedSession | None] = [None] * max_streams
         self._rngs: list[np.random.Generator | None] = [None] * max_streams
@@ -62,11 +63,13 @@ class FakeBatchingBackend:
                 for s, sess in enumerate(self._slots):
                     if sess is not None and sess.cancelled:
                         sess.finished, self._slots[s] = True, None
+                        sess.wake.notify_all()
                 for s in range(self.max_streams):
                     if self._slots[s] is None and self._queue:
                         sess = self._queue.popleft()
                         if sess.cancelled:
                             sess.finished = True
+                            sess.wake.notify_all()
                             continue
                         self._slots[s], self._rngs[s], self._frames[s] = sess, np.random.default_rng(sess.seed), 0
             time.sleep(self.step_s)  # the step's GPU time, without the condition held
@@ -80,4 +83,5 @@ class FakeBatchingBackend:
                     self._frames[s] += 1
                     if sess._push(row):
                         sess.finished, self._slots[s] = True, None
-                self.cond.notify_all()
+                    if sess.finished or sess._ready >= sess._want:
+                        sess.wake.notify_all()
