@@ -196,8 +196,8 @@ class Engine:
         self._session_lock = threading.Lock()
         # What a request holds while it builds its prompt and starts its session. The batching backend starts
         # sessions from any thread and captures no graph while it serves, and a prompt is made of the weights
-        # alone: no lock (under the engine's, a burst of 64 queued for it ~0.7 ms each and the last one's first
-        # audio waited ~60 ms for it, measured on an H100). The one-stream backends keep the engine's lock.
+        # alone: no lock (under the engine's, each of a burst of 64 held it ~0.7 ms and waited 30 ms for it at the
+        # median, measured on an H100). The one-stream backends keep the engine's lock.
         self._request_lock: AbstractContextManager[object] = (
             _nullcontext() if backend.thread_safe_sessions else self._lock
         )
@@ -388,7 +388,7 @@ class Engine:
 
     def _prepare(self, request: SynthesisRequest, marks: list[float] | None = None) -> tuple[Prompt, str, int]:
         """(the prompt, the clean text, the text's own token count). `marks` gets the times the text was
-        tokenized, the engine lock taken and the prompt built (the first-chunk debug line's breakdown)."""
+        tokenized, the request lock taken and the prompt built (the first-chunk debug line's breakdown)."""
         validated = self.validate(request)
         text = validated.text
         instruct = (request.instruct or "").strip()
@@ -613,8 +613,9 @@ def _stopped(why: str, text: str) -> None:
 
 def _log_first_chunk(session: DecodeSession, marks: list[float], pcm_at: float) -> None:
     """Debug: where a request's first chunk spent its time. marks: entered, text tokenized, request lock taken
-    (Engine._request_lock: none on the batching backend), prompt built, lock taken again to start the session. The batching backend's sessions carry their queue,
-    admission and first-codes times; other sessions log the total only."""
+    (Engine._request_lock: none on the batching backend), prompt built, lock taken again to start the session.
+    The batching backend's sessions carry their queue, admission and first-codes times; other sessions log the
+    total only."""
     entered = marks[0]
     queued, admitted, codes = session.queued_at, session.admitted_at, session.first_codes_at
     if queued is None or admitted is None or codes is None or len(marks) != 5:
