@@ -247,6 +247,24 @@ def test_one_stream_backends_keep_the_codec_under_the_engine_lock(loaded):
     assert loaded._codec_worker is None
 
 
+def test_a_request_needs_no_engine_lock_on_the_batching_backend(loaded):
+    """A batching engine's request builds its prompt and starts its session without the engine's lock (a burst's
+    requests do not wait for each other's prompts); the one-stream engine's still takes it."""
+    engine = _engine(loaded)
+    request = _request(0, 6)
+    with engine._lock:  # held by "someone else" for the whole request
+        done = threading.Event()
+        thread = threading.Thread(target=lambda: (_chunks(engine, request), done.set()), daemon=True)
+        thread.start()
+        assert done.wait(60), "the batching engine's request waited for the engine lock"
+    with loaded._lock:
+        started = threading.Event()
+        thread = threading.Thread(target=lambda: (loaded.prepare(request), started.set()), daemon=True)
+        thread.start()
+        assert not started.wait(0.5), "the one-stream engine built a prompt without its lock"
+    assert started.wait(60)
+
+
 def test_warm_up_runs_max_streams_requests_at_once(loaded):
     """On a batching backend the warm-up speaks max_streams requests together (the batched admission, the largest
     bucket and the codec worker's largest calls meet their first allocations there), long enough for the
