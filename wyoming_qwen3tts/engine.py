@@ -388,7 +388,7 @@ class Engine:
 
     def _prepare(self, request: SynthesisRequest, marks: list[float] | None = None) -> tuple[Prompt, str, int]:
         """(the prompt, the clean text, the text's own token count). `marks` gets the times the text was
-        tokenized, the request lock taken and the prompt built (the first-chunk debug line's breakdown)."""
+        tokenized and the prompt built (the first-chunk debug line's breakdown)."""
         validated = self.validate(request)
         text = validated.text
         instruct = (request.instruct or "").strip()
@@ -399,8 +399,6 @@ class Engine:
         if marks is not None:
             marks.append(time.monotonic())
         with self._request_lock:
-            if marks is not None:
-                marks.append(time.monotonic())
             prompt = prompt_for(
                 self.model,
                 text_ids,
@@ -443,7 +441,7 @@ class Engine:
             raise GpuOutOfMemoryError(f"The GPU ran out of memory: {oom}")
 
     def _synthesize(self, request: SynthesisRequest, cancel: threading.Event | None) -> Iterator[AudioChunk]:
-        marks = [time.monotonic()]  # entered, then _prepare's marks, then the session started
+        marks = [time.monotonic()]  # entered, then _prepare's marks
         prompt, text, tokens = self._prepare(request, marks)
         max_frames = min(request.max_frames or self.max_frames, self.max_frames)
         guarded = self.stop_runaway and request.max_frames is None
@@ -462,7 +460,6 @@ class Engine:
             exclusive.acquire()
         try:
             with self._request_lock:
-                marks.append(time.monotonic())
                 session = self.backend.start(prompt, sampling, seed, budget)
                 with self._context_lock:
                     stream = self._codec_stream_for(request.clone, prompt)
@@ -612,29 +609,26 @@ def _stopped(why: str, text: str) -> None:
 
 
 def _log_first_chunk(session: DecodeSession, marks: list[float], pcm_at: float) -> None:
-    """Debug: where a request's first chunk spent its time. marks: entered, text tokenized, request lock taken
-    (Engine._request_lock: none on the batching backend), prompt built, lock taken again to start the session.
-    The batching backend's sessions carry their queue, admission and first-codes times; other sessions log the
-    total only."""
+    """Debug: where a request's first chunk spent its time. marks: entered, text tokenized, prompt built. The
+    batching backend's sessions carry their queue, admission and first-codes times; other sessions log the total
+    only."""
     entered = marks[0]
     queued, admitted, codes = session.queued_at, session.admitted_at, session.first_codes_at
-    if queued is None or admitted is None or codes is None or len(marks) != 5:
+    if queued is None or admitted is None or codes is None or len(marks) != 3:
         _LOGGER.debug("First chunk after %.1f ms", (pcm_at - entered) * 1000)
         return
-    tokenized, locked, built, relocked = marks[1:]
+    tokenized, built = marks[1:]
     _LOGGER.debug(
         "First chunk after %.1f ms: prompt %.1f, queued %.1f, admitted to first codes %.1f, codec %.1f "
-        "(prompt: text %.1f, lock %.1f, build %.1f, lock again %.1f, start %.1f)",
+        "(prompt: text %.1f, build %.1f, start %.1f)",
         (pcm_at - entered) * 1000,
         (queued - entered) * 1000,
         (admitted - queued) * 1000,
         (codes - admitted) * 1000,
         (pcm_at - codes) * 1000,
         (tokenized - entered) * 1000,
-        (locked - tokenized) * 1000,
-        (built - locked) * 1000,
-        (relocked - built) * 1000,
-        (queued - relocked) * 1000,
+        (built - tokenized) * 1000,
+        (queued - built) * 1000,
     )
 
 

@@ -239,14 +239,14 @@ log = open('$log', 'rb'); log.seek($off)
 text = log.read().decode(errors='replace')
 rows = [list(map(float, m.groups())) for m in re.finditer(
     r'First chunk after ([0-9.]+) ms: prompt ([0-9.]+), queued ([0-9.]+), admitted to first codes ([0-9.]+), codec ([0-9.]+)'
-    r' \\(prompt: text ([0-9.]+), lock ([0-9.]+), build ([0-9.]+), lock again ([0-9.]+), start ([0-9.]+)\\)', text)]
+    r' \\(prompt: text ([0-9.]+), build ([0-9.]+), start ([0-9.]+)\\)', text)]
 took = [float(v) for v in re.findall(r'Synthesis thread took the sentence ([0-9.]+) ms', text)]
 wrote = [tuple(map(float, m)) for m in re.findall(
     r'First audio written ([0-9.]+) ms after the request was read, ([0-9.]+) ms after the engine made it', text)]
 med = lambda c: round(st.median(c), 1)
 print('$label first chunk $fc, $1: ttfa p50/p95', o['ttfa_p50_ms'], o['ttfa_p95_ms'], 'fps', o['frames_per_s'],
-      '| engine medians of', len(rows), '(total, prompt, queued, to codes, codec; prompt: text, lock, build, relock,'
-      ' start):', [med(c) for c in zip(*rows)] if rows else '-', '| thread pickup p50/max',
+      '| engine medians of', len(rows), '(total, prompt, queued, to codes, codec; prompt: text, build, start):',
+      [med(c) for c in zip(*rows)] if rows else '-', '| thread pickup p50/max',
       (med(took), round(max(took), 1)) if took else '-', '| written after read / after made, medians',
       [med(c) for c in zip(*wrote)] if wrote else '-')" 2>&1 | tail -1
     done

@@ -159,14 +159,14 @@ def test_prefix_cache_keeps_its_bound_dropping_the_least_recently_used() -> None
     per_position = 2 * 2 * 1 * 8 * 4
     cache = PrefixCache(10 * per_position)
     a, b, c = PromptPrefix(4, ("a",)), PromptPrefix(4, ("b",)), PromptPrefix(4, ("c",))
-    cache.put(a, entry(4))
-    cache.put(b, entry(4))
-    assert cache.get(a) is not None  # a is now the most recently used
-    cache.put(c, entry(4))  # 12 positions > 10: b goes
-    assert cache.get(b) is None and cache.get(a) is not None and cache.get(c) is not None
+    cache.keep(a, entry(4))
+    cache.keep(b, entry(4))
+    assert cache.kv_for(a) is not None  # a is now the most recently used
+    cache.keep(c, entry(4))  # 12 positions > 10: b goes
+    assert cache.kv_for(b) is None and cache.kv_for(a) is not None and cache.kv_for(c) is not None
     assert cache.bytes == 8 * per_position and len(cache) == 2
-    cache.put(PromptPrefix(11, ("huge",)), entry(11))  # larger than the whole bound: not kept, nothing dropped
+    cache.keep(PromptPrefix(11, ("huge",)), entry(11))  # larger than the whole bound: not kept, nothing dropped
     assert len(cache) == 2
-    assert cache.get(PromptPrefix(3, ("a",))) is None  # another length under the same key is no hit
-    got = cache.get(a)
+    assert cache.kv_for(PromptPrefix(3, ("a",))) is None  # another length under the same key is no hit
+    got = cache.kv_for(a)
     assert got is not None and got.shape[2] == 4

@@ -62,14 +62,13 @@ class FakeBatchingBackend:
                     self.cond.wait()
                 for s, sess in enumerate(self._slots):
                     if sess is not None and sess.cancelled:
-                        sess.finished, self._slots[s] = True, None
-                        sess.wake.notify_all()
+                        sess._end()
+                        self._slots[s] = None
                 for s in range(self.max_streams):
                     if self._slots[s] is None and self._queue:
                         sess = self._queue.popleft()
                         if sess.cancelled:
-                            sess.finished = True
-                            sess.wake.notify_all()
+                            sess._end()
                             continue
                         self._slots[s], self._rngs[s], self._frames[s] = sess, np.random.default_rng(sess.seed), 0
             time.sleep(self.step_s)  # the step's GPU time, without the condition held
@@ -82,6 +81,6 @@ class FakeBatchingBackend:
                         row[3] = 5000
                     self._frames[s] += 1
                     if sess._push(row):
-                        sess.finished, self._slots[s] = True, None
-                    if sess.finished or sess._ready >= sess._want:
-                        sess.wake.notify_all()
+                        sess._end()
+                        self._slots[s] = None
+                    sess._wake_if_ready()

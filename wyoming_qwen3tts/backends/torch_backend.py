@@ -143,14 +143,14 @@ def prefill(model: Qwen3TTSModel, prompt: Prompt, cache: KVCache, prefixes: Pref
     """The Talker over the prompt into an empty cache; returns the last position's final-normed hidden state [1, H].
     A cached prefix's K/V are copied in and only the positions after it run; a missed prefix is stored."""
     prefix = prompt.prefix if prefixes is not None else None
-    kv = prefixes.get(prefix) if prefixes is not None and prefix is not None else None
+    kv = prefixes.kv_for(prefix) if prefixes is not None and prefix is not None else None
     if kv is not None and prefix is not None:
         cache.data[:, :, : prefix.length].copy_(kv)
         cache.length = prefix.length
         return model.talker.model(prompt.embeds[prefix.length :], cache)[-1:]
     hidden = model.talker.model(prompt.embeds, cache)[-1:]
     if prefixes is not None and prefix is not None:
-        prefixes.put(prefix, cache.data)
+        prefixes.keep(prefix, cache.data)
     return hidden
 
 

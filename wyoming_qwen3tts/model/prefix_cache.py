@@ -16,7 +16,7 @@ from .lru import BoundedLru
 from .prompt import PromptPrefix
 
 
-class PrefixCache:
+class PrefixCache(BoundedLru[Tensor]):
     """Prefix K/V by PromptPrefix.key, at most `max_bytes` in all (least recently used dropped first).
 
     One cache belongs to one model's backend: an entry is [layers, 2, P, kv_heads, head_dim] in that
@@ -24,34 +24,15 @@ class PrefixCache:
     """
 
     def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.entries: BoundedLru[Tensor] = BoundedLru(max_bytes, lambda kv: kv.numel() * kv.element_size())
+        super().__init__(max_bytes, lambda kv: kv.numel() * kv.element_size())
 
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    @property
-    def hits(self) -> int:
-        return self.entries.hits
-
-    @property
-    def misses(self) -> int:
-        return self.entries.misses
-
-    @property
-    def bytes(self) -> int:
-        return self.entries.bytes
-
-    def get(self, prefix: PromptPrefix) -> Tensor | None:
+    def kv_for(self, prefix: PromptPrefix) -> Tensor | None:
         """The prefix's K/V ([layers, 2, prefix.length, ...]), or None (counted as a miss)."""
-        return self.entries.get(prefix.key, lambda kv: kv.shape[2] == prefix.length)
+        return self.get(prefix.key, lambda kv: kv.shape[2] == prefix.length)
 
-    def put(self, prefix: PromptPrefix, cache_data: Tensor) -> None:
+    def keep(self, prefix: PromptPrefix, cache_data: Tensor) -> None:
         """Keep a copy of positions [0, prefix.length) of a prefilled cache ([layers, 2, max_seq, ...]); an entry
         larger than the whole bound is not kept (nor copied)."""
         if cache_data[:, :, : prefix.length].numel() * cache_data.element_size() > self.max_bytes:
             return
-        self.entries.put(prefix.key, cache_data[:, :, : prefix.length].clone())
-
-    def clear(self) -> None:
-        self.entries.clear()
+        self.put(prefix.key, cache_data[:, :, : prefix.length].clone())

@@ -75,7 +75,7 @@ class PrefillGraphs:
             cache.reset()
             self.hn.copy_(self.talker(embeds.to(self._x.dtype), cache)[-1])
         if prefix is not None and self.prefixes is not None:
-            self.prefixes.put(prefix, cache.data)
+            self.prefixes.keep(prefix, cache.data)
 
     def _prefill_after(self, embeds: Tensor, cache: KVCache, prefix: PromptPrefix, capture: bool) -> bool:
         """The prompt after its cached prefix (copied in), through the bucket's graph of Transformer.prefill_after
@@ -88,7 +88,7 @@ class PrefillGraphs:
         graphed = self.enabled and bucket is not None
         if graphed and not capture and not (self._cache is cache and bucket in self.after_graphs):
             return False
-        kv = self.prefixes.get(prefix) if self.prefixes is not None else None
+        kv = self.prefixes.kv_for(prefix) if self.prefixes is not None else None
         if kv is None:
             return False
         cache.data[:, :, :start].copy_(kv)

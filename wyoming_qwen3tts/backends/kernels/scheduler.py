@@ -85,6 +85,18 @@ class BatchedSession:
         self.first_codes_at: float | None = None
 
     # -- the scheduler's side (under its condition) ----------------------------------------------
+    def _end(self, error: BaseException | None = None) -> None:
+        """No more codes will come (end of speech, limit, cancel or `error`): its collect() returns now."""
+        self.finished = True
+        if error is not None:
+            self.error = error
+        self.wake.notify_all()
+
+    def _wake_if_ready(self) -> None:
+        """After a step: wake its collect() once it has the frames it waits for (or the stream ended)."""
+        if self.finished or self._ready >= self._want:
+            self.wake.notify_all()
+
     def _push(self, row: np.ndarray) -> bool:
         """One frame's codes; returns True when the stream has ended (EOS or its limit)."""
         if row[0] == self.scheduler.eos_id:
@@ -258,8 +270,7 @@ class BatchingBackend:
                 while self._queue and free:
                     session = self._queue.popleft()
                     if session.cancelled:
-                        session.finished = True
-                        session.wake.notify_all()
+                        session._end()
                         continue
                     slot = free.pop(0)
                     self._slots[slot], self._frames[slot] = session, 0
@@ -314,31 +325,26 @@ class BatchingBackend:
                     if sess.finished:
                         continue
                     if sess._push(codes[s].copy()):
-                        sess.finished = True
+                        sess._end()
                         if self._slots[s] is sess:
                             self._slots[s] = None
                             self.decoder.release(s)
-                    if sess.finished or sess._ready >= sess._want:
-                        sess.wake.notify_all()
+                    sess._wake_if_ready()
 
     def _leave_cancelled(self) -> None:
         for s, sess in enumerate(self._slots):
             if sess is not None and sess.cancelled:
-                sess.finished = True
-                sess.wake.notify_all()
+                sess._end()
                 self._slots[s] = None
                 self.decoder.release(s)
 
     def _fail_all(self, err: BaseException) -> None:
         for s, sess in enumerate(self._slots):
             if sess is not None:
-                sess.error, sess.finished = err, True
-                sess.wake.notify_all()
+                sess._end(err)
                 self._slots[s] = None
                 self.decoder.release(s)
         while self._queue:
-            sess = self._queue.popleft()
-            sess.error, sess.finished = err, True
-            sess.wake.notify_all()
+            self._queue.popleft()._end(err)
         self._inflight.clear()
         self.cond.notify_all()
