@@ -38,7 +38,7 @@ from typing import Any
 from wyoming.audio import AudioChunk as WyomingAudioChunk
 from wyoming.audio import AudioStart, AudioStop
 from wyoming.error import Error
-from wyoming.event import Event, async_write_event
+from wyoming.event import Event
 from wyoming.info import Describe
 from wyoming.ping import Ping, Pong
 from wyoming.server import AsyncEventHandler
@@ -66,7 +66,7 @@ from .service import TtsService
 from .speech import TextStream
 from .text.stream import Sentence
 from .voices import VoiceChoice
-from .wire import read_event, short
+from .wire import event_bytes, read_event, short
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -417,11 +417,15 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
         await self._write(event, self.config.write_timeout)
 
     async def _write(self, event: Event, timeout: float) -> None:
-        if self.writer.transport.is_closing():
+        transport = self.writer.transport
+        if transport.is_closing():
             raise _ClientGone("the connection is closed")
         try:
+            self.writer.write(event_bytes(event))
+            if not transport.get_write_buffer_size():
+                return  # the socket took it all: nothing to wait for (and no timer to arm, each chunk of a burst)
             async with asyncio.timeout(timeout):
-                await async_write_event(event, self.writer)
+                await self.writer.drain()
         except TimeoutError:
             self.writer.transport.abort()
             raise _ClientGone(f"the client took no data for {timeout:g} s", stuck=True) from None
@@ -511,7 +515,8 @@ class Qwen3TTSEventHandler(AsyncEventHandler):
                         self.log.info("Cancelling %d request(s): %s", len(self._pending), err)
                     self._cancel_all()
                     if not self.writer.transport.is_closing():
-                        await async_write_event(Error(text=str(err), code=err.code).event(), self.writer)
+                        self.writer.write(event_bytes(Error(text=str(err), code=err.code).event()))
+                        await self.writer.drain()
                 self.writer.close()
                 await self.writer.wait_closed()
         except (OSError, RuntimeError):  # the timeout (an OSError), a reset, a closed transport
