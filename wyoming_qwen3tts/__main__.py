@@ -238,7 +238,12 @@ def run() -> None:
     _LOGGER.debug(settings)
     code = 130
     with contextlib.suppress(KeyboardInterrupt):
-        code = asyncio.run(main(settings))
+        if os.environ.get("Q3T_EVENT_LOOP") == "uvloop":  # measured against asyncio's own loop (kernels/device)
+            import uvloop
+
+            code = uvloop.run(main(settings))
+        else:
+            code = asyncio.run(main(settings))
     # Exit without the interpreter's teardown: with torch loaded it takes most of a second (and
     # Docker kills 10 s after SIGTERM, most of which drain_seconds may use), and it would wait
     # for the engine's worker thread, which may be busy with what it cannot abandon (a model

@@ -2,7 +2,7 @@
 
 Request threads (Engine.synthesize) hand a frame group to their WorkerStream and wait for its PCM; the worker thread
 decodes the groups that are waiting in batched calls (CodecSlots: one call for the streams whose groups have the same
-length, at most MAX_ROWS of them), so many streams cost about the kernel launches of one and no request thread runs
+length, at most rows_per_call of them), so many streams cost about the kernel launches of one and no request thread runs
 the codec or holds a lock while the GPU works.  The smallest groups go first: a newly joined stream's first group (a
 few frames) waits at most for the calls already on the GPU, never for a round of everyone's large groups.  Up to
 DEPTH calls are in flight, so the host queues the next call while the GPU runs the last.  A call that fails is tried
@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -32,6 +33,14 @@ T = TypeVar("T")
 
 DEPTH = 2  # calls queued on the GPU at once
 MAX_ROWS = 16  # streams per call: bounds a call's activations and how long a newcomer may wait behind it
+# Streams per call of a group of n frames: MAX_ROWS, or more for short groups (rows x n at most ROW_FRAMES), so a
+# burst's first chunks (1 frame each) go out in one call rather than one call per MAX_ROWS of them, each behind the last.
+ROW_FRAMES = int(os.environ.get("Q3T_CODEC_ROW_FRAMES", "16"))
+
+
+def rows_per_call(n: int) -> int:
+    """The most streams one call takes when their groups have n frames."""
+    return max(MAX_ROWS, ROW_FRAMES // max(n, 1))
 POLL_S = 0.0002  # the wait for a call's PCM polls with sleeps: Event.synchronize() holds the GIL (scheduler.py)
 
 
@@ -105,13 +114,14 @@ class CodecWorker:
         return WorkerStream(self, start)
 
     def warm_up(self, frames: Iterable[int]) -> int:
-        """Meet every call shape the worker will use (CodecSlots.warm_up: padded batch sizes up to MAX_ROWS and
-        these group lengths) on the worker thread and its CUDA stream, and capture each (on a GPU), waiting for
+        """Meet every call shape the worker will use (CodecSlots.warm_up: these group lengths, each at the padded
+        batch sizes up to rows_per_call) on the worker thread and its CUDA stream, and capture each (on a GPU), waiting for
         it; returns the shapes."""
-        most_rows = min(MAX_ROWS, self.slots.capacity)
-
         def job() -> int:
-            shapes = self.slots.warm_up(frames, most_rows, capture=self.cuda_stream is not None)
+            shapes = 0
+            for n in sorted(set(frames)):
+                most_rows = min(rows_per_call(n), self.slots.capacity)
+                shapes += self.slots.warm_up([n], most_rows, capture=self.cuda_stream is not None)
             if self.cuda_stream is not None:
                 self.cuda_stream.synchronize()
             return shapes
@@ -181,7 +191,7 @@ class CodecWorker:
         if not self.waiting:
             return []
         n = min(len(s.codes) for s in self.waiting)  # type: ignore[arg-type]
-        picked = [s for s in self.waiting if len(s.codes) == n][:MAX_ROWS]  # type: ignore[arg-type]
+        picked = [s for s in self.waiting if len(s.codes) == n][: rows_per_call(n)]  # type: ignore[arg-type]
         for s in picked:
             self.waiting.remove(s)
         return picked

@@ -151,6 +151,7 @@ class LoopDetector:
         self._quiet_frames = 0
         self._quiet_needed = math.ceil(s.silence_seconds * FRAMES_PER_SECOND) if s.silence_seconds > 0 else 0
         self._quiet_rms = 32768.0 * 10.0 ** (s.silence_dbfs / 20.0)
+        self._quiet_energy = self._quiet_rms**2 * SAMPLES_PER_FRAME
         self.reason: str | None = None
 
     def feed(self, codes: np.ndarray, pcm: bytes | np.ndarray | None = None) -> str | None:
@@ -195,8 +196,10 @@ class LoopDetector:
         )
         if samples.size != frames * SAMPLES_PER_FRAME:
             raise ValueError(f"pcm has {samples.size} samples; {frames} frames need {frames * SAMPLES_PER_FRAME}")
-        power = np.square(samples.reshape(frames, SAMPLES_PER_FRAME).astype(np.float32)).mean(axis=1)
-        return (power < self._quiet_rms**2).tolist()
+        # Each frame's energy (sum of squares, exact in int64) against the threshold's: the mean's comparison
+        # without its float temporaries, run per chunk on the request's thread.
+        x = samples.reshape(frames, SAMPLES_PER_FRAME).astype(np.int64)
+        return (np.einsum("ij,ij->i", x, x) < self._quiet_energy).tolist()
 
     def _add_quiet(self, quiet: bool) -> str | None:
         self._quiet_frames = self._quiet_frames + 1 if quiet else 0

