@@ -41,6 +41,8 @@ ROW_FRAMES = int(os.environ.get("Q3T_CODEC_ROW_FRAMES", "16"))
 def rows_per_call(n: int) -> int:
     """The most streams one call takes when their groups have n frames."""
     return max(MAX_ROWS, ROW_FRAMES // max(n, 1))
+
+
 POLL_S = 0.0002  # the wait for a call's PCM polls with sleeps: Event.synchronize() holds the GIL (scheduler.py)
 
 
@@ -117,6 +119,7 @@ class CodecWorker:
         """Meet every call shape the worker will use (CodecSlots.warm_up: these group lengths, each at the padded
         batch sizes up to rows_per_call) on the worker thread and its CUDA stream, and capture each (on a GPU), waiting for
         it; returns the shapes."""
+
         def job() -> int:
             shapes = 0
             for n in sorted(set(frames)):
