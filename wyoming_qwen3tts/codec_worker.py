@@ -59,6 +59,28 @@ class WorkerStream:
         self.pcm = b""
         self.error: BaseException | None = None  # what ended it; every later decode raises it
         self.done = threading.Event()
+        self.submitted: np.ndarray | None = None  # the group submit() queued, which decode() then only waits for
+        self.closed = False
+
+    def submit(self, codes: np.ndarray) -> None:
+        """Queue the next frame group [n, 16] now, from any thread (the batching scheduler, at the step that
+        completed it, while the request's thread waits in collect()); decode() of the same array then waits for
+        its PCM.  One group at a time: the last one's PCM has been taken."""
+        if len(codes) == 0:
+            return
+        worker = self.worker
+        with worker.cond:
+            if self.error is not None or self.closed:
+                return  # decode() raises the error, or nobody will ask
+            self._queue(codes)
+            self.submitted = codes
+
+    def _queue(self, codes: np.ndarray) -> None:
+        worker = self.worker
+        self.codes, self.pcm = codes, b""
+        self.done.clear()
+        worker.waiting.append(self)
+        worker.cond.notify_all()
 
     def decode(self, codes: np.ndarray) -> bytes:
         """s16le PCM of the next frame group [n, 16], waiting for it; raises the error that ended this stream."""
@@ -68,21 +90,25 @@ class WorkerStream:
         with worker.cond:
             if self.error is not None:
                 raise self.error
-            self.codes, self.pcm = codes, b""
-            self.done.clear()
-            worker.waiting.append(self)
-            worker.cond.notify_all()
+            if self.submitted is codes:
+                self.submitted = None  # queued already
+            else:
+                self._queue(codes)
         self.done.wait()
         if self.error is not None:
             raise self.error
         return self.pcm
 
     def close(self) -> None:
-        """The request is over (finished, cancelled or failed): its slot goes back.  Safe while a call that used
-        the slot is still on the GPU: the worker queues all its work on one stream, so a later open of the slot
-        runs after it."""
+        """The request is over (finished, cancelled or failed): its slot goes back, and a group it submitted and
+        nobody waits for is dropped.  Safe while a call that used the slot is still on the GPU: the worker queues
+        all its work on one stream, so a later open of the slot runs after it; a call picked but not yet launched
+        gives the slot back when it ends (_deliver, _fail)."""
         worker = self.worker
         with worker.cond:
+            self.closed = True
+            if self in worker.waiting:
+                worker.waiting.remove(self)
             if self.slot is not None:
                 worker.released.append(self.slot)
                 self.slot = None
@@ -237,9 +263,18 @@ class CodecWorker:
             for s, data in zip(streams, pcm):
                 s.pcm, s.codes = data, None
                 s.done.set()
+            self._release_closed(streams)
 
     def _fail(self, streams: list[WorkerStream], err: BaseException) -> None:
         with self.cond:
             for s in streams:
                 s.error, s.codes = err, None
                 s.done.set()
+            self._release_closed(streams)
+
+    def _release_closed(self, streams: list[WorkerStream]) -> None:
+        """Slots of streams closed while their call was being launched (under cond): they go back now."""
+        for s in streams:
+            if s.closed and s.slot is not None:
+                self.released.append(s.slot)
+                s.slot = None

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from .announcements import checkpoint_identity
-from .backends import DecodeBackend, DecodeSession, make_backend
+from .backends import DecodeBackend, DecodeSession, GroupSink, HandsGroupsOver, make_backend
 from .errors import EmptyTextError, GpuOutOfMemoryError, Qwen3TTSError, SynthesisCancelled, TextTooLongError, VoiceError
 from .model.checkpoint import Checkpoint, load_checkpoint, resolve_dtype
 from .model.clone import VoiceCloner
@@ -464,6 +464,8 @@ class Engine:
                 with self._context_lock:
                     stream = self._codec_stream_for(request.clone, prompt)
             audio = self._open_audio(stream)
+            if isinstance(session, HandsGroupsOver) and isinstance(audio, GroupSink):
+                session.hand_groups_to(audio)  # the batching backend's groups go to the codec worker at read-back
             # The batching backend: sessions and the codec worker need no engine lock (each waits for
             # its own stream), so a request never holds it while the GPU works.
             locked = self._lock if audio.needs_engine_lock else _nullcontext()

@@ -315,3 +315,61 @@ def test_warm_up_meets_every_codec_call_shape_first(loaded):
     while slots.in_use() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert slots.in_use() == 0
+
+
+def test_the_scheduler_hands_a_waiting_requests_groups_to_the_codec(loaded):
+    """A group a request's thread already waits for goes to the codec worker from the stepping thread, at the step
+    that completed it (WorkerStream.submit), and the request's own decode then only waits: every group but those
+    ready before the request asked for them, and the audio is the same as without the hand-off."""
+    engine = _engine(loaded, step_s=0.004)
+    request = _request(0, 30)
+    submitted: list[tuple[str, int]] = []
+    worker = engine._codec_worker
+    assert worker is not None
+    opened = []
+
+    def open_recording(start):  # type: ignore[no-untyped-def]
+        stream = worker.open(start)
+        plain = stream.submit
+
+        def recording(codes):  # type: ignore[no-untyped-def]
+            submitted.append((threading.current_thread().name, len(codes)))
+            plain(codes)
+
+        stream.submit = recording  # type: ignore[method-assign]
+        opened.append(stream)
+        return stream
+
+    engine._open_audio = open_recording  # type: ignore[assignment]
+    got = _chunks(engine, request)
+    assert len(opened) == 1
+    groups = [len(c) for _, c in got]
+    assert len(submitted) >= len(groups) - 1, (submitted, groups)  # the last, short group may be ready already
+    assert {name for name, _ in submitted} == {"fake-batch"}
+    assert [n for _, n in submitted] == groups[: len(submitted)]
+    engine._open_audio = worker.open
+    _assert_same_audio(_chunks(engine, request), got, "with the hand-off against again")
+    assert _all_freed(engine)
+
+
+def test_a_submitted_group_nobody_waits_for_is_dropped_with_its_stream(loaded):
+    """A stream closed with a submitted group still queued (its request cancelled between the step and its decode)
+    leaves the worker's queue and holds no slot; a closed stream's slot picked for a call comes back after it."""
+    engine = _engine(loaded)
+    worker = engine._codec_worker
+    assert worker is not None
+    with worker.cond:  # the worker cannot pick the group before the stream closes
+        stream = worker.open(loaded.codec.new_stream())
+        stream.submit(np.zeros((2, 16), dtype=np.int64))
+        assert stream in worker.waiting
+        stream.close()
+        assert stream not in worker.waiting
+    other = worker.open(loaded.codec.new_stream())
+    assert len(other.decode(np.zeros((2, 16), dtype=np.int64))) == 2 * 2 * 1920
+    other.close()
+    late = worker.open(loaded.codec.new_stream())
+    late.decode(np.zeros((1, 16), dtype=np.int64))
+    late.closed = True  # as if close() came while its next call was being launched: the slot comes back after it
+    late.decode(np.zeros((1, 16), dtype=np.int64))
+    assert late.slot is None
+    assert _all_freed(engine)

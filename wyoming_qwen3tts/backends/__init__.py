@@ -7,7 +7,7 @@ the engine reads capabilities instead of probing for them; `make_backend` picks 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -42,6 +42,21 @@ class DecodeSession(Protocol):
     def next_frames(self, n: int) -> np.ndarray: ...  # launch(n) then collect()
 
     def close(self) -> None: ...  # free what the session holds (the batching backend: its slot) now
+
+
+@runtime_checkable
+class GroupSink(Protocol):
+    """Where a session may hand its frame groups itself (the codec worker's stream): submit() starts decoding one, and
+    the decode of the same array then only waits for it."""
+
+    def submit(self, codes: np.ndarray) -> None: ...
+
+
+@runtime_checkable
+class HandsGroupsOver(Protocol):
+    """A session that can hand its groups to a GroupSink as they are decoded (the batching backend's)."""
+
+    def hand_groups_to(self, sink: GroupSink) -> None: ...
 
 
 class DecodeBackend(Protocol):

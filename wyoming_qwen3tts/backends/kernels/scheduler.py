@@ -17,6 +17,7 @@ import logging
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -25,6 +26,9 @@ from ...model.prompt import Prompt
 from ...request import SamplingParams
 from .batched import BUCKETS, MAX_SLOTS, Admission, BatchedDecoder
 from .frame import NUM_GROUPS
+
+if TYPE_CHECKING:
+    from .. import GroupSink
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -77,6 +81,12 @@ class BatchedSession:
         # event loop and the prompts of the interpreter's lock).
         self.wake = threading.Condition(scheduler.lock)
         self._want = 1  # frames the collect() waiting now needs
+        self._waiting = False  # a collect() is waiting: the request's thread has nothing else to do
+        # Where the scheduler hands a group a waiting collect() asks for (hand_groups_to): the codec worker's stream,
+        # so the codec starts on it at the step that completed it, not after the request's thread has woken up,
+        # taken the interpreter's lock and passed it on itself (a burst's first groups went out in several calls).
+        self._sink: GroupSink | None = None
+        self._handed: np.ndarray | None = None  # the group handed to the sink, for the waiting collect() to return
         self.prompt_ready: torch.cuda.Event | None = None  # recorded where the prompt was made (BatchingBackend.start)
         # Host times (time.monotonic) for the first chunk's timeline (the engine logs it at debug level):
         # queued, admitted (its prefill issued), first codes read back.
@@ -93,8 +103,12 @@ class BatchedSession:
         self.wake.notify_all()
 
     def _wake_if_ready(self) -> None:
-        """After a step: wake its collect() once it has the frames it waits for (or the stream ended)."""
+        """After a step: wake its collect() once it has the frames it waits for (or the stream ended), and hand the
+        group to the sink first when there is one and the collect() is already waiting."""
         if self.finished or self._ready >= self._want:
+            if self._sink is not None and self._waiting and self._handed is None and self._ready and self.error is None:
+                self._handed = self._take(min(self._want, self._ready))
+                self._sink.submit(self._handed)
             self.wake.notify_all()
 
     def _push(self, row: np.ndarray) -> bool:
@@ -108,7 +122,19 @@ class BatchedSession:
         self._received += 1
         return self._received >= self.max_frames
 
+    def _take(self, k: int) -> np.ndarray:
+        """The oldest k frames received (under the condition)."""
+        rows, self._codes = self._codes[:k], self._codes[k:]
+        self._ready -= k
+        self.frames_done += k
+        return np.stack(rows).astype(np.int64) if rows else np.zeros((0, NUM_GROUPS), dtype=np.int64)
+
     # -- the engine's side ------------------------------------------------------------------------
+    def hand_groups_to(self, sink: GroupSink) -> None:
+        """From now on a group that a waiting collect() asks for goes to `sink` (sink.submit) as the scheduler reads
+        it back; collect() returns the same array, whose decode then only waits for it."""
+        self._sink = sink
+
     def launch(self, n: int) -> int:
         """Ask for the next n frames (the scheduler is already decoding them)."""
         if self.finished and not self._ready:
@@ -121,15 +147,18 @@ class BatchedSession:
         want = self._asked.popleft() if self._asked else 1
         with self.wake:
             self._want = want
-            while self._ready < want and not self.finished:
-                self.wake.wait()
+            self._waiting = True
+            try:
+                while self._ready < want and not self.finished and self._handed is None:
+                    self.wake.wait()
+            finally:
+                self._waiting = False
+            handed, self._handed = self._handed, None
+            if handed is not None:
+                return handed
             if self.error is not None:
                 raise self.error
-            k = min(want, self._ready)
-            rows, self._codes = self._codes[:k], self._codes[k:]
-            self._ready -= k
-            self.frames_done += k
-        return np.stack(rows).astype(np.int64) if rows else np.zeros((0, NUM_GROUPS), dtype=np.int64)
+            return self._take(min(want, self._ready))
 
     def next_frames(self, n: int) -> np.ndarray:
         self.launch(n)
