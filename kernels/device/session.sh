@@ -12,6 +12,7 @@
 #              at 16 and 64 vectors beside it (the 64-stream step runs four launches of 16 a matrix)
 #   tests      the batched kernels', int8, decoder / admission and one-stream GPU suites (tiny checkpoints)
 #   batchedtests  the batched kernels', int8 and decoder / admission suites alone
+#   enginetests  the batching engine's and admission's GPU suites alone (the scheduler, its sessions, the codec worker)
 #   onestreamtests  the one-stream engine, prefill, clone, codec-slot and frame-kernel suites alone
 #   cp         the persistent CodePredictor (q3t_cp_passes): its GPU tests, kernels/device/trace_cp.py (layered
 #              against persistent, and block 0's clock marks), the batch-1 bench with it off and on
@@ -157,8 +158,9 @@ step_i8deep() {  # int8 GEMVs planned for the most loads in flight per lane, aga
 }
 step_batchedtests() {
   py kernels 200 tests/kernels/test_batched_kernels_gpu.py tests/kernels/test_int8_kernels_gpu.py
-  py engine 200 tests/engine/test_batching_engine_gpu.py tests/engine/test_batched_admission_gpu.py
+  step_enginetests
 }
+step_enginetests() { py engine 200 tests/engine/test_batching_engine_gpu.py tests/engine/test_batched_admission_gpu.py; }
 step_cp() {  # the persistent CodePredictor: its tests, then the batch-1 bench off and on in one call, then its profile
   py cptests 240 tests/kernels/test_cp_passes_gpu.py
   left cp-trace && { timeout 120 python3 kernels/device/trace_cp.py --out $R > $R/cp-trace.log 2>&1
