@@ -274,8 +274,9 @@ step_gilprofile() {
     timeout 60 python3 -m $LOAD --wyoming tcp://127.0.0.1:10200 --json --clients $2 --rounds 1 > /dev/null 2>&1
     $spy record --pid $srv --gil --threads --nonblocking --rate ${GIL_RATE:-2000} --format raw \
       --output $R/gil-$1.txt > $R/gil-$1.spy.log 2>&1 &
-    local spy_pid=$! started=$SECONDS
-    sleep 1
+    local spy_pid=$!
+    sleep 1  # py-spy attached before the load starts; the load's seconds count from here
+    local started=$SECONDS
     timeout 120 python3 -m $LOAD --wyoming tcp://127.0.0.1:10200 --json --clients $2 --rounds $3 > $R/gil-$1.json 2>/dev/null
     local took=$((SECONDS - started))
     kill -INT $spy_pid; wait $spy_pid 2>/dev/null
