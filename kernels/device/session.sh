@@ -5,6 +5,8 @@
 #   streams    bench.streams 1.7B and 0.6B at STREAMS (default 1,4,16,64), 200 frames, runs 2
 #   onestream  the batch-1 bench row (bench, kernels backend, 1.7B and 0.6B, 200 frames, runs 3, copy bandwidth)
 #   profile    kernels/device/profile_frame.py 1.7b: each kernel of the batch-1 frame and the gaps between them
+#   firsttrace kernels/device/trace_first_audio.py: a lone request's first audio through the engine, its GPU work
+#              traced stream by stream, the codec's one-frame call alone, the engine's debug medians
 #   profile64  kernels/device/profile_batched_step.py: the 1.7B's 64-stream step, kernel by kernel, at 127 positions
 #              (PROFILE_NB streams, PROFILE_AT contexts, PROFILE_SPLITS: Talker attention chunks a head, one decoder each)
 #   gemvbench  kernels/device/bench_gemv.py: every decode GEMV shape alone, bf16 and int8, GB/s
@@ -127,6 +129,14 @@ step_profile() {
   left profile || return
   timeout 120 python3 kernels/device/profile_frame.py 1.7b --out $R > $R/profile.log 2>&1
   echo "profile rc=$? [$((SECONDS - t)) s]"; grep -E "per frame|busy|gap" $R/profile.log | head -6 | cut -c1-200
+}
+step_firsttrace() {  # a lone request's first audio on the GPU, traced (kernels/device/trace_first_audio.py)
+  left firsttrace || return
+  ck 1.7b
+  timeout ${FT_TIMEOUT:-200} python3 kernels/device/trace_first_audio.py --model /tmp/ck/1.7b --prefix-mb ${PREFIX_MB:-0} \
+    > $R/firsttrace.log 2>&1
+  echo "firsttrace rc=$? [$((SECONDS - t)) s]"; grep -v "^|" $R/firsttrace.log | grep -E "first|Codec|Engine|Traceback|Error" | head -12 | cut -c1-240
+  grep -E "^\| " $R/firsttrace.log | head -${FT_LINES:-70} | cut -c1-160
 }
 step_profile64() {
   left profile64 || return
