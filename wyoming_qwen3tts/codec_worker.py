@@ -61,6 +61,9 @@ class WorkerStream:
         self.done = threading.Event()
         self.submitted: np.ndarray | None = None  # the group submit() queued, which decode() then only waits for
         self.closed = False
+        # Set when the worker has queued the call that decodes the waiting group (or failed it): wait_launched().
+        self.launched = threading.Event()
+        self.call_done: torch.cuda.Event | None = None  # recorded after that call, on the worker's CUDA stream
 
     def submit(self, codes: np.ndarray) -> None:
         """Queue the next frame group [n, 16] now, from any thread (the batching scheduler, at the step that
@@ -75,10 +78,19 @@ class WorkerStream:
             self._queue(codes)
             self.submitted = codes
 
+    def wait_launched(self, timeout: float) -> torch.cuda.Event | None:
+        """Wait up to `timeout` s until the worker has queued the call that decodes the submitted group; the CUDA
+        event recorded after that call, or None (not queued in time, failed, or decoded on the CPU)."""
+        if not self.launched.wait(timeout):
+            return None
+        return self.call_done
+
     def _queue(self, codes: np.ndarray) -> None:
         worker = self.worker
         self.codes, self.pcm = codes, b""
         self.done.clear()
+        self.launched.clear()
+        self.call_done = None
         worker.waiting.append(self)
         worker.cond.notify_all()
 
@@ -252,6 +264,9 @@ class CodecWorker:
             done = torch.cuda.Event()
             done.record()
             self._inflight.append(_Call(streams, host, done))
+            for s in streams:
+                s.call_done = done
+                s.launched.set()
         except Exception as err:  # the slots have moved on: no retry
             _LOGGER.exception("Codec output copy failed")
             self._fail(streams, err)
@@ -262,6 +277,7 @@ class CodecWorker:
         with self.cond:
             for s, data in zip(streams, pcm):
                 s.pcm, s.codes = data, None
+                s.launched.set()
                 s.done.set()
             self._release_closed(streams)
 
@@ -269,6 +285,7 @@ class CodecWorker:
         with self.cond:
             for s in streams:
                 s.error, s.codes = err, None
+                s.launched.set()
                 s.done.set()
             self._release_closed(streams)
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from fake_batching import FakeBatchingBackend
 
+from wyoming_qwen3tts.backends.kernels.scheduler import BatchedSession
 from wyoming_qwen3tts.codec_worker import CodecWorker
 from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, SynthesisRequest, pcm16
 from wyoming_qwen3tts.errors import SynthesisCancelled
@@ -372,4 +374,39 @@ def test_a_submitted_group_nobody_waits_for_is_dropped_with_its_stream(loaded):
     late.closed = True  # as if close() came while its next call was being launched: the slot comes back after it
     late.decode(np.zeros((1, 16), dtype=np.int64))
     assert late.slot is None
+    assert _all_freed(engine)
+
+
+def test_only_a_streams_first_handed_group_is_reported_as_its_first_audio(loaded):
+    """BatchedSession._wake_if_ready returns the sink when the group it just handed over is the stream's first (the
+    scheduler then lets that group's codec call run before its next step), and None for every later group and when
+    nothing was handed; WorkerStream.wait_launched says when the worker has queued the call (never on a timeout)."""
+    lock = threading.RLock()
+    session = BatchedSession(SimpleNamespace(lock=lock, eos_id=2150), None, None, 0, 100)  # type: ignore[arg-type]
+    engine = _engine(loaded)
+    worker = engine._codec_worker
+    assert worker is not None
+    handed: list[int] = []
+    with worker.cond:  # nothing is decoded until this test lets go: only what _wake_if_ready did is seen
+        stream = worker.open(loaded.codec.new_stream())
+        plain = stream.submit
+        stream.submit = lambda codes: (handed.append(len(codes)), plain(codes))  # type: ignore[method-assign]
+        session.hand_groups_to(stream)
+        with lock:
+            session._want, session._waiting = 2, True
+            session._push(np.arange(16))
+            assert session._wake_if_ready() is None  # one frame of the two it waits for: nothing handed yet
+            session._push(np.arange(16))
+            assert session._wake_if_ready() is stream  # the first group: its first audio
+            assert handed == [2]
+        assert stream.wait_launched(0.01) is None  # the worker cannot queue it while the test holds its lock
+    assert stream.decode(session.collect()) and stream.launched.is_set()
+    assert stream.wait_launched(0.0) is None  # decoded on the CPU: there is no GPU event to wait for
+    with lock:
+        session._want, session._waiting = 1, True
+        session._push(np.arange(16))
+        assert session._wake_if_ready() is None  # handed, but not the first group
+        assert handed == [2, 1]
+    stream.decode(session.collect())
+    stream.close()
     assert _all_freed(engine)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from gpu_engine import cuda_engine, text_request
 
+from wyoming_qwen3tts.backends.kernels.options import KernelOptions
 from wyoming_qwen3tts.engine import Engine, SamplingParams, SynthesisRequest
 from wyoming_qwen3tts.errors import SynthesisCancelled
 
@@ -89,3 +90,44 @@ def test_more_requests_than_streams_queue_and_cancel_frees_a_slot(tiny_checkpoin
     for i in range(6):
         assert np.array_equal(together[i], alone[i]), f"request {i}"
     assert engine.backend.active() == 0 and engine.backend.queued() == 0
+
+
+def test_a_new_streams_first_audio_runs_before_the_next_step(tiny_checkpoint) -> None:
+    """first_audio_hold (the default): the step after a lone request's first group waits on the GPU for the codec
+    call that decodes it (the scheduler's stream waits on that call's event), and on no later call; off, no step
+    waits on a codec call. The codes are the same either way."""
+    sampling = replace(SamplingParams.greedy(), suppress_eos=True)
+    got = {}
+    for hold in (True, False):
+        engine = cuda_engine(tiny_checkpoint, 4, kernels=KernelOptions(first_audio_hold=hold))
+        worker = engine._codec_worker
+        assert worker is not None
+        calls: list[list[object]] = []  # each codec call's event, per stream in it
+        launch = worker._launch
+
+        def recording_launch(streams, launch=launch, calls=calls):  # type: ignore[no-untyped-def]
+            launch(streams)
+            calls.append([s.call_done for s in streams])
+
+        worker._launch = recording_launch  # type: ignore[method-assign]
+        waited: list[object] = []
+        stream = engine.backend.stream
+        wait_event = stream.wait_event
+
+        def recording_wait(event, wait_event=wait_event, waited=waited):  # type: ignore[no-untyped-def]
+            waited.append(event)
+            return wait_event(event)
+
+        stream.wait_event = recording_wait  # type: ignore[method-assign]
+        got[hold] = []
+        for i in range(3):  # one request at a time: each is a new stream alone
+            calls.clear()
+            waited.clear()
+            got[hold].append(engine.synthesize_all(text_request(i, sampling, 24))[1])
+            assert len(calls) >= 3 and all(len(c) == 1 for c in calls), calls  # groups of 2, 4, 8, 8, 2 frames
+            first, later = calls[0][0], [c[0] for c in calls[1:]]
+            assert first is not None
+            assert any(e is first for e in waited) == hold, f"request {i}, hold {hold}"
+            assert not any(e is c for c in later for e in waited), f"request {i}: a later call was waited for"
+    for i in range(3):
+        assert np.array_equal(got[True][i], got[False][i]), f"request {i}: codes changed with the hold"

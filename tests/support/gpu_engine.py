@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from wyoming_qwen3tts.backends.kernels.options import KernelOptions
 from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, SynthesisRequest
 
 TEXTS = [
@@ -15,7 +16,13 @@ TEXTS = [
 ]
 
 
-def cuda_engine(path, max_streams: int, backend: str = "kernels", batch_invariant: bool = False) -> Engine:
+def cuda_engine(
+    path,
+    max_streams: int,
+    backend: str = "kernels",
+    batch_invariant: bool = False,
+    kernels: KernelOptions | None = None,
+) -> Engine:
     options = EngineOptions(
         device="cuda",
         dtype="float32",
@@ -25,6 +32,7 @@ def cuda_engine(path, max_streams: int, backend: str = "kernels", batch_invarian
         max_streams=max_streams,
         max_frames=256,
         batch_invariant=batch_invariant,
+        kernels=kernels,
     )  # type: ignore[arg-type]
     engine = Engine.from_pretrained(str(path), options)
     if backend == "kernels" and max_streams > 1 and engine.info.backend != "kernels-batched":

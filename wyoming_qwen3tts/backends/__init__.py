@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import numpy as np
+    import torch
 
     from ..model.prompt import Prompt
     from ..model.talker import Qwen3TTSModel
@@ -50,6 +51,11 @@ class GroupSink(Protocol):
     the decode of the same array then only waits for it."""
 
     def submit(self, codes: np.ndarray) -> None: ...
+
+    def wait_launched(self, timeout: float) -> torch.cuda.Event | None:
+        """Wait up to `timeout` s until the submitted group's decode is queued on the GPU; the CUDA event recorded
+        after it, or None (not queued in time, failed, or no GPU)."""
+        ...
 
 
 @runtime_checkable

@@ -37,6 +37,10 @@ _LOGGER = logging.getLogger(__name__)
 # issuing codec ops) to reach the switch interval, 5 ms by default: a few such waits per step
 # starve every stream (on the H200, 4 clients at max_streams 16 got ~12 frames/s each).
 SWITCH_INTERVAL_S = 0.0005
+# The longest the scheduler waits, before its next step, for the codec worker to queue the call of a first group
+# it just handed over (BatchingBackend._yield_to_first_audio): the worker queues it within a poll (0.2 ms) unless
+# DEPTH calls of larger groups are still on the GPU, and the streams' decode should not wait for those.
+FIRST_AUDIO_HOLD_S = 0.003
 # max_streams "auto" (0): the streams whose decoder rows fit in at most FREE_SHARE of the GPU memory free after
 # the model loaded, less WORK_RESERVE_BYTES for what grows while serving (prefill activations, the codec's
 # batched calls and graphs, the allocator's slack), rounded down to a step bucket (the decoder allocates rows
@@ -102,14 +106,19 @@ class BatchedSession:
             self.error = error
         self.wake.notify_all()
 
-    def _wake_if_ready(self) -> None:
+    def _wake_if_ready(self) -> GroupSink | None:
         """After a step: wake its collect() once it has the frames it waits for (or the stream ended), and hand the
-        group to the sink first when there is one and the collect() is already waiting."""
+        group to the sink first when there is one and the collect() is already waiting. Returns the sink when the
+        group it was handed is the stream's first (its first audio)."""
+        first: GroupSink | None = None
         if self.finished or self._ready >= self._want:
             if self._sink is not None and self._waiting and self._handed is None and self._ready and self.error is None:
                 self._handed = self._take(min(self._want, self._ready))
                 self._sink.submit(self._handed)
+                if self.frames_done == len(self._handed):
+                    first = self._sink
             self.wake.notify_all()
+        return first
 
     def _push(self, row: np.ndarray) -> bool:
         """One frame's codes; returns True when the stream has ended (EOS or its limit)."""
@@ -228,6 +237,11 @@ class BatchingBackend:
             collections.deque()
         )
         self._stopping = False
+        # First audio before the next step (KernelOptions.first_audio_hold): streams admitted whose first codes
+        # have not been read back, and the sinks a read-back just handed a first group (scheduler thread only).
+        self.first_audio_hold = single.options.first_audio_hold
+        self._awaiting_first: set[BatchedSession] = set()
+        self._first_groups: list[GroupSink] = []
         # The scheduler's own CUDA stream (torch's pool streams do not wait for the default one). On the default
         # stream, every ordinary host-to-device copy or kernel of another thread (a request's prompt, built
         # under the engine's lock) queues behind the steps launched ahead, several ms each: a lone request's
@@ -313,8 +327,12 @@ class BatchingBackend:
                     admitted = time.monotonic()
                     for _slot, session in admit:
                         session.admitted_at = admitted
+                        if self.first_audio_hold:
+                            self._awaiting_first.add(session)
                 nb = dec.nb
                 if nb:
+                    if self._first_groups:
+                        self._yield_to_first_audio()
                     dec.step(nb)
                     rows = [(s, sess) for s, sess in enumerate(self._slots[:nb]) if sess is not None]
                     self._ring[ring, :nb].copy_(dec.cur[:nb], non_blocking=True)
@@ -328,7 +346,9 @@ class BatchingBackend:
                             if self._frames[s] >= sess.max_frames and self._slots[s] is sess:
                                 self._slots[s] = None
                                 dec.release(s)
-                self._read_back(wait=len(self._inflight) >= self.steps_ahead or nb == 0)
+                # A step that makes a new stream's first codes is read back before the next is launched, which
+                # can then wait for their audio (_yield_to_first_audio) with no step of ours beside it on the GPU.
+                self._read_back(wait=len(self._inflight) >= self.steps_ahead or nb == 0 or bool(self._awaiting_first))
             except BaseException as err:  # a failed step (e.g. out of memory) ends every stream in it
                 _LOGGER.exception("Batched decode step failed")
                 with self.cond:
@@ -352,13 +372,30 @@ class BatchingBackend:
             with self.cond:
                 for s, sess in rows:
                     if sess.finished:
+                        self._awaiting_first.discard(sess)
                         continue
                     if sess._push(codes[s].copy()):
                         sess._end()
                         if self._slots[s] is sess:
                             self._slots[s] = None
                             self.decoder.release(s)
-                    sess._wake_if_ready()
+                    first = sess._wake_if_ready()
+                    if first is not None and self.first_audio_hold:
+                        self._first_groups.append(first)
+                    if sess.finished or sess.frames_done:  # its first group is out (handed, or collected)
+                        self._awaiting_first.discard(sess)
+
+    def _yield_to_first_audio(self) -> None:
+        """Make the next step wait on the GPU for the codec calls of the first groups just handed over: the codec's
+        many small kernels then run alone (2.5 ms for a lone stream's first frame on an H100) instead of beside a
+        step (7.0 ms), at the cost of that call's time once per arrival for the streams already decoding. A call
+        the worker has not queued within FIRST_AUDIO_HOLD_S is not waited for."""
+        sinks, self._first_groups = self._first_groups, []
+        deadline = time.monotonic() + FIRST_AUDIO_HOLD_S
+        for sink in sinks:
+            done = sink.wait_launched(max(deadline - time.monotonic(), 0.0))
+            if done is not None:
+                self.stream.wait_event(done)
 
     def _leave_cancelled(self) -> None:
         for s, sess in enumerate(self._slots):
@@ -376,4 +413,6 @@ class BatchingBackend:
         while self._queue:
             self._queue.popleft()._end(err)
         self._inflight.clear()
+        self._awaiting_first.clear()
+        self._first_groups.clear()
         self.cond.notify_all()
