@@ -14,6 +14,7 @@
 #              at 16 and 64 vectors beside it (the 64-stream step runs four launches of 16 a matrix)
 #   tests      the batched kernels', int8, decoder / admission and one-stream GPU suites (tiny checkpoints)
 #   batchedtests  the batched kernels', int8 and decoder / admission suites alone
+#   pytests    the GPU test files named in PYTESTS
 #   enginetests  the batching engine's and admission's GPU suites alone (the scheduler, its sessions, the codec worker)
 #   onestreamtests  the one-stream engine, prefill, clone, codec-slot and frame-kernel suites alone
 #   cp         the persistent CodePredictor (q3t_cp_passes): its GPU tests, kernels/device/trace_cp.py (layered
@@ -170,6 +171,7 @@ step_batchedtests() {
   py kernels 200 tests/kernels/test_batched_kernels_gpu.py tests/kernels/test_int8_kernels_gpu.py
   step_enginetests
 }
+step_pytests() { py pytests ${PYTESTS_TIMEOUT:-240} $PYTESTS; }  # any GPU test files: PYTESTS="FILE ..."
 step_enginetests() { py engine 200 tests/engine/test_batching_engine_gpu.py tests/engine/test_batched_admission_gpu.py; }
 step_cp() {  # the persistent CodePredictor: its tests, then the batch-1 bench off and on in one call, then its profile
   py cptests 240 tests/kernels/test_cp_passes_gpu.py

@@ -188,8 +188,55 @@ def test_kernel_options_from_the_environment():
     assert KernelOptions.from_env({"Q3T_GEMV_CLUSTER": "0"}) == KernelOptions(gemv_clusters=False)
     assert KernelOptions.from_env({}).gemv_groups is False
     assert KernelOptions.from_env({"Q3T_GEMV_GROUPS": "1"}) == KernelOptions(gemv_groups=True)
+    assert KernelOptions.from_env({}).first_audio_hold is True
+    assert KernelOptions.from_env({"Q3T_FIRST_AUDIO_HOLD": "0"}) == KernelOptions(first_audio_hold=False)
+    assert KernelOptions.from_env({}).fused_prefill is True
+    assert KernelOptions.from_env({"Q3T_FUSED_PREFILL": "0"}) == KernelOptions(fused_prefill=False)
     with pytest.raises(ValueError, match="1..1024"):
         KernelOptions.from_env({"Q3T_ATTN_SPLITS": "0"})
+
+
+@pytest.mark.parametrize("length,bucket", [(1, 16), (5, 16), (16, 16), (17, 32), (47, 64)])
+@pytest.mark.parametrize("start", [0, 7])
+def test_fused_ops_prefill_matches_the_reference_ops(engine, length, bucket, start):
+    """Transformer.use_fused_ops (F.rms_norm, and from position 0 F.scaled_dot_product_attention): the same last
+    hidden state and cache entries as the reference's ops, float32, within the tolerance of a different summation
+    order; a prefill after earlier positions (start 7) keeps the reference attention and fuses only the norms.
+    Several prompts into slots (prefill_rows) likewise."""
+    stack = engine.model.talker.model
+    x = _inputs(engine, length, seed=length)
+    head = _inputs(engine, start, seed=1000) if start else None
+    caches = [engine.model.new_talker_cache(128) for _ in range(2)]
+    out = []
+    try:
+        for fused, cache in zip((False, True), caches):
+            stack.use_fused_ops(fused)
+            with torch.inference_mode():
+                if head is not None:
+                    stack(head, cache)
+                out.append(stack.prefill_bucketed(x, cache, bucket))
+    finally:
+        stack.use_fused_ops(False)
+    end = start + length
+    torch.testing.assert_close(out[1], out[0], rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(caches[1].data[:, :, :end], caches[0].data[:, :, :end], rtol=RTOL, atol=ATOL)
+    if start:
+        return
+    cfg = engine.model.cfg.talker
+    prompts = [x, _inputs(engine, max(length // 2, 1), seed=7)]
+    slots = torch.tensor([2, 0])
+    rows = []
+    try:
+        for fused in (False, True):
+            stack.use_fused_ops(fused)
+            cache = torch.zeros(3, cfg.num_hidden_layers, 2, 128, cfg.num_key_value_heads, cfg.head_dim)
+            with torch.inference_mode():
+                rows.append((stack.prefill_rows(prompts, cache, slots), cache))
+    finally:
+        stack.use_fused_ops(False)
+    torch.testing.assert_close(rows[1][0], rows[0][0], rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(rows[1][1], rows[0][1], rtol=RTOL, atol=ATOL)
+    assert all(not m.fused for m in stack.modules() if hasattr(m, "fused"))
 
 
 def test_warm_up_captures_each_bucket_once_on_cpu(engine):

@@ -12,7 +12,10 @@ per-head q/k RMSNorm, GQA, SwiGLU), the Transformer stack, then the two models b
 
 Numerics follow the reference so that float32 greedy codes match token for token: norms
 compute in float32 and cast back before the weight multiply; RoPE tables are float32 then
-cast; attention softmax runs in float32.
+cast; attention softmax runs in float32. `Transformer.use_fused_ops` swaps the norms and the
+prompt prefill's attention for torch's fused kernels (F.rms_norm, F.scaled_dot_product_attention):
+the kernel backend's GPU prefill, where ~2,700 small launches were most of a lone request's
+admission; not the reference path.
 """
 
 from __future__ import annotations
@@ -51,8 +54,13 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
+        # One fused kernel (F.rms_norm: float32 statistics, the weight multiplied before the one rounding to the
+        # input dtype) instead of the reference's eight launches, which round before the weight multiply.
+        self.fused = False
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.fused:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         return rms_norm(x, self.weight, self.eps)
 
 
@@ -95,6 +103,9 @@ class Attention(nn.Module):
         self.o_proj: LinearLayer = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=False)
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        # A prefill from position 0 attends through F.scaled_dot_product_attention (causal, GQA; a fused kernel on a
+        # GPU) instead of the reference's matmuls, mask and softmax.
+        self.fused = False
 
     def forward(
         self, x: Tensor, cos: Tensor, sin: Tensor, cache: Tensor, start: int | Tensor, slots: Tensor | None = None
@@ -137,6 +148,14 @@ class Attention(nn.Module):
             keys, values = k, v
             if t > 1:
                 mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        if self.fused and mask is not None and not isinstance(start, Tensor) and start == 0:
+            # Keys are the new block itself (a prefill from position 0), so the mask is the causal one.
+            qh, kh, vh = (m.transpose(-3, -2) for m in (q, k, v))  # [..., heads, T, hd]
+            if slots is None:
+                qh, kh, vh = qh[None], kh[None], vh[None]
+            out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, scale=self.head_dim**-0.5, enable_gqa=True)
+            out = out.transpose(-3, -2).flatten(-2)
+            return self.o_proj(out[0] if slots is None else out)
         keys = keys.transpose(-3, -2)  # [..., kv, S, hd]
         values = values.transpose(-3, -2)
         group = self.n_heads // self.n_kv
@@ -187,6 +206,13 @@ class Transformer(nn.Module):
         self.cfg = cfg
         self.layers = ModuleListOf(Block(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def use_fused_ops(self, fused: bool = True) -> None:
+        """Every norm of the stack on F.rms_norm and a prefill's attention from position 0 on
+        F.scaled_dot_product_attention (see the module's docstring), or back to the reference's ops."""
+        for module in self.modules():
+            if isinstance(module, (RMSNorm, Attention)):
+                module.fused = fused
 
     def forward(self, x: Tensor, cache: KVCache) -> Tensor:
         start = cache.length

@@ -74,6 +74,8 @@ class KernelBackend:
             and all(m.dtype == torch.bfloat16 for m in (*cp_matrices, *self.weights.lm_heads))
         )
         self.state = FrameState(model.cfg, model.dtype, model.device, capacity, self.options.attn_splits)
+        # The torch Talker runs only the prompt prefill here: on torch's fused norm and attention kernels.
+        model.talker.model.use_fused_ops(self.options.fused_prefill)
         self.prefills = PrefillGraphs(
             model.talker.model, self.state.hn, model.dtype, enabled=self.options.graph_prefill, prefixes=prefixes
         )

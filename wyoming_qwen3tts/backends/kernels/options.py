@@ -52,6 +52,9 @@ class KernelOptions:
     # (scheduler.py, BatchingBackend._yield_to_first_audio). Off, that call ran beside the steps launched ahead and
     # took 7.0 ms instead of 2.5 alone (H100, a lone request: docs/performance.md).
     first_audio_hold: bool = True
+    # The prompt prefill's norms and attention on torch's fused kernels (Transformer.use_fused_ops): one launch a
+    # norm instead of eight, one for the attention instead of ~10, in the captured prefill graphs.
+    fused_prefill: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.attn_splits <= 1024:
@@ -67,7 +70,8 @@ class KernelOptions:
     def from_env(cls, env: Mapping[str, str] = os.environ) -> KernelOptions:
         """Q3T_PDL=0, Q3T_ATTN_SPLITS=N, Q3T_GRAPH_PREFILL=0, Q3T_GEMV_CLUSTER=0, Q3T_GEMV_GROUPS=1,
         Q3T_CP_PERSISTENT=1, Q3T_I8_DEEP=1, Q3T_BLAS_ROWS=N (0: never), Q3T_BATCHED_ATTN_SPLITS=N (0: auto) and
-        Q3T_STEPS_AHEAD=N and Q3T_FIRST_AUDIO_HOLD=0 override the defaults."""
+        Q3T_STEPS_AHEAD=N, Q3T_FIRST_AUDIO_HOLD=0 and Q3T_FUSED_PREFILL=0 override the
+        defaults."""
         return cls(
             pdl=env.get("Q3T_PDL", "1") != "0",
             attn_splits=int(env.get("Q3T_ATTN_SPLITS", cls.attn_splits)),
@@ -80,4 +84,5 @@ class KernelOptions:
             batched_attn_splits=int(env.get("Q3T_BATCHED_ATTN_SPLITS", cls.batched_attn_splits)),
             steps_ahead=int(env.get("Q3T_STEPS_AHEAD", cls.steps_ahead)),
             first_audio_hold=env.get("Q3T_FIRST_AUDIO_HOLD", "1") != "0",
+            fused_prefill=env.get("Q3T_FUSED_PREFILL", "1") != "0",
         )
