@@ -95,11 +95,14 @@ def test_more_requests_than_streams_queue_and_cancel_frees_a_slot(tiny_checkpoin
 def test_a_new_streams_first_audio_runs_before_the_next_step(tiny_checkpoint) -> None:
     """first_audio_hold (the default): the step after a lone request's first group waits on the GPU for the codec
     call that decodes it (the scheduler's stream waits on that call's event), and on no later call; off, no step
-    waits on a codec call. The codes are the same either way."""
+    waits on a codec call. The codes are the same either way. After the engine's warm-up, as in the server."""
     sampling = replace(SamplingParams.greedy(), suppress_eos=True)
     got = {}
     for hold in (True, False):
         engine = cuda_engine(tiny_checkpoint, 4, kernels=KernelOptions(first_audio_hold=hold))
+        # As the server starts: every codec call shape met once, so no first call takes longer than the scheduler
+        # waits for it to be queued (FIRST_AUDIO_HOLD_S; a shape's first call costs ~200 ms).
+        engine.warm_up()
         worker = engine._codec_worker
         assert worker is not None
         calls: list[list[object]] = []  # each codec call's event, per stream in it
