@@ -2,7 +2,8 @@
 `max_streams` auto, first chunk 1 frame), one request at a time on an idle GPU, traced with the torch profiler
 (CUPTI). For each traced request, the GPU's work from the request's entry to its first chunk, as runs of kernels on
 one CUDA stream (a run ends at a gap of more than 30 µs or a change of stream): start and end (ms after entry),
-kernels, busy ms, the first kernel's name; then the busy ms per stream and where the last GPU work ended. Beside it,
+kernels, busy ms, the first kernel's name; the launches and busy ms of each kernel by name and stream; the busy ms
+per stream and where the last GPU work ended. Beside it,
 the codec worker's one-frame call timed alone on an idle GPU (CUDA events and host wall time, replays of the
 captured call), and the engine's own debug line per request (prompt, queued, admission to first codes, codec).
 
@@ -104,8 +105,15 @@ def gpu_runs(trace: dict[str, Any]) -> list[dict[str, Any]]:
         per_stream: dict[str, float] = {}
         for _ts, dur, stream, _name, _cat in window:
             per_stream[str(stream)] = per_stream.get(str(stream), 0.0) + dur / 1000
+        names: dict[str, list[float]] = {}  # "stream: kernel" -> [launches, busy ms]
+        for _ts, dur, stream, name, _cat in window:
+            short = re.sub(r"\(.*$", "", re.sub(r"\(anonymous namespace\)::", "", name)).replace("void ", "")[:90]
+            tally = names.setdefault(f"{stream}: {short}", [0, 0.0])
+            tally[0] += 1
+            tally[1] += dur / 1000
         out.append(
             {
+                "kernels_by_name": sorted(([k, n, round(ms, 3)] for k, (n, ms) in names.items()), key=lambda r: -r[1]),
                 "first_chunk_ms": round((first - entry) / 1000, 3),
                 "last_gpu_end_ms": max((r["end_ms"] for r in runs), default=0.0),
                 "busy_ms_per_stream": {k: round(v, 3) for k, v in per_stream.items()},
@@ -160,10 +168,10 @@ def markdown(res: dict[str, Any]) -> str:
             "",
             f"## Traced request {i + 1}: first chunk at {req['first_chunk_ms']} ms, last GPU work ended "
             f"{req['last_gpu_end_ms']} ms; busy ms per stream {req['busy_ms_per_stream']}",
-            "",
-            "| stream | start ms | end ms | kernels | busy ms | first kernel |",
-            "|---|---|---|---|---|---|",
         ]
+        lines += ["", "| stream: kernel | launches | busy ms |", "|---|---|---|"]
+        lines += [f"| `{k}` | {n} | {ms} |" for k, n, ms in req["kernels_by_name"][:30]]
+        lines += ["", "| stream | start ms | end ms | kernels | busy ms | first kernel |", "|---|---|---|---|---|---|"]
         for r in req["runs"]:
             lines.append(
                 f"| {r['stream']} | {r['start_ms']} | {r['end_ms']} | {r['kernels']} | {r['busy_ms']} | `{r['first']}` |"
