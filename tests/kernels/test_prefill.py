@@ -239,6 +239,19 @@ def test_fused_ops_prefill_matches_the_reference_ops(engine, length, bucket, sta
     assert all(not m.fused for m in stack.modules() if hasattr(m, "fused"))
 
 
+def test_the_torch_backend_keeps_the_reference_ops(engine):
+    """A torch backend made after a kernel backend fused the prefill's ops (one that then failed to load) runs the
+    reference's ops again."""
+    stack = engine.model.talker.model
+    stack.use_fused_ops(True)
+    try:
+        assert all(m.fused for m in stack.modules() if hasattr(m, "fused"))
+        TorchBackend(engine.model)
+        assert not any(m.fused for m in stack.modules() if hasattr(m, "fused"))
+    finally:
+        stack.use_fused_ops(False)
+
+
 def test_warm_up_captures_each_bucket_once_on_cpu(engine):
     g = _cpu_graphs(engine)
     cache = engine.model.new_talker_cache(128)

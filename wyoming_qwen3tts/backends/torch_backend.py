@@ -168,6 +168,9 @@ class TorchBackend:
     def __init__(self, model: Qwen3TTSModel, prefixes: PrefixCache | None = None) -> None:
         self.model = model
         self.prefixes = prefixes  # the voices' prompt-prefix K/V (None: every prompt prefilled whole)
+        # The reference path keeps the reference's ops, also after a kernel backend that failed to load had fused
+        # the prefill's (KernelOptions.fused_prefill).
+        model.talker.model.use_fused_ops(False)
 
     def start(self, prompt: Prompt, sampling: SamplingParams, seed: int, max_frames: int) -> TorchDecodeSession:
         return TorchDecodeSession(self.model, prompt, sampling, seed, max_frames, self.prefixes)
