@@ -212,7 +212,8 @@ step_server() {  # once per prefix-cache size in PREFIX_MBS (default PREFIX_MB, 
   left server-p$mb || return
   echo "server, prefix cache $mb MB"
   start_server server-p$mb $mb
-  load() {  # name, then bench.load arguments
+  load() {  # name, then bench.load arguments; SERVER_LOADS (names, default all) picks the loads
+    [ -z "${SERVER_LOADS:-}" ] || [[ " $SERVER_LOADS " == *" $1 "* ]] || return 0
     local name=$1-p$mb; shift
     left $name || return
     timeout 60 python3 -m $LOAD --wyoming tcp://127.0.0.1:10200 --json "$@" > $R/$name.json 2>/dev/null
