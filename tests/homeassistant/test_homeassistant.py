@@ -714,6 +714,7 @@ def test_screenshots(ha: HomeAssistant, browser: Any) -> None:
 
 def _take_screenshots(ha: HomeAssistant, browser: Any, out: Path) -> None:
     from selenium.common.exceptions import ElementClickInterceptedException, TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
 
     browser.set_window_size(1200, 520)
     browser.get(f"{ha.url}/config/integrations/integration/wyoming")
@@ -734,6 +735,9 @@ def _take_screenshots(ha: HomeAssistant, browser: Any, out: Path) -> None:
         except TimeoutException:
             if attempt == 4:
                 raise
+    # The dialog shows its "Text-to-speech" heading before its voice picker renders (it lists the engine's voices
+    # first): wait for the picker itself (CI, once: found none right after the heading).
+    WebDriverWait(browser, 60, poll_frequency=0.2).until(lambda d: d.execute_script(DEEP_ALL, "ha-tts-voice-picker"))
     (picker,) = browser.execute_script(DEEP_ALL, "ha-tts-voice-picker")
     select = browser.execute_script("return arguments[0].shadowRoot.querySelector('ha-select')", picker)
     # The voice select to the middle of the dialog's scroll area: scrolled to its end, the dialog's sticky footer
