@@ -64,8 +64,19 @@ def one_request(engine: Engine, frames: int) -> float:
 def gpu_runs(trace: dict[str, Any]) -> list[dict[str, Any]]:
     """Each traced request's GPU work from its entry to its first chunk, as runs (see the module's docstring)."""
     events = trace.get("traceEvents", [])
-    starts = sorted(float(e["ts"]) for e in events if e.get("name") == "q3t_request" and e.get("ph") == "X")
-    firsts = sorted(float(e["ts"]) for e in events if e.get("name") == "q3t_first_chunk" and e.get("ph") == "X")
+
+    # The host's marks only: kineto also projects a range that enclosed GPU work onto the GPU's timeline
+    # ("gpu_user_annotation"), which paired the second request's entry with the wrong first chunk.
+    def marks(name: str) -> list[float]:
+        return sorted(
+            float(e["ts"])
+            for e in events
+            if e.get("name") == name and e.get("ph") == "X" and e.get("cat") == "user_annotation"
+        )
+
+    starts, firsts = marks("q3t_request"), marks("q3t_first_chunk")
+    if len(starts) != len(firsts):
+        raise RuntimeError(f"{len(starts)} request marks against {len(firsts)} first-chunk marks in the trace")
     gpu = sorted(
         (
             (float(e["ts"]), float(e["dur"]), e.get("args", {}).get("stream", -1), e["name"], e.get("cat"))
