@@ -123,16 +123,22 @@ async def test_both_protocols_all_served(server: tuple[Server, int], arrivals: s
 
 async def test_http_through_the_openai_package(server: tuple[Server, int]) -> None:
     """--http-client openai: the same HTTP requests sent by the official openai package (AsyncOpenAI, streamed),
-    every one served with whole frames and timed; an unknown voice fails each request with the server's reason."""
+    every one served with whole frames and timed; an unknown voice fails each request with the server's reason.
+    --warmup: its untimed requests go through the same client first, reported apart, a failed one counted."""
     srv, http_port = server
     base = ["--http", f"http://127.0.0.1:{http_port}", "--protocol", "http", "--http-client", "openai"]
-    report, records = await run_load(parse_args([*base, "--clients", "4", "--timeout", "60"]))
+    report, records = await run_load(parse_args([*base, "--clients", "4", "--timeout", "60", "--warmup", "2"]))
     assert (report["sent"], report["served"], report["failed"]) == (4, 4, 0), report
-    assert report["settings"]["http_client"] == "openai"
+    assert report["warmup"] == {"sent": 2, "served": 2, "failed": 0, "errors": {}}, report["warmup"]
+    assert report["settings"]["http_client"] == "openai" and report["settings"]["warmup"] == 2
+    assert len(records) == 4 and all(r.round == 0 for r in records)  # the warm-up's records are not timed ones
     assert all(r.ok and r.frames >= 1 and r.ttfa_s is not None and r.ttfa_s <= (r.total_s or 0) for r in records)
-    report, _ = await run_load(parse_args([*base, "--clients", "2", "--voice", "no-such-voice", "--timeout", "60"]))
+    args = [*base, "--clients", "2", "--voice", "no-such-voice", "--timeout", "60", "--warmup", "1"]
+    report, _ = await run_load(parse_args(args))
     assert (report["served"], report["failed"]) == (0, 2), report
     assert all("400" in reason for reason in report["overall"]["errors"]), report["overall"]["errors"]
+    assert (report["warmup"]["sent"], report["warmup"]["failed"]) == (1, 1), report["warmup"]
+    assert all("400" in reason for reason in report["warmup"]["errors"]), report["warmup"]
 
 
 def test_cli_json_and_failures(server: tuple[Server, int]) -> None:

@@ -3,7 +3,7 @@
     python -m wyoming_qwen3tts.tools.load --wyoming tcp://127.0.0.1:10200 [--http http://127.0.0.1:8000]
         [--api-key KEY] [--clients 8] [--protocol wyoming|http|both] [--arrivals simultaneous|poisson]
         [--rate 4] [--seed 0] [--rounds 1] [--streaming] [--voice ryan] [--timeout 120] [--json]
-        [--http-client aiohttp|openai]
+        [--http-client aiohttp|openai] [--warmup 0]
 
 Sends --clients requests (--rounds times over; each round starts when the previous one ended), all
 at once or as a Poisson process of --rate requests per second.  Wyoming requests go one connection
@@ -17,7 +17,10 @@ its first audio bytes (TTFA) and to its end (completion; for Wyoming this includ
 connect).  Reported per protocol and overall: requests, failures (with reasons), TTFA and
 completion p50/p95/max in ms, seconds of audio and audio frames per second of wall time; when both
 protocols ran, HTTP's TTFA p50/p95 minus Wyoming's.  Every request sent is counted as served or
-failed.  Exit status 0 when every request succeeded, 1 otherwise.  Point it only at servers you run.
+failed.  --warmup N sends N requests per protocol one after another through the same clients before the
+timed rounds, untimed: a long-lived client (an app's AsyncOpenAI) is warm when a burst comes, and the
+openai package's first request costs it ~80 ms of its own imports and setup; warm-up requests are
+reported apart and a failed one fails the run.  Exit status 0 when every request succeeded, 1 otherwise.  Point it only at servers you run.
 """
 
 from __future__ import annotations
@@ -248,6 +251,7 @@ async def run_load(args: argparse.Namespace) -> tuple[dict[str, Any], list[Recor
                 connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None)
             )
     try:
+        warmup = await _warm_up(session, args)
         t_run = time.monotonic()
         for k in range(args.rounds):
             batch = [Record(protocol_of(i, args.protocol), i, k) for i in range(args.clients)]
@@ -279,7 +283,22 @@ async def run_load(args: argparse.Namespace) -> tuple[dict[str, Any], list[Recor
         "streaming": args.streaming,
         "voice": args.voice or None,
     }
+    settings["warmup"] = args.warmup
+    if warmup:
+        stats = _stats(warmup, 0.0)
+        report["warmup"] = {"sent": len(warmup), **{k: stats[k] for k in ("served", "failed", "errors")}}
     return {"settings": settings, **report}, records
+
+
+async def _warm_up(session: Any, args: argparse.Namespace) -> list[Record]:
+    """args.warmup untimed requests per protocol of the load, one at a time, through the load's own clients."""
+    records = []
+    for protocol in PROTOCOLS if args.protocol == "both" else (args.protocol,):
+        for i in range(args.warmup):
+            record = Record(protocol, i, -1)
+            await _one(record, 0.0, time.monotonic(), session, args)
+            records.append(record)
+    return records
 
 
 def _resolve(args: argparse.Namespace) -> None:
@@ -335,6 +354,9 @@ def parser() -> argparse.ArgumentParser:
         default="aiohttp",
         help="HTTP requests through aiohttp (default) or the official openai package (AsyncOpenAI)",
     )
+    p.add_argument(
+        "--warmup", type=int, default=0, help="untimed requests per protocol before the timed rounds (default 0)"
+    )
     return p
 
 
@@ -343,8 +365,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.protocol is None:
         args.protocol = "both" if args.http else "wyoming"
-    if args.clients < 1 or args.rounds < 1 or args.timeout <= 0:
-        p.error("--clients and --rounds must be >= 1 and --timeout > 0")
+    if args.clients < 1 or args.rounds < 1 or args.timeout <= 0 or args.warmup < 0:
+        p.error("--clients and --rounds must be >= 1, --warmup >= 0 and --timeout > 0")
     if args.arrivals == "poisson" and args.rate <= 0:
         p.error("--rate must be > 0")
     return args
@@ -357,7 +379,8 @@ def format_table(report: dict[str, Any]) -> str:
         + (f" at {s['rate']}/s" if s["rate"] else "")
         + (", streaming" if s["streaming"] else "")
         + f"; wall {report['wall_s']} s",
-        f"sent {report['sent']}, served {report['served']}, failed {report['failed']}",
+        f"sent {report['sent']}, served {report['served']}, failed {report['failed']}"
+        + (f"; warm-up {report['warmup']['sent']}, failed {report['warmup']['failed']}" if "warmup" in report else ""),
         "",
     ]
     cols = [
@@ -392,7 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     report, _ = asyncio.run(run_load(args))
     print(json.dumps(report) if args.json else format_table(report))
-    return 0 if report["failed"] == 0 and report["served"] > 0 else 1
+    warm_ok = report.get("warmup", {}).get("failed", 0) == 0
+    return 0 if report["failed"] == 0 and report["served"] > 0 and warm_ok else 1
 
 
 if __name__ == "__main__":
