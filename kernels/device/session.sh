@@ -35,7 +35,8 @@
 #              Poisson load over Wyoming, bursts of 16 and 64 over HTTP through the openai package; once per
 #              prompt-prefix cache size in PREFIX_MBS (e.g. "0 64"; the load's requests share one voice)
 #   firstaudio where the first audio goes: the server with --debug (the engine's per-request line) under FA_LOADS
-#              ("NAME CLIENTS ROUNDS;...", default alone and a burst of 16), first chunk of 2 frames and of 1
+#              ("NAME CLIENTS ROUNDS [LOAD ARGS];...", default alone and a burst of 16; e.g. "poisson 64 1 --arrivals
+#              poisson --rate 30"), the engine's parts' medians and p95s, first chunk of 2 frames and of 1
 #              (FIRST_CHUNKS), once per server of FA_SERVERS ("LABEL=DIR[,VAR=value...] ...", default "head=."): the
 #              package in DIR (an older commit's tree, for an A/B in one call) with those variables set
 #   gilprofile what holds the interpreter's lock in the server: py-spy (--gil: only the thread holding it) samples
@@ -255,7 +256,7 @@ step_firstaudio() {  # where a request's first audio goes (the engine's debug li
     for load in "${loads[@]}"; do
       set -- $load
       local log=$R/$tag.log off; off=$(stat -c %s $log)  # this load's lines start here
-      timeout 90 python3 -m $LOAD --wyoming tcp://127.0.0.1:10200 --json --clients $2 --rounds $3 \
+      timeout 90 python3 -m $LOAD --wyoming tcp://127.0.0.1:10200 --json --clients $2 --rounds $3 "${@:4}" \
         > $R/$tag-$1.json 2>/dev/null
       python3 -c "
 import json, re, statistics as st
@@ -269,9 +270,10 @@ took = [float(v) for v in re.findall(r'Synthesis thread took the sentence ([0-9.
 wrote = [tuple(map(float, m)) for m in re.findall(
     r'First audio written ([0-9.]+) ms after the request was read, ([0-9.]+) ms after the engine made it', text)]
 med = lambda c: round(st.median(c), 1)
+p95 = lambda c: round(sorted(c)[min(len(c) - 1, round(0.95 * (len(c) - 1)))], 1)
 print('$label first chunk $fc, $1: ttfa p50/p95', o['ttfa_p50_ms'], o['ttfa_p95_ms'], 'fps', o['frames_per_s'],
       '| engine medians of', len(rows), '(total, prompt, queued, to codes, codec; prompt: text, build, start):',
-      [med(c) for c in zip(*rows)] if rows else '-', '| thread pickup p50/max',
+      [med(c) for c in zip(*rows)] if rows else '-', 'p95s', [p95(c) for c in zip(*rows)][:5] if rows else '-', '| thread pickup p50/max',
       (med(took), round(max(took), 1)) if took else '-', '| written after read / after made, medians',
       [med(c) for c in zip(*wrote)] if wrote else '-')" 2>&1 | tail -1
     done
