@@ -226,11 +226,13 @@ print('$name', r['sent'], r['served'], r['failed'], 'ttfa p50/p95', o['ttfa_p50_
   load burst-16 --clients 16 --rounds 2
   load burst-64 --clients 64 --rounds 2
   load poisson-64 --clients 64 --arrivals poisson --rate ${RATE:-30}
-  # The openai client warmed up by one request first (its first request costs it ~80 ms of its own setup); the
-  # -cold load as before (no warm-up); -aiohttp: the load tool's own light HTTP client.
+  # HTTP through the openai package, its clients in 8 processes (as separate apps), each warmed up by one request
+  # (its first costs it ~80 ms of its own setup); then in one process (-1proc), in one process cold (-cold, as the
+  # rows before 31658ff), and through the load tool's light aiohttp client in one process (-aiohttp).
   local http=(--http http://127.0.0.1:18000 --protocol http)
-  load http-burst-16 "${http[@]}" --http-client openai --warmup 1 --clients 16 --rounds 2
-  load http-burst-64 "${http[@]}" --http-client openai --warmup 1 --clients 64 --rounds 2
+  load http-burst-16 "${http[@]}" --http-client openai --warmup 1 --processes 8 --clients 16 --rounds 2
+  load http-burst-64 "${http[@]}" --http-client openai --warmup 1 --processes 8 --clients 64 --rounds 2
+  load http-burst-16-1proc "${http[@]}" --http-client openai --warmup 1 --clients 16 --rounds 2
   load http-burst-16-cold "${http[@]}" --http-client openai --clients 16 --rounds 2
   load http-burst-16-aiohttp "${http[@]}" --warmup 1 --clients 16 --rounds 2
   kill $srv; wait $srv 2>/dev/null

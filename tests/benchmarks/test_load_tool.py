@@ -121,6 +121,26 @@ async def test_both_protocols_all_served(server: tuple[Server, int], arrivals: s
     json.dumps(report)  # what --json prints
 
 
+async def test_clients_spread_over_processes(server: tuple[Server, int]) -> None:
+    """--processes: the clients split over fresh processes (each its own clients, warmed up), every request of
+    every round sent once and served, the records merged in round and client order, the settings saying so."""
+    srv, http_port = server
+    args = parse_args(
+        [
+            *("--wyoming", f"tcp://127.0.0.1:{srv.port}", "--http", f"http://127.0.0.1:{http_port}"),
+            *("--clients", "5", "--rounds", "2", "--processes", "2", "--warmup", "1", "--timeout", "60"),
+        ]
+    )
+    report, records = await run_load(args)
+    assert (report["sent"], report["served"], report["failed"]) == (10, 10, 0), report
+    assert [(r.round, r.index) for r in records] == [(k, i) for k in range(2) for i in range(5)]
+    assert [r.protocol for r in records[:5]] == ["wyoming", "http", "wyoming", "http", "wyoming"]
+    assert all(r.ok and r.frames >= 1 and r.ttfa_s is not None for r in records)
+    assert report["warmup"] == {"sent": 4, "served": 4, "failed": 0, "errors": {}}  # 2 processes x 2 protocols
+    assert report["settings"]["processes"] == 2 and report["wall_s"] > 0
+    assert parse_args(["--wyoming", "tcp://h:1", "--clients", "3", "--processes", "8"]).processes == 3
+
+
 async def test_http_through_the_openai_package(server: tuple[Server, int]) -> None:
     """--http-client openai: the same HTTP requests sent by the official openai package (AsyncOpenAI, streamed),
     every one served with whole frames and timed; an unknown voice fails each request with the server's reason.
