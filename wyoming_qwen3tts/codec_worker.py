@@ -31,16 +31,21 @@ from .model.codec_slots import CodecSlots
 _LOGGER = logging.getLogger(__name__)
 T = TypeVar("T")
 
-DEPTH = 2  # calls queued on the GPU at once
+DEPTH = int(os.environ.get("Q3T_CODEC_DEPTH", "2"))  # calls queued on the GPU at once
 MAX_ROWS = 16  # streams per call: bounds a call's activations and how long a newcomer may wait behind it
 # Streams per call of a group of n frames: MAX_ROWS, or more for short groups (rows x n at most ROW_FRAMES), so a
 # burst's first chunks (1 frame each) go out in one call rather than one call per MAX_ROWS of them, each behind the last.
 ROW_FRAMES = int(os.environ.get("Q3T_CODEC_ROW_FRAMES", "16"))
+# Frames one call may take in all (0: only the rows bound it): a newly joined stream's first group waits behind up
+# to DEPTH calls already on the GPU, 16 rows of 12 frames each at most without it (an A/B knob, off by default).
+CALL_FRAMES = int(os.environ.get("Q3T_CODEC_CALL_FRAMES", "0"))
 
 
 def rows_per_call(n: int) -> int:
     """The most streams one call takes when their groups have n frames."""
-    return max(MAX_ROWS, ROW_FRAMES // max(n, 1))
+    n = max(n, 1)
+    rows = max(MAX_ROWS, ROW_FRAMES // n)
+    return max(1, min(rows, CALL_FRAMES // n)) if CALL_FRAMES > 0 else rows
 
 
 POLL_S = 0.0002  # the wait for a call's PCM polls with sleeps: Event.synchronize() holds the GIL (scheduler.py)

@@ -171,6 +171,18 @@ def test_a_first_group_goes_before_larger_groups(loaded):
         assert isinstance(out[i], bytes) and len(out[i]) == sizes[i] * 1920 * 2
 
 
+def test_rows_per_call_and_its_frame_bound(monkeypatch):
+    """16 streams a call, more for short groups (rows x frames up to ROW_FRAMES); with CALL_FRAMES, rows x frames at
+    most that many (at least one row): what the worker's calls and its warm-up shapes take."""
+    import wyoming_qwen3tts.codec_worker as cw
+
+    monkeypatch.setattr(cw, "ROW_FRAMES", 64)
+    monkeypatch.setattr(cw, "CALL_FRAMES", 0)
+    assert [cw.rows_per_call(n) for n in (0, 1, 2, 4, 8, 12)] == [64, 64, 32, 16, 16, 16]
+    monkeypatch.setattr(cw, "CALL_FRAMES", 48)
+    assert [cw.rows_per_call(n) for n in (1, 2, 4, 8, 12, 64)] == [48, 24, 12, 6, 4, 1]
+
+
 def test_a_bad_group_in_a_batched_call_fails_its_stream_only(loaded):
     """The call of a good and a bad group fails; the worker decodes each alone: the good stream gets its audio
     (as a stream alone decodes it), the bad one its error; both streams' slots go back when closed."""
