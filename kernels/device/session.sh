@@ -31,8 +31,9 @@
 #              default "4 0")
 #   groups     bench.streams 1.7B at 16,64 with the tensor-core GEMV's groups off, then on (Q3T_GEMV_GROUPS=1)
 #   ahead      bench.streams 1.7B at AHEAD_STREAMS (default 16,64) with Q3T_STEPS_AHEAD at each of AHEAD_AB (default 3 2)
-#   server     the server at its defaults (max_streams auto), 1.7B, first audio under bursts of 1, 16 and 64 and a
-#              Poisson load over Wyoming, bursts of 16 and 64 over HTTP through the openai package; once per
+#   server     the server at its defaults (max_streams auto), 1.7B, first audio under bursts of 1, 16 and 64 and
+#              Poisson loads (30/s, and 50/s: ~80 % of capacity) over Wyoming, bursts of 16 and 64 over HTTP through
+#              the openai package (8 warm client processes; one warm, one cold, and aiohttp beside them); once per
 #              prompt-prefix cache size in PREFIX_MBS (e.g. "0 64"; the load's requests share one voice)
 #   firstaudio where the first audio goes: the server with --debug (the engine's per-request line) under FA_LOADS
 #              ("NAME CLIENTS ROUNDS [LOAD ARGS];...", default alone and a burst of 16; e.g. "poisson 64 1 --arrivals
@@ -226,6 +227,9 @@ print('$name', r['sent'], r['served'], r['failed'], 'ttfa p50/p95', o['ttfa_p50_
   load burst-16 --clients 16 --rounds 2
   load burst-64 --clients 64 --rounds 2
   load poisson-64 --clients 64 --arrivals poisson --rate ${RATE:-30}
+  # #39's Poisson load at ~80 % of capacity: 64 streams decode ~9,700 frames/s (H100), ~64 requests of 150 frames
+  # a second, so 50 a second; 192 of them, ~4 s of arrivals.
+  load poisson-80 --clients 192 --arrivals poisson --rate ${RATE80:-50}
   # HTTP through the openai package, its clients in 8 processes (as separate apps), each warmed up by one request
   # (its first costs it ~80 ms of its own setup); then in one process (-1proc), in one process cold (-cold, as the
   # rows before 31658ff), and through the load tool's light aiohttp client in one process (-aiohttp).
