@@ -104,42 +104,8 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         # A prefill from position 0 attends through F.scaled_dot_product_attention (causal, GQA; a fused kernel on a
-        # GPU) instead of the reference's matmuls, mask and softmax, its q and k normalised and rotated together
-        # (_fused_qk). use_fused() sets it and builds what that needs.
+        # GPU) instead of the reference's matmuls, mask and softmax.
         self.fused = False
-        self.qk_norm_weight: Tensor | None = None  # [heads + kv_heads, head_dim]: q_norm's rows, then k_norm's
-        self.rotation: Tensor | None = None  # [head_dim, head_dim]: x @ rotation == rotate_half(x), exactly
-
-    def use_fused(self, fused: bool) -> None:
-        """The fused prefill on or off; on, after the weights are loaded and moved (it copies the norms' weights)."""
-        self.fused = fused
-        self.qk_norm_weight = self.rotation = None
-        if not fused:
-            return
-        w = self.q_norm.weight.detach()
-        self.qk_norm_weight = torch.cat(
-            (w.expand(self.n_heads, -1), self.k_norm.weight.detach().expand(self.n_kv, -1))
-        ).contiguous()
-        # rotate_half(x) = cat(-x[half:], x[:half]) as a signed permutation: each output is one input times +-1,
-        # so the product is exact in any dtype (one launch where rotate_half takes two).
-        half = self.head_dim // 2
-        eye = torch.eye(half, dtype=w.dtype, device=w.device)
-        rotation = torch.zeros(self.head_dim, self.head_dim, dtype=w.dtype, device=w.device)
-        rotation[half:, :half] = -eye
-        rotation[:half, half:] = eye
-        self.rotation = rotation
-
-    def _fused_qk(self, qkv: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-        """q [..., T, heads, hd] and k [..., T, kv_heads, hd] normalised and rotated together in five launches (the
-        norm without its weight, the weight, x*cos, x@R, and x*cos + x@R*sin) where one norm and one rotation each
-        take twelve. The reference's arithmetic, the norm's value rounded before the weight multiply as rms_norm
-        does, except that x@R*sin and the sum round once where the reference rounds twice."""
-        assert self.qk_norm_weight is not None and self.rotation is not None
-        hd = self.head_dim
-        qk = qkv[..., : (self.n_heads + self.n_kv) * hd].unflatten(-1, (self.n_heads + self.n_kv, hd))
-        qk = F.rms_norm(qk, (hd,), eps=self.q_norm.eps) * self.qk_norm_weight
-        qk = torch.addcmul(qk * cos[:, None, :], qk @ self.rotation, sin[:, None, :])
-        return qk[..., : self.n_heads, :], qk[..., self.n_heads :, :]
 
     def forward(
         self, x: Tensor, cos: Tensor, sin: Tensor, cache: Tensor, start: int | Tensor, slots: Tensor | None = None
@@ -154,18 +120,15 @@ class Attention(nn.Module):
         their own new K/V only: a prefill from position 0 has nothing cached before it.
         """
         t = x.shape[-2]
-        qkv = self.qkv_proj(x)
-        # Keys are then the new block itself (a prefill from position 0), so the mask is the causal one.
+        q, k, v = self.qkv_proj(x).split([self.n_heads * self.head_dim, *[self.n_kv * self.head_dim] * 2], dim=-1)
+        q = self.q_norm(q.unflatten(-1, (self.n_heads, self.head_dim)))
+        k = self.k_norm(k.unflatten(-1, (self.n_kv, self.head_dim)))
+        v = v.unflatten(-1, (self.n_kv, self.head_dim))
+        q = apply_rope(q, cos, sin)
+        k = apply_rope(k, cos, sin)
+        # A prefill from position 0 on the fused attention: the keys are the new block itself, so the mask is the
+        # causal one (is_causal), and none is built.
         fused = self.fused and t > 1 and not isinstance(start, Tensor) and start == 0
-        if fused:
-            q, k = self._fused_qk(qkv, cos, sin)
-        else:
-            q, k = qkv[..., : (self.n_heads + self.n_kv) * self.head_dim].split(
-                [self.n_heads * self.head_dim, self.n_kv * self.head_dim], dim=-1
-            )
-            q = apply_rope(self.q_norm(q.unflatten(-1, (self.n_heads, self.head_dim))), cos, sin)
-            k = apply_rope(self.k_norm(k.unflatten(-1, (self.n_kv, self.head_dim))), cos, sin)
-        v = qkv[..., (self.n_heads + self.n_kv) * self.head_dim :].unflatten(-1, (self.n_kv, self.head_dim))
         mask: Tensor | None = None
         if isinstance(start, Tensor):
             positions = start + torch.arange(t, device=x.device)
@@ -250,10 +213,8 @@ class Transformer(nn.Module):
         """Every norm of the stack on F.rms_norm and a prefill's attention from position 0 on
         F.scaled_dot_product_attention (see the module's docstring), or back to the reference's ops."""
         for module in self.modules():
-            if isinstance(module, RMSNorm):
+            if isinstance(module, (RMSNorm, Attention)):
                 module.fused = fused
-            elif isinstance(module, Attention):
-                module.use_fused(fused)
 
     def forward(self, x: Tensor, cache: KVCache) -> Tensor:
         start = cache.length
