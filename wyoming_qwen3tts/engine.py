@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from .announcements import checkpoint_identity
-from .backends import DecodeBackend, DecodeSession, GroupSink, HandsGroupsOver, make_backend
+from .backends import DecodeBackend, DecodeSession, GathersArrivals, GroupSink, HandsGroupsOver, make_backend
 from .errors import EmptyTextError, GpuOutOfMemoryError, Qwen3TTSError, SynthesisCancelled, TextTooLongError, VoiceError
 from .model.checkpoint import Checkpoint, load_checkpoint, resolve_dtype
 from .model.clone import VoiceCloner
@@ -442,15 +442,24 @@ class Engine:
 
     def _synthesize(self, request: SynthesisRequest, cancel: threading.Event | None) -> Iterator[AudioChunk]:
         marks = [time.monotonic()]  # entered, then _prepare's marks
-        prompt, text, tokens = self._prepare(request, marks)
-        max_frames = min(request.max_frames or self.max_frames, self.max_frames)
-        guarded = self.stop_runaway and request.max_frames is None
-        budget = frame_budget(text, request.language, tokens, max_frames=max_frames) if guarded else max_frames
-        detector = LoopDetector() if guarded else None
-        seed = request.seed if request.seed is not None else int.from_bytes(np.random.bytes(4), "little")
-        first = request.first_chunk_frames or self.first_chunk_frames
-        later = request.chunk_frames or self.chunk_frames
-        sampling = request.sampling or self.default_sampling
+        # The batching backend may hold an admission for this prompt while it is built, to prefill it with others.
+        arrivals = self.backend if isinstance(self.backend, GathersArrivals) else None
+        if arrivals is not None:
+            arrivals.expect_arrival()
+        try:
+            prompt, text, tokens = self._prepare(request, marks)
+            max_frames = min(request.max_frames or self.max_frames, self.max_frames)
+            guarded = self.stop_runaway and request.max_frames is None
+            budget = frame_budget(text, request.language, tokens, max_frames=max_frames) if guarded else max_frames
+            detector = LoopDetector() if guarded else None
+            seed = request.seed if request.seed is not None else int.from_bytes(np.random.bytes(4), "little")
+            first = request.first_chunk_frames or self.first_chunk_frames
+            later = request.chunk_frames or self.chunk_frames
+            sampling = request.sampling or self.default_sampling
+        except BaseException:
+            if arrivals is not None:
+                arrivals.forget_arrival()
+            raise
         # Backends whose sessions share device buffers (the captured kernel graph) run one whole
         # request at a time; the torch backend interleaves requests at frame-group boundaries.
         exclusive = self._session_lock if self.backend.exclusive_sessions else None
@@ -511,6 +520,8 @@ class Engine:
                     f"no end of speech within its budget of {budget} frames ({budget / FRAMES_PER_SECOND:.1f} s)", text
                 )
         finally:  # also on close() of an abandoned generator
+            if arrivals is not None and session is None:
+                arrivals.forget_arrival()  # it failed before its start() (a no-op after it)
             if session is not None:
                 session.close()  # the batching backend: free the stream's slot now
             if audio is not None:

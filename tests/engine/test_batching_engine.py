@@ -18,10 +18,10 @@ import pytest
 import torch
 from fake_batching import FakeBatchingBackend
 
-from wyoming_qwen3tts.backends.kernels.scheduler import BatchedSession
+from wyoming_qwen3tts.backends.kernels.scheduler import Arrivals, BatchedSession, gather_wait_s
 from wyoming_qwen3tts.codec_worker import CodecWorker
 from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, SynthesisRequest, pcm16
-from wyoming_qwen3tts.errors import SynthesisCancelled
+from wyoming_qwen3tts.errors import SynthesisCancelled, UnknownSpeakerError
 from wyoming_qwen3tts.model.codec_slots import padded_rows
 
 OPTIONS = EngineOptions(device="cpu", dtype="float32", first_chunk_frames=2, chunk_frames=8, max_text_chars=200)
@@ -422,3 +422,86 @@ def test_only_a_streams_first_handed_group_is_reported_as_its_first_audio(loaded
     stream.decode(session.collect())
     stream.close()
     assert _all_freed(engine)
+
+
+def test_gather_wait_s_waits_only_for_expected_prompts_that_fit():
+    """Admission waits until gather_s after the oldest arrival, only while prompts are expected, something is queued
+    and the queue leaves a free slot for them; never with gathering off."""
+    assert gather_wait_s(0.008, expected=3, queued=1, free=8, oldest_queued_at=10.0, now=10.002) == pytest.approx(0.006)
+    assert gather_wait_s(0.008, expected=3, queued=1, free=8, oldest_queued_at=10.0, now=10.009) == 0.0
+    assert gather_wait_s(0.0, expected=3, queued=1, free=8, oldest_queued_at=10.0, now=10.0) == 0.0
+    assert gather_wait_s(0.008, expected=0, queued=1, free=8, oldest_queued_at=10.0, now=10.0) == 0.0
+    assert gather_wait_s(0.008, expected=3, queued=0, free=8, oldest_queued_at=10.0, now=10.0) == 0.0
+    assert gather_wait_s(0.008, expected=3, queued=8, free=8, oldest_queued_at=10.0, now=10.0) == 0.0
+
+
+def test_arrivals_count_each_thread_once_until_its_start_or_failure():
+    """expect() counts a thread's coming prompt once; took() (its start) and forget() (its failure) each give it
+    back once, on that thread only; forget() after took() changes nothing and wakes the scheduler's condition."""
+    cond = threading.Condition()
+    arrivals = Arrivals(cond)
+    arrivals.expect()
+    arrivals.expect()
+    assert arrivals.expected == 1
+    other = threading.Thread(target=arrivals.expect)
+    other.start()
+    other.join()
+    assert arrivals.expected == 2
+    with cond:
+        arrivals.took()
+    assert arrivals.expected == 1
+    arrivals.forget()
+    assert arrivals.expected == 1  # this thread's was taken; the other thread's is still coming
+    gone = threading.Thread(target=arrivals.forget)  # a thread that expected nothing gives nothing back
+    gone.start()
+    gone.join()
+    assert arrivals.expected == 1
+
+
+def _prompts_meet(engine: Engine, n: int) -> None:
+    """Every request's prompt is built only once n requests are building theirs (so all are expected at once), then
+    20 ms apart: without gathering, each would be admitted at its own step boundary."""
+    barrier = threading.Barrier(n, timeout=30)
+    prepare = engine._prepare
+
+    def meeting(request, marks=None):
+        time.sleep(0.02 * barrier.wait())
+        return prepare(request, marks)
+
+    engine._prepare = meeting  # type: ignore[method-assign]
+
+
+def test_gathered_prompts_are_admitted_together_and_get_their_audio(loaded):
+    """admit_gather: four requests whose prompts are built at once are admitted in one admission (the fake records
+    each), and each still gets the audio it gets alone; without gathering the same backend admits them as they
+    come. A lone request is not held by a long gather (nothing else is expected)."""
+    requests = [_request(i, n) for i, n in enumerate([12, 9, 15, 6])]
+    engine = _engine(loaded, max_streams=4, gather_s=5.0)
+    alone = [_chunks(engine, r) for r in requests]
+    assert engine.backend.admissions == [[r.seed] for r in requests]  # type: ignore[union-attr]
+    started = time.monotonic()
+    _chunks(engine, requests[0])
+    assert time.monotonic() - started < 2.0, "a lone request waited for the gather"
+    engine.backend.admissions.clear()  # type: ignore[union-attr]
+    _prompts_meet(engine, len(requests))
+    got = _at_once([lambda r=r: _chunks(engine, r) for r in requests], [0.0] * len(requests))
+    assert sorted(engine.backend.admissions[0]) == sorted(r.seed for r in requests)  # type: ignore[union-attr]
+    assert len(engine.backend.admissions) == 1  # type: ignore[union-attr]
+    for i, (g, a) in enumerate(zip(got, alone)):
+        _assert_same_audio(g, a, f"request {i}")
+    assert engine.backend.arrivals.expected == 0  # type: ignore[union-attr]
+    assert _all_freed(engine)
+
+
+def test_a_prompt_that_fails_is_not_waited_for(loaded):
+    """A request that fails while its prompt is built (an unknown voice) gives its arrival back: the request built
+    beside it is admitted at once, not after the gather (5 s here), and nothing stays expected."""
+    engine = _engine(loaded, max_streams=4, gather_s=5.0)
+    _prompts_meet(engine, 2)
+    bad = SynthesisRequest(text="No such voice.", speaker="nobody", max_frames=4)
+    started = time.monotonic()
+    got = _at_once([lambda: _chunks(engine, _request(0, 6)), lambda: _chunks(engine, bad)], [0.0, 0.0])
+    assert time.monotonic() - started < 2.5, "the good request waited for the failed prompt"
+    assert isinstance(got[1], UnknownSpeakerError)
+    assert len(got[0]) > 0 and not isinstance(got[0], BaseException)
+    assert engine.backend.arrivals.expected == 0  # type: ignore[union-attr]

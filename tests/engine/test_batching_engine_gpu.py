@@ -134,3 +134,38 @@ def test_a_new_streams_first_audio_runs_before_the_next_step(tiny_checkpoint) ->
             assert not any(e is c for c in later for e in waited), f"request {i}: a later call was waited for"
     for i in range(3):
         assert np.array_equal(got[True][i], got[False][i]), f"request {i}: codes changed with the hold"
+
+
+def test_gathered_arrivals_share_one_admission_and_keep_their_codes(tiny_checkpoint) -> None:
+    """admit_gather_ms: four requests whose prompts are built at once, then 20 ms apart, are admitted in one
+    admission (their sessions' admitted_at is one time) and each keeps the codes it gets alone; a lone request is
+    not held by the long gather (nothing else is being built)."""
+    sampling = replace(SamplingParams.greedy(), suppress_eos=True)
+    engine = cuda_engine(tiny_checkpoint, 4, kernels=KernelOptions(admit_gather_ms=5000))
+    requests = [text_request(i, sampling, 10 + 3 * i) for i in range(4)]
+    started = time.monotonic()
+    alone = [engine.synthesize_all(r)[1] for r in requests]
+    assert time.monotonic() - started < 4.0, "a lone request waited for the gather"
+    sessions = []
+    start = engine.backend.start
+
+    def recording_start(*args, **kwargs):  # type: ignore[no-untyped-def]
+        session = start(*args, **kwargs)
+        sessions.append(session)
+        return session
+
+    engine.backend.start = recording_start  # type: ignore[method-assign]
+    barrier = threading.Barrier(len(requests), timeout=30)
+    prepare = engine._prepare
+
+    def meeting(request, marks=None):  # type: ignore[no-untyped-def]
+        time.sleep(0.02 * barrier.wait())
+        return prepare(request, marks)
+
+    engine._prepare = meeting  # type: ignore[method-assign]
+    together = _concurrently(engine, requests, [0.0] * len(requests))
+    assert len({s.admitted_at for s in sessions}) == 1, [s.admitted_at for s in sessions]
+    for i in range(len(requests)):
+        assert np.array_equal(together[i], alone[i]), f"request {i}"
+    assert engine.backend.arrivals.expected == 0
+    assert engine.backend.active() == 0 and engine.backend.queued() == 0

@@ -21,11 +21,18 @@ def test_each_variable_overrides_its_option() -> None:
     assert KernelOptions.from_env({"Q3T_BLAS_ROWS": "64"}).blas_rows == 64
     assert KernelOptions.from_env({"Q3T_BATCHED_ATTN_SPLITS": "4"}).batched_attn_splits == 4
     assert KernelOptions.from_env({"Q3T_STEPS_AHEAD": "4"}).steps_ahead == 4
+    assert KernelOptions.from_env({"Q3T_ADMIT_GATHER_MS": "7.5"}).admit_gather_ms == 7.5
 
 
 @pytest.mark.parametrize(
     "env",
-    [{"Q3T_BLAS_ROWS": "-1"}, {"Q3T_ATTN_SPLITS": "0"}, {"Q3T_BATCHED_ATTN_SPLITS": "-1"}, {"Q3T_STEPS_AHEAD": "0"}],
+    [
+        {"Q3T_BLAS_ROWS": "-1"},
+        {"Q3T_ATTN_SPLITS": "0"},
+        {"Q3T_BATCHED_ATTN_SPLITS": "-1"},
+        {"Q3T_STEPS_AHEAD": "0"},
+        {"Q3T_ADMIT_GATHER_MS": "-1"},
+    ],
 )
 def test_out_of_range_values_are_refused(env: dict[str, str]) -> None:
     with pytest.raises(ValueError):

@@ -4,7 +4,8 @@ Sessions are the real BatchedSession (scheduler.py): start() queues a stream fro
 admits it into a free slot, hands every active stream one frame per step (after `step_s`), and frees a slot at
 the stream's frame limit or when its session is closed.  A stream's codes come from its own seed only, so a
 request gets the same codes alone and beside others; `bad_seed`'s stream gets codes the codec cannot decode
-(out of range) from its `bad_frame`-th frame on.
+(out of range) from its `bad_frame`-th frame on.  With `gather_s` it gathers arrivals as the real scheduler does
+(its Arrivals and gather_wait_s), and `admissions` lists the streams (seeds) each admission took.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 
 import numpy as np
 
-from wyoming_qwen3tts.backends.kernels.scheduler import BatchedSession
+from wyoming_qwen3tts.backends.kernels.scheduler import Arrivals, BatchedSession, gather_wait_s
 
 EOS = 2150
 
@@ -30,7 +31,12 @@ class FakeBatchingBackend:
         return 0
 
     def __init__(
-        self, max_streams: int = 4, step_s: float = 0.002, bad_seed: int | None = None, bad_frame: int = 0
+        self,
+        max_streams: int = 4,
+        step_s: float = 0.002,
+        bad_seed: int | None = None,
+        bad_frame: int = 0,
+        gather_s: float = 0.0,
     ) -> None:
         self.max_streams = max_streams
         self.eos_id = EOS
@@ -38,6 +44,9 @@ class FakeBatchingBackend:
         self.bad_seed, self.bad_frame = bad_seed, bad_frame
         self.lock = threading.RLock()  # BatchedSession's own condition (its wake) is on this lock
         self.cond = threading.Condition(self.lock)
+        self.arrivals = Arrivals(self.cond)
+        self.gather_s = gather_s
+        self.admissions: list[list[int]] = []
         self._queue: collections.deque[BatchedSession] = collections.deque()
         self._slots: list[BatchedSession | None] = [None] * max_streams
         self._rngs: list[np.random.Generator | None] = [None] * max_streams
@@ -48,8 +57,15 @@ class FakeBatchingBackend:
         session = BatchedSession(self, prompt, sampling, seed, max_frames)  # type: ignore[arg-type]
         with self.cond:
             self._queue.append(session)
+            self.arrivals.took()
             self.cond.notify_all()
         return session
+
+    def expect_arrival(self) -> None:
+        self.arrivals.expect()
+
+    def forget_arrival(self) -> None:
+        self.arrivals.forget()
 
     def active(self) -> int:
         with self.cond:
@@ -58,19 +74,39 @@ class FakeBatchingBackend:
     def _run(self) -> None:
         while True:
             with self.cond:
-                while not self._queue and not any(self._slots):
-                    self.cond.wait()
+                while True:
+                    idle = not any(self._slots)
+                    if idle and not self._queue:
+                        self.cond.wait()
+                        continue
+                    free = sum(s is None for s in self._slots)
+                    gather = gather_wait_s(
+                        self.gather_s,
+                        self.arrivals.expected,
+                        len(self._queue),
+                        free,
+                        self._queue[0].queued_at if self._queue else 0.0,
+                        time.monotonic(),
+                    )
+                    if idle and gather > 0:
+                        self.cond.wait(gather)
+                        continue
+                    break
                 for s, sess in enumerate(self._slots):
                     if sess is not None and sess.cancelled:
                         sess._end()
                         self._slots[s] = None
+                admitted = []
                 for s in range(self.max_streams):
-                    if self._slots[s] is None and self._queue:
+                    if self._slots[s] is None and self._queue and gather <= 0:
                         sess = self._queue.popleft()
                         if sess.cancelled:
                             sess._end()
                             continue
                         self._slots[s], self._rngs[s], self._frames[s] = sess, np.random.default_rng(sess.seed), 0
+                        admitted.append(sess.seed)
+                if admitted:
+                    self.admissions.append(admitted)
             time.sleep(self.step_s)  # the step's GPU time, without the condition held
             with self.cond:
                 for s, sess in enumerate(self._slots):

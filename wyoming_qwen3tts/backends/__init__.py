@@ -65,6 +65,16 @@ class HandsGroupsOver(Protocol):
     def hand_groups_to(self, sink: GroupSink) -> None: ...
 
 
+@runtime_checkable
+class GathersArrivals(Protocol):
+    """A backend that may wait for prompts still being built, to admit them together (the batching backend's
+    admit_gather): the engine says so before it builds a request's prompt, and start() on the same thread takes it."""
+
+    def expect_arrival(self) -> None: ...  # this thread builds a prompt it will start() here
+
+    def forget_arrival(self) -> None: ...  # it will not (the request failed first); a no-op after start()
+
+
 class DecodeBackend(Protocol):
     """Starts decode sessions; says how many may run at once."""
 

@@ -55,6 +55,11 @@ class KernelOptions:
     # The prompt prefill's norms and attention on torch's fused kernels (Transformer.use_fused_ops): one launch a
     # norm instead of eight, one for the attention instead of ~10, in the captured prefill graphs.
     fused_prefill: bool = True
+    # Admissions wait up to this many ms (from the oldest queued stream's arrival) while other requests are still
+    # building their prompts, so that prompts arriving together are prefilled together and their first steps and
+    # first codec call are one, not one round after another (scheduler.py, Arrivals); 0: admit what is queued at
+    # every step boundary. A lone request never waits: nothing else is being built.
+    admit_gather_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if not 1 <= self.attn_splits <= 1024:
@@ -63,6 +68,8 @@ class KernelOptions:
             raise ValueError(f"batched attention splits must be 0 (auto) or 1..1024, got {self.batched_attn_splits}")
         if not 1 <= self.steps_ahead <= 8:
             raise ValueError(f"steps ahead must be 1..8, got {self.steps_ahead}")
+        if not 0 <= self.admit_gather_ms <= 1000:
+            raise ValueError(f"admit_gather_ms must be 0..1000, got {self.admit_gather_ms}")
         if self.blas_rows < 0:
             raise ValueError(f"blas_rows must be 0 (never) or a stream count, got {self.blas_rows}")
 
@@ -70,7 +77,7 @@ class KernelOptions:
     def from_env(cls, env: Mapping[str, str] = os.environ) -> KernelOptions:
         """Q3T_PDL=0, Q3T_ATTN_SPLITS=N, Q3T_GRAPH_PREFILL=0, Q3T_GEMV_CLUSTER=0, Q3T_GEMV_GROUPS=1,
         Q3T_CP_PERSISTENT=1, Q3T_I8_DEEP=1, Q3T_BLAS_ROWS=N (0: never), Q3T_BATCHED_ATTN_SPLITS=N (0: auto) and
-        Q3T_STEPS_AHEAD=N, Q3T_FIRST_AUDIO_HOLD=0 and Q3T_FUSED_PREFILL=0 override the
+        Q3T_STEPS_AHEAD=N, Q3T_FIRST_AUDIO_HOLD=0, Q3T_FUSED_PREFILL=0 and Q3T_ADMIT_GATHER_MS=N override the
         defaults."""
         return cls(
             pdl=env.get("Q3T_PDL", "1") != "0",
@@ -85,4 +92,5 @@ class KernelOptions:
             steps_ahead=int(env.get("Q3T_STEPS_AHEAD", cls.steps_ahead)),
             first_audio_hold=env.get("Q3T_FIRST_AUDIO_HOLD", "1") != "0",
             fused_prefill=env.get("Q3T_FUSED_PREFILL", "1") != "0",
+            admit_gather_ms=float(env.get("Q3T_ADMIT_GATHER_MS", cls.admit_gather_ms)),
         )

@@ -64,6 +64,49 @@ def streams_for_memory(free_bytes: int, row_bytes: int) -> tuple[int, str]:
     return streams, why
 
 
+def gather_wait_s(gather_s: float, expected: int, queued: int, free: int, oldest_queued_at: float, now: float) -> float:
+    """How much longer admission waits for prompts still being built (KernelOptions.admit_gather_ms): none when
+    gathering is off, nothing is queued or expected, or the queue already fills the free slots; else until
+    gather_s after the oldest queued stream arrived."""
+    if gather_s <= 0 or expected <= 0 or queued <= 0 or queued >= free:
+        return 0.0
+    return max(oldest_queued_at + gather_s - now, 0.0)
+
+
+class Arrivals:
+    """The prompts being built for a backend right now, which its scheduler may wait for to admit them together.
+
+    The engine calls expect() on a request's thread before it builds the prompt; start() on the same thread takes
+    it (took(), under the scheduler's condition, in the same hold that queues the stream, so the scheduler never
+    sees the stream queued and still expected); forget() gives it up when the request fails before its start().
+    """
+
+    def __init__(self, cond: threading.Condition) -> None:
+        self.cond = cond
+        self.expected = 0
+        self._local = threading.local()
+
+    def expect(self) -> None:
+        if getattr(self._local, "pending", False):
+            return
+        with self.cond:
+            self.expected += 1
+        self._local.pending = True
+
+    def took(self) -> None:
+        """start() queued this thread's stream (call it under the condition)."""
+        if getattr(self._local, "pending", False):
+            self._local.pending = False
+            self.expected -= 1
+
+    def forget(self) -> None:
+        if getattr(self._local, "pending", False):
+            self._local.pending = False
+            with self.cond:
+                self.expected -= 1
+                self.cond.notify_all()
+
+
 class BatchedSession:
     """One stream's codes as the scheduler produces them; launch/collect as KernelDecodeSession."""
 
@@ -237,6 +280,9 @@ class BatchingBackend:
             collections.deque()
         )
         self._stopping = False
+        # Prompts being built, and how long admission may wait for them (KernelOptions.admit_gather_ms).
+        self.arrivals = Arrivals(self.cond)
+        self.admit_gather_s = single.options.admit_gather_ms / 1000
         # First audio before the next step (KernelOptions.first_audio_hold): streams admitted whose first codes
         # have not been read back, and the sinks a read-back just handed a first group (scheduler thread only).
         self.first_audio_hold = single.options.first_audio_hold
@@ -262,8 +308,29 @@ class BatchingBackend:
         session.prompt_ready.record()
         with self.cond:
             self._queue.append(session)
+            self.arrivals.took()
             self.cond.notify_all()
         return session
+
+    def expect_arrival(self) -> None:
+        self.arrivals.expect()
+
+    def forget_arrival(self) -> None:
+        self.arrivals.forget()
+
+    def _gather_wait_s(self) -> float:
+        """How much longer admission waits for prompts still being built (under the condition)."""
+        if not self._queue:
+            return 0.0
+        free = sum(s is None for s in self._slots)
+        return gather_wait_s(
+            self.admit_gather_s,
+            self.arrivals.expected,
+            len(self._queue),
+            free,
+            self._queue[0].queued_at,
+            time.monotonic(),
+        )
 
     def warm_up(self) -> int:
         """Capture the prefill graphs that admissions replay: the one-stream backend's (a few arrivals at once)
@@ -301,8 +368,20 @@ class BatchingBackend:
         ring = 0
         while True:
             with self.cond:
-                while not self._stopping and not self._queue and not any(self._slots) and not self._inflight:
-                    self.cond.wait()
+                gather = 0.0
+                while not self._stopping:
+                    idle = not any(self._slots) and not self._inflight
+                    if idle and not self._queue:
+                        self.cond.wait()
+                        continue
+                    # Prompts still being built may join this admission (admit_gather): with nothing else to do,
+                    # wait for them here (start() and forget() notify); with streams decoding, step on and look
+                    # again at the next step boundary.
+                    gather = self._gather_wait_s()
+                    if idle and gather > 0:
+                        self.cond.wait(gather)
+                        continue
+                    break
                 if self._stopping:
                     self._fail_all(RuntimeError("the batch scheduler stopped"))
                     return
@@ -310,7 +389,7 @@ class BatchingBackend:
                 # The lowest free slots first: low slots keep the step's bucket small.
                 free = [s for s, sess in enumerate(self._slots) if sess is None]
                 admit = []
-                while self._queue and free:
+                while self._queue and free and gather <= 0:
                     session = self._queue.popleft()
                     if session.cancelled:
                         session._end()
