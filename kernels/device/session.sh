@@ -32,7 +32,7 @@
 #   groups     bench.streams 1.7B at 16,64 with the tensor-core GEMV's groups off, then on (Q3T_GEMV_GROUPS=1)
 #   ahead      bench.streams 1.7B at AHEAD_STREAMS (default 16,64) with Q3T_STEPS_AHEAD at each of AHEAD_AB (default 3 2)
 #   server     the server at its defaults (max_streams auto), 1.7B, first audio under bursts of 1, 16 and 64 and
-#              Poisson loads (30/s, and 50/s: ~80 % of capacity) over Wyoming, bursts of 16 and 64 over HTTP through
+#              Poisson loads (30/s, and 14/s: ~80 % of the server's capacity) over Wyoming, bursts of 16 and 64 over HTTP through
 #              the openai package (8 warm client processes; one warm, one cold, and aiohttp beside them); once per
 #              prompt-prefix cache size in PREFIX_MBS (e.g. "0 64"; the load's requests share one voice)
 #   firstaudio where the first audio goes: the server with --debug (the engine's per-request line) under FA_LOADS
@@ -47,6 +47,8 @@
 #              and function (the share of the load's time the lock was held, and per request)
 #   soak       the same server, SOAK_REQUESTS (default 10,000) requests from 64 clients, readings every 500 of
 #              RSS, threads, fds (/proc) and GPU memory (/metrics): the no-growth verdict
+#   codecbench kernels/device/bench_codec.py: the codec alone at CODEC_BATCHES streams (default 16,64) and groups of
+#              CODEC_GROUPS frames (default 1,12): per-stream calls, one batched call, the codec worker; audio s/s
 #   peers      qwen3-tts-triton 0.3.0 and faster-qwen3-tts-batch 0.2.0 (benchmarks.peers_batch) at PEER_STREAMS (default
 #              STREAMS) streams of the 1.7B, with ratios against step streams' JSON when it ran first (SIZES=1.7b;
 #              PEERS_OURS: another bench.streams JSON);
@@ -169,6 +171,12 @@ step_i8deep() {  # int8 GEMVs planned for the most loads in flight per lane, aga
     echo "i8deep frame $on rc=$? [$((SECONDS - t)) s]"; grep -E "frames/s" $R/i8deep-$on.log | head -2 | cut -c1-200
   done
 }
+step_codecbench() {  # the codec alone: per-stream, batched and worker calls (kernels/device/bench_codec.py)
+  left codecbench || return
+  OUT=$R timeout ${CODEC_TIMEOUT:-200} python3 kernels/device/bench_codec.py --batches ${CODEC_BATCHES:-16,64} \
+    --groups ${CODEC_GROUPS:-1,12} --rounds ${CODEC_ROUNDS:-6} > $R/codecbench.log 2>&1
+  echo "codecbench rc=$? [$((SECONDS - t)) s]"; grep -E "^\||kernels per call|Error" $R/codecbench.log | tail -12 | cut -c1-220
+}
 step_batchedtests() {
   py kernels 200 tests/kernels/test_batched_kernels_gpu.py tests/kernels/test_int8_kernels_gpu.py
   step_enginetests
@@ -227,9 +235,10 @@ print('$name', r['sent'], r['served'], r['failed'], 'ttfa p50/p95', o['ttfa_p50_
   load burst-16 --clients 16 --rounds 2
   load burst-64 --clients 64 --rounds 2
   load poisson-64 --clients 64 --arrivals poisson --rate ${RATE:-30}
-  # #39's Poisson load at ~80 % of capacity: 64 streams decode ~9,700 frames/s (H100), ~64 requests of 150 frames
-  # a second, so 50 a second; 192 of them, ~4 s of arrivals.
-  load poisson-80 --clients 192 --arrivals poisson --rate ${RATE80:-50}
+  # #39's Poisson load at ~80 % of the server's capacity: a burst of 64 gets ~3,500 frames/s of audio through the
+  # server (H100; the decoder alone 9,700), ~196 frames a request of the load's sentences, so ~18 requests a second;
+  # 14 a second, 128 of them (~9 s of arrivals).
+  load poisson-80 --clients 128 --arrivals poisson --rate ${RATE80:-14}
   # HTTP through the openai package, its clients in 8 processes (as separate apps), each warmed up by one request
   # (its first costs it ~80 ms of its own setup); then in one process (-1proc), in one process cold (-cold, as the
   # rows before 31658ff), and through the load tool's light aiohttp client in one process (-aiohttp).
