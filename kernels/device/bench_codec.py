@@ -15,7 +15,10 @@ Medians of --rounds timed rounds after two warm-up rounds.  Prints JSON lines an
 $OUT/codec_bench.md).
 
     python kernels/device/bench_codec.py [--dtype bfloat16|float32] [--batches 1,4,8,16] [--groups 1,4,12]
-        [--rounds 10]
+        [--rounds 10] [--cudnn-benchmark]
+
+--cudnn-benchmark lets cuDNN time its algorithms for each conv shape at its first call (torch.backends.cudnn.benchmark)
+instead of its heuristic pick.
 """
 
 from __future__ import annotations
@@ -144,10 +147,16 @@ def main() -> None:
     parser.add_argument("--batches", default="1,4,8,16")
     parser.add_argument("--groups", default="1,4,12")
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--cudnn-benchmark", action="store_true")
     args = parser.parse_args()
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
     dtype = getattr(torch, args.dtype)
     dec = random_codec(dtype)
-    print(f"# {torch.cuda.get_device_name()}, codec {args.dtype}, torch {torch.__version__}", flush=True)
+    print(
+        f"# {torch.cuda.get_device_name()}, codec {args.dtype}, torch {torch.__version__}, "
+        f"cudnn benchmark {args.cudnn_benchmark}",
+        flush=True,
+    )
     lines = [
         f"codec decode, {torch.cuda.get_device_name()}, {args.dtype}, {HISTORY} frames of history, "
         f"medians of {args.rounds} rounds",

@@ -48,7 +48,8 @@
 #   soak       the same server, SOAK_REQUESTS (default 10,000) requests from 64 clients, readings every 500 of
 #              RSS, threads, fds (/proc) and GPU memory (/metrics): the no-growth verdict
 #   codecbench kernels/device/bench_codec.py: the codec alone at CODEC_BATCHES streams (default 16,64) and groups of
-#              CODEC_GROUPS frames (default 1,12): per-stream calls, one batched call, the codec worker; audio s/s
+#              CODEC_GROUPS frames (default 1,12): per-stream calls, one batched call, the codec worker; audio s/s;
+#              then again with each flag of CODEC_AB (default --cudnn-benchmark: cuDNN's timed conv algorithms)
 #   peers      qwen3-tts-triton 0.3.0 and faster-qwen3-tts-batch 0.2.0 (benchmarks.peers_batch) at PEER_STREAMS (default
 #              STREAMS) streams of the 1.7B, with ratios against step streams' JSON when it ran first (SIZES=1.7b;
 #              PEERS_OURS: another bench.streams JSON);
@@ -172,10 +173,15 @@ step_i8deep() {  # int8 GEMVs planned for the most loads in flight per lane, aga
   done
 }
 step_codecbench() {  # the codec alone: per-stream, batched and worker calls (kernels/device/bench_codec.py)
-  left codecbench || return
-  OUT=$R timeout ${CODEC_TIMEOUT:-200} python3 kernels/device/bench_codec.py --batches ${CODEC_BATCHES:-16,64} \
-    --groups ${CODEC_GROUPS:-1,12} --rounds ${CODEC_ROUNDS:-6} > $R/codecbench.log 2>&1
-  echo "codecbench rc=$? [$((SECONDS - t)) s]"; grep -E "^\||kernels per call|Error" $R/codecbench.log | tail -12 | cut -c1-220
+  local flag
+  for flag in "" ${CODEC_AB:---cudnn-benchmark}; do  # cuDNN's heuristic conv algorithms, then its timed pick
+    left codecbench$flag || return
+    mkdir -p $R/codec$flag
+    OUT=$R/codec$flag timeout ${CODEC_TIMEOUT:-150} python3 kernels/device/bench_codec.py --batches ${CODEC_BATCHES:-16,64} \
+      --groups ${CODEC_GROUPS:-1,12} --rounds ${CODEC_ROUNDS:-6} $flag > $R/codecbench$flag.log 2>&1
+    echo "codecbench $flag rc=$? [$((SECONDS - t)) s]"
+    grep -E "^\| [0-9]|kernels per call|Error" $R/codecbench$flag.log | tail -8 | cut -c1-220
+  done
 }
 step_batchedtests() {
   py kernels 200 tests/kernels/test_batched_kernels_gpu.py tests/kernels/test_int8_kernels_gpu.py
