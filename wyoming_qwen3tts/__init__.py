@@ -3,7 +3,7 @@
 Layers, lowest first. A module imports only from its own layer or a lower one, and run-time
 imports form no cycle (tests/repo/test_layers.py checks both):
 
-1. leaves: wyoming_qwen3tts, errors, request, process
+1. leaves: wyoming_qwen3tts, errors, request, process, decode_counters
 2. domain: text, model, voices
 3. decode: backends, runaway
 4. options: options, announcements, settings

@@ -25,6 +25,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
+from .decode_counters import DECODE
 from .model.codec import CodecDecoder, CodecStream, int16_samples
 from .model.codec_slots import CodecSlots
 
@@ -230,7 +231,9 @@ class CodecWorker:
         if ready:
             self._deliver(self._inflight.popleft().streams, call.samples)
         else:
+            waited = time.monotonic()
             time.sleep(POLL_S)
+            DECODE.codec_wait_s += time.monotonic() - waited
 
     def _pick(self) -> list[WorkerStream]:
         """The next call's streams (under cond): those whose groups have the smallest length, oldest first."""
@@ -251,6 +254,8 @@ class CodecWorker:
                     s.start = None
             codes = np.stack([s.codes for s in streams])  # type: ignore[misc]
             wav = self.slots.decode([s.slot for s in streams], codes)  # type: ignore[misc]
+            DECODE.codec_calls += 1
+            DECODE.codec_frames += codes.shape[0] * codes.shape[1]
         except Exception as err:
             if len(streams) == 1:
                 _LOGGER.exception("Codec decode failed")

@@ -1,4 +1,5 @@
-"""Prometheus metrics of both protocols: speech requests, time to first audio, frames, streams, the engine's queue, GPU memory.
+"""Prometheus metrics of both protocols: speech requests, time to first audio, frames, streams, the engine's queue, GPU memory,
+and the decode pipeline's steps, codec calls and their waits for the GPU (decode_counters.py).
 
 The process's own resident memory, open file descriptors and CPU time (prometheus_client's standard
 `process_*` series) and its OS threads (qwen3tts_process_threads) come with them: with the GPU's
@@ -30,6 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from .decode_counters import DECODE
 from .errors import Qwen3TTSError
 
 if TYPE_CHECKING:
@@ -103,6 +105,7 @@ class Metrics:
             self.runaway_stops.labels(reason)
         ProcessCollector(registry=r)  # process_resident_memory_bytes, process_open_fds, ... (Linux)
         r.register(_ThreadsCollector())
+        r.register(_DecodeCollector())
         self._service_collector: _ServiceCollector | None = None
 
     def speech(self, protocol: str, started_at: float | None = None) -> SpeechMeter:
@@ -201,6 +204,29 @@ class _ServiceCollector(Collector):
         lookups.add_metric(["miss"], cache.misses)
         yield lookups
         yield from _gpu_memory()
+
+
+class _DecodeCollector(Collector):
+    """The decode pipeline's counters (decode_counters.py): the batching scheduler's steps and waits, the codec
+    worker's calls and waits. Zero on the one-stream backends, which run neither."""
+
+    def collect(self) -> Iterator[Metric]:
+        c = DECODE.snapshot()
+        for name, key, doc in (
+            ("qwen3tts_decode_steps", "steps", "Batched decode steps launched"),
+            ("qwen3tts_decode_frames", "step_frames", "Stream frames the batched steps decoded"),
+            ("qwen3tts_decode_admissions", "admissions", "Admissions of queued streams (one prefill pass each)"),
+            ("qwen3tts_decode_admitted_streams", "admitted", "Streams admitted into the batch"),
+            ("qwen3tts_decode_gpu_wait_seconds", "step_wait_s", "The scheduler's time waiting for a step on the GPU"),
+            ("qwen3tts_codec_calls", "codec_calls", "Batched codec calls launched"),
+            ("qwen3tts_codec_frames", "codec_frames", "Frames the codec calls turned into audio"),
+            (
+                "qwen3tts_codec_gpu_wait_seconds",
+                "codec_wait_s",
+                "The codec worker's time waiting for a call on the GPU",
+            ),
+        ):
+            yield CounterMetricFamily(name, doc, value=c[key])
 
 
 class _ThreadsCollector(Collector):

@@ -212,6 +212,7 @@ step_onestreamtests() {
   py onestreamtests 240 tests/engine/test_engine_gpu.py tests/kernels/test_prefill_gpu.py tests/model/test_clone_gpu.py \
     tests/model/test_codec_slots_gpu.py tests/kernels/test_kernels_gpu.py -k "not full"
 }
+METRICS=http://127.0.0.1:18000/metrics  # start_server's HTTP side: the load tool reports the decode pipeline from it
 start_server() {  # the 1.7B server at its defaults, Wyoming on 10200 and HTTP on 18000; log $R/$1.log; $2: prefix cache
   # MB (default 0), $3: frames a request may take (default 150)
   ck 1.7b
@@ -232,10 +233,11 @@ step_server() {  # once per prefix-cache size in PREFIX_MBS (default PREFIX_MB, 
     [ -z "${SERVER_LOADS:-}" ] || [[ " $SERVER_LOADS " == *" $1 "* ]] || return 0
     local name=$1-p$mb; shift
     left $name || return
-    timeout 60 python3 -m $LOAD --wyoming tcp://127.0.0.1:10200 --json "$@" > $R/$name.json 2>/dev/null
+    timeout 60 python3 -m $LOAD --wyoming tcp://127.0.0.1:10200 --json --metrics $METRICS "$@" > $R/$name.json 2>/dev/null
     python3 -c "
-import json; r=json.load(open('$R/$name.json')); o=r['overall']
-print('$name', r['sent'], r['served'], r['failed'], 'ttfa p50/p95', o['ttfa_p50_ms'], o['ttfa_p95_ms'], 'done p50/p95', o['completion_p50_ms'], o['completion_p95_ms'], 'fps', o['frames_per_s'])" 2>&1 | tail -1
+import json; r=json.load(open('$R/$name.json')); o=r['overall']; p=r.get('pipeline', {})
+print('$name', r['sent'], r['served'], r['failed'], 'ttfa p50/p95', o['ttfa_p50_ms'], o['ttfa_p95_ms'], 'done p50/p95', o['completion_p50_ms'], o['completion_p95_ms'], 'fps', o['frames_per_s'],
+      '| decode/codec fps', p.get('decode_frames_per_s'), p.get('codec_frames_per_s'), 'a step', p.get('frames_per_step'), 'GPU wait: scheduler/codec', p.get('scheduler_gpu_wait_share'), p.get('codec_gpu_wait_share'))" 2>&1 | tail -1
   }
   load alone --clients 1 --rounds 4
   load burst-16 --clients 16 --rounds 2
@@ -277,11 +279,11 @@ step_firstaudio() {  # where a request's first audio goes (the engine's debug li
     for load in "${loads[@]}"; do
       set -- $load
       local log=$R/$tag.log off; off=$(stat -c %s $log)  # this load's lines start here
-      timeout 90 python3 -m $LOAD --wyoming tcp://127.0.0.1:10200 --json --clients $2 --rounds $3 "${@:4}" \
-        > $R/$tag-$1.json 2>/dev/null
+      timeout 90 python3 -m $LOAD --wyoming tcp://127.0.0.1:10200 --json --metrics $METRICS --clients $2 --rounds $3 \
+        "${@:4}" > $R/$tag-$1.json 2>/dev/null
       python3 -c "
 import json, re, statistics as st
-o = json.load(open('$R/$tag-$1.json'))['overall']
+report = json.load(open('$R/$tag-$1.json')); o = report['overall']; p = report.get('pipeline', {})
 log = open('$log', 'rb'); log.seek($off)
 text = log.read().decode(errors='replace')
 rows = [list(map(float, m.groups())) for m in re.finditer(
@@ -296,7 +298,9 @@ print('$label first chunk $fc, $1: ttfa p50/p95', o['ttfa_p50_ms'], o['ttfa_p95_
       '| engine medians of', len(rows), '(total, prompt, queued, to codes, codec; prompt: text, build, start):',
       [med(c) for c in zip(*rows)] if rows else '-', 'p95s', [p95(c) for c in zip(*rows)][:5] if rows else '-', '| thread pickup p50/max',
       (med(took), round(max(took), 1)) if took else '-', '| written after read / after made, medians',
-      [med(c) for c in zip(*wrote)] if wrote else '-')" 2>&1 | tail -1
+      [med(c) for c in zip(*wrote)] if wrote else '-', '| decode/codec fps', p.get('decode_frames_per_s'),
+      p.get('codec_frames_per_s'), 'a step', p.get('frames_per_step'), 'GPU wait: scheduler/codec',
+      p.get('scheduler_gpu_wait_share'), p.get('codec_gpu_wait_share'))" 2>&1 | tail -1
     done
     kill $srv; wait $srv 2>/dev/null
     grep -E "Traceback|Error" $R/$tag.log | tail -3 | cut -c1-220

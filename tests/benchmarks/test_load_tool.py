@@ -13,7 +13,15 @@ import pytest
 from reliability_support import Server, free_port
 from tiny_server import start_tiny
 
-from wyoming_qwen3tts.tools.load import Record, parse_args, run_load, summarize
+from wyoming_qwen3tts.tools.load import (
+    Record,
+    format_table,
+    parse_args,
+    pipeline_counters,
+    pipeline_report,
+    run_load,
+    summarize,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -193,3 +201,62 @@ def test_cli_json_and_failures(server: tuple[Server, int]) -> None:
     # The table says the same.
     text = subprocess.run(base, check=False, capture_output=True, text=True, timeout=120)
     assert text.returncode == 0 and "HTTP - Wyoming TTFA" in text.stdout and "overall" in text.stdout, text.stdout
+
+
+SCRAPE = """# HELP qwen3tts_decode_steps Batched decode steps launched
+# TYPE qwen3tts_decode_steps counter
+qwen3tts_decode_steps_total {steps}
+# TYPE qwen3tts_decode_frames counter
+qwen3tts_decode_frames_total {frames}
+# TYPE qwen3tts_decode_admissions counter
+qwen3tts_decode_admissions_total 2.0
+# TYPE qwen3tts_decode_admitted_streams counter
+qwen3tts_decode_admitted_streams_total {admitted}
+# TYPE qwen3tts_decode_gpu_wait_seconds counter
+qwen3tts_decode_gpu_wait_seconds_total {wait}
+# TYPE qwen3tts_codec_calls counter
+qwen3tts_codec_calls_total 10.0
+# TYPE qwen3tts_codec_frames counter
+qwen3tts_codec_frames_total {codec}
+# TYPE qwen3tts_codec_gpu_wait_seconds counter
+qwen3tts_codec_gpu_wait_seconds_total 0.5
+# TYPE qwen3tts_active_streams gauge
+qwen3tts_active_streams{{protocol="wyoming"}} 3.0
+"""
+
+
+def test_pipeline_report_from_two_scrapes() -> None:
+    """--metrics: the decode pipeline's counters parsed from the Prometheus text, and their differences over the
+    load as rates, stream frames a step and the scheduler's share of the time spent waiting for the GPU."""
+    before = pipeline_counters(SCRAPE.format(steps=100, frames=1000, admitted=4, wait=1.0, codec=900))
+    after = pipeline_counters(SCRAPE.format(steps=300, frames=9000, admitted=68, wait=2.5, codec=8500))
+    assert before["steps"] == 100 and before["codec_wait_s"] == 0.5 and "active" not in str(before)
+    report = pipeline_report(before, after, 2.0)
+    assert report["decode_frames_per_s"] == 4000 and report["codec_frames_per_s"] == 3800
+    assert report["steps_per_s"] == 100 and report["frames_per_step"] == 40
+    assert report["admitted"] == 64 and report["admissions"] == 0 and report["codec_calls"] == 0
+    assert report["scheduler_gpu_wait_share"] == 0.75 and report["codec_gpu_wait_share"] == 0
+    # A server without the counters (an older one): nothing to report, no error.
+    assert pipeline_report({}, {}, 2.0)["decode_frames_per_s"] is None
+
+
+async def test_metrics_of_the_real_server_during_a_load(server: tuple[Server, int]) -> None:
+    """--metrics against the real (CPU, one-stream) server: the pipeline report comes with the load, its scrapes
+    the time of the load apart; the one-stream backend runs no batching scheduler, so it decoded no batched steps."""
+    srv, http_port = server
+    args = parse_args(
+        [
+            "--wyoming",
+            f"tcp://127.0.0.1:{srv.port}",
+            "--clients",
+            "2",
+            "--metrics",
+            f"http://127.0.0.1:{http_port}/metrics",
+        ]
+    )
+    report, _ = await run_load(args)
+    pipe = report["pipeline"]
+    assert report["served"] == 2 and report["settings"]["metrics"].endswith("/metrics")
+    assert pipe["seconds"] >= report["wall_s"] > 0
+    assert pipe["steps_per_s"] == 0 and pipe["frames_per_step"] is None
+    assert "pipeline over" in format_table(report)

@@ -20,6 +20,7 @@ from fake_batching import FakeBatchingBackend
 
 from wyoming_qwen3tts.backends.kernels.scheduler import Arrivals, BatchedSession, gather_wait_s
 from wyoming_qwen3tts.codec_worker import CodecWorker
+from wyoming_qwen3tts.decode_counters import DECODE
 from wyoming_qwen3tts.engine import Engine, EngineOptions, SamplingParams, SynthesisRequest, pcm16
 from wyoming_qwen3tts.errors import SynthesisCancelled, UnknownSpeakerError
 from wyoming_qwen3tts.model.codec_slots import padded_rows
@@ -124,11 +125,16 @@ def test_requests_at_once_get_the_audio_they_get_alone(loaded):
         one_pass = pcm16(engine.codec.decode(torch.from_numpy(codes)))
         _assert_same_audio([(b"".join(p for p, _ in chunks), codes)], [(one_pass, codes)], "one pass")
     calls = _record_calls(engine)
+    before = DECODE.snapshot()
     together = _at_once([lambda r=r: _chunks(engine, r) for r in requests], [0.0, 0.005, 0.02, 0.0, 0.04, 0.01])
     for i in range(len(requests)):
         assert not isinstance(together[i], BaseException), together[i]
         _assert_same_audio(together[i], alone[i], f"request {i}")
     assert max(b for b, _ in calls) >= 2, f"the worker never batched: {calls}"
+    # /metrics' codec counters (decode_counters.py): every call and every frame it turned into audio, once.
+    assert DECODE.codec_calls - before["codec_calls"] == len(calls)
+    assert DECODE.codec_frames - before["codec_frames"] == sum(FRAMES) == sum(b * n for b, n in calls)
+    assert DECODE.codec_wait_s >= before["codec_wait_s"]
     assert _all_freed(engine)
 
 

@@ -14,6 +14,7 @@ import pytest
 from gpu_engine import cuda_engine, text_request
 
 from wyoming_qwen3tts.backends.kernels.options import KernelOptions
+from wyoming_qwen3tts.decode_counters import DECODE
 from wyoming_qwen3tts.engine import Engine, SamplingParams, SynthesisRequest
 from wyoming_qwen3tts.errors import SynthesisCancelled
 
@@ -171,3 +172,18 @@ def test_gathered_arrivals_share_one_admission_and_keep_their_codes(tiny_checkpo
         assert np.array_equal(together[i], alone[i]), f"request {i}"
     assert engine.backend.arrivals.expected == 0
     assert engine.backend.active() == 0 and engine.backend.queued() == 0
+
+
+def test_the_scheduler_counts_its_steps_frames_and_admissions(tiny_checkpoint) -> None:
+    """/metrics' decode counters (decode_counters.py) on the real scheduler: every stream admitted once, every frame
+    read back once, as many steps as the longest stream needs at least and no more than one per frame."""
+    sampling = replace(SamplingParams.greedy(), suppress_eos=True)
+    engine = cuda_engine(tiny_checkpoint, 4)
+    frames = [12, 20, 7]
+    before = DECODE.snapshot()
+    _concurrently(engine, [text_request(i, sampling, frames[i]) for i in range(3)], [0.0, 0.0, 0.01])
+    assert DECODE.admitted - before["admitted"] == 3
+    assert 1 <= DECODE.admissions - before["admissions"] <= 3
+    assert DECODE.step_frames - before["step_frames"] == sum(frames)
+    assert max(frames) <= DECODE.steps - before["steps"] <= sum(frames)
+    assert DECODE.step_wait_s >= before["step_wait_s"]

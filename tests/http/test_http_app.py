@@ -20,6 +20,7 @@ from fake_engine import FakeEngine
 from in_process_http import serve
 from prometheus_text import metric_value
 
+from wyoming_qwen3tts.decode_counters import DECODE
 from wyoming_qwen3tts.errors import Qwen3TTSError
 from wyoming_qwen3tts.metrics import Metrics
 from wyoming_qwen3tts.request import SAMPLES_PER_FRAME
@@ -365,8 +366,25 @@ async def test_metrics() -> None:
     async with serve(FakeEngine(frame_delay=0.01)) as api:
         assert await (await api.speak(input="One two three.", response_format="wav")).read()
         assert (await api.speak(input="Hi.", voice="nobody")).status == 400
+        before = DECODE.snapshot()
         text = await (await api.http.get(f"{api.url}/metrics")).text()
+        DECODE.steps += 3  # as the batching scheduler counts (FakeEngine runs none)
+        DECODE.codec_wait_s += 0.25
+        later = await (await api.http.get(f"{api.url}/metrics")).text()
     value = lambda name, **labels: metric_value(text, name, **labels)  # noqa: E731
+    # The decode pipeline's counters (decode_counters.py), read at each scrape.
+    assert value("qwen3tts_decode_steps_total") == before["steps"]
+    assert metric_value(later, "qwen3tts_decode_steps_total") == before["steps"] + 3
+    assert metric_value(later, "qwen3tts_codec_gpu_wait_seconds_total") == pytest.approx(before["codec_wait_s"] + 0.25)
+    for name in (
+        "decode_frames",
+        "decode_admissions",
+        "decode_admitted_streams",
+        "decode_gpu_wait_seconds",
+        "codec_calls",
+        "codec_frames",
+    ):
+        assert value(f"qwen3tts_{name}_total") >= 0, name
     assert value("qwen3tts_speech_requests_total", protocol="http", outcome="ok") == 1
     assert value("qwen3tts_http_requests_total", route="/v1/audio/speech", method="POST", status="200") == 1
     assert value("qwen3tts_http_requests_total", route="/v1/audio/speech", method="POST", status="400") == 1

@@ -3,7 +3,7 @@
     python -m wyoming_qwen3tts.tools.load --wyoming tcp://127.0.0.1:10200 [--http http://127.0.0.1:8000]
         [--api-key KEY] [--clients 8] [--protocol wyoming|http|both] [--arrivals simultaneous|poisson]
         [--rate 4] [--seed 0] [--rounds 1] [--streaming] [--voice ryan] [--timeout 120] [--json]
-        [--http-client aiohttp|openai] [--warmup 0] [--processes 1]
+        [--http-client aiohttp|openai] [--warmup 0] [--processes 1] [--metrics http://127.0.0.1:8000/metrics]
 
 Sends --clients requests (--rounds times over; each round starts when the previous one ended), all
 at once or as a Poisson process of --rate requests per second.  Wyoming requests go one connection
@@ -24,7 +24,10 @@ reported apart and a failed one fails the run.  --processes P spreads the client
 (each its own event loop and clients, their rounds started together): one process's client CPU, the
 openai package's above all, otherwise delays its other requests (16 at once through one warm
 AsyncOpenAI: first bytes at p50 23 ms from a server that answers at once, 8 ms through aiohttp, on 2
-cores).  Exit status 0 when every request succeeded, 1 otherwise.  Point it only at servers you run.
+cores).  --metrics URL scrapes the server's Prometheus endpoint before and after the load (its warm-up
+included) and reports what the decode pipeline did meanwhile (decode_counters.py): decode and codec frames per
+second, stream frames per step, admissions, and the share of the time the scheduler and the codec worker waited
+for the GPU.  Exit status 0 when every request succeeded, 1 otherwise.  Point it only at servers you run.
 """
 
 from __future__ import annotations
@@ -44,8 +47,9 @@ from typing import Any
 from urllib.parse import urlparse
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
-from .soak import FRAME_BYTES, TEXTS, one_request, percentile
+from .soak import FRAME_BYTES, TEXTS, one_request, percentile, scrape
 
 FRAME_SECONDS = 0.08
 PROTOCOLS = ("wyoming", "http")
@@ -244,9 +248,59 @@ def arrival_offsets(n: int, arrivals: str, rate: float, rng: random.Random) -> l
     return offsets
 
 
+# The decode pipeline's counters on /metrics (wyoming_qwen3tts/metrics.py, decode_counters.py) by their samples' names.
+PIPELINE_COUNTERS = {
+    "qwen3tts_decode_steps_total": "steps",
+    "qwen3tts_decode_frames_total": "decode_frames",
+    "qwen3tts_decode_admissions_total": "admissions",
+    "qwen3tts_decode_admitted_streams_total": "admitted",
+    "qwen3tts_decode_gpu_wait_seconds_total": "scheduler_wait_s",
+    "qwen3tts_codec_calls_total": "codec_calls",
+    "qwen3tts_codec_frames_total": "codec_frames",
+    "qwen3tts_codec_gpu_wait_seconds_total": "codec_wait_s",
+}
+
+
+def pipeline_counters(text: str) -> dict[str, float]:
+    """The decode pipeline's counters from a Prometheus scrape (absent ones are left out)."""
+    return {
+        PIPELINE_COUNTERS[sample.name]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name in PIPELINE_COUNTERS
+    }
+
+
+def pipeline_report(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, Any]:
+    """What the pipeline did between two scrapes `seconds` apart: rates, stream frames a step, wait shares."""
+    d = {k: after[k] - before[k] for k in PIPELINE_COUNTERS.values() if k in after and k in before}
+    per_s = lambda k: round(d[k] / seconds, 1) if k in d and seconds > 0 else None  # noqa: E731
+    share = lambda k: round(d[k] / seconds, 3) if k in d and seconds > 0 else None  # noqa: E731
+    return {
+        "seconds": round(seconds, 3),
+        "decode_frames_per_s": per_s("decode_frames"),
+        "codec_frames_per_s": per_s("codec_frames"),
+        "steps_per_s": per_s("steps"),
+        "frames_per_step": round(d["decode_frames"] / d["steps"], 2) if d.get("steps") else None,
+        "admissions": d.get("admissions"),
+        "admitted": d.get("admitted"),
+        "codec_calls": d.get("codec_calls"),
+        "scheduler_gpu_wait_share": share("scheduler_wait_s"),
+        "codec_gpu_wait_share": share("codec_wait_s"),
+    }
+
+
+async def _scrape_pipeline(url: str) -> dict[str, float]:
+    return pipeline_counters(await asyncio.to_thread(scrape, url))
+
+
 async def run_load(args: argparse.Namespace) -> tuple[dict[str, Any], list[Record]]:
     """Runs the whole load; returns the report (summarize's, plus the settings) and the records."""
     _resolve(args)
+    before: dict[str, float] | None = None
+    if args.metrics:
+        before = await _scrape_pipeline(args.metrics)
+    scraped_at = time.monotonic()
     if args.processes == 1:
         runs = [await _drive(args, 0, None)]
     else:
@@ -270,10 +324,14 @@ async def run_load(args: argparse.Namespace) -> tuple[dict[str, Any], list[Recor
         "voice": args.voice or None,
         "warmup": args.warmup,
         "processes": args.processes,
+        "metrics": args.metrics,
     }
     if warmup:
         stats = _stats(warmup, 0.0)
         report["warmup"] = {"sent": len(warmup), **{k: stats[k] for k in ("served", "failed", "errors")}}
+    if before is not None:
+        after = await _scrape_pipeline(args.metrics)
+        report["pipeline"] = pipeline_report(before, after, time.monotonic() - scraped_at)
     return {"settings": settings, **report}, records
 
 
@@ -413,6 +471,10 @@ def parser() -> argparse.ArgumentParser:
         default=1,
         help="spread the clients over this many processes, each with its own clients and event loop (default 1)",
     )
+    p.add_argument(
+        "--metrics",
+        help="the server's /metrics URL: report what its decode pipeline did during the load (rates, waits)",
+    )
     return p
 
 
@@ -465,6 +527,14 @@ def format_table(report: dict[str, Any]) -> str:
         lines.append(f"HTTP - Wyoming TTFA: p50 {diff['p50']:+} ms, p95 {diff['p95']:+} ms")
     for reason, count in report["overall"]["errors"].items():
         lines.append(f"  {count} x {reason}")
+    pipe = report.get("pipeline")
+    if pipe:
+        lines.append(
+            f"pipeline over {pipe['seconds']} s: decode {pipe['decode_frames_per_s']} frames/s "
+            f"({pipe['frames_per_step']} a step, {pipe['steps_per_s']} steps/s), codec {pipe['codec_frames_per_s']} "
+            f"frames/s in {pipe['codec_calls']} calls, {pipe['admitted']} streams in {pipe['admissions']} admissions; "
+            f"waiting for the GPU: scheduler {pipe['scheduler_gpu_wait_share']}, codec {pipe['codec_gpu_wait_share']}"
+        )
     return "\n".join(lines)
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from ...decode_counters import DECODE
 from ...model.prompt import Prompt
 from ...request import SamplingParams
 from .batched import BUCKETS, MAX_SLOTS, Admission, BatchedDecoder
@@ -403,6 +404,8 @@ class BatchingBackend:
                         if session.prompt_ready is not None:
                             self.stream.wait_event(session.prompt_ready)
                     dec.admit_all([Admission(slot, s.prompt, s.sampling, s.seed) for slot, s in admit])
+                    DECODE.admissions += 1
+                    DECODE.admitted += len(admit)
                     admitted = time.monotonic()
                     for _slot, session in admit:
                         session.admitted_at = admitted
@@ -413,6 +416,7 @@ class BatchingBackend:
                     if self._first_groups:
                         self._yield_to_first_audio()
                     dec.step(nb)
+                    DECODE.steps += 1
                     rows = [(s, sess) for s, sess in enumerate(self._slots[:nb]) if sess is not None]
                     self._ring[ring, :nb].copy_(dec.cur[:nb], non_blocking=True)
                     done = torch.cuda.Event()
@@ -443,8 +447,10 @@ class BatchingBackend:
                 # Poll with sleeps rather than Event.synchronize(), which holds the GIL while it waits
                 # and so starved the request threads (codec, collect) and the event loop: on the H200 a
                 # lone request's first audio took 130 ms, not ~40.
+                waited = time.monotonic()
                 while not done.query():
                     time.sleep(0.0002)
+                DECODE.step_wait_s += time.monotonic() - waited
             self._inflight.popleft()
             wait = False
             codes = self._ring[ring].numpy()
@@ -453,6 +459,7 @@ class BatchingBackend:
                     if sess.finished:
                         self._awaiting_first.discard(sess)
                         continue
+                    DECODE.step_frames += 1
                     if sess._push(codes[s].copy()):
                         sess._end()
                         if self._slots[s] is sess:
