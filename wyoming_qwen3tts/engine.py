@@ -29,7 +29,15 @@ import numpy as np
 import torch
 
 from .announcements import checkpoint_identity
-from .backends import DecodeBackend, DecodeSession, GathersArrivals, GroupSink, HandsGroupsOver, make_backend
+from .backends import (
+    DecodeBackend,
+    DecodeSession,
+    FusesCodec,
+    GathersArrivals,
+    GroupSink,
+    HandsGroupsOver,
+    make_backend,
+)
 from .errors import EmptyTextError, GpuOutOfMemoryError, Qwen3TTSError, SynthesisCancelled, TextTooLongError, VoiceError
 from .model.checkpoint import Checkpoint, load_checkpoint, resolve_dtype
 from .model.clone import VoiceCloner
@@ -342,6 +350,8 @@ class Engine:
             batch_invariant=options.batch_invariant,
             prefix_cache_bytes=options.prefix_cache_mb * 2**20,
         )
+        if isinstance(chosen, FusesCodec):  # before the codec worker captures its calls
+            chosen.fuse_codec(codec)
         device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
         info = EngineInfo(
             model,

@@ -34,7 +34,8 @@
 #   server     the server at its defaults (max_streams auto), 1.7B, first audio under bursts of 1, 16 and 64 and
 #              Poisson loads (30/s, and 14/s: ~80 % of the server's capacity) over Wyoming, bursts of 16 and 64 over HTTP through
 #              the openai package (8 warm client processes; one warm, one cold, and aiohttp beside them); once per
-#              prompt-prefix cache size in PREFIX_MBS (e.g. "0 64"; the load's requests share one voice)
+#              prompt-prefix cache size in PREFIX_MBS (e.g. "0 64"; the load's requests share one voice) and per
+#              variant of SERVER_AB ("LABEL[,VAR=value...] ...": e.g. "kernel torch,Q3T_FUSED_CODEC=0")
 #   firstaudio where the first audio goes: the server with --debug (the engine's per-request line) under FA_LOADS
 #              ("NAME CLIENTS ROUNDS [LOAD ARGS];...", default alone and a burst of 16; e.g. "poisson 64 1 --arrivals
 #              poisson --rate 30"), the engine's parts' medians and p95s, first chunk of 2 frames and of 1
@@ -50,6 +51,8 @@
 #   codecbench kernels/device/bench_codec.py: the codec alone at CODEC_BATCHES streams (default 16,64) and groups of
 #              CODEC_GROUPS frames (default 1,12): per-stream calls, one batched call, the codec worker; audio s/s;
 #              then again with each flag of CODEC_AB (default --cudnn-benchmark: cuDNN's timed conv algorithms)
+#   codecprofile  kernels/device/profile_codec.py: a batched codec call at CODEC_BATCHES streams (default 16,64) by
+#              12 frames, its GPU time by stage, by torch op and by kernel
 #   peers      qwen3-tts-triton 0.3.0 and faster-qwen3-tts-batch 0.2.0 (benchmarks.peers_batch) at PEER_STREAMS (default
 #              STREAMS) streams of the 1.7B, with ratios against step streams' JSON when it ran first (SIZES=1.7b;
 #              PEERS_OURS: another bench.streams JSON);
@@ -183,6 +186,11 @@ step_codecbench() {  # the codec alone: per-stream, batched and worker calls (ke
     grep -E "^\| [0-9]|kernels per call|Error" $R/codecbench$flag.log | tail -8 | cut -c1-220
   done
 }
+step_codecprofile() {  # where a batched codec call's GPU time goes (kernels/device/profile_codec.py)
+  left codecprofile || return
+  timeout 150 python3 kernels/device/profile_codec.py --batches ${CODEC_BATCHES:-16,64} > $R/codecprofile.log 2>&1
+  echo "codecprofile rc=$? [$((SECONDS - t)) s]"; grep -v Warning $R/codecprofile.log | cut -c1-200 | head -90
+}
 step_batchedtests() {
   py kernels 200 tests/kernels/test_batched_kernels_gpu.py tests/kernels/test_int8_kernels_gpu.py
   step_enginetests
@@ -224,14 +232,22 @@ start_server() {  # the 1.7B server at its defaults, Wyoming on 10200 and HTTP o
   for i in $(seq 200); do grep -q "Ready" $R/$1.log && break; kill -0 $srv 2>/dev/null || break; sleep 1; done
   echo "ready after $i s"; grep -E "max_streams auto|Continuous batching|Serving|[Pp]refix" $R/$1.log | head -6 | cut -c1-260
 }
-step_server() {  # once per prefix-cache size in PREFIX_MBS (default PREFIX_MB, default 0); files tagged -p<MB>
+step_server() {  # once per prefix-cache size in PREFIX_MBS (default PREFIX_MB, default 0) and per variant of
+  # SERVER_AB ("LABEL[,VAR=value...] ...", default "head": the server with those variables set, an A/B in one call);
+  # files tagged -p<MB>, and -LABEL where SERVER_AB is given
+  local variant label vars v
+  for variant in ${SERVER_AB:-head}; do
+  label=${variant%%,*}; vars=""; [[ $variant == *,* ]] && vars=${variant#*,} && vars=${vars//,/ }
+  local tag=""; [ -n "${SERVER_AB:-}" ] && tag=-$label
   for mb in ${PREFIX_MBS:-${PREFIX_MB:-0}}; do
-  left server-p$mb || return
-  echo "server, prefix cache $mb MB"
-  start_server server-p$mb $mb
+  left server-p$mb$tag || return
+  echo "server $label $vars, prefix cache $mb MB"
+  for v in $vars; do export "$v"; done
+  start_server server-p$mb$tag $mb
+  for v in $vars; do unset "${v%%=*}"; done
   load() {  # name, then bench.load arguments; SERVER_LOADS (names, default all) picks the loads
     [ -z "${SERVER_LOADS:-}" ] || [[ " $SERVER_LOADS " == *" $1 "* ]] || return 0
-    local name=$1-p$mb; shift
+    local name=$1-p$mb$tag; shift
     left $name || return
     timeout 60 python3 -m $LOAD --wyoming tcp://127.0.0.1:10200 --json --metrics $METRICS "$@" > $R/$name.json 2>/dev/null
     python3 -c "
@@ -257,7 +273,8 @@ print('$name', r['sent'], r['served'], r['failed'], 'ttfa p50/p95', o['ttfa_p50_
   load http-burst-16-cold "${http[@]}" --http-client openai --clients 16 --rounds 2
   load http-burst-16-aiohttp "${http[@]}" --warmup 1 --clients 16 --rounds 2
   kill $srv; wait $srv 2>/dev/null
-  grep -E "Traceback|Error" $R/server-p$mb.log | tail -5 | cut -c1-220
+  grep -E "Traceback|Error" $R/server-p$mb$tag.log | tail -5 | cut -c1-220
+  done
   done
 }
 step_firstaudio() {  # where a request's first audio goes (the engine's debug line per request: prompt, queue,

@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bump on any change of a prototype, of a constant below or of a function's meaning. */
-#define Q3T_ABI_VERSION 13
+#define Q3T_ABI_VERSION 14
 
 #define Q3T_F32 0
 #define Q3T_BF16 1
@@ -251,6 +251,12 @@ Q3T_API int q3t_batched_advance(const int* slot, int nb, int* pos, int* step, vo
  * qkv and o the attention: start, computed, past the barrier), 5 for the head and 1 after the draw. One block per SM; GEMV sums in another order than
  * q3t_gemv's (float32 rounding apart), attention and cache rows q3t_rope_attention's bit for bit. */
 Q3T_API int q3t_cp_passes(int dtype, const void* const* layer_ptrs, int n_layers, const void* const* heads, const void* const* inputs, int input_dtype, int first, int last, int hidden, int inter, int hq, int hkv, int d, int max_seq, int vocab, float eps, float scale, const float* final_norm, const float* cos_tab, const float* sin_tab, float* x, float* qkv, float* attn, float* mlp, float* logits, int* codes, int flags, float temperature, int top_k, float top_p, const int* slot, const q3t_sample_params* params, const unsigned long long* seed_ptr, const int* step_ptr, unsigned* sync, long long* trace, void* stream);
+
+/* The codec decoder's SnakeBeta activation (model/codec.py): y = x + inv_beta[c] * sin(x * alpha[c])^2 for x
+ * [batch, channels, t] of dtype (Q3T_F32 or Q3T_BF16; alpha and inv_beta [channels], the same dtype), each op
+ * rounded to dtype as torch's ops round it. x and y are strided (batch and channel strides in elements, last
+ * stride 1), so y may be a slice of a larger buffer (the conv's left context before it). A plain launch (no PDL). */
+Q3T_API int q3t_snake_beta(int dtype, const void* x, long long x_batch, long long x_channel, const void* alpha, const void* inv_beta, void* y, long long y_batch, long long y_channel, int batch, int channels, int t, void* stream);
 
 #ifdef __cplusplus
 }

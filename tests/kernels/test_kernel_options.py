@@ -22,6 +22,7 @@ def test_each_variable_overrides_its_option() -> None:
     assert KernelOptions.from_env({"Q3T_BATCHED_ATTN_SPLITS": "4"}).batched_attn_splits == 4
     assert KernelOptions.from_env({"Q3T_STEPS_AHEAD": "4"}).steps_ahead == 4
     assert KernelOptions.from_env({"Q3T_ADMIT_GATHER_MS": "7.5"}).admit_gather_ms == 7.5
+    assert KernelOptions().fused_codec and not KernelOptions.from_env({"Q3T_FUSED_CODEC": "0"}).fused_codec
 
 
 @pytest.mark.parametrize(

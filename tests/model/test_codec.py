@@ -246,3 +246,43 @@ def test_encoder_keys_ignored(tiny):
     dec = CodecDecoder.from_tensors(cfg, only_decoder)
     codes = _codes(3, 81)
     assert dec.decode(codes).shape == (3 * SPF,)
+
+
+def test_a_fused_activation_is_plumbed_where_torch_ops_were(tiny):
+    """use_fused_ops with a stand-in for the kernel (torch's own ops, written into `out`): every SnakeBeta runs on
+    it, the ones before a conv write behind its left context in one buffer, and a stream and slots decode the same
+    samples as on torch's ops, bit for bit; None puts torch's ops back."""
+    from wyoming_qwen3tts.model.codec_slots import CodecSlots
+
+    _, cfg, tensors = tiny
+    dec = CodecDecoder.from_tensors(cfg, tensors)
+    codes = [_codes(n, seed=n) for n in (1, 3, 5)]
+
+    def decode() -> torch.Tensor:
+        stream = dec.new_stream()
+        slots = CodecSlots(dec, 2)
+        ids = [slots.open(), slots.open()]
+        waves = [stream.decode(c) for c in codes]
+        waves += [slots.decode(ids, torch.stack([c, c.flip(0)]).numpy()).flatten() for c in codes]
+        return torch.cat(waves)
+
+    calls: list[tuple[int, int]] = []  # (out's channel stride, its length): a stride above it is a context buffer
+
+    def stand_in(x, alpha, inv_beta, out):
+        assert alpha.shape == inv_beta.shape == (x.shape[1],) and out.shape == x.shape and x.stride(-1) == 1
+        calls.append((out.stride(1), out.shape[-1]))
+        out.copy_(x + inv_beta[:, None] * torch.sin(x * alpha[:, None]).pow(2))
+
+    want = decode()
+    dec.use_fused_ops(stand_in)
+    got = decode()
+    assert torch.equal(got, want)
+    acts = 1 + 7 * len(cfg.upsample_rates)  # the output's, and each block's: its own and two in each of 3 units
+    assert len(calls) == acts * len(codes) * 2
+    # Those before a conv with a left context (each block's own and its units' first: 4 a block, and the output's)
+    # wrote behind it in that conv's input buffer; the units' second feed a 1-wide conv and wrote a tensor of their own.
+    behind = sum(1 for stride, length in calls if stride > length)
+    assert behind == (1 + 4 * len(cfg.upsample_rates)) * len(codes) * 2
+    dec.use_fused_ops(None)
+    calls.clear()
+    assert torch.equal(decode(), want) and not calls

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
+    from ..model.codec import CodecDecoder
     from ..model.prompt import Prompt
     from ..model.talker import Qwen3TTSModel
     from ..request import SamplingParams
@@ -73,6 +74,13 @@ class GathersArrivals(Protocol):
     def expect_arrival(self) -> None: ...  # this thread builds a prompt it will start() here
 
     def forget_arrival(self) -> None: ...  # it will not (the request failed first); a no-op after start()
+
+
+@runtime_checkable
+class FusesCodec(Protocol):
+    """A backend with kernels for the codec decoder too (the kernel backends': its SnakeBeta activations)."""
+
+    def fuse_codec(self, codec: CodecDecoder) -> None: ...  # before the codec's calls are captured
 
 
 class DecodeBackend(Protocol):

@@ -21,6 +21,7 @@ in the model dtype, RMSNorm statistics in fp32, RoPE tables in fp32 cast to the 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias
 
 import torch
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
 Tensor = torch.Tensor
 # What the convs keep their left contexts in: one stream's, or the rows of a batched call.
 ConvState: TypeAlias = "CodecStream | SlotRows"
+# A fused SnakeBeta (the kernel backend's Ops.snake_beta): (x, alpha [C], inv_beta [C], out) writes out, x and out
+# [B, C, T] with unit last strides, each op rounded as torch's (CodecDecoder.use_fused_ops).
+SnakeOp: TypeAlias = Callable[[Tensor, Tensor, Tensor, Tensor], None]
 
 # Weight names in speech_tokenizer/model.safetensors all start with this; encoder.* is codec_encoder.py's.
 _PREFIX = "decoder."
@@ -77,18 +81,33 @@ class CodecStream:
         other._kv = list(self._kv)
         return other
 
-    def _left_context(self, layer: object, x: Tensor, keep: int) -> Tensor:
-        """Prepend the last `keep` input samples this layer saw (zeros at the start) and remember the new ones."""
+    def _left_context(self, layer: object, x: Tensor, keep: int, act: _SnakeBeta | None = None) -> Tensor:
+        """Prepend the last `keep` input samples this layer saw (zeros at the start) to act(x) and remember the
+        new ones."""
         if keep == 0:
-            return x
+            return x if act is None else act(x)
         tail = self._tails.get(layer)
         if tail is None:
             # Zeros are exactly what the reference's left padding feeds the first frame.
             tail = x.new_zeros(x.shape[0], x.shape[1], keep)
-        x = torch.cat([tail, x], dim=-1)
+        x = with_context(tail, x, act)
         # clone so the stored tail does not keep this call's whole activation alive.
         self._tails[layer] = x[..., x.shape[-1] - keep :].clone()
         return x
+
+
+def with_context(tail: Tensor, x: Tensor, act: _SnakeBeta | None) -> Tensor:
+    """[tail, act(x)] along time: a conv's input after its left context. A fused act writes its output behind the
+    tail in one buffer, which saves the concatenation's pass over the activation."""
+    if act is None:
+        return torch.cat([tail, x], dim=-1)
+    if act.fused is None:
+        return torch.cat([tail, act(x)], dim=-1)
+    keep = tail.shape[-1]
+    buf = x.new_empty(x.shape[0], x.shape[1], keep + x.shape[-1])
+    buf[..., :keep].copy_(tail)
+    act(x, out=buf[..., keep:])
+    return buf
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -105,8 +124,9 @@ class _CausalConv:
         self.keep = (weight.shape[-1] - 1) * dilation if weight.ndim == 3 else 0
         self.channels = weight.shape[1] * groups if weight.ndim == 3 else 0  # input channels: the context's rows
 
-    def __call__(self, x: Tensor, st: ConvState) -> Tensor:
-        x = st._left_context(self, x, self.keep)
+    def __call__(self, x: Tensor, st: ConvState, act: _SnakeBeta | None = None) -> Tensor:
+        """The conv of act(x) (of x without act), after its left context."""
+        x = st._left_context(self, x, self.keep, act)
         return F.conv1d(x, self.weight, self.bias, dilation=self.dilation, groups=self.groups)
 
 
@@ -119,23 +139,35 @@ class _CausalConvTranspose:
         self.keep = (weight.shape[-1] - 1) // stride if weight.ndim == 3 else 0
         self.channels = weight.shape[0] if weight.ndim == 3 else 0
 
-    def __call__(self, x: Tensor, st: ConvState) -> Tensor:
+    def __call__(self, x: Tensor, st: ConvState, act: _SnakeBeta | None = None) -> Tensor:
+        """The transposed conv of act(x) (of x without act), after its left context."""
         n = x.shape[-1]
-        x = st._left_context(self, x, self.keep)
+        x = st._left_context(self, x, self.keep, act)
         y = F.conv_transpose1d(x, self.weight, self.bias, stride=self.stride)
         # Drop the blocks that belong to the context inputs (already emitted) and the unfinished right overhang.
         return y[..., self.keep * self.stride : (self.keep + n) * self.stride]
 
 
 class _SnakeBeta:
-    """x + sin^2(x*e^alpha) / (e^beta + 1e-9), per channel; the exps are taken once here, in the model dtype."""
+    """x + sin^2(x*e^alpha) / (e^beta + 1e-9), per channel; the exps are taken once here, in the model dtype.
+    With `fused` (CodecDecoder.use_fused_ops) one kernel computes it, rounding each op as torch's five do."""
 
     def __init__(self, alpha: Tensor, beta: Tensor) -> None:
         self.alpha = torch.exp(alpha)[:, None]
         self.inv_beta = (1.0 / (torch.exp(beta) + 1e-9))[:, None]
+        self.fused: SnakeOp | None = None
 
-    def __call__(self, x: Tensor) -> Tensor:
-        return x + self.inv_beta * torch.sin(x * self.alpha).pow(2)
+    def __call__(self, x: Tensor, out: Tensor | None = None) -> Tensor:
+        """act(x), into `out` when given."""
+        if self.fused is None:
+            y = x + self.inv_beta * torch.sin(x * self.alpha).pow(2)
+            return y if out is None else out.copy_(y)
+        if x.stride(-1) != 1:
+            x = x.contiguous()
+        if out is None:
+            out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        self.fused(x, self.alpha.view(-1), self.inv_beta.view(-1), out)
+        return out
 
 
 class _TransformerLayer:
@@ -221,7 +253,7 @@ class _ResidualUnit:
         self.conv2 = _CausalConv(w(p + "conv2.conv.weight", (dim, dim, 1)), w(p + "conv2.conv.bias", (dim,)))
 
     def __call__(self, x: Tensor, st: ConvState) -> Tensor:
-        return x + self.conv2(self.act2(self.conv1(self.act1(x), st)), st)
+        return x + self.conv2(self.act2(self.conv1(x, st, self.act1)), st)
 
 
 class _DecoderBlock:
@@ -235,7 +267,7 @@ class _DecoderBlock:
         self.units = [_ResidualUnit(w, p + f"block.{2 + j}.", out_dim, dil) for j, dil in enumerate((1, 3, 9))]
 
     def __call__(self, x: Tensor, st: ConvState) -> Tensor:
-        x = self.up(self.act(x), st)
+        x = self.up(x, st, self.act)
         for unit in self.units:
             x = unit(x, st)
         return x
@@ -373,7 +405,22 @@ class CodecDecoder:
         x = self.conv_in(x, st)
         for blk in self.blocks:
             x = blk(x, st)
-        return self.conv_out(self.act_out(x), st).clamp(-1.0, 1.0)
+        return self.conv_out(x, st, self.act_out).clamp(-1.0, 1.0)
+
+    def _activations(self) -> list[_SnakeBeta]:
+        acts = [self.act_out]
+        for blk in self.blocks:
+            acts.append(blk.act)
+            for unit in blk.units:
+                acts += [unit.act1, unit.act2]
+        return acts
+
+    def use_fused_ops(self, snake: SnakeOp | None) -> None:
+        """Run every SnakeBeta on `snake` (the kernel backend's fused kernel: one pass where torch's ops make ~11,
+        and written behind the conv's left context, no concatenation), or on torch's ops again (None). The same
+        samples either way: the kernel rounds each op as torch does. Before CodecSlots captures its calls."""
+        for act in self._activations():
+            act.fused = snake
 
     def _stateful_convs(self) -> list[_CausalConv | _CausalConvTranspose]:
         """Every conv that keeps a left context between calls, in the order a decode runs them."""

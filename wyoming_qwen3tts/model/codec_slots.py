@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .codec import CodecDecoder, CodecStream, Tensor
+from .codec import CodecDecoder, CodecStream, Tensor, _SnakeBeta, with_context
 from .layers import rms_norm, rope_tables
 
 
@@ -238,13 +238,14 @@ class SlotRows:
     def __init__(self, slots: CodecSlots, data: Tensor) -> None:
         self.slots, self.data = slots, data
 
-    def _left_context(self, layer: object, x: Tensor, keep: int) -> Tensor:
-        """CodecStream._left_context for B rows: prepend each row's context, then overwrite it with the new one."""
+    def _left_context(self, layer: object, x: Tensor, keep: int, act: _SnakeBeta | None = None) -> Tensor:
+        """CodecStream._left_context for B rows: prepend each row's context to act(x), then overwrite it with the
+        new one."""
         if keep == 0:
-            return x
+            return x if act is None else act(x)
         off, channels, _ = self.slots._convs[layer]
         tail = self.data[:, off : off + channels * keep].unflatten(1, (channels, keep))
-        x = torch.cat([tail, x], dim=-1)
+        x = with_context(tail, x, act)
         tail.copy_(x[..., x.shape[-1] - keep :])
         return x
 

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ...model.codec import CodecDecoder
 from ...model.prefix_cache import PrefixCache
 from ...model.prompt import Prompt
 from ...model.talker import Qwen3TTSModel
@@ -82,6 +83,12 @@ class KernelBackend:
         self._graph: torch.cuda.CUDAGraph | None = None
         self._graph_key: tuple[object, ...] | None = None
         self._owner: KernelDecodeSession | None = None
+
+    def fuse_codec(self, codec: CodecDecoder) -> None:
+        """The codec's SnakeBeta activations on this library's kernel (KernelOptions.fused_codec), where the codec
+        runs on this GPU in a dtype the kernel takes."""
+        if self.options.fused_codec and codec.device.type == "cuda" and codec.dtype in (torch.float32, torch.bfloat16):
+            codec.use_fused_ops(self.ops.snake_beta)
 
     # -- what sessions, tests and device scripts read ----------------------------------------------
     @property

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Must equal Q3T_ABI_VERSION in kernels/include/q3t.h; part of the cache key, checked by library.py at load.
-ABI_VERSION = 13
+ABI_VERSION = 14
 
 # The kernel sources: inside the package when installed from a wheel or non-editable (setup.py puts
 # them there), else the checkout's kernels/ (editable installs, the Docker images, tests).

@@ -131,6 +131,13 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
     ),
     "q3t_store_row": (_c_int, [_p, _c_int, _p, _p, _c_int, _p]),
     "q3t_add_i32": (_c_int, [_p, _c_int, _c_int, _p]),
+    # The codec decoder's activation (q3t.h, after the batched step).
+    "q3t_snake_beta": (
+        _c_int,
+        [_c_int, _p, ctypes.c_longlong, ctypes.c_longlong, _p, _p, _p, ctypes.c_longlong, ctypes.c_longlong]
+        + [_c_int] * 3
+        + [_p],
+    ),
     # The batched decode step (q3t.h, last section).
     "q3t_batched_gemv": (
         _c_int,

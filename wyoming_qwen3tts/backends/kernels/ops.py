@@ -496,6 +496,36 @@ class Ops:
         """counters += delta on the device (int32)."""
         self.lib.call("q3t_add_i32", counters.data_ptr(), counters.numel(), delta, _stream(stream))
 
+    def snake_beta(self, x: Tensor, alpha: Tensor, inv_beta: Tensor, out: Tensor, *, stream: int | None = None) -> None:
+        """out = x + inv_beta * sin(x * alpha)^2 (the codec's SnakeBeta, model/codec.py) for x and out [B, C, T]
+        (either may be a strided view with the last stride 1: out may be a slice of the conv's input buffer),
+        alpha and inv_beta holding C values; each op rounded to the dtype as torch's are."""
+        if x.dim() != 3 or out.shape != x.shape or x.stride(-1) != 1 or out.stride(-1) != 1:
+            raise ValueError(f"snake_beta wants x and out [B, C, T] with unit last strides, got {x.shape}, {out.shape}")
+        b, c, t = x.shape
+        if not (alpha.is_contiguous() and inv_beta.is_contiguous() and alpha.numel() == c == inv_beta.numel()):
+            raise ValueError(f"snake_beta wants {c} contiguous alphas and betas, got {alpha.shape}, {inv_beta.shape}")
+        if not x.dtype == out.dtype == alpha.dtype == inv_beta.dtype:
+            raise ValueError(f"snake_beta wants one dtype, got {x.dtype}, {out.dtype}, {alpha.dtype}, {inv_beta.dtype}")
+        if t == 0 or b == 0:
+            return
+        self.lib.call(
+            "q3t_snake_beta",
+            dtype_code(x.dtype),
+            x.data_ptr(),
+            x.stride(0),
+            x.stride(1),
+            alpha.data_ptr(),
+            inv_beta.data_ptr(),
+            out.data_ptr(),
+            out.stride(0),
+            out.stride(1),
+            b,
+            c,
+            t,
+            _stream(stream),
+        )
+
     # -- the batched decode step: nb <= 16 rows (streams), per-slot state (q3t.h, last section) ------------
 
     def batched_gemv(

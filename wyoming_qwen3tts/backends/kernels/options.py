@@ -60,6 +60,10 @@ class KernelOptions:
     # first codec call are one, not one round after another (scheduler.py, Arrivals); 0: admit what is queued at
     # every step boundary. A lone request never waits: nothing else is being built.
     admit_gather_ms: float = 0.0
+    # The codec decoder's SnakeBeta activations on the library's fused kernel (q3t_snake_beta, CodecDecoder.use_fused_ops):
+    # one pass over each activation where torch's five ops make ~11, written behind the next conv's left context;
+    # the same samples (each op rounded as torch rounds it).
+    fused_codec: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.attn_splits <= 1024:
@@ -77,8 +81,8 @@ class KernelOptions:
     def from_env(cls, env: Mapping[str, str] = os.environ) -> KernelOptions:
         """Q3T_PDL=0, Q3T_ATTN_SPLITS=N, Q3T_GRAPH_PREFILL=0, Q3T_GEMV_CLUSTER=0, Q3T_GEMV_GROUPS=1,
         Q3T_CP_PERSISTENT=1, Q3T_I8_DEEP=1, Q3T_BLAS_ROWS=N (0: never), Q3T_BATCHED_ATTN_SPLITS=N (0: auto) and
-        Q3T_STEPS_AHEAD=N, Q3T_FIRST_AUDIO_HOLD=0, Q3T_FUSED_PREFILL=0 and Q3T_ADMIT_GATHER_MS=N override the
-        defaults."""
+        Q3T_STEPS_AHEAD=N, Q3T_FIRST_AUDIO_HOLD=0, Q3T_FUSED_PREFILL=0, Q3T_ADMIT_GATHER_MS=N and Q3T_FUSED_CODEC=0
+        override the defaults."""
         return cls(
             pdl=env.get("Q3T_PDL", "1") != "0",
             attn_splits=int(env.get("Q3T_ATTN_SPLITS", cls.attn_splits)),
@@ -93,4 +97,5 @@ class KernelOptions:
             first_audio_hold=env.get("Q3T_FIRST_AUDIO_HOLD", "1") != "0",
             fused_prefill=env.get("Q3T_FUSED_PREFILL", "1") != "0",
             admit_gather_ms=float(env.get("Q3T_ADMIT_GATHER_MS", cls.admit_gather_ms)),
+            fused_codec=env.get("Q3T_FUSED_CODEC", "1") != "0",
         )

@@ -29,6 +29,7 @@ from .batched import BUCKETS, MAX_SLOTS, Admission, BatchedDecoder
 from .frame import NUM_GROUPS
 
 if TYPE_CHECKING:
+    from ...model.codec import CodecDecoder
     from .. import GroupSink
 
 _LOGGER = logging.getLogger(__name__)
@@ -332,6 +333,10 @@ class BatchingBackend:
             self._queue[0].queued_at,
             time.monotonic(),
         )
+
+    def fuse_codec(self, codec: CodecDecoder) -> None:
+        """The codec on the kernels too (KernelBackend.fuse_codec: the library is shared)."""
+        self.single.fuse_codec(codec)
 
     def warm_up(self) -> int:
         """Capture the prefill graphs that admissions replay: the one-stream backend's (a few arrivals at once)
