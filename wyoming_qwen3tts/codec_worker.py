@@ -33,7 +33,9 @@ _LOGGER = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEPTH = int(os.environ.get("Q3T_CODEC_DEPTH", "2"))  # calls queued on the GPU at once
-MAX_ROWS = 16  # streams per call: bounds a call's activations and how long a newcomer may wait behind it
+# Streams per call: bounds a call's activations and how long a newcomer may wait behind it. Larger calls cost less a
+# frame (H100, 12-frame groups: 16 rows 140 us a frame, 64 rows 87: kernels/device/bench_codec.py); an A/B knob.
+MAX_ROWS = int(os.environ.get("Q3T_CODEC_MAX_ROWS", "16"))
 # Streams per call of a group of n frames: MAX_ROWS, or more for short groups (rows x n at most ROW_FRAMES), so a
 # burst's first chunks (1 frame each) go out in one call rather than one call per MAX_ROWS of them, each behind the last.
 ROW_FRAMES = int(os.environ.get("Q3T_CODEC_ROW_FRAMES", "16"))
