@@ -42,6 +42,16 @@ ROW_FRAMES = int(os.environ.get("Q3T_CODEC_ROW_FRAMES", "16"))
 # Frames one call may take in all (0: only the rows bound it): a newly joined stream's first group waits behind up
 # to DEPTH calls already on the GPU, 16 rows of 12 frames each at most without it (an A/B knob, off by default).
 CALL_FRAMES = int(os.environ.get("Q3T_CODEC_CALL_FRAMES", "0"))
+# Captured calls take the conv algorithms cuDNN times for their shapes (torch.backends.cudnn.benchmark, on for the
+# warm-up only: later eager calls keep the heuristic picks, and nothing else in the process is timed); the heuristic
+# picked a non-tensor-core kernel for three of the 768-channel convs (H100, kernels/device/profile_codec.py). An A/B
+# knob until measured in the server.
+TUNE_CONVS = os.environ.get("Q3T_CODEC_TUNE", "0") == "1"
+# Groups of at least COALESCE_FRAMES frames (a stream's later groups: the client holds audio ahead of them) wait up
+# to COALESCE_S for more such groups to share their call, up to a full call: fewer, larger calls cost the GPU less a
+# frame (bench_codec.py); first groups never wait. 0: launch whatever waits (an A/B knob until measured).
+COALESCE_S = float(os.environ.get("Q3T_CODEC_COALESCE_MS", "0")) / 1000
+COALESCE_FRAMES = 8
 
 
 def rows_per_call(n: int) -> int:
@@ -72,6 +82,7 @@ class WorkerStream:
         # Set when the worker has queued the call that decodes the waiting group (or failed it): wait_launched().
         self.launched = threading.Event()
         self.call_done: torch.cuda.Event | None = None  # recorded after that call, on the worker's CUDA stream
+        self.queued_at = 0.0  # when the waiting group was queued (monotonic s)
 
     def submit(self, codes: np.ndarray) -> None:
         """Queue the next frame group [n, 16] now, from any thread (the batching scheduler, at the step that
@@ -96,6 +107,7 @@ class WorkerStream:
     def _queue(self, codes: np.ndarray) -> None:
         worker = self.worker
         self.codes, self.pcm = codes, b""
+        self.queued_at = time.monotonic()
         self.done.clear()
         self.launched.clear()
         self.call_done = None
@@ -168,9 +180,15 @@ class CodecWorker:
 
         def job() -> int:
             shapes = 0
-            for n in sorted(set(frames)):
-                most_rows = min(rows_per_call(n), self.slots.capacity)
-                shapes += self.slots.warm_up([n], most_rows, capture=self.cuda_stream is not None)
+            tune = TUNE_CONVS and self.cuda_stream is not None
+            before = torch.backends.cudnn.benchmark
+            torch.backends.cudnn.benchmark = before or tune
+            try:
+                for n in sorted(set(frames)):
+                    most_rows = min(rows_per_call(n), self.slots.capacity)
+                    shapes += self.slots.warm_up([n], most_rows, capture=self.cuda_stream is not None)
+            finally:
+                torch.backends.cudnn.benchmark = before
             if self.cuda_stream is not None:
                 self.cuda_stream.synchronize()
             return shapes
@@ -212,7 +230,10 @@ class CodecWorker:
             for slot in self.released:
                 self.slots.close(slot)
             self.released.clear()
-            streams = self._pick() if len(self._inflight) < DEPTH and not jobs else []
+            streams, hold_s = self._pick() if len(self._inflight) < DEPTH and not jobs else ([], 0.0)
+            if not (streams or jobs or self._inflight) and hold_s > 0:
+                self.cond.wait(hold_s)  # later groups gathering into one call, nothing else to do
+                return
         for job, future in jobs:
             try:
                 future.set_result(job())
@@ -237,15 +258,21 @@ class CodecWorker:
             time.sleep(POLL_S)
             DECODE.codec_wait_s += time.monotonic() - waited
 
-    def _pick(self) -> list[WorkerStream]:
-        """The next call's streams (under cond): those whose groups have the smallest length, oldest first."""
+    def _pick(self) -> tuple[list[WorkerStream], float]:
+        """The next call's streams (under cond): those whose groups have the smallest length, oldest first; or none
+        and how long to wait while later groups gather (COALESCE_S)."""
         if not self.waiting:
-            return []
+            return [], 0.0
         n = min(len(s.codes) for s in self.waiting)  # type: ignore[arg-type]
-        picked = [s for s in self.waiting if len(s.codes) == n][: rows_per_call(n)]  # type: ignore[arg-type]
+        rows = rows_per_call(n)
+        picked = [s for s in self.waiting if len(s.codes) == n][:rows]  # type: ignore[arg-type]
+        if COALESCE_S > 0 and n >= COALESCE_FRAMES and len(picked) < rows:
+            hold = picked[0].queued_at + COALESCE_S - time.monotonic()
+            if hold > 0:
+                return [], hold
         for s in picked:
             self.waiting.remove(s)
-        return picked
+        return picked, 0.0
 
     def _launch(self, streams: list[WorkerStream]) -> None:
         """Queue one batched call; if it fails, each stream alone (a failed call leaves its slots as they were)."""

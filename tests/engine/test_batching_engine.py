@@ -189,6 +189,46 @@ def test_rows_per_call_and_its_frame_bound(monkeypatch):
     assert [cw.rows_per_call(n) for n in (1, 2, 4, 8, 12, 64)] == [48, 24, 12, 6, 4, 1]
 
 
+def test_later_groups_gather_into_one_call_and_first_groups_do_not_wait(loaded, monkeypatch):
+    """With COALESCE_S 0.4 s: an 8-frame group and another 0.15 s behind it go in one call when the first has waited
+    0.4 s (two rows fill no call); a lone 8-frame group goes alone after 0.4 s; a 2-frame group (a stream's first)
+    goes at once."""
+    import wyoming_qwen3tts.codec_worker as cw
+
+    monkeypatch.setattr(cw, "COALESCE_S", 0.4)
+    worker = CodecWorker(loaded.codec, None, 4)
+    calls: list[tuple[int, int, float]] = []
+    decode = worker.slots.decode
+    t0 = time.monotonic()
+
+    def recorded(ids, codes):
+        calls.append((len(ids), codes.shape[1], time.monotonic() - t0))
+        return decode(ids, codes)
+
+    worker.slots.decode = recorded  # type: ignore[method-assign]
+    codes = np.random.default_rng(3).integers(0, 2048, (4, 8, 16))
+    streams = [worker.open(loaded.codec.new_stream()) for _ in range(4)]
+    out = _at_once([lambda i=i: streams[i].decode(codes[i]) for i in range(2)], [0.0, 0.15])
+    assert [c[:2] for c in calls] == [(2, 8)] and 0.4 <= calls[0][2] < 0.55, calls
+    calls.clear()
+    t0 = time.monotonic()
+    streams[2].decode(codes[2, :2])
+    assert [c[:2] for c in calls] == [(1, 2)] and calls[0][2] < 0.2, calls
+    calls.clear()
+    t0 = time.monotonic()
+    streams[3].decode(codes[3])
+    assert [c[:2] for c in calls] == [(1, 8)] and calls[0][2] >= 0.4, calls
+    for i in range(2):
+        assert isinstance(out[i], bytes) and len(out[i]) == 8 * 1920 * 2
+    # A call that is full (rows_per_call rows: 2 here) goes as soon as its last group comes.
+    monkeypatch.setattr(cw, "MAX_ROWS", 2)
+    monkeypatch.setattr(cw, "ROW_FRAMES", 16)
+    calls.clear()
+    t0 = time.monotonic()
+    _at_once([lambda i=i: streams[i].decode(codes[i]) for i in range(2)], [0.0, 0.15])
+    assert [c[:2] for c in calls] == [(2, 8)] and 0.15 <= calls[0][2] < 0.3, calls
+
+
 def test_a_bad_group_in_a_batched_call_fails_its_stream_only(loaded):
     """The call of a good and a bad group fails; the worker decodes each alone: the good stream gets its audio
     (as a stream alone decodes it), the bad one its error; both streams' slots go back when closed."""
