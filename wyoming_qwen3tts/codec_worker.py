@@ -47,10 +47,12 @@ CALL_FRAMES = int(os.environ.get("Q3T_CODEC_CALL_FRAMES", "0"))
 # picked a non-tensor-core kernel for three of the 768-channel convs (H100, kernels/device/profile_codec.py). An A/B
 # knob until measured in the server.
 TUNE_CONVS = os.environ.get("Q3T_CODEC_TUNE", "0") == "1"
-# Groups of at least COALESCE_FRAMES frames (a stream's later groups: the client holds audio ahead of them) wait up
-# to COALESCE_S for more such groups to share their call, up to a full call: fewer, larger calls cost the GPU less a
-# frame (bench_codec.py); first groups never wait. 0: launch whatever waits (an A/B knob until measured).
-COALESCE_S = float(os.environ.get("Q3T_CODEC_COALESCE_MS", "0")) / 1000
+# Groups of at least COALESCE_FRAMES frames (a stream's later groups: the client holds 0.5 s of audio or more ahead
+# of them) wait up to COALESCE_S for more such groups to share their call, until the call is full or holds every
+# open stream: fewer, larger calls cost the GPU less a frame, which the steps get back. First groups never wait.
+# Measured (H100, de2bc46, one call, a burst of 64): 3,337 -> 3,858 audio frames/s, first audio p95 145.0 -> 125.8
+# ms; bursts of 16 and Poisson loads within the spread (docs/performance.md). 0: launch whatever waits.
+COALESCE_S = float(os.environ.get("Q3T_CODEC_COALESCE_MS", "30")) / 1000
 COALESCE_FRAMES = 8
 
 
@@ -138,6 +140,8 @@ class WorkerStream:
         gives the slot back when it ends (_deliver, _fail)."""
         worker = self.worker
         with worker.cond:
+            if not self.closed:
+                worker.streams_open -= 1
             self.closed = True
             if self in worker.waiting:
                 worker.waiting.remove(self)
@@ -166,11 +170,14 @@ class CodecWorker:
         self.released: list[int] = []  # slots of closed streams, to give back on the worker thread
         self._inflight: collections.deque[_Call] = collections.deque()
         self._jobs: list[tuple[Callable[[], object], concurrent.futures.Future]] = []  # run on the worker thread
+        self.streams_open = 0  # WorkerStreams opened and not closed: the most one call could gather
         self._thread = threading.Thread(target=self._run, name="qwen3tts-codec", daemon=True)
         self._thread.start()
 
     def open(self, start: CodecStream) -> WorkerStream:
         """A stream for one request that continues `start` (a fresh CodecStream, or a cloned voice's context)."""
+        with self.cond:
+            self.streams_open += 1
         return WorkerStream(self, start)
 
     def warm_up(self, frames: Iterable[int]) -> int:
@@ -266,7 +273,7 @@ class CodecWorker:
         n = min(len(s.codes) for s in self.waiting)  # type: ignore[arg-type]
         rows = rows_per_call(n)
         picked = [s for s in self.waiting if len(s.codes) == n][:rows]  # type: ignore[arg-type]
-        if COALESCE_S > 0 and n >= COALESCE_FRAMES and len(picked) < rows:
+        if COALESCE_S > 0 and n >= COALESCE_FRAMES and len(picked) < min(rows, self.streams_open):
             hold = picked[0].queued_at + COALESCE_S - time.monotonic()
             if hold > 0:
                 return [], hold

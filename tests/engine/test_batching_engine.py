@@ -190,9 +190,9 @@ def test_rows_per_call_and_its_frame_bound(monkeypatch):
 
 
 def test_later_groups_gather_into_one_call_and_first_groups_do_not_wait(loaded, monkeypatch):
-    """With COALESCE_S 0.4 s: an 8-frame group and another 0.15 s behind it go in one call when the first has waited
-    0.4 s (two rows fill no call); a lone 8-frame group goes alone after 0.4 s; a 2-frame group (a stream's first)
-    goes at once."""
+    """With COALESCE_S 0.4 s and four streams open: an 8-frame group and another 0.15 s behind it go in one call when
+    the first has waited 0.4 s (two rows fill no call); a lone 8-frame group goes alone after 0.4 s; a 2-frame group
+    (a stream's first) goes at once, and so does the group of the only open stream, or of a full call."""
     import wyoming_qwen3tts.codec_worker as cw
 
     monkeypatch.setattr(cw, "COALESCE_S", 0.4)
@@ -220,6 +220,14 @@ def test_later_groups_gather_into_one_call_and_first_groups_do_not_wait(loaded, 
     assert [c[:2] for c in calls] == [(1, 8)] and calls[0][2] >= 0.4, calls
     for i in range(2):
         assert isinstance(out[i], bytes) and len(out[i]) == 8 * 1920 * 2
+    # A group of the only open stream goes at once: nobody could join it.
+    for i in (1, 2, 3):
+        streams[i].close()
+    calls.clear()
+    t0 = time.monotonic()
+    streams[0].decode(codes[0])
+    assert [c[:2] for c in calls] == [(1, 8)] and calls[0][2] < 0.2, calls
+    streams[1:] = [worker.open(loaded.codec.new_stream()) for _ in range(3)]
     # A call that is full (rows_per_call rows: 2 here) goes as soon as its last group comes.
     monkeypatch.setattr(cw, "MAX_ROWS", 2)
     monkeypatch.setattr(cw, "ROW_FRAMES", 16)
@@ -381,7 +389,9 @@ def test_the_scheduler_hands_a_waiting_requests_groups_to_the_codec(loaded):
     """A group a request's thread already waits for goes to the codec worker from the stepping thread, at the step
     that completed it (WorkerStream.submit), and the request's own decode then only waits: every group but those
     ready before the request asked for them, and the audio is the same as without the hand-off."""
-    engine = _engine(loaded, step_s=0.004)
+    # Steps slow enough (20 ms) that the request's thread has taken each group's PCM and waits again before the next
+    # group completes, whatever the CPU codec's speed on this machine (at 4 ms a step it sometimes had not).
+    engine = _engine(loaded, step_s=0.02)
     request = _request(0, 30)
     submitted: list[tuple[str, int]] = []
     worker = engine._codec_worker
