@@ -1,7 +1,7 @@
 // The codec decoder's activation (model/codec.py, _SnakeBeta): y = x + inv_beta[c] * sin(x * alpha[c])^2 per
 // channel c, one read and one write of the activation where torch's five ops make ~11 passes over it. The
-// vocoder runs it 29 times a call on its largest tensors (96 channels at 24 kHz), so in a batched call it is
-// a fifth of the codec's GPU time. Each op is rounded to the tensor's dtype as torch rounds it (products and
+// vocoder runs it 29 times a call on its largest tensors (96 channels at 24 kHz): a call of 16 streams by 12
+// frames took 33.6 ms of GPU on torch's ops and 23.9 on this kernel (H100, kernels/device/profile_codec.py). Each op is rounded to the tensor's dtype as torch rounds it (products and
 // the sum with explicit rounding, so nothing is contracted into an FMA), so the samples equal torch's.
 #include "common.cuh"
 
