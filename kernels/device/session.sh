@@ -253,6 +253,7 @@ step_server() {  # once per prefix-cache size in PREFIX_MBS (default PREFIX_MB, 
     python3 -c "
 import json; r=json.load(open('$R/$name.json')); o=r['overall']; p=r.get('pipeline', {})
 print('$name', r['sent'], r['served'], r['failed'], 'ttfa p50/p95', o['ttfa_p50_ms'], o['ttfa_p95_ms'], 'done p50/p95', o['completion_p50_ms'], o['completion_p95_ms'], 'fps', o['frames_per_s'],
+      'behind playback', o.get('stalled'), 'p95/max', o.get('stall_p95_ms'), o.get('stall_max_ms'),
       '| decode/codec fps', p.get('decode_frames_per_s'), p.get('codec_frames_per_s'), 'a step', p.get('frames_per_step'), 'GPU wait: scheduler/codec', p.get('scheduler_gpu_wait_share'), p.get('codec_gpu_wait_share'))" 2>&1 | tail -1
   }
   load alone --clients 1 --rounds 4

@@ -19,6 +19,7 @@ from wyoming_qwen3tts.tools.load import (
     parse_args,
     pipeline_counters,
     pipeline_report,
+    playback_deficit_s,
     run_load,
     summarize,
 )
@@ -39,7 +40,11 @@ STATS_KEYS = {
     "audio_frames",
     "audio_seconds",
     "frames_per_s",
+    "stalled",
+    "stall_p95_ms",
+    "stall_max_ms",
 }
+STALL_KEYS = {"stalled", "stall_p95_ms", "stall_max_ms"}  # 0 where the audio kept ahead
 
 
 def made_up(protocol: str, ttfa_ms: list[float], frames: int = 5) -> list[Record]:
@@ -66,10 +71,26 @@ def test_summary_of_made_up_records() -> None:
     assert (w["audio_frames"], h["audio_frames"], o["audio_frames"]) == (25, 15, 40)
     assert o["audio_seconds"] == pytest.approx(3.2) and o["frames_per_s"] == 20 and w["frames_per_s"] == 12.5
     assert o["ttfa_p50_ms"] == 35 and o["ttfa_max_ms"] == 75  # soak.percentile: index round(0.5 * 9) = 4 of the ten
+    assert (o["stalled"], o["stall_max_ms"]) == (0, 0)
+    wyoming[2].stall_s, http[0].stall_s = 0.04, 0.12
+    stalls = summarize(wyoming + http, wall_s=2.0)
+    assert (stalls["overall"]["stalled"], stalls["overall"]["stall_max_ms"]) == (2, 120)
+    assert (stalls["protocols"]["wyoming"]["stalled"], stalls["protocols"]["wyoming"]["stall_p95_ms"]) == (1, 40)
     # One protocol only: no difference; nothing served: no times.
     assert "http_minus_wyoming_ttfa_ms" not in summarize(wyoming, 1.0)
     empty = summarize([failed], 1.0)
     assert empty["overall"]["ttfa_p50_ms"] is None and empty["served"] == 0 and list(empty["protocols"]) == ["http"]
+
+
+def test_playback_deficit_of_chunk_arrivals() -> None:
+    """80 ms chunks (3,840 bytes): the third came 200 ms after the first, with 160 ms of audio before it, so a
+    player started at the first had run dry for 40 ms; chunks that keep ahead give 0, and so does no audio."""
+    chunk = 3840
+    assert playback_deficit_s([(10.0, chunk), (10.05, chunk), (10.2, chunk)]) == pytest.approx(0.04)
+    assert playback_deficit_s([(10.0, 2 * chunk), (10.1, chunk), (10.2, chunk)]) == 0
+    assert playback_deficit_s([]) == 0 and playback_deficit_s([(3.0, 10)]) == 0
+    # The worst moment counts, not the last: behind by 50 ms at the second chunk, ahead again later.
+    assert playback_deficit_s([(0.0, chunk), (0.13, 10 * chunk), (0.3, chunk)]) == pytest.approx(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +111,9 @@ def check_run(report: dict, records: list[Record], n: int) -> None:  # type: ign
     for r in records:
         assert r.ttfa_s is not None and r.total_s is not None and 0 < r.ttfa_s <= r.total_s, r
     for stats in [report["overall"], *report["protocols"].values()]:
-        for key in STATS_KEYS - {"errors", "failed"}:
+        for key in STATS_KEYS - {"errors", "failed"} - STALL_KEYS:
             assert stats[key] > 0, (key, stats)
+        assert 0 <= stats["stalled"] <= stats["served"] and stats["stall_max_ms"] >= stats["stall_p95_ms"] >= 0
         assert stats["ttfa_p50_ms"] <= stats["ttfa_p95_ms"] <= stats["ttfa_max_ms"] <= stats["completion_max_ms"]
     assert set(report["http_minus_wyoming_ttfa_ms"]) == {"p50", "p95"}
     assert report["wall_s"] > 0

@@ -15,8 +15,9 @@ audio.speech.with_streaming_response, as an OpenAI-speaking client sends it; ins
 status 200; both: more than no audio, whole 80 ms frames) and timed from the request's send to
 its first audio bytes (TTFA) and to its end (completion; for Wyoming this includes the
 connect).  Reported per protocol and overall: requests, failures (with reasons), TTFA and
-completion p50/p95/max in ms, seconds of audio and audio frames per second of wall time; when both
-protocols ran, HTTP's TTFA p50/p95 minus Wyoming's.  Every request sent is counted as served or
+completion p50/p95/max in ms, seconds of audio and audio frames per second of wall time, and whether
+the streamed audio kept ahead of playback (the requests whose chunks fell behind a player started at their
+first chunk, and by how much: p95 and worst ms); when both protocols ran, HTTP's TTFA p50/p95 minus Wyoming's.  Every request sent is counted as served or
 failed.  --warmup N sends N requests per protocol one after another through the same clients before the
 timed rounds, untimed: a long-lived client (an app's AsyncOpenAI) is warm when a burst comes, and the
 openai package's first request costs it ~80 ms of its own imports and setup; warm-up requests are
@@ -49,9 +50,11 @@ from urllib.parse import urlparse
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from ..request import CHANNELS, SAMPLE_RATE, SAMPLE_WIDTH
 from .soak import FRAME_BYTES, TEXTS, one_request, percentile, scrape
 
 FRAME_SECONDS = 0.08
+BYTES_PER_SECOND = SAMPLE_RATE * SAMPLE_WIDTH * CHANNELS
 PROTOCOLS = ("wyoming", "http")
 
 
@@ -68,6 +71,20 @@ class Record:
     ttfa_s: float | None = None  # send -> first audio bytes
     total_s: float | None = None  # send -> end of the answer
     frames: int = 0
+    stall_s: float = 0.0  # how far its audio fell behind a player started at the first chunk (playback_deficit_s)
+
+
+def playback_deficit_s(arrivals: Sequence[tuple[float, int]]) -> float:
+    """How long a player that starts with the first chunk and never pauses would have run out of audio, at worst:
+    the largest (arrival of chunk k - arrival of the first) - (audio before chunk k), or 0 when the audio always
+    came ahead of playback. `arrivals`: (time s, bytes of 24 kHz s16le) in the order received."""
+    if not arrivals:
+        return 0.0
+    start, received, worst = arrivals[0][0], 0, 0.0
+    for at, size in arrivals:
+        worst = max(worst, (at - start) - received / BYTES_PER_SECOND)
+        received += size
+    return worst
 
 
 def _ms(value: float | None) -> float | None:
@@ -79,6 +96,7 @@ def _stats(records: list[Record], wall_s: float) -> dict[str, Any]:
     ttfa = [r.ttfa_s for r in served if r.ttfa_s is not None]
     total = [r.total_s for r in served if r.total_s is not None]
     frames = sum(r.frames for r in served)
+    stalls = [r.stall_s for r in served]
     errors: dict[str, int] = {}
     for r in records:
         if not r.ok:
@@ -97,6 +115,11 @@ def _stats(records: list[Record], wall_s: float) -> dict[str, Any]:
         "audio_frames": frames,
         "audio_seconds": round(frames * FRAME_SECONDS, 2),
         "frames_per_s": round(frames / wall_s, 2) if wall_s > 0 else None,
+        # Streaming kept ahead of playback? The requests whose audio fell behind a player started at their first
+        # chunk, and by how much (p95 and worst, ms).
+        "stalled": sum(1 for x in stalls if x > 0),
+        "stall_p95_ms": _ms(percentile(stalls, 0.95)),
+        "stall_max_ms": _ms(max(stalls)) if stalls else None,
     }
 
 
@@ -134,9 +157,11 @@ def summarize(records: Sequence[Record], wall_s: float) -> dict[str, Any]:
 async def wyoming_request(record: Record, host: str, port: int, text: str, args: argparse.Namespace) -> None:
     """One Wyoming request on its own connection (soak.one_request checks the answer)."""
     t0 = time.monotonic()
+    arrivals: list[tuple[float, int]] = []
     async with asyncio.timeout(args.timeout):  # the connect too
-        ttfa, frames = await one_request(host, port, text, args.voice, args.streaming, args.timeout)
+        ttfa, frames = await one_request(host, port, text, args.voice, args.streaming, args.timeout, arrivals)
     record.total_s = time.monotonic() - t0
+    record.stall_s = playback_deficit_s(arrivals)
     record.ttfa_s = min(ttfa, record.total_s)  # one_request starts its clock after the connect
     if frames <= 0:
         raise RuntimeError("no audio")
@@ -166,12 +191,18 @@ async def http_request(
 
 
 async def _read_audio(record: Record, chunks: AsyncIterator[bytes], t0: float) -> int:
-    """Bytes of audio in all, the first chunk's arrival recorded as the request's TTFA."""
+    """Bytes of audio in all, the first chunk's arrival recorded as the request's TTFA and every chunk's in its stall
+    (playback_deficit_s: the body's chunks as the HTTP stack hands them over)."""
     size = 0
+    arrivals: list[tuple[float, int]] = []
     async for data in chunks:
-        if data and record.ttfa_s is None:
+        if not data:
+            continue
+        if record.ttfa_s is None:
             record.ttfa_s = time.monotonic() - t0
+        arrivals.append((time.monotonic(), len(data)))
         size += len(data)
+    record.stall_s = playback_deficit_s(arrivals)
     return size
 
 
@@ -522,6 +553,12 @@ def format_table(report: dict[str, Any]) -> str:
     for name, st in rows:
         lines.append(f"{name:9}" + "".join(f"{'-' if st[c] is None else st[c]:>10}" for c in cols))
     lines.append("(times in ms)")
+    o = report["overall"]
+    if o["served"]:
+        lines.append(
+            f"behind playback (a player started at the first chunk): {o['stalled']} of {o['served']} requests, "
+            f"p95 {o['stall_p95_ms']} ms, worst {o['stall_max_ms']} ms"
+        )
     diff = report.get("http_minus_wyoming_ttfa_ms")
     if diff:
         lines.append(f"HTTP - Wyoming TTFA: p50 {diff['p50']:+} ms, p95 {diff['p95']:+} ms")

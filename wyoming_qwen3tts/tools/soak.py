@@ -259,9 +259,16 @@ def verdict(
 
 
 async def one_request(
-    host: str, port: int, text: str, voice: str, streaming: bool, timeout: float
+    host: str,
+    port: int,
+    text: str,
+    voice: str,
+    streaming: bool,
+    timeout: float,
+    arrivals: list[tuple[float, int]] | None = None,
 ) -> tuple[float, int]:
-    """One request on its own connection; returns (time to first audio chunk, frames)."""
+    """One request on its own connection; returns (time to first audio chunk, frames). `arrivals`, when given, gets
+    each audio chunk's (monotonic arrival time, bytes)."""
     async with AsyncTcpClient(host, port) as client:
         t0 = time.monotonic()
         synth_voice = SynthesizeVoice(name=voice) if voice else None
@@ -290,6 +297,8 @@ async def one_request(
                 if (chunk.rate, chunk.width, chunk.channels) != (SAMPLE_RATE, SAMPLE_WIDTH, CHANNELS):
                     raise RuntimeError(f"bad audio format {chunk.rate}/{chunk.width}/{chunk.channels}")
                 size += len(chunk.audio)
+                if arrivals is not None:
+                    arrivals.append((time.monotonic(), len(chunk.audio)))
                 if first is None:
                     first = time.monotonic() - t0
             if event.type == last:
