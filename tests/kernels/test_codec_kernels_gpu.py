@@ -17,7 +17,7 @@ import torch
 from codec_slots_check import BF16_MAX, BF16_RMS, F32_BOUND, random_decoder
 from kernel_ops import gen, ops  # noqa: F401 - ops: the kernels' fixture
 
-from wyoming_qwen3tts.model.codec import _SnakeBeta
+from wyoming_qwen3tts.model.codec import SnakeBeta
 from wyoming_qwen3tts.model.codec_slots import CodecSlots
 
 pytestmark = pytest.mark.gpu
@@ -27,12 +27,12 @@ DTYPES = [torch.float32, torch.bfloat16]
 ULP = {torch.float32: 2.0**-23, torch.bfloat16: 2.0**-7}
 
 
-def _activation(channels: int, dtype: torch.dtype, seed: int) -> _SnakeBeta:
+def _activation(channels: int, dtype: torch.dtype, seed: int) -> SnakeBeta:
     """A SnakeBeta with random log-scale parameters, as the checkpoint stores them."""
     g = gen(seed)
     alpha = torch.randn(channels, device=DEV, generator=g) * 0.5
     beta = torch.randn(channels, device=DEV, generator=g) * 0.5
-    return _SnakeBeta(alpha.to(dtype), beta.to(dtype))
+    return SnakeBeta(alpha.to(dtype), beta.to(dtype))
 
 
 def _assert_torch_rounding(got: torch.Tensor, want: torch.Tensor) -> None:

@@ -81,7 +81,7 @@ class CodecStream:
         other._kv = list(self._kv)
         return other
 
-    def _left_context(self, layer: object, x: Tensor, keep: int, act: _SnakeBeta | None = None) -> Tensor:
+    def _left_context(self, layer: object, x: Tensor, keep: int, act: SnakeBeta | None = None) -> Tensor:
         """Prepend the last `keep` input samples this layer saw (zeros at the start) to act(x) and remember the
         new ones."""
         if keep == 0:
@@ -96,7 +96,7 @@ class CodecStream:
         return x
 
 
-def with_context(tail: Tensor, x: Tensor, act: _SnakeBeta | None) -> Tensor:
+def with_context(tail: Tensor, x: Tensor, act: SnakeBeta | None) -> Tensor:
     """[tail, act(x)] along time: a conv's input after its left context. A fused act writes its output behind the
     tail in one buffer, which saves the concatenation's pass over the activation."""
     if act is None:
@@ -124,7 +124,7 @@ class _CausalConv:
         self.keep = (weight.shape[-1] - 1) * dilation if weight.ndim == 3 else 0
         self.channels = weight.shape[1] * groups if weight.ndim == 3 else 0  # input channels: the context's rows
 
-    def __call__(self, x: Tensor, st: ConvState, act: _SnakeBeta | None = None) -> Tensor:
+    def __call__(self, x: Tensor, st: ConvState, act: SnakeBeta | None = None) -> Tensor:
         """The conv of act(x) (of x without act), after its left context."""
         x = st._left_context(self, x, self.keep, act)
         return F.conv1d(x, self.weight, self.bias, dilation=self.dilation, groups=self.groups)
@@ -139,7 +139,7 @@ class _CausalConvTranspose:
         self.keep = (weight.shape[-1] - 1) // stride if weight.ndim == 3 else 0
         self.channels = weight.shape[0] if weight.ndim == 3 else 0
 
-    def __call__(self, x: Tensor, st: ConvState, act: _SnakeBeta | None = None) -> Tensor:
+    def __call__(self, x: Tensor, st: ConvState, act: SnakeBeta | None = None) -> Tensor:
         """The transposed conv of act(x) (of x without act), after its left context."""
         n = x.shape[-1]
         x = st._left_context(self, x, self.keep, act)
@@ -148,7 +148,7 @@ class _CausalConvTranspose:
         return y[..., self.keep * self.stride : (self.keep + n) * self.stride]
 
 
-class _SnakeBeta:
+class SnakeBeta:
     """x + sin^2(x*e^alpha) / (e^beta + 1e-9), per channel; the exps are taken once here, in the model dtype.
     With `fused` (CodecDecoder.use_fused_ops) one kernel computes it, rounding each op as torch's five do."""
 
@@ -247,9 +247,9 @@ class _ResidualUnit:
     """SnakeBeta -> causal conv k=7 (dilated) -> SnakeBeta -> conv k=1, plus the input."""
 
     def __init__(self, w: NamedWeights, p: str, dim: int, dilation: int) -> None:
-        self.act1 = _SnakeBeta(w(p + "act1.alpha", (dim,)), w(p + "act1.beta", (dim,)))
+        self.act1 = SnakeBeta(w(p + "act1.alpha", (dim,)), w(p + "act1.beta", (dim,)))
         self.conv1 = _CausalConv(w(p + "conv1.conv.weight", (dim, dim, 7)), w(p + "conv1.conv.bias", (dim,)), dilation)
-        self.act2 = _SnakeBeta(w(p + "act2.alpha", (dim,)), w(p + "act2.beta", (dim,)))
+        self.act2 = SnakeBeta(w(p + "act2.alpha", (dim,)), w(p + "act2.beta", (dim,)))
         self.conv2 = _CausalConv(w(p + "conv2.conv.weight", (dim, dim, 1)), w(p + "conv2.conv.bias", (dim,)))
 
     def __call__(self, x: Tensor, st: ConvState) -> Tensor:
@@ -260,7 +260,7 @@ class _DecoderBlock:
     """SnakeBeta -> causal transposed conv (kernel 2r, stride r; halves channels) -> residual units, dilations 1,3,9."""
 
     def __init__(self, w: NamedWeights, p: str, in_dim: int, out_dim: int, rate: int) -> None:
-        self.act = _SnakeBeta(w(p + "block.0.alpha", (in_dim,)), w(p + "block.0.beta", (in_dim,)))
+        self.act = SnakeBeta(w(p + "block.0.alpha", (in_dim,)), w(p + "block.0.beta", (in_dim,)))
         self.up = _CausalConvTranspose(
             w(p + "block.1.conv.weight", (in_dim, out_dim, 2 * rate)), w(p + "block.1.conv.bias", (out_dim,)), rate
         )
@@ -327,7 +327,7 @@ class CodecDecoder:
         ]
         n = len(cfg.upsample_rates)
         out_dim = dd >> n
-        self.act_out = _SnakeBeta(w(f"decoder.{1 + n}.alpha", (out_dim,)), w(f"decoder.{1 + n}.beta", (out_dim,)))
+        self.act_out = SnakeBeta(w(f"decoder.{1 + n}.alpha", (out_dim,)), w(f"decoder.{1 + n}.beta", (out_dim,)))
         self.conv_out = _CausalConv(
             w(f"decoder.{2 + n}.conv.weight", (1, out_dim, 7)), w(f"decoder.{2 + n}.conv.bias", (1,))
         )
@@ -407,7 +407,7 @@ class CodecDecoder:
             x = blk(x, st)
         return self.conv_out(x, st, self.act_out).clamp(-1.0, 1.0)
 
-    def _activations(self) -> list[_SnakeBeta]:
+    def _activations(self) -> list[SnakeBeta]:
         acts = [self.act_out]
         for blk in self.blocks:
             acts.append(blk.act)

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .codec import CodecDecoder, CodecStream, Tensor, _SnakeBeta, with_context
+from .codec import CodecDecoder, CodecStream, SnakeBeta, Tensor, with_context
 from .layers import rms_norm, rope_tables
 
 
@@ -238,7 +238,7 @@ class SlotRows:
     def __init__(self, slots: CodecSlots, data: Tensor) -> None:
         self.slots, self.data = slots, data
 
-    def _left_context(self, layer: object, x: Tensor, keep: int, act: _SnakeBeta | None = None) -> Tensor:
+    def _left_context(self, layer: object, x: Tensor, keep: int, act: SnakeBeta | None = None) -> Tensor:
         """CodecStream._left_context for B rows: prepend each row's context to act(x), then overwrite it with the
         new one."""
         if keep == 0:
