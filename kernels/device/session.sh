@@ -222,29 +222,31 @@ step_onestreamtests() {
 }
 METRICS=http://127.0.0.1:18000/metrics  # start_server's HTTP side: the load tool reports the decode pipeline from it
 start_server() {  # the 1.7B server at its defaults, Wyoming on 10200 and HTTP on 18000; log $R/$1.log; $2: prefix cache
-  # MB (default 0), $3: frames a request may take (default 150)
+  # MB (default 0), $3: frames a request may take (default 150); SERVER_VARS: "VAR=value ..." in its environment
   ck 1.7b
   # The announcement cache off: the load tool repeats its sentences, and replayed takes are not decodes.
-  WYOMING_QWEN3TTS_ANNOUNCEMENT_CACHE=false WYOMING_QWEN3TTS_PREFIX_CACHE_MB=${2:-0} python3 -m wyoming_qwen3tts \
+  env $SERVER_VARS WYOMING_QWEN3TTS_ANNOUNCEMENT_CACHE=false WYOMING_QWEN3TTS_PREFIX_CACHE_MB=${2:-0} python3 -m wyoming_qwen3tts \
     --model /tmp/ck/1.7b --uri tcp://127.0.0.1:10200 --http tcp://127.0.0.1:18000 --max-connections 160 \
     --max-frames ${3:-150} $SERVER_ARGS > $R/$1.log 2>&1 &
   srv=$!
   for i in $(seq 200); do grep -q "Ready" $R/$1.log && break; kill -0 $srv 2>/dev/null || break; sleep 1; done
   echo "ready after $i s"; grep -E "max_streams auto|Continuous batching|Serving|[Pp]refix" $R/$1.log | head -6 | cut -c1-260
 }
+variant_vars() {  # "LABEL[,VAR=value...]" (or "LABEL=DIR[,VAR=value...]") -> "VAR=value ...": SERVER_VARS of a variant
+  [[ $1 == *,* ]] || return 0
+  local rest=${1#*,}; echo "${rest//,/ }"
+}
 step_server() {  # once per prefix-cache size in PREFIX_MBS (default PREFIX_MB, default 0) and per variant of
   # SERVER_AB ("LABEL[,VAR=value...] ...", default "head": the server with those variables set, an A/B in one call);
   # files tagged -p<MB>, and -LABEL where SERVER_AB is given
-  local variant label vars v
+  local variant label vars
   for variant in ${SERVER_AB:-head}; do
-  label=${variant%%,*}; vars=""; [[ $variant == *,* ]] && vars=${variant#*,} && vars=${vars//,/ }
+  label=${variant%%,*}; vars=$(variant_vars $variant)
   local tag=""; [ -n "${SERVER_AB:-}" ] && tag=-$label
   for mb in ${PREFIX_MBS:-${PREFIX_MB:-0}}; do
   left server-p$mb$tag || return
   echo "server $label $vars, prefix cache $mb MB"
-  for v in $vars; do export "$v"; done
-  start_server server-p$mb$tag $mb
-  for v in $vars; do unset "${v%%=*}"; done
+  SERVER_VARS=$vars start_server server-p$mb$tag $mb
   load() {  # name, then bench.load arguments; SERVER_LOADS (names, default all) picks the loads
     [ -z "${SERVER_LOADS:-}" ] || [[ " $SERVER_LOADS " == *" $1 "* ]] || return 0
     local name=$1-p$mb$tag; shift
@@ -285,14 +287,12 @@ step_firstaudio() {  # where a request's first audio goes (the engine's debug li
   # by `git archive`) with those variables set, so one call compares commits and settings on one warm GPU
   for fc in ${FIRST_CHUNKS:-2 1}; do
   for server in ${FA_SERVERS:-head=.}; do
-    local label=${server%%=*} rest=${server#*=} dir vars; dir=${rest%%,*}; vars=""
-    [[ $rest == *,* ]] && vars=${rest#*,} && vars=${vars//,/ }
+    local label=${server%%=*} rest=${server#*=} dir vars; dir=${rest%%,*}; vars=$(variant_vars $server)
     local tag=firstaudio-$fc-$label
     left $tag || return
     echo "$tag: server from $dir $vars"
-    local v; for v in $vars; do export "$v"; done
-    PYTHONPATH=/tmp/site:$(cd $dir && pwd) SERVER_ARGS="--debug --first-chunk-frames $fc" start_server $tag ${PREFIX_MB:-0}
-    for v in $vars; do unset "${v%%=*}"; done
+    PYTHONPATH=/tmp/site:$(cd $dir && pwd) SERVER_ARGS="--debug --first-chunk-frames $fc" SERVER_VARS=$vars \
+      start_server $tag ${PREFIX_MB:-0}
     local loads load; IFS=';' read -ra loads <<< "${FA_LOADS:-alone 1 8;burst-16 16 2}"
     for load in "${loads[@]}"; do
       set -- $load

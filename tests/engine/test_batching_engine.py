@@ -192,7 +192,8 @@ def test_rows_per_call_and_its_frame_bound(monkeypatch):
 def test_later_groups_gather_into_one_call_and_first_groups_do_not_wait(loaded, monkeypatch):
     """With COALESCE_S 0.4 s and four streams open: an 8-frame group and another 0.15 s behind it go in one call when
     the first has waited 0.4 s (two rows fill no call); a lone 8-frame group goes alone after 0.4 s; a 2-frame group
-    (a stream's first) goes at once, and so does the group of the only open stream, or of a full call."""
+    (a stream's first) goes at once, and so does the group of the only open stream (also when the others close while
+    it is held), or of a full call."""
     import wyoming_qwen3tts.codec_worker as cw
 
     monkeypatch.setattr(cw, "COALESCE_S", 0.4)
@@ -220,9 +221,12 @@ def test_later_groups_gather_into_one_call_and_first_groups_do_not_wait(loaded, 
     assert [c[:2] for c in calls] == [(1, 8)] and calls[0][2] >= 0.4, calls
     for i in range(2):
         assert isinstance(out[i], bytes) and len(out[i]) == 8 * 1920 * 2
+    # A held group goes when the streams that could have joined it close: it then holds every open stream.
+    calls.clear()
+    t0 = time.monotonic()
+    _at_once([lambda: streams[0].decode(codes[0]), lambda: [streams[i].close() for i in (1, 2, 3)]], [0.0, 0.1])
+    assert [c[:2] for c in calls] == [(1, 8)] and 0.1 <= calls[0][2] < 0.3, calls
     # A group of the only open stream goes at once: nobody could join it.
-    for i in (1, 2, 3):
-        streams[i].close()
     calls.clear()
     t0 = time.monotonic()
     streams[0].decode(codes[0])
