@@ -52,7 +52,9 @@
 #              CODEC_GROUPS frames (default 1,12): per-stream calls, one batched call, the codec worker; audio s/s;
 #              then again with each flag of CODEC_AB (default --cudnn-benchmark: cuDNN's timed conv algorithms)
 #   codecprofile  kernels/device/profile_codec.py: a batched codec call at CODEC_BATCHES streams (default 16,64) by
-#              12 frames, its GPU time by stage, by torch op and by kernel
+#              12 frames, its GPU time by stage, by torch op and by kernel, for each of CODEC_VARIANTS (default
+#              torch,fused; gemmN: the convs of >= N channels in as GEMMs); CODEC_PROFILE_FLAGS=--convs times each
+#              conv alone first (cuDNN's heuristic and timed picks against the GEMM)
 #   peers      qwen3-tts-triton 0.3.0 and faster-qwen3-tts-batch 0.2.0 (benchmarks.peers_batch) at PEER_STREAMS (default
 #              STREAMS) streams of the 1.7B, with ratios against step streams' JSON when it ran first (SIZES=1.7b;
 #              PEERS_OURS: another bench.streams JSON);
@@ -188,8 +190,9 @@ step_codecbench() {  # the codec alone: per-stream, batched and worker calls (ke
 }
 step_codecprofile() {  # where a batched codec call's GPU time goes (kernels/device/profile_codec.py)
   left codecprofile || return
-  timeout 150 python3 kernels/device/profile_codec.py --batches ${CODEC_BATCHES:-16,64} > $R/codecprofile.log 2>&1
-  echo "codecprofile rc=$? [$((SECONDS - t)) s]"; grep -v Warning $R/codecprofile.log | cut -c1-200 | head -90
+  timeout ${CODEC_TIMEOUT:-150} python3 kernels/device/profile_codec.py --batches ${CODEC_BATCHES:-16,64} \
+    --variants ${CODEC_VARIANTS:-torch,fused} $CODEC_PROFILE_FLAGS > $R/codecprofile.log 2>&1
+  echo "codecprofile rc=$? [$((SECONDS - t)) s]"; grep -v Warning $R/codecprofile.log | cut -c1-200 | head -${CODEC_LINES:-90}
 }
 step_batchedtests() {
   py kernels 200 tests/kernels/test_batched_kernels_gpu.py tests/kernels/test_int8_kernels_gpu.py

@@ -23,6 +23,7 @@ def test_each_variable_overrides_its_option() -> None:
     assert KernelOptions.from_env({"Q3T_STEPS_AHEAD": "4"}).steps_ahead == 4
     assert KernelOptions.from_env({"Q3T_ADMIT_GATHER_MS": "7.5"}).admit_gather_ms == 7.5
     assert KernelOptions().fused_codec and not KernelOptions.from_env({"Q3T_FUSED_CODEC": "0"}).fused_codec
+    assert KernelOptions.from_env({"Q3T_CODEC_GEMM_CONVS": "768"}).codec_gemm_convs == 768
 
 
 @pytest.mark.parametrize(
@@ -33,6 +34,7 @@ def test_each_variable_overrides_its_option() -> None:
         {"Q3T_BATCHED_ATTN_SPLITS": "-1"},
         {"Q3T_STEPS_AHEAD": "0"},
         {"Q3T_ADMIT_GATHER_MS": "-1"},
+        {"Q3T_CODEC_GEMM_CONVS": "-1"},
     ],
 )
 def test_out_of_range_values_are_refused(env: dict[str, str]) -> None:

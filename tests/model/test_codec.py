@@ -286,3 +286,51 @@ def test_a_fused_activation_is_plumbed_where_torch_ops_were(tiny):
     dec.use_fused_ops(None)
     calls.clear()
     assert torch.equal(decode(), want) and not calls
+
+
+@pytest.mark.parametrize("dilation", [1, 3, 9])
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_as_gemm_is_the_conv(dilation, bias):
+    """conv_as_gemm with the weight as use_gemm_convs lays it out computes F.conv1d's output (float32, CPU)."""
+    from wyoming_qwen3tts.model.codec import conv_as_gemm
+
+    gen = torch.Generator().manual_seed(dilation)
+    w = torch.randn(24, 16, 7, generator=gen)
+    b = torch.randn(24, generator=gen) if bias else None
+    x = torch.randn(3, 16, 6 * dilation + 40, generator=gen)
+    got = conv_as_gemm(x, w.permute(0, 2, 1).reshape(24, 7 * 16).contiguous(), b, 7, dilation)
+    want = torch.nn.functional.conv1d(x, w, b, dilation=dilation)
+    assert got.shape == want.shape == (3, 24, 40)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_gemm_convs_decode_as_the_convs(tiny):
+    """use_gemm_convs(N): the convs of kernel > 1 with >= N input channels run as GEMMs (not the output conv, one
+    channel out, nor the ConvNeXt's depthwise ones); a stream and slots then decode what the convs decode to
+    float32 rounding, and 0 puts F.conv1d back, bit for bit."""
+    from wyoming_qwen3tts.model.codec_slots import CodecSlots
+
+    _, cfg, tensors = tiny
+    dec = CodecDecoder.from_tensors(cfg, tensors)
+    codes = [_codes(n, seed=n) for n in (1, 3, 5)]
+
+    def decode() -> torch.Tensor:
+        stream = dec.new_stream()
+        slots = CodecSlots(dec, 2)
+        ids = [slots.open(), slots.open()]
+        waves = [stream.decode(c) for c in codes]
+        waves += [slots.decode(ids, torch.stack([c, c.flip(0)]).numpy()).flatten() for c in codes]
+        return torch.cat(waves)
+
+    want = decode()
+    picked = dec.use_gemm_convs(1)
+    # pre_conv, conv_in and each block's three dilated convs whose 8 or more channels out (tiny: 16, 8, 4, 2).
+    dd = cfg.decoder_dim
+    blocks = sum(1 for i in range(len(cfg.upsample_rates)) if dd >> (i + 1) >= 8)
+    assert len(picked) == 2 + 3 * blocks, picked
+    assert any(p.endswith("d9") for p in picked) and not any(p.endswith("->1 k7 d1") for p in picked)
+    got = decode()
+    assert not torch.equal(got, want)  # another order of sums: the GEMMs ran
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    assert dec.use_gemm_convs(128) == []
+    assert torch.equal(decode(), want)

@@ -33,12 +33,15 @@ def no_tf32():
     torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before
 
 
+@pytest.mark.parametrize("gemm", [0, 1], ids=["convs", "gemm-convs"])
 @pytest.mark.parametrize("size", ["tiny", "1.7b"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bf16"])
-def test_slots_equal_streams_on_cuda(size, dtype):
+def test_slots_equal_streams_on_cuda(size, dtype, gemm):
     """Streams with histories of 0, 3, 30 and 150 frames, then calls of all of them and of subsets, with group
-    lengths 1, 2, 4, 12 and 5; one stream leaves and a new one takes its slot."""
+    lengths 1, 2, 4, 12 and 5; one stream leaves and a new one takes its slot. gemm-convs: every conv it can take
+    as a GEMM (CodecDecoder.use_gemm_convs(1)), whose BLAS kernels may differ with the call's rows."""
     dec = random_decoder(dtype, size=size, device="cuda")
+    assert bool(dec.use_gemm_convs(gemm)) == bool(gemm)
     check = SlotsCheck(dec, CodecSlots(dec, 4), seed=11)
     for name, history in (("a", 0), ("b", 3), ("c", 30), ("d", 150)):
         check.open(name)
@@ -61,12 +64,39 @@ def test_slots_equal_streams_on_cuda(size, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bf16"])
-def test_captured_calls_equal_eager_calls_bit_for_bit(dtype):
+def test_gemm_convs_decode_as_cudnn_convs(dtype):
+    """The full-size codec with its convs as GEMMs (use_gemm_convs(1): every one it can take) against cuDNN's convs,
+    a stream of groups 12, 12, 1 after 80 frames: float32 (TF32 off) within F32_BOUND, bf16 within BF16_MAX /
+    BF16_RMS (the sums run in another order; bf16 adds the bias after rounding)."""
+    dec = random_decoder(dtype, size="1.7b", device="cuda")
+    codes = torch.from_numpy(np.random.default_rng(9).integers(0, 2048, (105, 16)))
+
+    def decode() -> torch.Tensor:
+        stream = dec.new_stream(codes[:80])
+        return torch.cat([stream.decode(codes[a:b]) for a, b in ((80, 92), (92, 104), (104, 105))])
+
+    want = decode()
+    assert len(dec.use_gemm_convs(1)) == 14  # pre_conv, conv_in and the four blocks' three dilated convs
+    got = decode()
+    diff = (got - want).abs()
+    rms = diff.pow(2).mean().sqrt().item()
+    print(f"{dtype}: GEMM convs against cuDNN's, max {diff.max().item():.3g}, rms {rms:.3g}")
+    assert not torch.equal(got, want)
+    if dtype == torch.float32:
+        assert diff.max().item() <= F32_BOUND["1.7b"]
+    else:
+        assert diff.max().item() <= BF16_MAX and rms <= BF16_RMS
+
+
+@pytest.mark.parametrize("gemm", [0, 1], ids=["convs", "gemm-convs"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bf16"])
+def test_captured_calls_equal_eager_calls_bit_for_bit(dtype, gemm):
     """CodecSlots with its call shapes captured (warm_up(capture=True)) against one without, on one decoder and the
     same calls: every waveform and every open slot's state equal bit for bit through calls at captured shapes
     (2, 4 and 12 frames, 1-4 rows padded to 1, 2 or 4), one at an uncaptured length (5 frames: eager), a slot
     reused, and the state grown (which drops the graphs: the calls go on eagerly and still agree)."""
     dec = random_decoder(dtype, size="1.7b", device="cuda")
+    dec.use_gemm_convs(gemm)
     eager, graphed = CodecSlots(dec, 4), CodecSlots(dec, 4)
     assert graphed.warm_up([2, 4, 12], most_rows=4, capture=True) == 9
     assert graphed.graphs == 9 and eager.graphs == 0

@@ -123,11 +123,28 @@ class _CausalConv:
         # ndim != 3 only for the empty placeholder of a missing tensor (loading then fails with the full list).
         self.keep = (weight.shape[-1] - 1) * dilation if weight.ndim == 3 else 0
         self.channels = weight.shape[1] * groups if weight.ndim == 3 else 0  # input channels: the context's rows
+        # The weight as [out, k * in] (tap-major) when this conv runs as one GEMM (CodecDecoder.use_gemm_convs).
+        self.gemm_weight: Tensor | None = None
 
     def __call__(self, x: Tensor, st: ConvState, act: SnakeBeta | None = None) -> Tensor:
         """The conv of act(x) (of x without act), after its left context."""
         x = st._left_context(self, x, self.keep, act)
+        if self.gemm_weight is not None:
+            return conv_as_gemm(x, self.gemm_weight, self.bias, self.weight.shape[-1], self.dilation)
         return F.conv1d(x, self.weight, self.bias, dilation=self.dilation, groups=self.groups)
+
+
+def conv_as_gemm(x: Tensor, gemm_weight: Tensor, bias: Tensor | None, k: int, dilation: int) -> Tensor:
+    """F.conv1d(x, w, bias, dilation=dilation) for x [B, C, L] (stride 1, no padding, one group) as one batched GEMM
+    on the vendor BLAS: the k taps' shifted views of x stacked along channels [B, k*C, T] times `gemm_weight` =
+    w.permute(0, 2, 1) as [O, k*C] (CodecDecoder.use_gemm_convs). Why: for the vocoder's dilated convs cuDNN's
+    heuristic picks kernels without tensor cores (the 768-channel ones, 6.3 of a 23.9 ms batched call on an H100);
+    a GEMM runs on tensor cores at every shape, for one extra pass that writes the k views. The sums run in another
+    order than cuDNN's, so the samples differ in the last bits (bf16: the bias is added after the rounding)."""
+    t = x.shape[-1] - (k - 1) * dilation
+    cols = torch.cat([x[..., j * dilation : j * dilation + t] for j in range(k)], dim=1)
+    y = torch.matmul(gemm_weight, cols)  # the weight broadcast over B: one strided batched GEMM
+    return y if bias is None else y.add_(bias[:, None])
 
 
 class _CausalConvTranspose:
@@ -421,6 +438,24 @@ class CodecDecoder:
         samples either way: the kernel rounds each op as torch does. Before CodecSlots captures its calls."""
         for act in self._activations():
             act.fused = snake
+
+    def use_gemm_convs(self, min_channels: int) -> list[str]:
+        """Run every conv of kernel > 1 with at least `min_channels` input channels as one GEMM (conv_as_gemm), the
+        others on F.conv1d again; 0: none. The output conv (one channel out) stays a conv: a GEMM of one row wastes
+        its tiles. Before CodecSlots captures its calls. Returns the
+        convs' shapes as "in->out k dilation", for the log."""
+        picked = []
+        for conv in self._plain_convs():
+            out_ch, in_ch, k = conv.weight.shape
+            on = min_channels > 0 and conv.groups == 1 and k > 1 and in_ch >= min_channels and out_ch >= 8
+            conv.gemm_weight = conv.weight.permute(0, 2, 1).reshape(out_ch, k * in_ch).contiguous() if on else None
+            if on:
+                picked.append(f"{in_ch}->{out_ch} k{k} d{conv.dilation}")
+        return picked
+
+    def _plain_convs(self) -> list[_CausalConv]:
+        """Every (non-transposed) causal conv, in the order a decode runs them."""
+        return [conv for conv in self._stateful_convs() if isinstance(conv, _CausalConv)]
 
     def _stateful_convs(self) -> list[_CausalConv | _CausalConvTranspose]:
         """Every conv that keeps a left context between calls, in the order a decode runs them."""

@@ -9,6 +9,7 @@ runs through the torch Talker (prefill.py) into the same KV cache the kernels th
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import numpy as np
@@ -27,6 +28,8 @@ from .options import KernelOptions
 from .prefill import WARM_PREFILL_POSITIONS, PrefillGraphs
 from .session import KernelDecodeSession
 from .weights import ModelWeights
+
+_LOGGER = logging.getLogger(__name__)
 
 
 class KernelBackend:
@@ -86,9 +89,16 @@ class KernelBackend:
 
     def fuse_codec(self, codec: CodecDecoder) -> None:
         """The codec's SnakeBeta activations on this library's kernel (KernelOptions.fused_codec), where the codec
-        runs on this GPU in a dtype the kernel takes."""
-        if self.options.fused_codec and codec.device.type == "cuda" and codec.dtype in (torch.float32, torch.bfloat16):
+        runs on this GPU in a dtype the kernel takes, and its wide convs as GEMMs (KernelOptions.codec_gemm_convs)."""
+        if codec.device.type != "cuda":
+            return
+        if self.options.fused_codec and codec.dtype in (torch.float32, torch.bfloat16):
             codec.use_fused_ops(self.ops.snake_beta)
+        if self.options.codec_gemm_convs:
+            picked = codec.use_gemm_convs(self.options.codec_gemm_convs)
+            _LOGGER.info(
+                "codec convs as GEMMs (>= %d channels in): %s", self.options.codec_gemm_convs, ", ".join(picked)
+            )
 
     # -- what sessions, tests and device scripts read ----------------------------------------------
     @property
