@@ -248,23 +248,29 @@ def test_encoder_keys_ignored(tiny):
     assert dec.decode(codes).shape == (3 * SPF,)
 
 
+def _decode_as_stream_and_slots(dec: CodecDecoder, codes: list[torch.Tensor]) -> torch.Tensor:
+    """The groups `codes` through a fresh stream, then (with each group's frames reversed as a second row) through
+    fresh slots: all samples in one tensor."""
+    from wyoming_qwen3tts.model.codec_slots import CodecSlots
+
+    stream = dec.new_stream()
+    slots = CodecSlots(dec, 2)
+    ids = [slots.open(), slots.open()]
+    waves = [stream.decode(c) for c in codes]
+    waves += [slots.decode(ids, torch.stack([c, c.flip(0)]).numpy()).flatten() for c in codes]
+    return torch.cat(waves)
+
+
 def test_a_fused_activation_is_plumbed_where_torch_ops_were(tiny):
     """use_fused_ops with a stand-in for the kernel (torch's own ops, written into `out`): every SnakeBeta runs on
     it, the ones before a conv write behind its left context in one buffer, and a stream and slots decode the same
     samples as on torch's ops, bit for bit; None puts torch's ops back."""
-    from wyoming_qwen3tts.model.codec_slots import CodecSlots
-
     _, cfg, tensors = tiny
     dec = CodecDecoder.from_tensors(cfg, tensors)
     codes = [_codes(n, seed=n) for n in (1, 3, 5)]
 
     def decode() -> torch.Tensor:
-        stream = dec.new_stream()
-        slots = CodecSlots(dec, 2)
-        ids = [slots.open(), slots.open()]
-        waves = [stream.decode(c) for c in codes]
-        waves += [slots.decode(ids, torch.stack([c, c.flip(0)]).numpy()).flatten() for c in codes]
-        return torch.cat(waves)
+        return _decode_as_stream_and_slots(dec, codes)
 
     calls: list[tuple[int, int]] = []  # (out's channel stride, its length): a stride above it is a context buffer
 
@@ -308,19 +314,12 @@ def test_gemm_convs_decode_as_the_convs(tiny):
     """use_gemm_convs(N): the convs of kernel > 1 with >= N input channels run as GEMMs (not the output conv, one
     channel out, nor the ConvNeXt's depthwise ones); a stream and slots then decode what the convs decode to
     float32 rounding, and 0 puts F.conv1d back, bit for bit."""
-    from wyoming_qwen3tts.model.codec_slots import CodecSlots
-
     _, cfg, tensors = tiny
     dec = CodecDecoder.from_tensors(cfg, tensors)
     codes = [_codes(n, seed=n) for n in (1, 3, 5)]
 
     def decode() -> torch.Tensor:
-        stream = dec.new_stream()
-        slots = CodecSlots(dec, 2)
-        ids = [slots.open(), slots.open()]
-        waves = [stream.decode(c) for c in codes]
-        waves += [slots.decode(ids, torch.stack([c, c.flip(0)]).numpy()).flatten() for c in codes]
-        return torch.cat(waves)
+        return _decode_as_stream_and_slots(dec, codes)
 
     want = decode()
     picked = dec.use_gemm_convs(1)
