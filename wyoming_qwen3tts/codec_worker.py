@@ -200,6 +200,9 @@ class CodecWorker:
                 torch.backends.cudnn.benchmark = before
             if self.cuda_stream is not None:
                 self.cuda_stream.synchronize()
+            as_gemm, timed = self.slots.decoder.gemm_conv_shapes()
+            if timed:
+                _LOGGER.info("Codec convs: %d of %d conv shapes timed faster as GEMMs than on cuDNN", as_gemm, timed)
             return shapes
 
         return self._on_worker(job)

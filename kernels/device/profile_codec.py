@@ -6,11 +6,12 @@ Prints the call's GPU ms (CUDA events, median of 5) and its kernels' time summed
 torch op that launched them (conv, cat, sin, mul, ...), and by kernel name (the 15 largest); for each variant of
 --variants, with the ratio to the first: `torch` (the activations on torch's ops), `fused` (on the library's fused
 SnakeBeta, CodecDecoder.use_fused_ops), `gemmN` (fused, and the convs of >= N channels in as GEMMs,
-CodecDecoder.use_gemm_convs). --convs first times each conv of kernel > 1 alone at the call's shapes: cuDNN's
+CodecDecoder.use_gemm_convs), `timedN` (fused, and those convs as GEMMs at the shapes where timed faster: the
+kernel backend's default, timedN with N = 1). --convs first times each conv of kernel > 1 alone at the call's shapes: cuDNN's
 heuristic pick, cuDNN's timed pick (torch.backends.cudnn.benchmark) and conv_as_gemm.
 
     python kernels/device/profile_codec.py [--batches 16,64] [--frames 12] [--dtype bfloat16] [--convs]
-        [--variants torch,fused,gemm768,gemm96]
+        [--variants torch,fused,gemm96,timed1]
 """
 
 from __future__ import annotations
@@ -142,7 +143,8 @@ def main() -> None:
         label_stages(dec)
         for b, variant in ((int(x), v) for x in args.batches.split(",") for v in variants):
             dec.use_fused_ops(None if variant == "torch" else snake)
-            dec.use_gemm_convs(int(variant[4:]) if variant.startswith("gemm") else 0)
+            gemm = variant.startswith(("gemm", "timed"))
+            dec.use_gemm_convs(int(variant.lstrip("gemtid")) if gemm else 0, timed=variant.startswith("timed"))
             slots = CodecSlots(dec, b)
             ids = [slots.open() for _ in range(b)]
             slots.decode(ids, rng.integers(0, 2048, (b, HISTORY, 16)))

@@ -233,7 +233,7 @@ start_server() {  # the 1.7B server at its defaults, Wyoming on 10200 and HTTP o
     --max-frames ${3:-150} $SERVER_ARGS > $R/$1.log 2>&1 &
   srv=$!
   for i in $(seq 200); do grep -q "Ready" $R/$1.log && break; kill -0 $srv 2>/dev/null || break; sleep 1; done
-  echo "ready after $i s"; grep -E "max_streams auto|Continuous batching|Serving|[Pp]refix" $R/$1.log | head -6 | cut -c1-260
+  echo "ready after $i s"; grep -E "max_streams auto|Continuous batching|Serving|[Pp]refix|Codec" $R/$1.log | head -7 | cut -c1-260
 }
 variant_vars() {  # "LABEL[,VAR=value...]" (or "LABEL=DIR[,VAR=value...]") -> "VAR=value ...": SERVER_VARS of a variant
   [[ $1 == *,* ]] || return 0

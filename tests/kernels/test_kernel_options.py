@@ -24,6 +24,9 @@ def test_each_variable_overrides_its_option() -> None:
     assert KernelOptions.from_env({"Q3T_ADMIT_GATHER_MS": "7.5"}).admit_gather_ms == 7.5
     assert KernelOptions().fused_codec and not KernelOptions.from_env({"Q3T_FUSED_CODEC": "0"}).fused_codec
     assert KernelOptions.from_env({"Q3T_CODEC_GEMM_CONVS": "768"}).codec_gemm_convs == 768
+    assert (
+        KernelOptions().codec_conv_timed and not KernelOptions.from_env({"Q3T_CODEC_CONV_TIMED": "0"}).codec_conv_timed
+    )
 
 
 @pytest.mark.parametrize(

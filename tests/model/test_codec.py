@@ -333,3 +333,36 @@ def test_gemm_convs_decode_as_the_convs(tiny):
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
     assert dec.use_gemm_convs(128) == []
     assert torch.equal(decode(), want)
+
+
+def test_timed_gemm_convs_choose_per_input_shape(tiny, monkeypatch):
+    """use_gemm_convs(N, timed=True): each candidate conv asks gemm_is_faster once per input shape it meets (here a
+    stand-in that picks the GEMM for dilation 9 only) and runs that path at that shape from then on; the samples
+    equal the convs' to float32 rounding, and gemm_conv_shapes counts the choices."""
+    from wyoming_qwen3tts.model import codec
+
+    _, cfg, tensors = tiny
+    dec = CodecDecoder.from_tensors(cfg, tensors)
+    codes = [_codes(n, seed=n) for n in (1, 3, 3)]
+    want = _decode_as_stream_and_slots(dec, codes)
+    asked: list[tuple[int, tuple[int, ...]]] = []
+
+    def stand_in(conv, x):
+        asked.append((conv.dilation, tuple(x.shape)))
+        return conv.dilation == 9
+
+    monkeypatch.setattr(codec, "gemm_is_faster", stand_in)
+    gemm_calls: list[int] = []
+    real = codec.conv_as_gemm
+    monkeypatch.setattr(codec, "conv_as_gemm", lambda x, w, b, k, d: gemm_calls.append(d) or real(x, w, b, k, d))
+    picked = dec.use_gemm_convs(1, timed=True)
+    got = _decode_as_stream_and_slots(dec, codes)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    assert gemm_calls and set(gemm_calls) == {9}
+    # Once per conv and shape: the stream's groups of 1 and 3 frames (the second 3 met again) and the slots' 2 rows.
+    assert len(asked) == len(set(asked)) == len(picked) * 4
+    as_gemm, timed = dec.gemm_conv_shapes()
+    assert timed == len(asked) and as_gemm == sum(1 for d, _ in asked if d == 9) > 0
+    asked.clear()
+    _decode_as_stream_and_slots(dec, codes)
+    assert not asked  # every shape already chosen

@@ -123,15 +123,60 @@ class _CausalConv:
         # ndim != 3 only for the empty placeholder of a missing tensor (loading then fails with the full list).
         self.keep = (weight.shape[-1] - 1) * dilation if weight.ndim == 3 else 0
         self.channels = weight.shape[1] * groups if weight.ndim == 3 else 0  # input channels: the context's rows
-        # The weight as [out, k * in] (tap-major) when this conv runs as one GEMM (CodecDecoder.use_gemm_convs).
+        # The weight as [out, k * in] (tap-major) when this conv may run as one GEMM (CodecDecoder.use_gemm_convs),
+        # and per input shape whether it does (timed when first met); None: always.
         self.gemm_weight: Tensor | None = None
+        self.gemm_for_shape: dict[tuple[int, ...], bool] | None = None
 
     def __call__(self, x: Tensor, st: ConvState, act: SnakeBeta | None = None) -> Tensor:
         """The conv of act(x) (of x without act), after its left context."""
         x = st._left_context(self, x, self.keep, act)
-        if self.gemm_weight is not None:
+        if self.gemm_weight is not None and self._as_gemm(x):
             return conv_as_gemm(x, self.gemm_weight, self.bias, self.weight.shape[-1], self.dilation)
         return F.conv1d(x, self.weight, self.bias, dilation=self.dilation, groups=self.groups)
+
+    def _as_gemm(self, x: Tensor) -> bool:
+        if self.gemm_for_shape is None:
+            return True
+        key = tuple(x.shape)
+        choice = self.gemm_for_shape.get(key)
+        if choice is None:
+            choice = self.gemm_for_shape[key] = gemm_is_faster(self, x)
+        return choice
+
+
+def gemm_is_faster(conv: _CausalConv, x: Tensor, runs: int = 3) -> bool:
+    """Whether conv_as_gemm runs `conv` on x faster than cuDNN (F.conv1d), timed on the current CUDA stream: the best
+    of `runs` each, after one untimed run that meets both libraries' plans for the shape. Why timed and per shape:
+    cuDNN's heuristic runs a few shapes on kernels 5-10x slower than the GEMM (the 768-channel convs of dilation 3
+    and 9 at 16 rows, the 384-channel one of dilation 9 at every row count, on an H100), and its own timed search
+    (torch.backends.cudnn.benchmark) finds nothing better, while it wins the narrow convs, where the GEMM's extra
+    pass over k views costs more. A few ms for each conv and shape, once: the codec worker's warm-up meets the
+    shapes of its calls before it captures them. Off the GPU (nothing to time) the GEMM."""
+    if x.device.type != "cuda":
+        return True
+    if torch.cuda.is_current_stream_capturing():  # a capture follows an eager call of its shape, so never here
+        return False
+    k = conv.weight.shape[-1]
+    gemm_weight = conv.gemm_weight
+    assert gemm_weight is not None
+    paths = (
+        lambda: F.conv1d(x, conv.weight, conv.bias, dilation=conv.dilation),
+        lambda: conv_as_gemm(x, gemm_weight, conv.bias, k, conv.dilation),
+    )
+    best = []
+    for run in paths:
+        run()
+        times = []
+        for _ in range(runs):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            run()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        best.append(min(times))
+    return best[1] < best[0]
 
 
 def conv_as_gemm(x: Tensor, gemm_weight: Tensor, bias: Tensor | None, k: int, dilation: int) -> Tensor:
@@ -439,19 +484,26 @@ class CodecDecoder:
         for act in self._activations():
             act.fused = snake
 
-    def use_gemm_convs(self, min_channels: int) -> list[str]:
-        """Run every conv of kernel > 1 with at least `min_channels` input channels as one GEMM (conv_as_gemm), the
-        others on F.conv1d again; 0: none. The output conv (one channel out) stays a conv: a GEMM of one row wastes
-        its tiles. Before CodecSlots captures its calls. Returns the
-        convs' shapes as "in->out k dilation", for the log."""
+    def use_gemm_convs(self, min_channels: int, timed: bool = False) -> list[str]:
+        """Let every conv of kernel > 1 with at least `min_channels` input channels run as one GEMM (conv_as_gemm):
+        always, or with `timed` at each input shape where it is the faster (gemm_is_faster, timed when the shape is
+        first met); the others on F.conv1d again; 0: none. The output conv (one channel out) stays a conv: a GEMM of
+        one row wastes its tiles. Before CodecSlots captures its calls. Returns the convs' shapes as "in->out k
+        dilation", for the log."""
         picked = []
         for conv in self._plain_convs():
             out_ch, in_ch, k = conv.weight.shape
             on = min_channels > 0 and conv.groups == 1 and k > 1 and in_ch >= min_channels and out_ch >= 8
             conv.gemm_weight = conv.weight.permute(0, 2, 1).reshape(out_ch, k * in_ch).contiguous() if on else None
+            conv.gemm_for_shape = {} if on and timed else None
             if on:
                 picked.append(f"{in_ch}->{out_ch} k{k} d{conv.dilation}")
         return picked
+
+    def gemm_conv_shapes(self) -> tuple[int, int]:
+        """(conv input shapes that run as GEMMs, shapes timed in all) of use_gemm_convs(timed=True), for the log."""
+        chosen = [choice for conv in self._plain_convs() for choice in (conv.gemm_for_shape or {}).values()]
+        return sum(chosen), len(chosen)
 
     def _plain_convs(self) -> list[_CausalConv]:
         """Every (non-transposed) causal conv, in the order a decode runs them."""

@@ -95,9 +95,10 @@ class KernelBackend:
         if self.options.fused_codec and codec.dtype in (torch.float32, torch.bfloat16):
             codec.use_fused_ops(self.ops.snake_beta)
         if self.options.codec_gemm_convs:
-            picked = codec.use_gemm_convs(self.options.codec_gemm_convs)
-            _LOGGER.info(
-                "codec convs as GEMMs (>= %d channels in): %s", self.options.codec_gemm_convs, ", ".join(picked)
+            timed = self.options.codec_conv_timed
+            picked = codec.use_gemm_convs(self.options.codec_gemm_convs, timed=timed)
+            _LOGGER.debug(
+                "Codec convs as GEMMs (%s): %s", "where timed faster" if timed else "always", ", ".join(picked)
             )
 
     # -- what sessions, tests and device scripts read ----------------------------------------------

@@ -64,9 +64,12 @@ class KernelOptions:
     # one pass over each activation where torch's five ops make ~11, written behind the next conv's left context;
     # the same samples (each op rounded as torch rounds it).
     fused_codec: bool = True
-    # The codec decoder's convs of kernel > 1 with at least this many input channels run as one GEMM each on the
-    # vendor BLAS (CodecDecoder.use_gemm_convs): cuDNN's heuristic runs some dilated ones without tensor cores; 0: none.
-    codec_gemm_convs: int = 0
+    # The codec decoder's convs of kernel > 1 with at least this many input channels may run as one GEMM each on
+    # the vendor BLAS (CodecDecoder.use_gemm_convs): cuDNN runs a few of their shapes 5-10x slower; 0: none.
+    codec_gemm_convs: int = 1
+    # ... where timed faster, per conv and input shape (codec.gemm_is_faster, when the shape is first met: the codec
+    # worker's warm-up); off: always as GEMMs.
+    codec_conv_timed: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.attn_splits <= 1024:
@@ -86,8 +89,8 @@ class KernelOptions:
     def from_env(cls, env: Mapping[str, str] = os.environ) -> KernelOptions:
         """Q3T_PDL=0, Q3T_ATTN_SPLITS=N, Q3T_GRAPH_PREFILL=0, Q3T_GEMV_CLUSTER=0, Q3T_GEMV_GROUPS=1,
         Q3T_CP_PERSISTENT=1, Q3T_I8_DEEP=1, Q3T_BLAS_ROWS=N (0: never), Q3T_BATCHED_ATTN_SPLITS=N (0: auto) and
-        Q3T_STEPS_AHEAD=N, Q3T_FIRST_AUDIO_HOLD=0, Q3T_FUSED_PREFILL=0, Q3T_ADMIT_GATHER_MS=N, Q3T_FUSED_CODEC=0 and
-        Q3T_CODEC_GEMM_CONVS=N override the defaults."""
+        Q3T_STEPS_AHEAD=N, Q3T_FIRST_AUDIO_HOLD=0, Q3T_FUSED_PREFILL=0, Q3T_ADMIT_GATHER_MS=N, Q3T_FUSED_CODEC=0,
+        Q3T_CODEC_GEMM_CONVS=N and Q3T_CODEC_CONV_TIMED=0 override the defaults."""
         return cls(
             pdl=env.get("Q3T_PDL", "1") != "0",
             attn_splits=int(env.get("Q3T_ATTN_SPLITS", cls.attn_splits)),
@@ -104,4 +107,5 @@ class KernelOptions:
             admit_gather_ms=float(env.get("Q3T_ADMIT_GATHER_MS", cls.admit_gather_ms)),
             fused_codec=env.get("Q3T_FUSED_CODEC", "1") != "0",
             codec_gemm_convs=int(env.get("Q3T_CODEC_GEMM_CONVS", cls.codec_gemm_convs)),
+            codec_conv_timed=env.get("Q3T_CODEC_CONV_TIMED", "1") != "0",
         )
