@@ -35,7 +35,8 @@
 #              Poisson loads (30/s, and 14/s: ~80 % of the server's capacity) over Wyoming, bursts of 16 and 64 over HTTP through
 #              the openai package (8 warm client processes; one warm, one cold, and aiohttp beside them); once per
 #              prompt-prefix cache size in PREFIX_MBS (e.g. "0 64"; the load's requests share one voice) and per
-#              variant of SERVER_AB ("LABEL[,VAR=value...] ...": e.g. "kernel torch,Q3T_FUSED_CODEC=0")
+#              variant of SERVER_AB ("LABEL[,VAR=value...] ...": e.g. "kernel torch,Q3T_FUSED_CODEC=0"); ROUNDS16 and
+#              ROUNDS64 (default 2) rounds of the bursts, N80 (default 128) requests of the 80 % Poisson load
 #   firstaudio where the first audio goes: the server with --debug (the engine's per-request line) under FA_LOADS
 #              ("NAME CLIENTS ROUNDS [LOAD ARGS];...", default alone and a burst of 16; e.g. "poisson 64 1 --arrivals
 #              poisson --rate 30"), the engine's parts' medians and p95s, first chunk of 2 frames and of 1
@@ -262,18 +263,18 @@ print('$name', r['sent'], r['served'], r['failed'], 'ttfa p50/p95', o['ttfa_p50_
       '| decode/codec fps', p.get('decode_frames_per_s'), p.get('codec_frames_per_s'), 'a step', p.get('frames_per_step'), 'GPU wait: scheduler/codec', p.get('scheduler_gpu_wait_share'), p.get('codec_gpu_wait_share'))" 2>&1 | tail -1
   }
   load alone --clients 1 --rounds 4
-  load burst-16 --clients 16 --rounds 2
-  load burst-64 --clients 64 --rounds 2
+  load burst-16 --clients 16 --rounds ${ROUNDS16:-2}
+  load burst-64 --clients 64 --rounds ${ROUNDS64:-2}
   load poisson-64 --clients 64 --arrivals poisson --rate ${RATE:-30}
   # #39's Poisson load at ~80 % of the server's capacity: a burst of 64 gets ~3,500 frames/s of audio through the
   # server (H100; the decoder alone 9,700), ~196 frames a request of the load's sentences, so ~18 requests a second;
   # 14 a second, 128 of them (~9 s of arrivals).
-  load poisson-80 --clients 128 --arrivals poisson --rate ${RATE80:-14}
+  load poisson-80 --clients ${N80:-128} --arrivals poisson --rate ${RATE80:-14}
   # HTTP through the openai package, its clients in 8 processes (as separate apps), each warmed up by one request
   # (its first costs it ~80 ms of its own setup); then in one process (-1proc), in one process cold (-cold, as the
   # rows before 31658ff), and through the load tool's light aiohttp client in one process (-aiohttp).
   local http=(--http http://127.0.0.1:18000 --protocol http)
-  load http-burst-16 "${http[@]}" --http-client openai --warmup 1 --processes 8 --clients 16 --rounds 2
+  load http-burst-16 "${http[@]}" --http-client openai --warmup 1 --processes 8 --clients 16 --rounds ${ROUNDS16:-2}
   load http-burst-64 "${http[@]}" --http-client openai --warmup 1 --processes 8 --clients 64 --rounds 2
   load http-burst-16-1proc "${http[@]}" --http-client openai --warmup 1 --clients 16 --rounds 2
   load http-burst-16-cold "${http[@]}" --http-client openai --clients 16 --rounds 2
