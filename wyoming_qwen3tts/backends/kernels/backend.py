@@ -89,12 +89,15 @@ class KernelBackend:
 
     def fuse_codec(self, codec: CodecDecoder) -> None:
         """The codec's SnakeBeta activations on this library's kernel (KernelOptions.fused_codec), where the codec
-        runs on this GPU in a dtype the kernel takes, and its wide convs as GEMMs (KernelOptions.codec_gemm_convs)."""
+        runs on this GPU in a dtype the kernel takes, and its convs as GEMMs where timed faster
+        (KernelOptions.codec_gemm_convs) where it runs in bf16 or fp16."""
         if codec.device.type != "cuda":
             return
         if self.options.fused_codec and codec.dtype in (torch.float32, torch.bfloat16):
             codec.use_fused_ops(self.ops.snake_beta)
-        if self.options.codec_gemm_convs:
+        # Half types only: in float32 cuDNN's convs round as TF32 and the BLAS's GEMMs do not, and the float32 engine
+        # is the one held to the torch backend's samples.
+        if self.options.codec_gemm_convs and codec.dtype in (torch.bfloat16, torch.float16):
             timed = self.options.codec_conv_timed
             picked = codec.use_gemm_convs(self.options.codec_gemm_convs, timed=timed)
             _LOGGER.debug(

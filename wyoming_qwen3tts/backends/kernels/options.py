@@ -65,7 +65,8 @@ class KernelOptions:
     # the same samples (each op rounded as torch rounds it).
     fused_codec: bool = True
     # The codec decoder's convs of kernel > 1 with at least this many input channels may run as one GEMM each on
-    # the vendor BLAS (CodecDecoder.use_gemm_convs): cuDNN runs a few of their shapes 5-10x slower; 0: none.
+    # the vendor BLAS (CodecDecoder.use_gemm_convs), in a bf16 or fp16 codec: cuDNN runs a few of their shapes 5-10x
+    # slower; 0: none.
     codec_gemm_convs: int = 1
     # ... where timed faster, per conv and input shape (codec.gemm_is_faster, when the shape is first met: the codec
     # worker's warm-up); off: always as GEMMs.
