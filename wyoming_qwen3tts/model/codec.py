@@ -15,7 +15,9 @@ equal length for several of them in one call (batch B instead of 1, the same lay
 its own stream as a CodecStream would.
 
 Numerics follow the reference so bf16 matches too: codebooks are embedding_sum / clamp(cluster_usage, 1e-5) done
-in the model dtype, RMSNorm statistics in fp32, RoPE tables in fp32 cast to the model dtype.
+in the model dtype, RMSNorm statistics in fp32, RoPE tables in fp32 cast to the model dtype. Two opt-ins, which the
+kernel backend takes on a GPU, trade that for speed: a fused SnakeBeta (use_fused_ops: the same samples) and convs
+as GEMMs where timed faster than cuDNN (use_gemm_convs: the samples differ in the last bits).
 """
 
 from __future__ import annotations
@@ -182,10 +184,10 @@ def gemm_is_faster(conv: _CausalConv, x: Tensor, runs: int = 3) -> bool:
 def conv_as_gemm(x: Tensor, gemm_weight: Tensor, bias: Tensor | None, k: int, dilation: int) -> Tensor:
     """F.conv1d(x, w, bias, dilation=dilation) for x [B, C, L] (stride 1, no padding, one group) as one batched GEMM
     on the vendor BLAS: the k taps' shifted views of x stacked along channels [B, k*C, T] times `gemm_weight` =
-    w.permute(0, 2, 1) as [O, k*C] (CodecDecoder.use_gemm_convs). Why: for the vocoder's dilated convs cuDNN's
-    heuristic picks kernels without tensor cores (the 768-channel ones, 6.3 of a 23.9 ms batched call on an H100);
-    a GEMM runs on tensor cores at every shape, for one extra pass that writes the k views. The sums run in another
-    order than cuDNN's, so the samples differ in the last bits (bf16: the bias is added after the rounding)."""
+    w.permute(0, 2, 1) as [O, k*C] (CodecDecoder.use_gemm_convs). Why: at a few of the vocoder's dilated conv shapes
+    cuDNN picks kernels without tensor cores, 5-10x slower (gemm_is_faster); a GEMM runs on tensor cores at every
+    shape, for one extra pass that writes the k views. The sums run in another order than cuDNN's, so the samples
+    differ in the last bits (bf16: the bias is added after the rounding)."""
     t = x.shape[-1] - (k - 1) * dilation
     cols = torch.cat([x[..., j * dilation : j * dilation + t] for j in range(k)], dim=1)
     y = torch.matmul(gemm_weight, cols)  # the weight broadcast over B: one strided batched GEMM
@@ -506,7 +508,8 @@ class CodecDecoder:
         return sum(chosen), len(chosen)
 
     def _plain_convs(self) -> list[_CausalConv]:
-        """Every (non-transposed) causal conv, in the order a decode runs them."""
+        """Every conv of kernel > 1 but the transposed ones (those with a left context), in the order a decode runs
+        them."""
         return [conv for conv in self._stateful_convs() if isinstance(conv, _CausalConv)]
 
     def _stateful_convs(self) -> list[_CausalConv | _CausalConvTranspose]:
