@@ -43,10 +43,10 @@ ROW_FRAMES = int(os.environ.get("Q3T_CODEC_ROW_FRAMES", "16"))
 # to DEPTH calls already on the GPU, 16 rows of 12 frames each at most without it (an A/B knob, off by default).
 CALL_FRAMES = int(os.environ.get("Q3T_CODEC_CALL_FRAMES", "0"))
 # Captured calls take the conv algorithms cuDNN times for their shapes (torch.backends.cudnn.benchmark, on for the
-# warm-up only: later eager calls keep the heuristic picks, and nothing else in the process is timed); the heuristic
-# picked a non-tensor-core kernel for three of the 768-channel convs (H100, kernels/device/profile_codec.py). Off:
-# in the server (H100, de2bc46) a burst of 64 got 14 % more audio, but first audio p95 173 against 145 ms, and the
-# warm-up took 18 s longer.
+# warm-up only: later eager calls keep the heuristic picks, and nothing else in the process is timed). Off: in the
+# server (H100, de2bc46) a burst of 64 got 14 % more audio, but first audio p95 173 against 145 ms, and the warm-up
+# took 18 s longer; and where the heuristic's pick is slow its timed search finds nothing faster, which the convs'
+# own timed choice of a GEMM does (codec.gemm_is_faster, KernelOptions.codec_conv_timed).
 TUNE_CONVS = os.environ.get("Q3T_CODEC_TUNE", "0") == "1"
 # Groups of at least COALESCE_FRAMES frames (a stream's later groups: the client holds 0.5 s of audio or more ahead
 # of them) wait up to COALESCE_S for more such groups to share their call, until the call is full or holds every

@@ -16,9 +16,9 @@ status 200; both: more than no audio, whole 80 ms frames) and timed from the req
 its first audio bytes (TTFA) and to its end (completion; for Wyoming this includes the
 connect).  Reported per protocol and overall: requests, failures (with reasons), TTFA and
 completion p50/p95/max in ms, seconds of audio and audio frames per second of wall time, and whether
-the streamed audio kept ahead of playback (the requests whose chunks fell behind a player started at their
-first chunk, and by how much: p95 and worst ms); when both protocols ran, HTTP's TTFA p50/p95 minus Wyoming's.  Every request sent is counted as served or
-failed.  --warmup N sends N requests per protocol one after another through the same clients before the
+the streamed audio kept ahead of playback (the requests whose chunks fell behind a player started at
+their first chunk, and by how much: p95 and worst ms); when both protocols ran, HTTP's TTFA p50/p95
+minus Wyoming's.  Every request sent is counted as served or failed.  --warmup N sends N requests per protocol one after another through the same clients before the
 timed rounds, untimed: a long-lived client (an app's AsyncOpenAI) is warm when a burst comes, and the
 openai package's first request costs it ~80 ms of its own imports and setup; warm-up requests are
 reported apart and a failed one fails the run.  --processes P spreads the clients over P processes
@@ -50,11 +50,9 @@ from urllib.parse import urlparse
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..request import CHANNELS, SAMPLE_RATE, SAMPLE_WIDTH
 from .soak import FRAME_BYTES, TEXTS, one_request, percentile, scrape
 
 FRAME_SECONDS = 0.08
-BYTES_PER_SECOND = SAMPLE_RATE * SAMPLE_WIDTH * CHANNELS
 PROTOCOLS = ("wyoming", "http")
 
 
@@ -82,7 +80,7 @@ def playback_deficit_s(arrivals: Sequence[tuple[float, int]]) -> float:
         return 0.0
     start, received, worst = arrivals[0][0], 0, 0.0
     for at, size in arrivals:
-        worst = max(worst, (at - start) - received / BYTES_PER_SECOND)
+        worst = max(worst, (at - start) - received / FRAME_BYTES * FRAME_SECONDS)
         received += size
     return worst
 
