@@ -3,10 +3,11 @@ same prompt, graph replay, default sampling, 200 frames, each setting measured t
 in reverse order, so clock drift shows as spread). Random full-size bf16 models.
 
 Usage: python kernels/device/bench_options.py "-" "attn_splits=16" "lib=/tmp/other/libq3t.so" \
-    [--sizes 0.6b,1.7b] [--greedy] [--frames N]
+    [--sizes 0.6b,1.7b] [--greedy] [--frames N] [--weights bf16,int8]
 A setting is NAME=VALUE[,NAME=VALUE...] of KernelOptions fields (pdl, attn_splits, graph_prefill) and
 `lib`, a library built elsewhere (the same ABI version; e.g. this commit's sources with one kernel
-changed); "-" is the defaults. Prints one JSON line per size.
+changed); "-" is the defaults. --weights int8 also times the model with int8 matrices (model/quant.py, as
+`weights = "int8"` loads them). Prints one JSON line per size and weights.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from wyoming_qwen3tts.backends.kernels import library
 from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
 from wyoming_qwen3tts.backends.kernels.options import KernelOptions
 from wyoming_qwen3tts.model.prompt import build_prompt
+from wyoming_qwen3tts.model.quant import quantize_model
 from wyoming_qwen3tts.request import SamplingParams
 
 _libs: dict[str, library.Native] = {}
@@ -66,13 +68,21 @@ def main(argv: list[str]) -> None:
         i = argv.index("--frames")
         frames = int(argv[i + 1])
         argv = argv[:i] + argv[i + 2 :]
+    weights = ["bf16"]
+    if "--weights" in argv:  # bf16, int8 or both (comma list)
+        i = argv.index("--weights")
+        weights = argv[i + 1].split(",")
+        argv = argv[:i] + argv[i + 2 :]
     greedy = "--greedy" in argv  # also time greedy decoding (argmax draws): the sampler's share
     settings = [a for a in argv if a != "--greedy"] or ["-"]
-    for size in sizes:
+    for size, kind in [(s, w) for s in sizes for w in weights]:
         model = random_model(size, torch.bfloat16)  # EOS row zeroed: every run decodes all its frames
+        if kind == "int8":
+            quantize_model(model)
         prompt = build_prompt(model, text_ids(20), "ryan", "english")
         res: dict[str, object] = {
             "size": size,
+            "weights": kind,
             "gpu": torch.cuda.get_device_name(),
             "frames": frames,
             "ms_per_frame": {},

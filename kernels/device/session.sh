@@ -20,6 +20,10 @@
 #   cp         the persistent CodePredictor (q3t_cp_passes): its GPU tests, kernels/device/trace_cp.py (layered
 #              against persistent, and block 0's clock marks), the batch-1 bench with it off and on
 #              (Q3T_CP_PERSISTENT=0/1), and the 1.7B frame's profile with it on
+#   libab      this tree's kernel library against another build, LIB_OLD (a .so; default: the other library in .libcache,
+#              e.g. the last commit's carried xz-compressed in .libcache-carry): kernels/device/bench_gemv.py with each,
+#              then the batch-1 frame with both in one process (bench_options.py: LIBAB_SIZES, default 1.7b,0.6b;
+#              LIBAB_WEIGHTS, default bf16,int8)
 #   i8deep     int8 GEMVs with q3t_set_i8_deep (the most loads in flight per lane): bench_gemv int8 alone, then
 #              the 1.7B int8 batch-1 bench with it off and on
 #   sass       the SASS check that every GEMV's weight loads go out before the grid wait (builds a library)
@@ -165,6 +169,23 @@ step_batchedbench() {  # the batched GEMVs per shape at nb 1-16, and cuBLAS at 1
   left batchedbench || return
   OUT=$R timeout 200 python3 kernels/device/bench_batched.py gemv > $R/batchedbench.log 2>&1
   echo "batchedbench rc=$? [$((SECONDS - t)) s]"; sed -n '/Against cuBLAS/,/0.6B: a 64/p' $R/batchedbench.log | cut -c1-200
+}
+step_libab() {  # another build of the kernel library (LIB_OLD) against this tree's: the GEMV shapes, then the frame
+  local lib_new old lib which
+  lib_new=$(tail -1 $R/build.log)
+  old=${LIB_OLD:-$(ls .libcache/*.so | grep -v "$(basename $lib_new)" | head -1)}
+  [ -f "$old" ] || { echo "libab: no other library in .libcache"; return; }
+  echo "libab: $(basename $old) (old) against $(basename $lib_new) (new)"
+  for which in old new; do
+    left libab-gemv-$which || return
+    if [ $which = old ]; then lib=$old; else lib=$lib_new; fi
+    OUT=$R GEMV_LIB=$lib GEMV_TAG=-$which timeout 150 python3 kernels/device/bench_gemv.py > $R/libab-gemv-$which.log 2>&1
+    echo "libab gemv $which rc=$? [$((SECONDS - t)) s]"; grep -E "^\||Sum over" $R/libab-gemv-$which.log | tail -30 | cut -c1-200
+  done
+  left libab-frame || return
+  timeout ${LIBAB_TIMEOUT:-240} python3 kernels/device/bench_options.py - lib=$old --sizes ${LIBAB_SIZES:-1.7b,0.6b} \
+    --weights ${LIBAB_WEIGHTS:-bf16,int8} > $R/libab-frame.log 2>&1
+  echo "libab frame rc=$? [$((SECONDS - t)) s] (ms a frame; '-': new, lib=: old)"; grep -E "^\{|Error" $R/libab-frame.log | cut -c1-300
 }
 step_i8deep() {  # int8 GEMVs planned for the most loads in flight per lane, against bf16's plan, and the frame
   left i8deep || return

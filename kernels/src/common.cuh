@@ -122,8 +122,8 @@ inline void q3t_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t s
 __device__ __forceinline__ float bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
 
-// One 16-byte load of weights W (float: 4, bf16: 8) dotted with 4 or 8 floats of x; shared by the
-// two GEMV kernels.
+// One 16-byte load of weights W (float: 4, bf16: 8, int8: 16) dotted with 4, 8 or 16 floats of x;
+// shared by the GEMV kernels.
 template <typename W> struct WeightVec16;
 template <> struct WeightVec16<float> {
     static constexpr int N = 4;  // weights per 16-byte load
@@ -194,6 +194,27 @@ template <> struct WeightVec16<int8_t> {
         return s;
     }
 };
+
+// Where the one-vector GEMVs keep their staged input x in shared memory. A lane's 16-byte weight load
+// covers N consecutive k (WeightVec16), and consecutive lanes take consecutive loads, so they read x at
+// a stride of N floats: 64 bytes for int8, 32 for bf16. Shared memory serves 16-byte reads 8 lanes at
+// a time from 32 banks of 4 bytes; at a 64-byte stride those 8 lanes meet only 2 distinct groups of 4
+// banks (a 4-way conflict: a warp's 16-byte read of x takes 16 passes where 4 would do), at 32 bytes 4
+// (2-way). For int8 that is 4 passes for every 16 bytes of weights, one pass a clock per SM: a cap of
+// ~8 weight bytes a clock per SM, ~2.1 TB/s on an H200, about the rate int8 measured (docs/int8.md).
+// So x is stored padded for bf16 and int8: one float4 of padding after every 8 float4s, element e at
+// e + 4 * (e / 32). A lane's x then starts at float4 4c + c / 2 (int8; bf16: 2c + c / 4), 8 distinct
+// bank groups for 8 lanes, and each load's x stays contiguous (a 64-byte chunk never straddles a
+// group), read at the same immediate offsets as before. Only where x sits changes, not the sums.
+template <typename W> __host__ __device__ constexpr bool xs_padded() { return WeightVec16<W>::N > 4; }
+__host__ __device__ constexpr int xs_at(int e, bool pad) { return pad ? e + ((e >> 5) << 2) : e; }
+// xs_at(c * N) for the x of a 16-byte load c (N weights of W a load): c * N + 4 * (c / (32 / N)).
+template <typename W, bool PAD> __device__ __forceinline__ int xs_chunk(int c) {
+    constexpr int N = WeightVec16<W>::N;
+    return PAD ? c * N + (int)(((unsigned)c / (32 / N)) << 2) : c * N;  // c >= 0: a shift
+}
+// Floats of shared memory a vector of k takes (padded: the last group's padding too; a multiple of 4).
+__host__ __device__ constexpr int xs_len(int k, bool pad) { return pad ? k + (((k + 31) >> 5) << 2) : k; }
 
 // Whether weights of type W are int8 with a float32 scale per row (Q3T_I8), applied once to each row's
 // float32 sum: y = (sum_k q[k] xn[k]) * scale. A run-time `if` on it, not `if constexpr`: the
@@ -282,8 +303,9 @@ __device__ __forceinline__ T q3t_ld_act(const T* p) {
 // returns this thread's share of sum(x^2). With K a multiple of 4 and x, g 16-byte aligned it reads
 // float4s, four per thread in flight at once, so K <= 4096 costs one round trip to L2 (a strided
 // scalar loop costs one per 1,024 elements; the frame has ~430 GEMVs waiting on this).
+// pad: xs padded for the dot products (xs_at).
 __device__ __forceinline__ float stage_x(const float* __restrict__ x, const float* __restrict__ g, int k,
-                                         float* __restrict__ xs) {
+                                         float* __restrict__ xs, bool pad = false) {
     float ss = 0.f;
     const bool vec = k % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(g) % 16 == 0;
     if (vec) {
@@ -291,7 +313,10 @@ __device__ __forceinline__ float stage_x(const float* __restrict__ x, const floa
         const float4* gv = reinterpret_cast<const float4*>(g);
         float4* xsv = reinterpret_cast<float4*>(xs);
         const int k4 = k / 4;
+        // Padded, float4 i sits at i + i / 8; i0 + j * blockDim.x (a multiple of 8) at p0 + j * pstride.
+        const int pstride = pad ? blockDim.x + (blockDim.x >> 3) : blockDim.x;
         for (int i0 = threadIdx.x; i0 < k4; i0 += 4 * blockDim.x) {
+            const int p0 = pad ? i0 + (i0 >> 3) : i0;
             float4 a[4], w[4];
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
@@ -310,7 +335,8 @@ __device__ __forceinline__ float stage_x(const float* __restrict__ x, const floa
                 if (i >= k4) continue;
 #endif
                 ss += a[j].x * a[j].x + a[j].y * a[j].y + a[j].z * a[j].z + a[j].w * a[j].w;
-                xsv[i] = g ? make_float4(a[j].x * w[j].x, a[j].y * w[j].y, a[j].z * w[j].z, a[j].w * w[j].w) : a[j];
+                xsv[p0 + j * pstride] =
+                    g ? make_float4(a[j].x * w[j].x, a[j].y * w[j].y, a[j].z * w[j].z, a[j].w * w[j].w) : a[j];
             }
         }
         return ss;
@@ -318,7 +344,7 @@ __device__ __forceinline__ float stage_x(const float* __restrict__ x, const floa
 #pragma unroll 4
     for (int i = threadIdx.x; i < k; i += blockDim.x) {
         const float v = x[i];
-        xs[i] = g ? v * g[i] : v;
+        xs[xs_at(i, pad)] = g ? v * g[i] : v;
         ss += v * v;
     }
     return ss;

@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(kThreads) k_gemv(const W* __restrict__ w, cons
     constexpr int NR = MODE == Q3T_GEMV_SWIGLU ? 2 : 1;  // weight rows per output
     constexpr int kPre = 8 / NR;                         // 16-byte loads per lane and row issued up front
     constexpr int V = Vec<W>::N;
-    extern __shared__ float xs[];  // k floats (16-byte aligned: dynamic shared memory starts aligned)
+    extern __shared__ float xs[];  // xs_len(k) floats (16-byte aligned: dynamic shared memory starts aligned)
     __shared__ float red[32];
     const int lane = threadIdx.x % Q3T_WARP;
     const int out = blockIdx.x * (blockDim.x / Q3T_WARP) + threadIdx.x / Q3T_WARP;
@@ -65,12 +65,13 @@ __global__ void __launch_bounds__(kThreads) k_gemv(const W* __restrict__ w, cons
         // Residual add: the warp's residual value goes out with x's loads below (one round trip).
         if (MODE == Q3T_GEMV_ADD && active && lane == 0) y_old = y[out];
     }
-    const float ss = stage_x(x, nullptr, k, xs);
+    constexpr bool PAD = VEC && xs_padded<W>();  // xs padded for the dot products (common.cuh)
+    const float ss = stage_x(x, nullptr, k, xs, PAD);
     if (norm_w) {
         // RMSNorm as the reference: statistics in float32, x * rsqrt(mean(x^2) + eps), then * weight.
         const float total = block_sum(ss, red);
         const float rs = rsqrtf(total / (float)k + eps);
-        for (int i = threadIdx.x; i < k; i += blockDim.x) xs[i] = norm_w[i] * (xs[i] * rs);
+        for (int i = threadIdx.x; i < k; i += blockDim.x) xs[xs_at(i, PAD)] = norm_w[i] * (xs[xs_at(i, PAD)] * rs);
     }
     __syncthreads();
     if (!active) return;
@@ -84,7 +85,7 @@ __global__ void __launch_bounds__(kThreads) k_gemv(const W* __restrict__ w, cons
             const int c = lane + j * Q3T_WARP;
             if (c < nvec) {
 #pragma unroll
-                for (int r = 0; r < NR; ++r) acc[r] += Vec<W>::dot(pre[r][j], xs + c * V);
+                for (int r = 0; r < NR; ++r) acc[r] += Vec<W>::dot(pre[r][j], xs + xs_chunk<W, PAD>(c));
             }
         }
         int c = lane + kPre * Q3T_WARP;
@@ -97,11 +98,11 @@ __global__ void __launch_bounds__(kThreads) k_gemv(const W* __restrict__ w, cons
 #pragma unroll
             for (int j = 0; j < kUnroll; ++j)
 #pragma unroll
-                for (int r = 0; r < NR; ++r) acc[r] += Vec<W>::dot(u[r][j], xs + (c + j * Q3T_WARP) * V);
+                for (int r = 0; r < NR; ++r) acc[r] += Vec<W>::dot(u[r][j], xs + xs_chunk<W, PAD>(c + j * Q3T_WARP));
         }
         for (; c < nvec; c += Q3T_WARP)
 #pragma unroll
-            for (int r = 0; r < NR; ++r) acc[r] += Vec<W>::dot(reinterpret_cast<const uint4*>(rows[r])[c], xs + c * V);
+            for (int r = 0; r < NR; ++r) acc[r] += Vec<W>::dot(reinterpret_cast<const uint4*>(rows[r])[c], xs + xs_chunk<W, PAD>(c));
     } else {
 #pragma unroll
         for (int r = 0; r < NR; ++r)
@@ -131,8 +132,8 @@ int launch(const void* w, const float* w_scale, int n_rows, int k, const float* 
     const int n_out = MODE == Q3T_GEMV_SWIGLU ? n_rows / 2 : n_rows;
     const int per_block = kThreads / q3t_host_warp();
     const dim3 grid((n_out + per_block - 1) / per_block);
-    const size_t smem = (size_t)k * sizeof(float);
     const bool vec = (k % Vec<W>::N) == 0 && (reinterpret_cast<uintptr_t>(w) % 16) == 0;
+    const size_t smem = (size_t)xs_len(k, vec && xs_padded<W>()) * sizeof(float);
     const W* wp = static_cast<const W*>(w);
     if (vec)
         q3t_launch(k_gemv<W, MODE, true>, grid, kThreads, smem, s, wp, w_scale, n_out, k, x, norm_w, eps, bias, y);
@@ -172,8 +173,8 @@ extern "C" Q3T_API int q3t_gemv_batch(int dtype, const void* w, const float* w_s
     if (!w || !x || !y || n_rows <= 0 || k <= 0) return q3t_fail("q3t_gemv_batch: bad arguments (n=%d k=%d)", n_rows, k);
     if (q3t_check_w_scale("q3t_gemv_batch", dtype, w_scale)) return -1;
     if (nb < 1 || nb > 2) return q3t_fail("q3t_gemv_batch: nb=%d, expected 1 or 2", nb);
-    if (nb * k > 12288)  // the input vectors live in shared memory (48 KiB)
-        return q3t_fail("q3t_gemv_batch: nb * k = %d exceeds 12288", nb * k);
+    if (nb * xs_len(k, true) > 12288)  // the input vectors live in shared memory (48 KiB), padded (common.cuh)
+        return q3t_fail("q3t_gemv_batch: nb * k = %d exceeds 12288 floats with its padding (%d)", nb * k, nb * xs_len(k, true));
     if (mode == Q3T_GEMV_SWIGLU && (n_rows % 2))
         return q3t_fail("q3t_gemv_batch: SwiGLU needs an even row count, got %d", n_rows);
     if (mode != Q3T_GEMV_STORE && bias) return q3t_fail("q3t_gemv_batch: bias is only supported with Q3T_GEMV_STORE");

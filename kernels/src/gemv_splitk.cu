@@ -45,15 +45,17 @@ template <typename W> using Pack = WeightVec16<W>;
 // stage_x (common.cuh) for two vectors x [2, k] into xs [2, k], the loads of both in flight together
 // (K <= 2048: one round trip). Each thread adds its elements in stage_x's order, so ss0 and ss1 are
 // the sums a one-vector call gets, bit for bit.
+// xs holds vector b at b * xs_len(k, pad), padded as stage_x's.
 __device__ __forceinline__ void stage_x_pair(const float* __restrict__ x, const float* __restrict__ g, int k,
-                                             float* __restrict__ xs, float& ss0, float& ss1) {
+                                             float* __restrict__ xs, float& ss0, float& ss1, bool pad) {
+    const int kp = xs_len(k, pad);
     ss0 = ss1 = 0.f;
     const bool vec = k % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(g) % 16 == 0;
     if (!vec) {
         for (int i = threadIdx.x; i < k; i += blockDim.x) {
             const float v0 = x[i], v1 = x[k + i], gi = g ? g[i] : 1.f;
-            xs[i] = g ? v0 * gi : v0;
-            xs[k + i] = g ? v1 * gi : v1;
+            xs[xs_at(i, pad)] = g ? v0 * gi : v0;
+            xs[kp + xs_at(i, pad)] = g ? v1 * gi : v1;
             ss0 += v0 * v0;
             ss1 += v1 * v1;
         }
@@ -64,7 +66,10 @@ __device__ __forceinline__ void stage_x_pair(const float* __restrict__ x, const 
     float4* xsv = reinterpret_cast<float4*>(xs);
     const int k4 = k / 4;
     const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f), one = make_float4(1.f, 1.f, 1.f, 1.f);
+    const int pstride = pad ? blockDim.x + (blockDim.x >> 3) : blockDim.x;  // as stage_x's
+    float4* xsv1 = xsv + kp / 4;
     for (int i0 = threadIdx.x; i0 < k4; i0 += 2 * blockDim.x) {
+        const int p0 = pad ? i0 + (i0 >> 3) : i0;
         float4 a[2][2], w[2];
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
@@ -82,7 +87,8 @@ __device__ __forceinline__ void stage_x_pair(const float* __restrict__ x, const 
                 for (int b = 0; b < 2; ++b) {
                     const float4 v = a[b][j];
                     (b ? ss1 : ss0) += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-                    xsv[b * k4 + i] = g ? make_float4(v.x * w[j].x, v.y * w[j].y, v.z * w[j].z, v.w * w[j].w) : v;
+                    (b ? xsv1 : xsv)[p0 + j * pstride] =
+                        g ? make_float4(v.x * w[j].x, v.y * w[j].y, v.z * w[j].z, v.w * w[j].w) : v;
                 }
             }
         }
@@ -98,7 +104,7 @@ __device__ __forceinline__ void gemv2(const W* __restrict__ w, const float* __re
     static_assert(PR >= 1 && PR * NR == PRE, "PRE must be a multiple of the rows per output");
     static_assert(NB >= 1 && NB <= 2, "one or two input vectors");
     constexpr int V = Pack<W>::N;
-    extern __shared__ float xs[];     // NB k floats: x (times norm_w when given); 16-byte aligned
+    extern __shared__ float xs[];     // NB vectors of xs_len(k) floats: x (times norm_w when given); 16-byte aligned
     __shared__ float red[NB][32];     // per-warp sum of x^2
     __shared__ float part[32][NB][NR];  // per-warp partial dot products
     const int lane = threadIdx.x % Q3T_WARP, warp = threadIdx.x / Q3T_WARP;
@@ -147,11 +153,13 @@ __device__ __forceinline__ void gemv2(const W* __restrict__ w, const float* __re
 #pragma unroll
             for (int b = 0; b < NB; ++b) y_old[b] = y[(size_t)b * n_out + mine];
     }
-    float ss[NB];  // xs = x * norm_w; the RMS scale is applied at the end
+    float ss[NB];  // xs = x * norm_w (padded for the 16-byte loads, common.cuh); the RMS scale is applied at the end
+    constexpr bool PAD = VEC && xs_padded<W>();
+    const int kp = xs_len(k, PAD);  // floats between the vectors in xs
     if constexpr (NB == 1)
-        ss[0] = stage_x(x, norm_w, k, xs);
+        ss[0] = stage_x(x, norm_w, k, xs, PAD);
     else
-        stage_x_pair(x, norm_w, k, xs, ss[0], ss[1]);
+        stage_x_pair(x, norm_w, k, xs, ss[0], ss[1], PAD);
     if (norm_w) {
 #pragma unroll
         for (int b = 0; b < NB; ++b) {
@@ -168,6 +176,9 @@ __device__ __forceinline__ void gemv2(const W* __restrict__ w, const float* __re
         for (int r = 0; r < NR; ++r) acc[b][r] = 0.f;
     if (active) {
         if constexpr (VEC) {
+            // The up-front chunks' x: chunks `step` apart (a multiple of 8) sit xstride floats apart.
+            const float* x0 = xs + xs_chunk<W, PAD>(first);
+            const int xstride = xs_chunk<W, PAD>(step);
 #pragma unroll
             for (int j = 0; j < PR; ++j) {
                 const int c = first + j * step;
@@ -175,7 +186,7 @@ __device__ __forceinline__ void gemv2(const W* __restrict__ w, const float* __re
 #pragma unroll
                     for (int b = 0; b < NB; ++b)
 #pragma unroll
-                        for (int r = 0; r < NR; ++r) acc[b][r] += Pack<W>::dot(pre[r][j], xs + b * k + c * V);
+                        for (int r = 0; r < NR; ++r) acc[b][r] += Pack<W>::dot(pre[r][j], x0 + b * kp + j * xstride);
                 }
             }
             // Rows longer than the up-front loads (the host picks PRE < kMaxPre only when none are
@@ -192,14 +203,15 @@ __device__ __forceinline__ void gemv2(const W* __restrict__ w, const float* __re
 #pragma unroll
                     for (int b = 0; b < NB; ++b)
 #pragma unroll
-                        for (int r = 0; r < NR; ++r) acc[b][r] += Pack<W>::dot(u[r][j], xs + b * k + (c + j * step) * V);
+                        for (int r = 0; r < NR; ++r)
+                            acc[b][r] += Pack<W>::dot(u[r][j], xs + b * kp + xs_chunk<W, PAD>(c + j * step));
             }
             for (; c < nvec; c += step)
 #pragma unroll
                 for (int r = 0; r < NR; ++r) {
                     const uint4 u = reinterpret_cast<const uint4*>(rows[r])[c];
 #pragma unroll
-                    for (int b = 0; b < NB; ++b) acc[b][r] += Pack<W>::dot(u, xs + b * k + c * V);
+                    for (int b = 0; b < NB; ++b) acc[b][r] += Pack<W>::dot(u, xs + b * kp + xs_chunk<W, PAD>(c));
                 }
         } else {
             // Rows not 16-byte aligned (k not a multiple of the vector width, or an offset pointer).
@@ -208,7 +220,7 @@ __device__ __forceinline__ void gemv2(const W* __restrict__ w, const float* __re
                 for (int r = 0; r < NR; ++r) {
                     const float wv = Elem<W>::load(rows[r], i);
 #pragma unroll
-                    for (int b = 0; b < NB; ++b) acc[b][r] += wv * xs[b * k + i];
+                    for (int b = 0; b < NB; ++b) acc[b][r] += wv * xs[b * kp + i];  // PAD false: kp = k
                 }
         }
     }
@@ -279,7 +291,8 @@ __global__ void Q3T_LAUNCH_BOUNDS(kThreads, (x1_min_blocks<W, PRE>()))
 }
 template <typename W, int PRE>
 constexpr int x2_min_blocks() {
-    return PRE == kMaxPre ? (sizeof(W) <= 2 ? 3 : 2) : (sizeof(W) <= 2 ? 4 : 3);
+    // int8 with 8 up-front loads: 2 (at 3 it spilled with x padded; no real shape of either size takes it)
+    return PRE == kMaxPre ? (sizeof(W) == 2 ? 3 : 2) : (sizeof(W) <= 2 ? 4 : 3);
 }
 template <typename W, int MODE, bool VEC, int PRE>
 __global__ void Q3T_LAUNCH_BOUNDS(kThreads, (x2_min_blocks<W, PRE>()))
@@ -342,7 +355,7 @@ int launch2(const void* w, const float* w_scale, int n_rows, int k, const float*
     // kMaxPre up-front loads per unit.
     int splits = 1;
     while (splits < nwarps && NR * cdiv(chunks, splits) > kMaxPre) splits *= 2;
-    const size_t smem1 = (size_t)k * sizeof(float);
+    const size_t smem1 = (size_t)xs_len(k, vec && xs_padded<W>()) * sizeof(float);
     // Waves: of the splits that leave every warp at least one chunk, the one whose grid takes the
     // fewest waves at its kernel's real occupancy, and among those the largest grid. A partial
     // second wave costs a whole block's latency again (its blocks load their weights only when the
@@ -364,7 +377,7 @@ int launch2(const void* w, const float* w_scale, int n_rows, int k, const float*
     }
     splits = best;
     const dim3 grid(cdiv(n_out, nwarps / splits));
-    const size_t smem = (size_t)NB * k * sizeof(float);
+    const size_t smem = (size_t)NB * smem1;
     const auto kernel = pick_kernel<W, MODE, NB>(vec, NR * cdiv(chunks, splits));
     q3t_launch(kernel, grid, kThreads, smem, s, static_cast<const W*>(w), w_scale, n_out, k, splits, x, norm_w, eps,
                bias, y);
