@@ -3,7 +3,8 @@
 # STEPS (comma list):
 #   gemvtests  the batched GEMV suites at nb up to 64 (bf16 and int8, both kernels) and the 64-slot decoder test
 #   streams    bench.streams 1.7B and 0.6B at STREAMS (default 1,4,16,64), 200 frames, runs 2
-#   onestream  the batch-1 bench row (bench, kernels backend, 1.7B and 0.6B, 200 frames, runs 3, copy bandwidth)
+#   onestream  the batch-1 bench row (bench, kernels backend, 1.7B and 0.6B, 200 frames, runs 3, copy bandwidth), once
+#              per weights kind of ONE_WEIGHTS (default bf16; "bf16 int8")
 #   profile    kernels/device/profile_frame.py 1.7b: each kernel of the batch-1 frame and the gaps between them
 #   firsttrace kernels/device/trace_first_audio.py: a lone request's first audio through the engine, its GPU work
 #              traced stream by stream, the codec's one-frame call alone, the engine's debug medians
@@ -134,12 +135,15 @@ step_ahead() {  # the scheduler's steps launched ahead (Q3T_STEPS_AHEAD): throug
 step_groups() {
   streams_ab groups Q3T_GEMV_GROUPS "0 1" 16,64 1.7b
 }
-step_onestream() {
-  left onestream || return
-  ck 1.7b; ck 0.6b
-  timeout 200 python3 -m $BENCH --sizes ${ONE_SIZES:-1.7b,0.6b} --ckpt-root /tmp/ck --backends kernels --frames 200 \
-    --runs 3 --out $R/onestream > $R/onestream.log 2>&1
-  echo "onestream rc=$? [$((SECONDS - t)) s]"; grep -E "frames/s|copy|GB/s|\| kernels" $R/onestream.log | head -12 | cut -c1-200
+step_onestream() {  # ONE_WEIGHTS: bf16 (default), int8 or both ("bf16 int8"), one bench run each
+  local w
+  for w in ${ONE_WEIGHTS:-bf16}; do
+    left onestream-$w || return
+    ck 1.7b; ck 0.6b
+    timeout 200 python3 -m $BENCH --sizes ${ONE_SIZES:-1.7b,0.6b} --ckpt-root /tmp/ck --backends kernels --frames 200 \
+      --runs 3 --weights $w --out $R/onestream-$w > $R/onestream-$w.log 2>&1
+    echo "onestream $w rc=$? [$((SECONDS - t)) s]"; grep -E "frames/s|copy|GB/s|\| kernels" $R/onestream-$w.log | head -12 | cut -c1-200
+  done
 }
 step_profile() {
   left profile || return
