@@ -17,7 +17,8 @@ t(16)/t(1) per shape. (bf16 on an H200: at nb = 16 each weight takes 16 FMAs, 1.
 do in the weight's HBM time at 4.8 TB/s, so expect t(16)/t(1) ~1.1-1.4 on the big matrices.)
 
 Prints JSON lines, then markdown, also written to $OUT/batched_bench.md.
-Usage: python kernels/device/bench_batched.py [gemv] [ops]   (default both)
+Usage: python kernels/device/bench_batched.py [gemv] [ops]   (default both); GEMV_LIB=PATH: another build of the
+library (an A/B in one call), GEMV_TAG: a suffix for its table file
 """
 
 from __future__ import annotations
@@ -528,7 +529,11 @@ def table(copy_gbs: float) -> str:
 
 
 def main(parts: list[str]) -> None:
-    lib = library.load(0)
+    if os.environ.get("GEMV_LIB"):  # another build of the library (an A/B in one call)
+        lib = library.Native(Path(os.environ["GEMV_LIB"]))
+        lib.init(0)
+    else:
+        lib = library.load(0)
     lib.call("q3t_set_pdl", 1 if torch.cuda.get_device_capability()[0] >= 9 else 0)
     copy_gbs = copy_bandwidth()
     emit({"part": "copy", "gbs": round(copy_gbs, 1)})
@@ -542,7 +547,7 @@ def main(parts: list[str]) -> None:
             emit({"part": "error", "what": part, "error": repr(err)})
     OUT.mkdir(parents=True, exist_ok=True)
     md = table(copy_gbs)
-    (OUT / "batched_bench.md").write_text(md)
+    (OUT / f"batched_bench{os.environ.get('GEMV_TAG', '')}.md").write_text(md)
     print(md, flush=True)
 
 

@@ -24,7 +24,8 @@
 #   libab      this tree's kernel library against another build, LIB_OLD (a .so; default: the other library in .libcache,
 #              e.g. the last commit's carried xz-compressed in .libcache-carry): kernels/device/bench_gemv.py with each,
 #              then the batch-1 frame with both in one process (bench_options.py: LIBAB_SIZES, default 1.7b,0.6b;
-#              LIBAB_WEIGHTS, default bf16,int8)
+#              LIBAB_WEIGHTS, default bf16,int8); LIBAB_PARTS (default "gemv frame"; "batched": bench_batched.py gemv,
+#              the batched GEMV and its FMA kernel at nb 1-16, with each library)
 #   i8deep     int8 GEMVs with q3t_set_i8_deep (the most loads in flight per lane): bench_gemv int8 alone, then
 #              the 1.7B int8 batch-1 bench with it off and on
 #   sass       the SASS check that every GEMV's weight loads go out before the grid wait (builds a library)
@@ -180,12 +181,20 @@ step_libab() {  # another build of the kernel library (LIB_OLD) against this tre
   old=${LIB_OLD:-$(ls .libcache/*.so | grep -v "$(basename $lib_new)" | head -1)}
   [ -f "$old" ] || { echo "libab: no other library in .libcache"; return; }
   echo "libab: $(basename $old) (old) against $(basename $lib_new) (new)"
-  for which in old new; do
+  local parts=" ${LIBAB_PARTS:-gemv frame} "
+  [[ $parts == *" batched "* ]] && for which in old new; do
+    left libab-batched-$which || return
+    if [ $which = old ]; then lib=$old; else lib=$lib_new; fi
+    OUT=$R GEMV_LIB=$lib GEMV_TAG=-$which timeout 200 python3 kernels/device/bench_batched.py gemv > $R/libab-batched-$which.log 2>&1
+    echo "libab batched $which rc=$? [$((SECONDS - t)) s]"; sed -n '/### GEMV/,/^$/p' $R/libab-batched-$which.log | cut -c1-400
+  done
+  [[ $parts == *" gemv "* ]] && for which in old new; do
     left libab-gemv-$which || return
     if [ $which = old ]; then lib=$old; else lib=$lib_new; fi
     OUT=$R GEMV_LIB=$lib GEMV_TAG=-$which timeout 150 python3 kernels/device/bench_gemv.py > $R/libab-gemv-$which.log 2>&1
     echo "libab gemv $which rc=$? [$((SECONDS - t)) s]"; grep -E "^\||Sum over" $R/libab-gemv-$which.log | tail -30 | cut -c1-200
   done
+  [[ $parts == *" frame "* ]] || return 0
   left libab-frame || return
   timeout ${LIBAB_TIMEOUT:-240} python3 kernels/device/bench_options.py - lib=$old --sizes ${LIBAB_SIZES:-1.7b,0.6b} \
     --weights ${LIBAB_WEIGHTS:-bf16,int8} > $R/libab-frame.log 2>&1
