@@ -35,6 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_gemv
+from common import native_library
 
 from wyoming_qwen3tts.backends.kernels import library
 
@@ -529,11 +530,7 @@ def table(copy_gbs: float) -> str:
 
 
 def main(parts: list[str]) -> None:
-    if os.environ.get("GEMV_LIB"):  # another build of the library (an A/B in one call)
-        lib = library.Native(Path(os.environ["GEMV_LIB"]))
-        lib.init(0)
-    else:
-        lib = library.load(0)
+    lib = native_library()  # GEMV_LIB: another build of the library (an A/B in one call)
     lib.call("q3t_set_pdl", 1 if torch.cuda.get_device_capability()[0] >= 9 else 0)
     copy_gbs = copy_bandwidth()
     emit({"part": "copy", "gbs": round(copy_gbs, 1)})

@@ -18,8 +18,8 @@ import statistics
 from pathlib import Path
 
 import torch
+from common import native_library
 
-from wyoming_qwen3tts.backends.kernels import library
 from wyoming_qwen3tts.backends.kernels.ops import ADD, STORE, SWIGLU, Matrix, Ops
 from wyoming_qwen3tts.model.quant import quantize_rows
 
@@ -131,12 +131,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    if os.environ.get("GEMV_LIB"):
-        native = library.Native(Path(os.environ["GEMV_LIB"]))
-        native.init(0)
-    else:
-        native = library.load(0)
-    ops = Ops(native)
+    ops = Ops(native_library())  # GEMV_LIB: another build
     # Q3T_I8_DEEP=1: int8 planned for the most loads in flight per lane (q3t_set_i8_deep); GEMV_WEIGHTS=int8: one kind.
     ops.set_i8_deep(os.environ.get("Q3T_I8_DEEP", "0") == "1")
     kinds = tuple(w for w in WEIGHTS if w in os.environ.get("GEMV_WEIGHTS", ",".join(WEIGHTS)).split(","))

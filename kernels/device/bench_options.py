@@ -20,16 +20,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import random_model, text_ids, timed
+from common import native_library, random_model, text_ids, timed
 
-from wyoming_qwen3tts.backends.kernels import library
 from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
 from wyoming_qwen3tts.backends.kernels.options import KernelOptions
 from wyoming_qwen3tts.model.prompt import build_prompt
 from wyoming_qwen3tts.model.quant import quantize_model
 from wyoming_qwen3tts.request import SamplingParams
-
-_libs: dict[str, library.Native] = {}
 
 
 def backend(model, setting: str) -> KernelBackend:
@@ -39,10 +36,7 @@ def backend(model, setting: str) -> KernelBackend:
     for pair in [] if setting == "-" else setting.split(","):
         name, _, value = pair.partition("=")
         if name == "lib":
-            if value not in _libs:
-                _libs[value] = library.Native(Path(value))
-                _libs[value].init(0)
-            lib = _libs[value]
+            lib = native_library(value)
         else:
             kind = {f.name: f.type for f in dataclasses.fields(KernelOptions)}[name]
             fields[name] = value not in ("0", "false") if kind in (bool, "bool") else int(value)

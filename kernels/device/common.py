@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
 import torch
 
+from wyoming_qwen3tts.backends.kernels import library
 from wyoming_qwen3tts.model.codec import CodecDecoder
 from wyoming_qwen3tts.model.config import CodecDecoderConfig, Qwen3TTSConfig
 from wyoming_qwen3tts.model.talker import Qwen3TTSModel
@@ -22,6 +25,22 @@ from wyoming_qwen3tts.tools.random_checkpoint import (
 )
 
 T = TypeVar("T")
+
+
+_natives: dict[str, library.Native] = {}
+
+
+def native_library(path: str | None = None) -> library.Native:
+    """The kernel library built at `path`, or at $GEMV_LIB without one (another build, e.g. an older commit's, for
+    an A/B in one process; the same ABI), initialised for device 0 and loaded once per file; with neither, this
+    tree's own (library.load)."""
+    path = path or os.environ.get("GEMV_LIB")
+    if not path:
+        return library.load(0)
+    if path not in _natives:
+        _natives[path] = library.Native(Path(path))
+        _natives[path].init(0)
+    return _natives[path]
 
 
 def timed(fn: Callable[[], T]) -> tuple[T, float]:

@@ -176,23 +176,22 @@ step_batchedbench() {  # the batched GEMVs per shape at nb 1-16, and cuBLAS at 1
   echo "batchedbench rc=$? [$((SECONDS - t)) s]"; sed -n '/Against cuBLAS/,/0.6B: a 64/p' $R/batchedbench.log | cut -c1-200
 }
 step_libab() {  # another build of the kernel library (LIB_OLD) against this tree's: the GEMV shapes, then the frame
-  local lib_new old lib which
+  local lib_new old which lib
   lib_new=$(tail -1 $R/build.log)
   old=${LIB_OLD:-$(ls .libcache/*.so | grep -v "$(basename $lib_new)" | head -1)}
   [ -f "$old" ] || { echo "libab: no other library in .libcache"; return; }
   echo "libab: $(basename $old) (old) against $(basename $lib_new) (new)"
   local parts=" ${LIBAB_PARTS:-gemv frame} "
-  [[ $parts == *" batched "* ]] && for which in old new; do
-    left libab-batched-$which || return
+  for which in old new; do
     if [ $which = old ]; then lib=$old; else lib=$lib_new; fi
-    OUT=$R GEMV_LIB=$lib GEMV_TAG=-$which timeout 200 python3 kernels/device/bench_batched.py gemv > $R/libab-batched-$which.log 2>&1
-    echo "libab batched $which rc=$? [$((SECONDS - t)) s]"; sed -n '/### GEMV/,/^$/p' $R/libab-batched-$which.log | cut -c1-400
-  done
-  [[ $parts == *" gemv "* ]] && for which in old new; do
-    left libab-gemv-$which || return
-    if [ $which = old ]; then lib=$old; else lib=$lib_new; fi
-    OUT=$R GEMV_LIB=$lib GEMV_TAG=-$which timeout 150 python3 kernels/device/bench_gemv.py > $R/libab-gemv-$which.log 2>&1
-    echo "libab gemv $which rc=$? [$((SECONDS - t)) s]"; grep -E "^\||Sum over" $R/libab-gemv-$which.log | tail -30 | cut -c1-200
+    if [[ $parts == *" batched "* ]] && left libab-batched-$which; then
+      OUT=$R GEMV_LIB=$lib GEMV_TAG=-$which timeout 200 python3 kernels/device/bench_batched.py gemv > $R/libab-batched-$which.log 2>&1
+      echo "libab batched $which rc=$? [$((SECONDS - t)) s]"; sed -n '/### GEMV/,/^$/p' $R/libab-batched-$which.log | cut -c1-400
+    fi
+    if [[ $parts == *" gemv "* ]] && left libab-gemv-$which; then
+      OUT=$R GEMV_LIB=$lib GEMV_TAG=-$which timeout 150 python3 kernels/device/bench_gemv.py > $R/libab-gemv-$which.log 2>&1
+      echo "libab gemv $which rc=$? [$((SECONDS - t)) s]"; grep -E "^\||Sum over" $R/libab-gemv-$which.log | tail -30 | cut -c1-200
+    fi
   done
   [[ $parts == *" frame "* ]] || return 0
   left libab-frame || return

@@ -18,9 +18,10 @@ connect).  Reported per protocol and overall: requests, failures (with reasons),
 completion p50/p95/max in ms, seconds of audio and audio frames per second of wall time, and whether
 the streamed audio kept ahead of playback (the requests whose chunks fell behind a player started at
 their first chunk, and by how much: p95 and worst ms); when both protocols ran, HTTP's TTFA p50/p95
-minus Wyoming's.  Every request sent is counted as served or failed.  --warmup N sends N requests per protocol one after another through the same clients before the
-timed rounds, untimed: a long-lived client (an app's AsyncOpenAI) is warm when a burst comes, and the
-openai package's first request costs it ~80 ms of its own imports and setup; warm-up requests are
+minus Wyoming's.  Every request sent is counted as served or failed.  --warmup N sends N requests per
+protocol one after another through the same clients before the timed rounds, untimed: a long-lived
+client (an app's AsyncOpenAI) is warm when a burst comes, and the openai package's first request
+costs it ~80 ms of its own imports and setup; warm-up requests are
 reported apart and a failed one fails the run.  --processes P spreads the clients over P processes
 (each its own event loop and clients, their rounds started together): one process's client CPU, the
 openai package's above all, otherwise delays its other requests (16 at once through one warm
