@@ -18,7 +18,8 @@ do in the weight's HBM time at 4.8 TB/s, so expect t(16)/t(1) ~1.1-1.4 on the bi
 
 Prints JSON lines, then markdown, also written to $OUT/batched_bench.md.
 Usage: python kernels/device/bench_batched.py [gemv] [ops]   (default both); GEMV_LIB=PATH: another build of the
-library (an A/B in one call), GEMV_TAG: a suffix for its table file
+library (an A/B in one call), GEMV_TAG: a suffix for its table file; GEMV_WEIGHTS=int8: the GEMVs on int8 weights
+(a float32 scale per row; no cuBLAS yardstick), where one vector on the tensor-core kernel meets q3t_gemv's
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from common import native_library
 from wyoming_qwen3tts.backends.kernels import library
 
 OUT = Path(os.environ.get("OUT") or "/tmp/q3t-out")
+INT8 = os.environ.get("GEMV_WEIGHTS", "bf16") == "int8"
+DTYPE = library.I8 if INT8 else library.BF16
 NBS = (1, 2, 4, 8, 16)
 CUBLAS_NBS = (16, 64)  # vectors of the cuBLAS yardstick (torch.mm)
 G = library.GEMV_SWIGLU
@@ -112,10 +115,19 @@ def _bench_shape(
     bias: bool,
     per_step: tuple[int, int],
 ) -> dict:
-    nbytes = n * k * 2
+    nbytes = n * k * (1 if INT8 else 2)
     copies = max(2, -(-256 * 2**20 // nbytes))
     launches = copies * max(1, -(-240 // copies))
-    w = (torch.randn(copies, n, k, device="cuda", generator=g) * 0.05).to(torch.bfloat16)
+    if INT8:
+        w = torch.randint(-127, 128, (copies, n, k), device="cuda", generator=g, dtype=torch.int8)
+        w_scale = torch.rand(copies, n, device="cuda", generator=g) * 1e-3 + 1e-4
+    else:
+        w = (torch.randn(copies, n, k, device="cuda", generator=g) * 0.05).to(torch.bfloat16)
+        w_scale = None
+
+    def scale(i: int) -> int | None:
+        return None if w_scale is None else w_scale[i % copies].data_ptr()
+
     x = torch.randn(16, k, device="cuda", generator=g)
     nw = torch.rand(k, device="cuda", generator=g) + 0.5 if norm else None
     b = torch.randn(n, device="cuda", generator=g) if bias else None
@@ -135,9 +147,9 @@ def _bench_shape(
         time_graph(
             lambda i: lib.call(
                 "q3t_gemv",
-                library.BF16,
+                DTYPE,
                 w[i % copies].data_ptr(),
-                None,
+                scale(i),
                 n,
                 k,
                 x.data_ptr(),
@@ -153,16 +165,16 @@ def _bench_shape(
         3,
     )
     # The step's kernel (tensor cores where the device has them: with scratch), then the FMA kernel.
-    floats = lib.lib.q3t_batched_gemv_scratch_floats(library.BF16, n, k)
+    floats = lib.lib.q3t_batched_gemv_scratch_floats(DTYPE, n, k)
     scratch = torch.zeros(max(floats, 1), device="cuda")
     for nb in NBS:
         for key, scr in (("", scratch), ("fma_", None)):
             us = time_graph(
                 lambda i, nb=nb, scr=scr: lib.call(
                     "q3t_batched_gemv",
-                    library.BF16,
+                    DTYPE,
                     w[i % copies].data_ptr(),
-                    None,
+                    scale(i),
                     n,
                     k,
                     x.data_ptr(),
@@ -186,6 +198,8 @@ def _bench_shape(
     # cuBLAS on the same weights (torch.mm, bf16 in and out, no fused norm, bias or SwiGLU): what a plain GEMM
     # costs at 16 and at 64 vectors, where the 64-stream step runs four of our launches of 16. A yardstick for
     # a wider batched GEMV, not a drop-in: its sums are not those of a stream alone.
+    if INT8:
+        return rec
     xb = torch.randn(CUBLAS_NBS[-1], k, device="cuda", generator=g).to(torch.bfloat16)
     yb = torch.empty(CUBLAS_NBS[-1], n, device="cuda", dtype=torch.bfloat16)
     for nb in CUBLAS_NBS:
@@ -446,7 +460,7 @@ STEP_OPS = {
 
 def table(copy_gbs: float) -> str:
     lines = [
-        f"## Batched-step kernels (bf16), {torch.cuda.get_device_name()}",
+        f"## Batched-step kernels ({'int8' if INT8 else 'bf16'}), {torch.cuda.get_device_name()}",
         "",
         f"Device-to-device copy: {copy_gbs:.0f} GB/s (read + write).",
         "",
@@ -479,22 +493,30 @@ def table(copy_gbs: float) -> str:
                 + ("memory-bound" if frac >= 0.6 and ratio <= 1.5 else "NOT memory-bound (FMA- or latency-bound)")
                 + ".",
             ]
-        lines += [
-            "",
-            "### Against cuBLAS (torch.mm, bf16 in and out): µs per launch (GB/s of weights)",
-            "",
-            "| shape | ours nb 16 | cuBLAS nb 16 | ours x4 (64 vectors, as the 64-stream step) | cuBLAS nb 64 |",
-            "|---|---|---|---|---|",
-        ]
-        for r in gemv:
-            lines.append(
-                f"| {r['shape']} | {r['us_nb16']} ({r['gbs_nb16']}) | {r['us_cublas_nb16']} ({r['gbs_cublas_nb16']}) "
-                f"| {4 * r['us_nb16']:.3f} | {r['us_cublas_nb64']} ({r['gbs_cublas_nb64']}) |"
-            )
+        lines.append("")
         for size, col in (("1.7B", "per_step_1.7b"), ("0.6B", "per_step_0.6b")):
-            ours64 = sum(4 * r["us_nb16"] * r[col] for r in gemv) / 1000
-            cublas64 = sum(r["us_cublas_nb64"] * r[col] for r in gemv) / 1000
-            lines.append(f"\n{size}: a 64-stream step's GEMVs {ours64:.3f} ms ours, {cublas64:.3f} ms cuBLAS.")
+            ms = {key: sum(r[key] * r[col] for r in gemv) / 1000 for key in ("us_one_vector", "us_nb1", "us_fma_nb1")}
+            lines.append(
+                f"{size}, one vector: a step's GEMVs {ms['us_one_vector']:.3f} ms on q3t_gemv, {ms['us_nb1']:.3f} ms "
+                f"on the step's kernel, {ms['us_fma_nb1']:.3f} ms on the FMA kernel."
+            )
+        if not INT8:
+            lines += [
+                "",
+                "### Against cuBLAS (torch.mm, bf16 in and out): µs per launch (GB/s of weights)",
+                "",
+                "| shape | ours nb 16 | cuBLAS nb 16 | ours x4 (64 vectors, as the 64-stream step) | cuBLAS nb 64 |",
+                "|---|---|---|---|---|",
+            ]
+            for r in gemv:
+                lines.append(
+                    f"| {r['shape']} | {r['us_nb16']} ({r['gbs_nb16']}) | {r['us_cublas_nb16']} "
+                    f"({r['gbs_cublas_nb16']}) | {4 * r['us_nb16']:.3f} | {r['us_cublas_nb64']} ({r['gbs_cublas_nb64']}) |"
+                )
+            for size, col in (("1.7B", "per_step_1.7b"), ("0.6B", "per_step_0.6b")):
+                ours64 = sum(4 * r["us_nb16"] * r[col] for r in gemv) / 1000
+                cublas64 = sum(r["us_cublas_nb64"] * r[col] for r in gemv) / 1000
+                lines.append(f"\n{size}: a 64-stream step's GEMVs {ours64:.3f} ms ours, {cublas64:.3f} ms cuBLAS.")
     ops = [r for r in rows_out if r["part"] == "op"]
     if ops:
         lines += [

@@ -12,7 +12,8 @@
 #              (PROFILE_NB streams, PROFILE_AT contexts, PROFILE_SPLITS: Talker attention chunks a head, one decoder each)
 #   gemvbench  kernels/device/bench_gemv.py: every decode GEMV shape alone, bf16 and int8, GB/s
 #   batchedbench  kernels/device/bench_batched.py gemv: the batched GEMV per shape at nb 1-16, and cuBLAS (torch.mm)
-#              at 16 and 64 vectors beside it (the 64-stream step runs four launches of 16 a matrix)
+#              at 16 and 64 vectors beside it (the 64-stream step runs four launches of 16 a matrix); BATCHED_WEIGHTS=int8:
+#              on int8 weights (one vector on the tensor-core kernel beside q3t_gemv's)
 #   tests      the batched kernels', int8, decoder / admission and one-stream GPU suites (tiny checkpoints)
 #   batchedtests  the batched kernels', int8 and decoder / admission suites alone
 #   pytests    the GPU test files named in PYTESTS
@@ -172,8 +173,9 @@ step_gemvbench() {
 }
 step_batchedbench() {  # the batched GEMVs per shape at nb 1-16, and cuBLAS at 16 and 64 vectors beside them
   left batchedbench || return
-  OUT=$R timeout 200 python3 kernels/device/bench_batched.py gemv > $R/batchedbench.log 2>&1
-  echo "batchedbench rc=$? [$((SECONDS - t)) s]"; sed -n '/Against cuBLAS/,/0.6B: a 64/p' $R/batchedbench.log | cut -c1-200
+  OUT=$R GEMV_WEIGHTS=${BATCHED_WEIGHTS:-bf16} GEMV_TAG=-${BATCHED_WEIGHTS:-bf16} timeout 200 python3 kernels/device/bench_batched.py gemv > $R/batchedbench.log 2>&1
+  echo "batchedbench ${BATCHED_WEIGHTS:-bf16} rc=$? [$((SECONDS - t)) s]"
+  sed -n '/### GEMV/,/0.6B, one vector/p;/Against cuBLAS/,/0.6B: a 64/p' $R/batchedbench.log | cut -c1-300
 }
 step_libab() {  # another build of the kernel library (LIB_OLD) against this tree's: the GEMV shapes, then the frame
   local lib_new old which lib
