@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from reliability_support import Server, free_port
+from ports import free_port
+from reliability_support import Server
 from tiny_server import start_tiny
 
 from wyoming_qwen3tts.tools.load import (

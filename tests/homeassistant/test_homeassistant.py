@@ -34,8 +34,8 @@ import aiohttp
 import av
 import pytest
 from browser import browser  # noqa: F401  (a fixture: Debian's chromium through selenium)
+from ports import free_port
 from prometheus_text import metric_value
-from reliability_support import free_port
 from tiny_server import tiny_args
 from voice_clip import write_clip
 

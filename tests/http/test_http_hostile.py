@@ -26,7 +26,8 @@ import openai
 import pytest
 import soundfile
 from http_server import HttpServer, start_http
-from reliability_support import HOST, Raw, free_port
+from ports import free_port
+from reliability_support import HOST, Raw
 from tiny_server import start_tiny
 from voice_clip import write_clip
 from wyoming.event import Event

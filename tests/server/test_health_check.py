@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -11,6 +10,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+from ports import free_port
 from tiny_server import tiny_args
 from wyoming.event import Event
 from wyoming.info import Attribution, Describe, Info, TtsProgram, TtsVoice
@@ -70,16 +70,10 @@ class _DescribeHandler(AsyncEventHandler):
         return True
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @asynccontextmanager
 async def _serve(info: Info | None, mode: str = "ok") -> AsyncIterator[str]:
     """A real wyoming AsyncServer on a free localhost port; yields its URI."""
-    uri = f"tcp://127.0.0.1:{_free_port()}"
+    uri = f"tcp://127.0.0.1:{free_port()}"
     server = AsyncServer.from_uri(uri)
 
     def factory(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> AsyncEventHandler:
@@ -133,7 +127,7 @@ async def test_unrelated_event_before_info_is_skipped() -> None:
 
 
 async def test_dead_port_fails_fast() -> None:
-    uri = f"tcp://127.0.0.1:{_free_port()}"  # bound then released: nothing listens there
+    uri = f"tcp://127.0.0.1:{free_port()}"  # bound then released: nothing listens there
     rc, out, err, seconds = await _run_cli("--uri", uri, "--timeout", "15")
     assert rc == 1
     assert out == ""
@@ -211,7 +205,7 @@ def test_defaults_match_the_docker_port() -> None:
 )
 async def test_real_server_is_healthy(tiny_checkpoint: Path) -> None:
     """The real server (tiny random checkpoint, CPU) passes the same check the Docker image runs."""
-    port = _free_port()
+    port = free_port()
     uri = f"tcp://127.0.0.1:{port}"
     server = await asyncio.create_subprocess_exec(
         sys.executable,

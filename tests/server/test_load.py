@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from reliability_support import Raw, Server, check_answer, free_port, wait_quiet
+from ports import free_port
+from reliability_support import Raw, Server, check_answer, wait_quiet
 from tiny_server import start_tiny
 from wyoming.event import Event
 
@@ -133,8 +134,6 @@ def test_soak_tool_reports_numbers(real: Server, http_port: int) -> None:
 
 def test_soak_tool_counts_failures() -> None:
     """Against a port where nobody listens every request fails and the exit status says so."""
-    from reliability_support import free_port
-
     cmd = [
         sys.executable,
         "-m",

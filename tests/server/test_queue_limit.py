@@ -22,8 +22,9 @@ import numpy as np
 import openai
 import pytest
 from fake_engine import FakeEngine
+from ports import free_port
 from prometheus_text import metric_value
-from reliability_support import Server, check_answer, free_port, start, stats
+from reliability_support import Server, check_answer, start, stats
 from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
 from wyoming.tts import Synthesize, SynthesizeVoice

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ports import free_port
 from tiny_server import tiny_args
 from wyoming.audio import AudioChunk
 from wyoming.client import AsyncTcpClient
@@ -60,12 +61,6 @@ speaker = "ryan"
 instruct = "Speak in a cheerful, upbeat voice."
 description = "Ryan, cheerful"
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class ServerProcess:

@@ -4,20 +4,14 @@ model is still loading (Home Assistant's setup gives describe one second), and l
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import sys
 import time
 
+from ports import free_port
 from tiny_server import tiny_args
 from wyoming.client import AsyncTcpClient
 from wyoming.info import Describe, Info
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def _describe(port: int) -> Info | None:
@@ -31,7 +25,7 @@ async def _describe(port: int) -> Info | None:
 
 
 def test_describe_within_one_second_while_the_model_loads(tiny_checkpoint) -> None:
-    port = _free_port()
+    port = free_port()
     started = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "wyoming_qwen3tts", "--uri", f"tcp://127.0.0.1:{port}", *tiny_args(tiny_checkpoint)],

@@ -8,7 +8,8 @@ import urllib.request
 from pathlib import Path
 
 import openai
-from reliability_support import Server, free_port, start
+from ports import free_port
+from reliability_support import Server, start
 
 PRESETS = """
 [[voices]]

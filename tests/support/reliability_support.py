@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ports import HOST, free_port
 from wyoming.audio import AudioChunk
 from wyoming.event import Event, async_read_event
 
@@ -21,23 +22,6 @@ from wyoming_qwen3tts.engine import SAMPLES_PER_FRAME
 
 PLUGIN = Path(__file__).resolve().parent / "reliability_plugin.py"
 FRAME_BYTES = SAMPLES_PER_FRAME * 2
-HOST = "127.0.0.1"
-
-
-_given: set[int] = set()
-
-
-def free_port() -> int:
-    """A port of 127.0.0.1 nothing listens on now, never one this process was given before: a server's Wyoming and
-    HTTP ports are both picked before either binds, and the OS handed out the same free port twice (CI, `bd8d4d9`:
-    the HTTP side failed to bind the Wyoming side's port)."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind((HOST, 0))
-            port = int(sock.getsockname()[1])
-        if port not in _given:
-            _given.add(port)
-            return port
 
 
 class Server:
