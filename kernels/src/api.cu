@@ -10,6 +10,7 @@ static int g_warp = 32;
 static int g_cc_major = 0;  // compute capability major of the device passed to q3t_init
 static bool g_gemv_cluster = true;
 static bool g_gemv_groups = false;
+static bool g_i8_mma = true;
 #endif
 static bool g_pdl = false;
 static bool g_i8_deep = false;
@@ -41,6 +42,7 @@ bool q3t_i8_deep() { return g_i8_deep; }
 int q3t_host_cc_major() { return g_cc_major; }
 bool q3t_gemv_cluster_enabled() { return g_gemv_cluster; }
 bool q3t_gemv_groups_enabled() { return g_gemv_groups; }
+bool q3t_i8_mma() { return g_i8_mma; }
 #endif
 
 __global__ void k_add_i32(int* p, int n, int delta) {
@@ -96,6 +98,15 @@ Q3T_API int q3t_set_gemv_clusters(int enable) {
 
 Q3T_API int q3t_set_i8_deep(int enable) {
     g_i8_deep = enable != 0;
+    return 0;
+}
+
+Q3T_API int q3t_set_i8_mma(int enable) {
+#if defined(Q3T_CUDA)
+    g_i8_mma = enable != 0;
+#else
+    (void)enable;  // HIP: the int8 tensor-core GEMV is CUDA-only
+#endif
     return 0;
 }
 

@@ -32,7 +32,16 @@ bool q3t_batched_gemv_mma_usable(int dtype, int n_rows);
 size_t q3t_batched_gemv_mma_scratch_floats(int dtype, int n_rows, int k);
 int q3t_batched_gemv_mma(int dtype, const void* w, const float* w_scale, int n_rows, int k, const float* x, int nb, const float* norm_w, float eps,
                          const float* bias, float* y, int mode, float* scratch, cudaStream_t s);
+// q3t_set_i8_mma(0) sends q3t_gemv's and q3t_gemv_batch's int8 calls back to the FMA kernels (A/B runs).
+bool q3t_i8_mma();
+// The int8 tensor-core GEMV (gemv_i8_mma.cu) of q3t_gemv and q3t_gemv_batch: whether it takes this call
+// (Q3T_I8, sm_80+, k a multiple of 64, 16-byte aligned operands, q3t_i8_mma), and the launch (arguments checked).
+bool q3t_gemv_i8mma_takes(int dtype, const void* w, int k, const float* x, const float* norm_w);
+int q3t_gemv_i8mma(const void* w, const float* w_scale, int n_rows, int k, const float* x, int nb, const float* norm_w,
+                   float eps, const float* bias, float* y, int mode, cudaStream_t s);
 #endif
+// Blocks of a kernel resident on one SM/CU at `threads` threads and `smem` dynamic bytes (cached; gemv_splitk.cu).
+int q3t_blocks_per_sm(const void* kernel, int threads, size_t smem);
 // The GEMVs' w_scale argument: required with Q3T_I8 weights, NULL with the others (a scale passed for
 // bf16 weights is a caller's mistake, not something to ignore). 0, or q3t_fail's -1.
 inline int q3t_check_w_scale(const char* what, int dtype, const float* w_scale) {

@@ -152,6 +152,10 @@ extern "C" Q3T_API int q3t_gemv(int dtype, const void* w, const float* w_scale, 
     if (mode == Q3T_GEMV_SWIGLU && (n_rows % 2)) return q3t_fail("q3t_gemv: SwiGLU needs an even row count, got %d", n_rows);
     if (mode != Q3T_GEMV_STORE && bias) return q3t_fail("q3t_gemv: bias is only supported with Q3T_GEMV_STORE");
     cudaStream_t s = Q3T_STREAM(stream);
+#if defined(Q3T_CUDA)
+    if (q3t_gemv_i8mma_takes(dtype, w, k, x, norm_w))
+        return q3t_gemv_i8mma(w, w_scale, n_rows, k, x, 1, norm_w, eps, bias, y, mode, s);
+#endif
     if (k <= 4096) return q3t_gemv_splitk(dtype, w, w_scale, n_rows, k, x, 1, norm_w, eps, bias, y, mode, s);
 #define Q3T_GEMV_CASE(T)                                                                                   \
     switch (mode) {                                                                                        \
@@ -178,5 +182,9 @@ extern "C" Q3T_API int q3t_gemv_batch(int dtype, const void* w, const float* w_s
     if (mode == Q3T_GEMV_SWIGLU && (n_rows % 2))
         return q3t_fail("q3t_gemv_batch: SwiGLU needs an even row count, got %d", n_rows);
     if (mode != Q3T_GEMV_STORE && bias) return q3t_fail("q3t_gemv_batch: bias is only supported with Q3T_GEMV_STORE");
+#if defined(Q3T_CUDA)
+    if (q3t_gemv_i8mma_takes(dtype, w, k, x, norm_w))
+        return q3t_gemv_i8mma(w, w_scale, n_rows, k, x, nb, norm_w, eps, bias, y, mode, Q3T_STREAM(stream));
+#endif
     return q3t_gemv_splitk(dtype, w, w_scale, n_rows, k, x, nb, norm_w, eps, bias, y, mode, Q3T_STREAM(stream));
 }

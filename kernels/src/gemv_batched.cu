@@ -152,9 +152,13 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<W, MODE, NB, R>()))
     const int cmax = (nvec + lanes - 1) / lanes;  // chunks of the busiest lane
     const int T = d * lanes * V;                  // floats of x per row and tile
     const int tiles = (cmax + d - 1) / d;
+    // x's and norm_w's tiles padded for bf16 and int8 (common.cuh, xs_at: lanes read them 32 or 64 bytes
+    // apart): float4 f of a tile at f + f / 8, a row TP4 float4s long (T is a multiple of 256).
+    constexpr bool PAD = xs_padded<W>();
+    const int TP4 = PAD ? T / 4 + T / 32 : T / 4;
     float4* xs4 = sm4;
-    float4* gs4 = sm4 + (size_t)NB * (T / 4);
-    float* segp = reinterpret_cast<float*>(gs4 + T / 4);
+    float4* gs4 = sm4 + (size_t)NB * TP4;
+    float* segp = reinterpret_cast<float*>(gs4 + TP4);
 
     const W* rows[RW];
     bool live[RW];
@@ -203,7 +207,7 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<W, MODE, NB, R>()))
         // tile beside it. Rows past nb are zeros.
         const int lo = t * T, n = min(k - lo, T), nseg = (n + SEG - 1) / SEG, items = NB * nseg;
         if (gv)
-            for (int f = tid; 4 * f < n; f += kThreads) gs4[f] = gv[lo / 4 + f];
+            for (int f = tid; 4 * f < n; f += kThreads) gs4[PAD ? f + (f >> 3) : f] = gv[lo / 4 + f];
         for (int i0 = warp; i0 < items; i0 += kStage * NW) {
             float4 a[kStage];
 #pragma unroll
@@ -219,7 +223,7 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<W, MODE, NB, R>()))
                 if (i < items) {  // the same for the whole warp
                     const int b = i / nseg, sg = i % nseg, f = sg * Q3T_WARP + lane;
                     const float4 v = a[q];
-                    if (4 * f < n) xs4[b * (T / 4) + f] = v;
+                    if (4 * f < n) xs4[b * TP4 + (PAD ? f + (f >> 3) : f)] = v;
                     if (gv) {
                         const float sq = warp_sum(v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w);
                         if (lane == 0) segp[b * nseg + sg] = sq;
@@ -235,7 +239,8 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<W, MODE, NB, R>()))
         const int jend = min((t + 1) * d, cmax);
         for (; j < jend; ++j) {
             const int c = first + j * lanes, slot = j % P;
-            const int at = (c - t * d * lanes) * V / 4;  // the chunk's first float4 in the tile
+            const int at0 = (c - t * d * lanes) * V / 4;  // the chunk's first float4 in the tile
+            const int at = PAD ? at0 + (at0 >> 3) : at0;  // where it sits (its float4s stay together)
 #pragma unroll
             for (int p = 0; p < P; ++p) {
                 if (p == slot) {  // the same for the whole block: one copy of the body per ring slot
@@ -259,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<W, MODE, NB, R>()))
                             }
 #pragma unroll
                             for (int b = 0; b < NB; ++b) {
-                                const float4 a = xs4[b * (T / 4) + at + q];
+                                const float4 a = xs4[b * TP4 + at + q];
 #pragma unroll
                                 for (int rr = 0; rr < RW; ++rr) {
                                     float& s = acc[b * RW + rr];
@@ -350,10 +355,11 @@ SmemBudget smem_budget() {
 #endif
 }
 
-// Shared-memory bytes of a tile of d chunks per lane: x (NB rows), norm_w and the segment sums.
+// Shared-memory bytes of a tile of d chunks per lane: x (NB rows), norm_w (both padded for v > 4 weights a
+// load, as the kernel's PAD) and the segment sums.
 size_t tile_bytes(int nb_rows, int d, int lanes, int v, int warp) {
-    const size_t t = (size_t)d * lanes * v;
-    return (nb_rows * t + t + nb_rows * (t / (4 * warp))) * sizeof(float);
+    const size_t t = (size_t)d * lanes * v, tp = v > 4 ? t + t / 8 : t;
+    return (nb_rows * tp + tp + nb_rows * (t / (4 * warp))) * sizeof(float);
 }
 
 template <typename W, int MODE, int NB, int R>

@@ -317,29 +317,6 @@ GemvKernel<W> pick_kernel(bool vec, int loads) {
     return NB == 1 ? k_gemv2<W, MODE, true, kMaxPre> : k_gemv2x2<W, MODE, true, kMaxPre>;
 }
 
-// Blocks of `kernel` resident on one SM/CU with `smem` bytes of dynamic shared memory. Cached:
-// the answer never changes, and the launchers also run during graph capture.
-int blocks_per_sm(const void* kernel, size_t smem) {
-    struct Entry {
-        const void* kernel;
-        size_t smem;
-        int blocks;
-    };
-    static Entry cache[128];
-    static int used = 0;
-    static std::mutex lock;
-    std::lock_guard<std::mutex> hold(lock);
-    for (int i = 0; i < used; ++i)
-        if (cache[i].kernel == kernel && cache[i].smem == smem) return cache[i].blocks;
-    int blocks = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, smem) != cudaSuccess || blocks < 1) {
-        (void)cudaGetLastError();  // a failed query is not a launch error: assume one block per SM
-        blocks = 1;
-    }
-    if (used < 128) cache[used++] = {kernel, smem, blocks};
-    return blocks;
-}
-
 template <typename W, int MODE, int NB>
 int launch2(const void* w, const float* w_scale, int n_rows, int k, const float* x, const float* norm_w, float eps, const float* bias,
             float* y, cudaStream_t s) {
@@ -364,7 +341,7 @@ int launch2(const void* w, const float* w_scale, int n_rows, int k, const float*
     for (int sp = splits; sp <= nwarps && (sp == splits || chunks >= sp); sp *= 2) {
         const int grid = cdiv(n_out, nwarps / sp);
         const auto kernel = pick_kernel<W, MODE, 1>(vec, NR * cdiv(chunks, sp));
-        const int slots = blocks_per_sm(reinterpret_cast<const void*>(kernel), smem1) * (sms > 0 ? sms : 1);
+        const int slots = q3t_blocks_per_sm(reinterpret_cast<const void*>(kernel), kThreads, smem1) * (sms > 0 ? sms : 1);
         const int waves = cdiv(grid, slots);
         // int8 rows have half the 16-byte chunks of bf16 rows: with q3t_set_i8_deep, the smaller grid of equal
         // waves, so each lane keeps as many bytes in flight as a bf16 lane.
@@ -385,6 +362,30 @@ int launch2(const void* w, const float* w_scale, int n_rows, int k, const float*
 }
 
 }  // namespace
+
+// Blocks of `kernel` resident on one SM/CU with `threads` threads and `smem` bytes of dynamic shared memory.
+// Cached: the answer never changes, and the launchers also run during graph capture.
+int q3t_blocks_per_sm(const void* kernel, int threads, size_t smem) {
+    struct Entry {
+        const void* kernel;
+        int threads;
+        size_t smem;
+        int blocks;
+    };
+    static Entry cache[128];
+    static int used = 0;
+    static std::mutex lock;
+    std::lock_guard<std::mutex> hold(lock);
+    for (int i = 0; i < used; ++i)
+        if (cache[i].kernel == kernel && cache[i].threads == threads && cache[i].smem == smem) return cache[i].blocks;
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem) != cudaSuccess || blocks < 1) {
+        (void)cudaGetLastError();  // a failed query is not a launch error: assume one block per SM
+        blocks = 1;
+    }
+    if (used < 128) cache[used++] = {kernel, threads, smem, blocks};
+    return blocks;
+}
 
 // Called by q3t_gemv (gemv.cu) for K <= 4096 after it has checked the arguments, and by
 // q3t_gemv_batch (nb 1 or 2).

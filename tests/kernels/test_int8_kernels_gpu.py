@@ -77,14 +77,25 @@ def _inputs(n: int, k: int, mode: int, rows: int, seed: int):
 # ------------------------------------------------------------------------------------------ q3t_gemv
 
 
+@pytest.fixture(params=["mma", "fma"])
+def i8_kernel(ops: Ops, request: pytest.FixtureRequest):
+    """q3t_gemv's and q3t_gemv_batch's int8 kernels: on int8 tensor cores (gemv_i8_mma.cu, the default where the
+    device has them and the operands fit) or the FMA kernels (q3t_set_i8_mma(0))."""
+    ops.set_i8_mma(request.param == "mma")
+    try:
+        yield request.param
+    finally:
+        ops.set_i8_mma(True)
+
+
 @pytest.mark.parametrize("aligned", [True, False])
 @pytest.mark.parametrize("with_norm", [False, True])
 @pytest.mark.parametrize("mode,n,k", MODE_SHAPES)
-def test_int8_gemv(ops: Ops, mode: int, with_norm: bool, n: int, k: int, aligned: bool) -> None:
+def test_int8_gemv(ops: Ops, i8_kernel: str, mode: int, with_norm: bool, n: int, k: int, aligned: bool) -> None:
     """q3t_gemv on int8 rows (16-byte loads of 16 weights where K % 16 == 0 and the rows are aligned, the
-    scalar path otherwise: odd K, or rows 3 bytes into their buffer) against float64 on the same dequantized
-    weights, run-to-run identical, and the split-K kernel (q3t_gemv_batch, one vector) at any K within the
-    same bound."""
+    scalar path otherwise: odd K, or rows 3 bytes into their buffer; with i8_kernel "mma" the aligned rows of
+    K % 64 == 0 on int8 tensor cores) against float64 on the same dequantized weights, run-to-run identical,
+    and the split-K kernel (q3t_gemv_batch, one vector) at any K within the same bound."""
     w32, x, nw, bias, y0 = _inputs(n, k, mode, 1, 7000 + n * 7 + k + 3 * mode + int(with_norm))
     w, wd = _int8(w32, offset=0 if aligned else 3)
     norm = nw if with_norm else None
@@ -107,6 +118,52 @@ def test_int8_gemv(ops: Ops, mode: int, with_norm: bool, n: int, k: int, aligned
     assert_close(run(split_k=True), y, F32_TOL, "split-K vs q3t_gemv")
     if k <= 4096:  # q3t_gemv is the split-K kernel there: the same bits
         assert torch.equal(run(split_k=True), y)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n,k", [(130, 128), (12, 64), (1024, 8192), (2048, 6144), (1024, 1024)])
+def test_int8_mma_gemv_digits(ops: Ops, mode: int, n: int, k: int) -> None:
+    """The int8 tensor-core GEMV (x as four int8 digits of one power-of-two scale) where its digits are
+    stretched, against float64 on the same dequantized weights, and the FMA kernels beside it: one input
+    element 10^4 times the rest (the scale follows the largest; the rest keep 2^-21 of it), all of x scaled by
+    10^-15 and 10^15 without the norm (the power of two moves, the digits do not; with it float32's own sum of
+    squares would under- or overflow), x of zeros (y is the bias or the residual),
+    and an inf in x (every output NaN, as the FMA kernels' sums are not finite). Shapes: rows not a multiple
+    of the warp's 8, one chunk of 64 k, the longest K (chunks past the up-front loads), the Talker's down_proj
+    and a square one; one and two vectors."""
+    w32, x, nw, bias, y0 = _inputs(n, k, mode, 2, 8100 + n + k + mode)
+    w, wd = _int8(w32)
+
+    def run(xin: torch.Tensor, mma: bool, nb: int = 1, norm: torch.Tensor | None = nw) -> torch.Tensor:
+        ops.set_i8_mma(mma)
+        try:
+            y = y0[:nb].clone()
+            if nb == 1:
+                ops.gemv(w, xin[0], y[0], mode=mode, norm_w=norm, eps=1e-6, bias=bias)
+            else:
+                ops.gemv_batch(w, xin, y, mode=mode, norm_w=norm, eps=1e-6, bias=bias)
+            return y
+        finally:
+            ops.set_i8_mma(True)
+
+    spiked = x.clone()
+    spiked[:, k // 3] *= 1e4
+    for xin, norm in ((spiked, nw), (x * 1e-15, None), (x * 1e15, None)):
+        ref = gemv_reference(wd, xin, norm, bias, y0, mode, 1e-6)
+        for nb in (1, 2):
+            got = run(xin, True, nb, norm)
+            assert torch.isfinite(got).all()
+            assert_close(got, ref[:nb], F32_TOL, f"mma nb {nb} vs float64")
+            assert_close(got, run(xin, False, nb, norm), F32_TOL, f"mma nb {nb} vs FMA")
+        assert torch.equal(run(xin, True, 2, norm)[0], run(xin, True, 1, norm)[0]), "a vector's bits depend on nb"
+    zeros = torch.zeros_like(x)
+    assert_close(run(zeros, True), gemv_reference(wd, zeros, nw, bias, y0, mode, 1e-6)[:1], F32_TOL, "x = 0")
+    bad = x.clone()
+    bad[0, 5] = float("inf")
+    got = run(bad, True, 2)
+    assert torch.isnan(got[0]).all(), "an inf in x must not give finite outputs"
+    assert torch.isfinite(got[1]).all(), "the other vector keeps its outputs"
+    assert not torch.isfinite(run(bad, False)[0]).all()
 
 
 def test_int8_gemv_scale_argument(ops: Ops) -> None:

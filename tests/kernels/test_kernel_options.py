@@ -15,9 +15,23 @@ def test_defaults_when_the_environment_says_nothing() -> None:
 
 
 def test_each_variable_overrides_its_option() -> None:
-    env = {"Q3T_BLAS_ROWS": "0", "Q3T_PDL": "0", "Q3T_ATTN_SPLITS": "8", "Q3T_GEMV_GROUPS": "1", "Q3T_I8_DEEP": "1"}
+    env = {
+        "Q3T_BLAS_ROWS": "0",
+        "Q3T_PDL": "0",
+        "Q3T_ATTN_SPLITS": "8",
+        "Q3T_GEMV_GROUPS": "1",
+        "Q3T_I8_DEEP": "1",
+        "Q3T_I8_MMA": "0",
+    }
     opts = KernelOptions.from_env(env)
-    assert (opts.blas_rows, opts.pdl, opts.attn_splits, opts.gemv_groups, opts.i8_deep) == (0, False, 8, True, True)
+    assert (opts.blas_rows, opts.pdl, opts.attn_splits, opts.gemv_groups, opts.i8_deep, opts.i8_mma) == (
+        0,
+        False,
+        8,
+        True,
+        True,
+        False,
+    )
     assert KernelOptions.from_env({"Q3T_BLAS_ROWS": "64"}).blas_rows == 64
     assert KernelOptions.from_env({"Q3T_BATCHED_ATTN_SPLITS": "4"}).batched_attn_splits == 4
     assert KernelOptions.from_env({"Q3T_STEPS_AHEAD": "4"}).steps_ahead == 4

@@ -206,6 +206,20 @@ def test_gemv_sass_loads_weights_before_the_grid_wait(tmp_path: Path, monkeypatc
         assert not any(re.search(r"\b(LDL|STL)\b", ln) for ln in lines), f"{name}: local memory"
     want = 3 * 3 * (3 * 2 + 1)  # dtypes x modes x (PRE choices x one or two input vectors, + v1)
     assert checked == want, f"checked {checked} vectorised GEMV kernels, expected {want}"
+    # The int8 tensor-core GEMV (gemv_i8_mma.cu): its PRE up-front weight loads go out before the wait, it triggers
+    # after it, it runs two MMAs (IMMA) per chunk, and it has no local memory; 18 kernels (modes x PRE 2, 4, 8 x
+    # one or two vectors).
+    i8mma = {n: re.search(r"k_gemv_i8mmaILi(\d)ELi(\d)ELi(\d)E", n) for n in funcs if "k_gemv_i8mma" in n}
+    assert len(i8mma) == 18 and all(i8mma.values()), sorted(i8mma)
+    for name, m in i8mma.items():
+        lines = funcs[name]
+        wait = next(i for i, ln in enumerate(lines) if re.search(r"\bACQBULK\b", ln))
+        trigger = next(i for i, ln in enumerate(lines) if re.search(r"\bPREEXIT\b", ln))
+        before = sum(i < wait for i, ln in enumerate(lines) if "LDG.E.128" in ln)
+        assert before == int(m.group(2)), f"{name}: {before} LDG.E.128 before ACQBULK, want {m.group(2)}"
+        assert trigger > wait, f"{name}: PREEXIT (launch_dependents) not after ACQBULK"
+        assert sum("IMMA" in ln for ln in lines) >= 2 * int(m.group(2)), f"{name}: fewer IMMAs than its chunks"
+        assert not any(re.search(r"\b(LDL|STL)\b", ln) for ln in lines), f"{name}: local memory"
     # The batched GEMV (gemv_batched.cu): its ring of 8 loads per lane goes out before the wait, it
     # triggers after it, and it has no local memory; 96 kernels (3 dtypes x 32: modes x nb buckets x rows per warp).
     batched = [n for n in funcs if "k_bgemv" in n and "k_bgemv_mma" not in n]

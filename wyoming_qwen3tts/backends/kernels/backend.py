@@ -65,6 +65,7 @@ class KernelBackend:
         self.ops.set_gemv_clusters(self.options.gemv_clusters)
         self.ops.set_gemv_groups(self.options.gemv_groups)
         self.ops.set_i8_deep(self.options.i8_deep)
+        self.ops.set_i8_mma(self.options.i8_mma)
         self.model = model
         self.eos_id = model.cfg.talker.codec_eos_token_id
         self.pdl = self.options.pdl  # turned off at the first capture where the device has no PDL

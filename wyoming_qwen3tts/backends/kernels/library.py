@@ -55,6 +55,7 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
     "q3t_set_gemv_clusters": (_c_int, [_c_int]),
     "q3t_set_gemv_groups": (_c_int, [_c_int]),
     "q3t_set_i8_deep": (_c_int, [_c_int]),
+    "q3t_set_i8_mma": (_c_int, [_c_int]),
     "q3t_rmsnorm": (_c_int, [_p, _p, _p, _c_int, _c_float, _p]),
     "q3t_gemv": (_c_int, [_c_int, _p, _p, _c_int, _c_int, _p, _p, _c_float, _p, _p, _c_int, _p]),
     "q3t_gemv_batch": (_c_int, [_c_int, _p, _p, _c_int, _c_int, _p, _c_int, _p, _c_float, _p, _p, _c_int, _p]),

@@ -100,6 +100,11 @@ class Ops:
         captures from now on (one flag for the library)."""
         self.lib.call("q3t_set_i8_deep", int(enable))
 
+    def set_i8_mma(self, enable: bool) -> None:
+        """int8 one- and two-vector GEMVs on int8 tensor cores (q3t_set_i8_mma; CUDA sm_80+) or on the FMA kernels,
+        for launches and captures from now on (one flag for the library)."""
+        self.lib.call("q3t_set_i8_mma", int(enable))
+
     def use_pdl(self, want: bool) -> bool:
         """set_pdl(want) where the device has PDL, else off; returns whether it is on. Launches and captures
         take the setting current when they are made (one flag for the whole library)."""
