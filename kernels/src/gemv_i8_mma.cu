@@ -4,7 +4,7 @@
 // WeightVec16<int8_t>), which kept int8 GEMVs at ~77 % of bf16's bytes a second (docs/int8.md).
 //
 // x as four int8 digits. Each input vector is scaled by a power of two, 2^e, so that its largest |x * norm_w|
-// is below 64, and written as x' = d0 + d1 / 128 + d2 / 128^2 + d3 / 128^3 with integer digits in [-64, 64]:
+// is below 64 (digits4), and written as x' = d0 + d1 / 128 + d2 / 128^2 + d3 / 128^3 with integer digits in [-64, 64]:
 // every element to 2^-21 (of a largest element >= 32: ~26 bits where float32 keeps 24; smaller elements keep
 // the same absolute step). mma.sync m16n8k32 (s8 x s8 -> s32) takes the digits as operand A (row m: vector
 // m / 4 % nb, digit m % 4; the rows past 4 nb repeat them and are not read) and the weights as loaded as
@@ -47,15 +47,24 @@ __device__ __forceinline__ void mma_s8(int (&d)[4], uint32_t a0, uint32_t a2, ui
 #endif
 }
 
-// One element's four digits (x' = v 2^e, |x'| < 64: each digit in [-64, 64]; every step exact) into byte
-// `byte` of the four words.
-__device__ __forceinline__ void put_digits(float v, int e, int byte, uint32_t (&d)[4]) {
-    float r = ldexpf(v, e);
+// Four elements' four digits (x' = v s, s = 2^e, |x'| < 64: each digit in [-64, 64]): word q holds digit q of
+// the four in byte order. Rounding by the magic number M = 1.5 2^23: t = x' + M is round(x') + M exactly (the
+// floats there are the integers), its low byte round(x') in two's complement (the mantissa holds 2^22 +
+// round(x')), and the rest (x' - round(x')) 128 comes from two FMAs; every step is exact. ~14 instructions an
+// element, where rintf and conversions took ~30 (each block turns all of x into digits).
+__device__ __forceinline__ void digits4(float4 v, float s, uint32_t (&d)[4]) {
+    constexpr float M = 12582912.f;
+    float r[4] = {v.x * s, v.y * s, v.z * s, v.w * s};
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float q = rintf(r);
-        d[i] |= ((uint32_t)(int)q & 0xffu) << (8 * byte);
-        r = (r - q) * 128.f;
+    for (int q = 0; q < 4; ++q) {
+        uint32_t tb[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float t = r[j] + M;
+            tb[j] = __float_as_uint(t);
+            if (q < 3) r[j] = fmaf(r[j], 128.f, fmaf(t, -128.f, 128.f * M));  // (x' - round(x')) 128
+        }
+        d[q] = __byte_perm(__byte_perm(tb[0], tb[1], 0x0040), __byte_perm(tb[2], tb[3], 0x0040), 0x5410);
     }
 }
 
@@ -174,7 +183,7 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<PRE, NB>()))
         finite[b] = m < 0x7f800000u;
         int ex = 0;
         if (finite[b]) (void)frexpf(__uint_as_float(m), &ex);  // m < 2^ex
-        e[b] = 6 - ex;                                          // |x'| < 2^6
+        e[b] = min(6 - ex, 127);  // |x'| < 2^6; 2^e a normal float (a vector below 2^-120 keeps fewer digits)
     }
 
     // The digit planes: this thread's elements again (L1 holds them), as four digits each.
@@ -186,12 +195,7 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<PRE, NB>()))
             float4 v = xv[(size_t)b * k4 + i];
             if (norm_w) v = mul4(v, gw);
             uint32_t d[4] = {0u, 0u, 0u, 0u};
-            if (finite[b]) {
-                put_digits(v.x, e[b], 0, d);
-                put_digits(v.y, e[b], 1, d);
-                put_digits(v.z, e[b], 2, d);
-                put_digits(v.w, e[b], 3, d);
-            }
+            if (finite[b]) digits4(v, __int_as_float((e[b] + 127) << 23), d);
             uint32_t* plane = planes + (size_t)b * k + c * 64 + p;
 #pragma unroll
             for (int q = 0; q < 4; ++q) plane[16 * q] = d[q];
