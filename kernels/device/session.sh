@@ -26,7 +26,8 @@
 #              e.g. the last commit's carried xz-compressed in .libcache-carry): kernels/device/bench_gemv.py with each,
 #              then the batch-1 frame with both in one process (bench_options.py: LIBAB_SIZES, default 1.7b,0.6b;
 #              LIBAB_WEIGHTS, default bf16,int8); LIBAB_PARTS (default "gemv frame"; "batched": bench_batched.py gemv,
-#              the batched GEMV and its FMA kernel at nb 1-16, with each library)
+#              the batched GEMV and its FMA kernel at nb 1-16, with each library); LIBAB_SETTINGS: more settings of
+#              bench_options.py beside the two libraries (e.g. "i8_mma=0": this tree's library on its FMA int8 GEMVs)
 #   i8deep     int8 GEMVs with q3t_set_i8_deep (the most loads in flight per lane): bench_gemv int8 alone, then
 #              the 1.7B int8 batch-1 bench with it off and on
 #   sass       the SASS check that every GEMV's weight loads go out before the grid wait (builds a library)
@@ -197,7 +198,7 @@ step_libab() {  # another build of the kernel library (LIB_OLD) against this tre
   done
   [[ $parts == *" frame "* ]] || return 0
   left libab-frame || return
-  timeout ${LIBAB_TIMEOUT:-240} python3 kernels/device/bench_options.py - lib=$old --sizes ${LIBAB_SIZES:-1.7b,0.6b} \
+  timeout ${LIBAB_TIMEOUT:-240} python3 kernels/device/bench_options.py - lib=$old $LIBAB_SETTINGS --sizes ${LIBAB_SIZES:-1.7b,0.6b} \
     --weights ${LIBAB_WEIGHTS:-bf16,int8} > $R/libab-frame.log 2>&1
   echo "libab frame rc=$? [$((SECONDS - t)) s] (ms a frame; '-': new, lib=: old)"; grep -E "^\{|Error" $R/libab-frame.log | cut -c1-300
 }
