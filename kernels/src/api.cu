@@ -10,7 +10,7 @@ static int g_warp = 32;
 static int g_cc_major = 0;  // compute capability major of the device passed to q3t_init
 static bool g_gemv_cluster = true;
 static bool g_gemv_groups = false;
-static bool g_i8_mma = true;
+static bool g_i8_mma = false;
 #endif
 static bool g_pdl = false;
 static bool g_i8_deep = false;

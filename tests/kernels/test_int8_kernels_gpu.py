@@ -42,6 +42,7 @@ from kernel_ops import assert_close, assert_equal, gen, ops, rel  # noqa: F401 -
 
 from wyoming_qwen3tts.backends.kernels import library
 from wyoming_qwen3tts.backends.kernels.ops import ADD, STORE, SWIGLU, Matrix, Ops
+from wyoming_qwen3tts.backends.kernels.options import KernelOptions
 from wyoming_qwen3tts.model.quant import quantize_model, quantize_rows
 
 pytestmark = pytest.mark.gpu
@@ -79,13 +80,13 @@ def _inputs(n: int, k: int, mode: int, rows: int, seed: int):
 
 @pytest.fixture(params=["mma", "fma"])
 def i8_kernel(ops: Ops, request: pytest.FixtureRequest):
-    """q3t_gemv's and q3t_gemv_batch's int8 kernels: on int8 tensor cores (gemv_i8_mma.cu, the default where the
-    device has them and the operands fit) or the FMA kernels (q3t_set_i8_mma(0))."""
+    """q3t_gemv's and q3t_gemv_batch's int8 kernels: on int8 tensor cores (gemv_i8_mma.cu, q3t_set_i8_mma(1): where
+    the device has them and the operands fit) or the FMA kernels (the default)."""
     ops.set_i8_mma(request.param == "mma")
     try:
         yield request.param
     finally:
-        ops.set_i8_mma(True)
+        ops.set_i8_mma(False)
 
 
 @pytest.mark.parametrize("aligned", [True, False])
@@ -144,7 +145,7 @@ def test_int8_mma_gemv_digits(ops: Ops, mode: int, n: int, k: int) -> None:
                 ops.gemv_batch(w, xin, y, mode=mode, norm_w=norm, eps=1e-6, bias=bias)
             return y
         finally:
-            ops.set_i8_mma(True)
+            ops.set_i8_mma(False)
 
     spiked = x.clone()
     spiked[:, k // 3] *= 1e4
@@ -328,20 +329,24 @@ def _quantized(model):
     return model
 
 
+@pytest.mark.parametrize("i8_mma", [False, True])
 @pytest.mark.parametrize("size", ["tiny", "tiny-0.6b"])
 def test_int8_kernel_backend_greedy_codes_equal_torch(
-    tiny_checkpoint: Path, tiny_checkpoint_06b: Path, ops: Ops, size: str
+    tiny_checkpoint: Path, tiny_checkpoint_06b: Path, ops: Ops, size: str, i8_mma: bool
 ) -> None:
     """The kernel backend (captured frame graph; the prompt prefilled by the torch Talker through QuantLinear,
     in a captured graph) on a float32 model quantized at load against the torch backend on that same model:
     greedy codes equal for 200 frames (EOS impossible, so all are compared), with (tiny) and without
-    (tiny-0.6b) the Talker -> CodePredictor projection."""
+    (tiny-0.6b) the Talker -> CodePredictor projection; the GEMVs on the FMA kernels and on int8 tensor cores."""
     model = load_model(tiny_checkpoint if size == "tiny" else tiny_checkpoint_06b, torch.float32)
     with torch.no_grad():
         model.talker.codec_head.weight[2150].zero_()  # EOS logit 0 (its int8 row too): never the max
     _quantized(model)
-    n = greedy_parity(model, 200)
-    print(f"int8 {size} greedy parity: {n} frames equal")
+    try:
+        n = greedy_parity(model, 200, options=KernelOptions(i8_mma=i8_mma))
+    finally:
+        ops.set_i8_mma(False)  # the backend set the library-wide flag
+    print(f"int8 {size} i8_mma {i8_mma} greedy parity: {n} frames equal")
     assert n == 200
 
 

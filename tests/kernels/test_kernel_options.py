@@ -21,7 +21,7 @@ def test_each_variable_overrides_its_option() -> None:
         "Q3T_ATTN_SPLITS": "8",
         "Q3T_GEMV_GROUPS": "1",
         "Q3T_I8_DEEP": "1",
-        "Q3T_I8_MMA": "0",
+        "Q3T_I8_MMA": "1",
     }
     opts = KernelOptions.from_env(env)
     assert (opts.blas_rows, opts.pdl, opts.attn_splits, opts.gemv_groups, opts.i8_deep, opts.i8_mma) == (
@@ -30,7 +30,7 @@ def test_each_variable_overrides_its_option() -> None:
         8,
         True,
         True,
-        False,
+        True,
     )
     assert KernelOptions.from_env({"Q3T_BLAS_ROWS": "64"}).blas_rows == 64
     assert KernelOptions.from_env({"Q3T_BATCHED_ATTN_SPLITS": "4"}).batched_attn_splits == 4

@@ -34,8 +34,9 @@ def load_model_without_eos(path: Path, dtype: torch.dtype = torch.float32):
     return model
 
 
-def greedy_parity(model, n_frames: int, text_len: int = 12, streaming: bool = False) -> int:
-    """The kernel backend's greedy codes equal the torch backend's, code for code; returns the frames compared."""
+def greedy_parity(model, n_frames: int, text_len: int = 12, streaming: bool = False, options=None) -> int:
+    """The kernel backend's greedy codes equal the torch backend's, code for code; returns the frames compared.
+    options: the kernel backend's KernelOptions (None: from the environment)."""
     from wyoming_qwen3tts.backends.kernels.backend import KernelBackend
     from wyoming_qwen3tts.backends.torch_backend import TorchBackend
     from wyoming_qwen3tts.model.prompt import build_prompt
@@ -44,7 +45,7 @@ def greedy_parity(model, n_frames: int, text_len: int = 12, streaming: bool = Fa
     prompt = build_prompt(model, text_ids(text_len), "ryan", "english", non_streaming_text=not streaming)
     greedy = SamplingParams.greedy()
     ref = TorchBackend(model).start(prompt, greedy, 0, n_frames).next_frames(n_frames)
-    kb = KernelBackend(model)
+    kb = KernelBackend(model, options)
     sess = kb.start(prompt, greedy, 0, n_frames)
     got = np.concatenate([sess.next_frames(37) for _ in range((n_frames + 36) // 37 + 1)])
     assert got.shape == ref.shape, (got.shape, ref.shape)

@@ -38,8 +38,8 @@ class KernelOptions:
     i8_deep: bool = False
     # A lone stream's int8 GEMVs on int8 tensor cores (CUDA sm_80+; gemv_i8_mma.cu: x as four int8 digits of one
     # power-of-two scale, the sums exact integers, no instruction per weight) instead of the FMA kernels, which
-    # widen each weight to float32 (three instructions a weight).
-    i8_mma: bool = True
+    # widen each weight to float32 (three instructions a weight). Off until it has run on a GPU.
+    i8_mma: bool = False
     # Batched steps of this many streams or more (a bucket: 32 or 64) run their bf16 matrix products on the vendor
     # BLAS (cuBLAS / hipBLASLt through torch, gemm.py: each weight read once for all rows on tensor cores) instead
     # of the batched GEMV, which reads each matrix once per 16 streams; 0: never. Not under batch invariance.
@@ -93,7 +93,7 @@ class KernelOptions:
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> KernelOptions:
         """Q3T_PDL=0, Q3T_ATTN_SPLITS=N, Q3T_GRAPH_PREFILL=0, Q3T_GEMV_CLUSTER=0, Q3T_GEMV_GROUPS=1,
-        Q3T_CP_PERSISTENT=1, Q3T_I8_DEEP=1, Q3T_I8_MMA=0, Q3T_BLAS_ROWS=N (0: never), Q3T_BATCHED_ATTN_SPLITS=N (0: auto) and
+        Q3T_CP_PERSISTENT=1, Q3T_I8_DEEP=1, Q3T_I8_MMA=1, Q3T_BLAS_ROWS=N (0: never), Q3T_BATCHED_ATTN_SPLITS=N (0: auto) and
         Q3T_STEPS_AHEAD=N, Q3T_FIRST_AUDIO_HOLD=0, Q3T_FUSED_PREFILL=0, Q3T_ADMIT_GATHER_MS=N, Q3T_FUSED_CODEC=0,
         Q3T_CODEC_GEMM_CONVS=N and Q3T_CODEC_CONV_TIMED=0 override the defaults."""
         return cls(
@@ -104,7 +104,7 @@ class KernelOptions:
             gemv_groups=env.get("Q3T_GEMV_GROUPS", "0") == "1",
             cp_persistent=env.get("Q3T_CP_PERSISTENT", "0") == "1",
             i8_deep=env.get("Q3T_I8_DEEP", "0") == "1",
-            i8_mma=env.get("Q3T_I8_MMA", "1") != "0",
+            i8_mma=env.get("Q3T_I8_MMA", "0") == "1",
             blas_rows=int(env.get("Q3T_BLAS_ROWS", cls.blas_rows)),
             batched_attn_splits=int(env.get("Q3T_BATCHED_ATTN_SPLITS", cls.batched_attn_splits)),
             steps_ahead=int(env.get("Q3T_STEPS_AHEAD", cls.steps_ahead)),
