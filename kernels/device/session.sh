@@ -30,6 +30,8 @@
 #              bench_options.py beside the two libraries (e.g. "i8_mma=0": this tree's library on its FMA int8 GEMVs)
 #   i8deep     int8 GEMVs with q3t_set_i8_deep (the most loads in flight per lane): bench_gemv int8 alone, then
 #              the 1.7B int8 batch-1 bench with it off and on
+#   i8mma      int8 GEMVs on int8 tensor cores against the FMA kernels (Q3T_I8_MMA=0/1): bench_gemv int8 with each,
+#              then the batch-1 frame with both in one process (bench_options.py "-" "i8_mma=1"; I8MMA_SIZES)
 #   sass       the SASS check that every GEMV's weight loads go out before the grid wait (builds a library)
 #   blas       the vendor-BLAS products of steps of 32+ streams (backends/kernels/gemm.py): their GPU tests, then
 #              bench.streams 1.7B and 0.6B at BLAS_STREAMS (default 16,32,64) with them off (Q3T_BLAS_ROWS=0), then on
@@ -213,6 +215,19 @@ step_i8deep() {  # int8 GEMVs planned for the most loads in flight per lane, aga
       --frames 200 --runs 3 --out $R/i8deep-$on > $R/i8deep-$on.log 2>&1
     echo "i8deep frame $on rc=$? [$((SECONDS - t)) s]"; grep -E "frames/s" $R/i8deep-$on.log | head -2 | cut -c1-200
   done
+}
+step_i8mma() {  # int8 GEMVs on int8 tensor cores (Q3T_I8_MMA) against the FMA kernels: each shape, then the frame
+  local on
+  for on in 0 1; do
+    left i8mma-gemv-$on || return
+    OUT=$R GEMV_WEIGHTS=int8 GEMV_TAG=-i8mma$on Q3T_I8_MMA=$on timeout 120 python3 kernels/device/bench_gemv.py \
+      > $R/i8mma-gemv-$on.log 2>&1
+    echo "i8mma gemv $on rc=$? [$((SECONDS - t)) s]"; grep -E "^\||Sum over" $R/i8mma-gemv-$on.log | tail -16 | cut -c1-200
+  done
+  left i8mma-frame || return
+  timeout ${I8MMA_TIMEOUT:-240} python3 kernels/device/bench_options.py - i8_mma=1 --sizes ${I8MMA_SIZES:-1.7b,0.6b} \
+    --weights int8 > $R/i8mma-frame.log 2>&1
+  echo "i8mma frame rc=$? [$((SECONDS - t)) s] (ms a frame; '-': the FMA kernels)"; grep -E "^\{|Error" $R/i8mma-frame.log | cut -c1-300
 }
 step_codecbench() {  # the codec alone: per-stream, batched and worker calls (kernels/device/bench_codec.py)
   local flag
