@@ -31,7 +31,8 @@
 #   i8deep     int8 GEMVs with q3t_set_i8_deep (the most loads in flight per lane): bench_gemv int8 alone, then
 #              the 1.7B int8 batch-1 bench with it off and on
 #   i8mma      int8 GEMVs on int8 tensor cores against the FMA kernels (Q3T_I8_MMA=0/1): bench_gemv int8 with each,
-#              then the batch-1 frame with both in one process (bench_options.py "-" "i8_mma=1"; I8MMA_SIZES)
+#              then the batch-1 frame with both in one process (bench_options.py "-" "i8_mma=1"; I8MMA_SIZES, I8MMA_WEIGHTS:
+#              default int8,bf16, bf16 the same kernels under both settings: the ratio and the noise)
 #   sass       the SASS check that every GEMV's weight loads go out before the grid wait (builds a library)
 #   blas       the vendor-BLAS products of steps of 32+ streams (backends/kernels/gemm.py): their GPU tests, then
 #              bench.streams 1.7B and 0.6B at BLAS_STREAMS (default 16,32,64) with them off (Q3T_BLAS_ROWS=0), then on
@@ -226,7 +227,7 @@ step_i8mma() {  # int8 GEMVs on int8 tensor cores (Q3T_I8_MMA) against the FMA k
   done
   left i8mma-frame || return
   timeout ${I8MMA_TIMEOUT:-240} python3 kernels/device/bench_options.py - i8_mma=1 --sizes ${I8MMA_SIZES:-1.7b,0.6b} \
-    --weights int8 > $R/i8mma-frame.log 2>&1
+    --weights ${I8MMA_WEIGHTS:-int8,bf16} > $R/i8mma-frame.log 2>&1
   echo "i8mma frame rc=$? [$((SECONDS - t)) s] (ms a frame; '-': the FMA kernels)"; grep -E "^\{|Error" $R/i8mma-frame.log | cut -c1-300
 }
 step_codecbench() {  # the codec alone: per-stream, batched and worker calls (kernels/device/bench_codec.py)
