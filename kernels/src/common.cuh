@@ -294,6 +294,13 @@ __device__ __forceinline__ float block_max(float v, float* red) {
     return t;
 }
 
+// The RMSNorm scale rsqrt(mean(x^2) + eps) of a vector of k from n partial sums of squares, added in order.
+__device__ __forceinline__ float rms_scale(const float* partials, int n, int k, float eps) {
+    float total = 0.f;
+    for (int i = 0; i < n; ++i) total += partials[i];
+    return rsqrtf(total / (float)k + eps);
+}
+
 // Loads of activations other blocks or kernels wrote (K/V rows, q/k/v, logits, and the split
 // attention's partials, which the last block of a head merges): read at L2, the point of coherence,
 // past a possibly stale L1; the writers' __threadfence orders the partials before their count. On

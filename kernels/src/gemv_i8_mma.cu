@@ -245,12 +245,7 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<PRE, NB>()))
     if (!finisher) return;
 #pragma unroll
     for (int b = 0; b < NB; ++b) {
-        float scale = 1.f;
-        if (norm_w) {
-            float total = 0.f;
-            for (int i = 0; i < kWarps; ++i) total += red_ss[b][i];
-            scale = rsqrtf(total / (float)k + eps);
-        }
+        const float scale = norm_w ? rms_scale(red_ss[b], kWarps, k, eps) : 1.f;
         float sum[NR];
 #pragma unroll
         for (int r = 0; r < NR; ++r) {

@@ -242,12 +242,7 @@ __device__ __forceinline__ void gemv2(const W* __restrict__ w, const float* __re
     if (out >= n_out) return;
 #pragma unroll
     for (int b = 0; b < NB; ++b) {
-        float scale = 1.f;
-        if (norm_w) {
-            float total = 0.f;
-            for (int i = 0; i < nwarps; ++i) total += red[b][i];
-            scale = rsqrtf(total / (float)k + eps);
-        }
+        const float scale = norm_w ? rms_scale(red[b], nwarps, k, eps) : 1.f;
         float sum[NR];
 #pragma unroll
         for (int r = 0; r < NR; ++r) {
