@@ -147,23 +147,25 @@ def test_int8_mma_gemv_digits(ops: Ops, mode: int, n: int, k: int) -> None:
         finally:
             ops.set_i8_mma(False)
 
+    nbs = (1, 2) if k <= 4096 else (1,)  # q3t_gemv_batch's two vectors: k <= 4096 (its FMA kernels' shared memory)
     spiked = x.clone()
     spiked[:, k // 3] *= 1e4
     for xin, norm in ((spiked, nw), (x * 1e-15, None), (x * 1e15, None)):
         ref = gemv_reference(wd, xin, norm, bias, y0, mode, 1e-6)
-        for nb in (1, 2):
+        for nb in nbs:
             got = run(xin, True, nb, norm)
             assert torch.isfinite(got).all()
             assert_close(got, ref[:nb], F32_TOL, f"mma nb {nb} vs float64")
             assert_close(got, run(xin, False, nb, norm), F32_TOL, f"mma nb {nb} vs FMA")
-        assert torch.equal(run(xin, True, 2, norm)[0], run(xin, True, 1, norm)[0]), "a vector's bits depend on nb"
+        if nbs[-1] == 2:
+            assert torch.equal(run(xin, True, 2, norm)[0], run(xin, True, 1, norm)[0]), "a vector's bits depend on nb"
     zeros = torch.zeros_like(x)
     assert_close(run(zeros, True), gemv_reference(wd, zeros, nw, bias, y0, mode, 1e-6)[:1], F32_TOL, "x = 0")
     bad = x.clone()
     bad[0, 5] = float("inf")
-    got = run(bad, True, 2)
+    got = run(bad, True, nbs[-1])
     assert torch.isnan(got[0]).all(), "an inf in x must not give finite outputs"
-    assert torch.isfinite(got[1]).all(), "the other vector keeps its outputs"
+    assert nbs[-1] == 1 or torch.isfinite(got[1]).all(), "the other vector keeps its outputs"
     assert not torch.isfinite(run(bad, False)[0]).all()
 
 
