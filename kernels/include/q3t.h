@@ -74,7 +74,7 @@ Q3T_API int q3t_set_i8_deep(int enable);
 
 /* Whether q3t_gemv and q3t_gemv_batch take int8 weights on int8 tensor cores (CUDA sm_80+, K a multiple of 64,
  * 16-byte aligned operands; x as four int8 digits of a power-of-two scale, the sums exact in int32: not the
- * FMA kernels' bits; kernels/src/gemv_i8_mma.cu). Off by default until measured on a GPU: the FMA kernels.
+ * FMA kernels' bits; kernels/src/gemv_i8_mma.cu). Off by default: measured slower than the FMA kernels.
  * Process-wide, for later launches; a no-op on HIP. */
 Q3T_API int q3t_set_i8_mma(int enable);
 

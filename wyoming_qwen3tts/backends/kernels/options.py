@@ -38,7 +38,9 @@ class KernelOptions:
     i8_deep: bool = False
     # A lone stream's int8 GEMVs on int8 tensor cores (CUDA sm_80+; gemv_i8_mma.cu: x as four int8 digits of one
     # power-of-two scale, the sums exact integers, no instruction per weight) instead of the FMA kernels, which
-    # widen each weight to float32 (three instructions a weight). Off until it has run on a GPU.
+    # widen each weight to float32 (three instructions a weight). Slower on the H100 (the 1.7B int8 frame 2.81
+    # against 2.47 ms: each block turning x into digits costs more than the arithmetic it saves; docs/int8.md), so
+    # off; kept for a next try that makes the digits once per vector.
     i8_mma: bool = False
     # Batched steps of this many streams or more (a bucket: 32 or 64) run their bf16 matrix products on the vendor
     # BLAS (cuBLAS / hipBLASLt through torch, gemm.py: each weight read once for all rows on tensor cores) instead
