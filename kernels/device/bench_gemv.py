@@ -3,8 +3,9 @@ the GPU: q3t_gemv (the split-K kernel up to K = 4096, the row kernel above) and 
 (q3t_gemv_batch with one vector), each in a captured graph of >= 240 back-to-back launches that rotate over
 enough weight copies (>= 256 MB) that every launch reads HBM, not L2; microseconds per launch and achieved
 GB/s (weight bytes, int8's scales included, / time), PDL on and off. Q3T_I8_DEEP=1 plans int8 for the most loads
-in flight per lane (q3t_set_i8_deep); Q3T_I8_MMA=1 runs int8 on int8 tensor cores (q3t_set_i8_mma); GEMV_WEIGHTS=int8 (or bf16) times one kind only; GEMV_LIB=PATH times
-another build of the library (e.g. an older commit's, for an A/B in one call).
+in flight per lane (q3t_set_i8_deep); Q3T_I8_MMA=1 runs int8 on int8 tensor cores (q3t_set_i8_mma); GEMV_WEIGHTS=int8
+(or bf16) times one kind only; GEMV_LIB=PATH times another build of the library (e.g. an older commit's, for an A/B
+in one call; one that lacks an entry point of this package does not load).
 
 Prints JSON lines, then a markdown table, which it also writes to $OUT/gemv_bench.md.
 Usage: python kernels/device/bench_gemv.py
@@ -132,10 +133,9 @@ def table(rows: list[dict]) -> str:
 
 def main() -> None:
     ops = Ops(native_library())  # GEMV_LIB: another build
-    # Q3T_I8_DEEP=1: int8 planned for the most loads in flight per lane (q3t_set_i8_deep); Q3T_I8_MMA=1 runs int8 on int8 tensor cores (q3t_set_i8_mma); GEMV_WEIGHTS=int8: one kind.
+    # Q3T_I8_DEEP=1, Q3T_I8_MMA=1: the int8 plan and kernel options (module docstring); GEMV_WEIGHTS=int8: one kind.
     ops.set_i8_deep(os.environ.get("Q3T_I8_DEEP", "0") == "1")
-    if os.environ.get("Q3T_I8_MMA", "0") == "1":  # int8 on int8 tensor cores (q3t_set_i8_mma; older builds lack it)
-        ops.set_i8_mma(True)
+    ops.set_i8_mma(os.environ.get("Q3T_I8_MMA", "0") == "1")
     kinds = tuple(w for w in WEIGHTS if w in os.environ.get("GEMV_WEIGHTS", ",".join(WEIGHTS)).split(","))
     rows = []
     for label, n, k, mode, norm, bias, _ in SHAPES:
